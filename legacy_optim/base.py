@@ -1,0 +1,386 @@
+"""The flax.optim object model, running every update through Optax.
+
+``OptimizerDef`` is the recipe (hyper-parameters and update rule),
+``Optimizer`` the pytree that holds the target and the optimizer state in the
+legacy layout (``OptimizerState(step, param_states)``), exactly as flax <= 0.5.3
+laid it out, so old code and old checkpoints keep working.
+
+Every update goes through an ``optax.GradientTransformation``:
+``OptimizerDef.to_optax()``. Built-in algorithms provide a native transform
+(``_native_transform``) plus the mapping between their legacy per-parameter
+state and the transform's state; a user subclass that only implements the
+legacy per-leaf API (``init_param_state``/``apply_param_gradient``) gets a
+generic transform that calls that API leaf by leaf.
+"""
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import jax_utils
+from flax import serialization
+from flax import struct
+
+from legacy_optim import _hyper
+from legacy_optim import _layout
+from legacy_optim import deprecation
+
+
+@struct.dataclass
+class OptimizerState:
+  """Legacy optimizer state: the step count and per-parameter states."""
+  step: jax.Array
+  param_states: Any
+
+
+def _overrides(cls, name: str) -> bool:
+  """True when ``cls`` replaces OptimizerDef's own ``name``."""
+  return getattr(cls, name) is not getattr(OptimizerDef, name)
+
+
+class OptimizerDef:
+  """Base class of an optimizer definition: hyper-params and update rule.
+
+  Subclasses written against flax.optim implement the per-leaf API,
+  ``init_param_state(param)`` and
+  ``apply_param_gradient(step, hyper_params, param, state, grad)``; they get a
+  working ``to_optax()`` for free.
+
+  Built-in algorithms implement ``_native_transform(hyper_params)`` and the
+  state mapping hooks (``_pack_optax_state``/``_unpack_optax_state`` with
+  ``_param_state_fields``/``_make_param_state``); their per-leaf API is then
+  derived from the transform.
+  """
+
+  # Names of the legacy per-parameter state fields, in layout order.
+  _param_state_fields: tuple[str, ...] = ()
+
+  def __init__(self, hyper_params):
+    self.hyper_params = hyper_params
+    deprecation.warn_legacy_use('OptimizerDef', self)
+
+  # ---------------------------------------------------------------- naming
+  @property
+  def _name(self) -> str:
+    return type(self).__name__
+
+  # ------------------------------------------------- native transform hooks
+  def _native_transform(self, hyper_params) -> optax.GradientTransformation:
+    """The Optax transform implementing this def's rule (built-ins only)."""
+    raise NotImplementedError
+
+  def _pack_optax_state(self, step, fields: dict[str, Any]) -> Any:
+    """(step, one params-shaped tree per state field) -> Optax state."""
+    raise NotImplementedError
+
+  def _unpack_optax_state(self, opt_state) -> tuple[Any, dict[str, Any]]:
+    """Optax state -> (step, one params-shaped tree per state field)."""
+    raise NotImplementedError
+
+  def _make_param_state(self, **fields):
+    """Builds the legacy per-parameter state object from its fields."""
+    raise NotImplementedError
+
+  def _uses_native_rule(self) -> bool:
+    """True when the built-in transform is exactly this object's rule.
+
+    A user subclass of a built-in that overrides the per-leaf API (or the
+    tree-level ``init_state``/``apply_gradient``) gets the generic transform
+    around its own methods instead.
+    """
+    cls = type(self)
+    owner = next(c for c in cls.__mro__ if '_native_transform' in vars(c))
+    if owner is OptimizerDef:
+      return False
+    return all(
+        getattr(cls, name) is getattr(owner, name)
+        for name in ('init_param_state', 'apply_param_gradient', 'init_state',
+                     'apply_gradient'))
+
+  # ------------------------------------------------------- per-leaf API
+  def init_param_state(self, param):
+    """Returns the initial legacy state for one parameter."""
+    if not _has_native_transform(self):
+      raise NotImplementedError(
+          f'{self._name} must implement init_param_state(param).')
+    tx = self._native_transform(self.hyper_params)
+    _, fields = self._unpack_optax_state(tx.init(param))
+    return self._make_param_state(**fields)
+
+  def apply_param_gradient(self, step, hyper_params, param, state, grad):
+    """Applies one parameter's gradient; returns (new_param, new_state)."""
+    if not _has_native_transform(self):
+      raise NotImplementedError(
+          f'{self._name} must implement apply_param_gradient(step, '
+          'hyper_params, param, state, grad).')
+    tx = self._native_transform(hyper_params)
+    fields = {name: getattr(state, name) for name in self._param_state_fields}
+    opt_state = self._pack_optax_state(jnp.asarray(step, jnp.int32), fields)
+    updates, new_opt_state = tx.update(grad, opt_state, param)
+    _, new_fields = self._unpack_optax_state(new_opt_state)
+    return optax.apply_updates(param, updates), self._make_param_state(
+        **new_fields)
+
+  # ------------------------------------------------------------ Optax API
+  def transform_for(self, hyper_params) -> optax.GradientTransformation:
+    """The Optax transform of this def's rule with the given hyper-params."""
+    if self._uses_native_rule():
+      return self._native_transform(hyper_params)
+    return legacy_rule_transform(self, hyper_params)
+
+  def to_optax(self, **hyper_param_overrides) -> optax.GradientTransformation:
+    """This optimizer as an ``optax.GradientTransformation``.
+
+    Args:
+      **hyper_param_overrides: replace hyper-params, as in ``apply_gradient``.
+        A value may also be a schedule (a callable of the step count), e.g.
+        ``to_optax(learning_rate=optax.cosine_decay_schedule(0.1, 1000))``.
+
+    Returns:
+      A transform whose ``update`` is this def's update rule. Its state can be
+      converted to and from the legacy layout with ``to_optax_state`` and
+      ``from_optax_state``.
+    """
+    return self.transform_for(self.update_hyper_params(**hyper_param_overrides))
+
+  def to_optax_state(self, state: OptimizerState, params) -> Any:
+    """Legacy ``OptimizerState`` -> the state of ``to_optax()``'s transform."""
+    if not self._uses_native_rule():
+      return LegacyRuleState(
+          count=jnp.asarray(state.step, jnp.int32),
+          param_states=state.param_states)
+    fields = _layout.split_param_states(
+        state.param_states, params, self._param_state_fields)
+    return self._pack_optax_state(state.step, fields)
+
+  def from_optax_state(self, opt_state, params) -> OptimizerState:
+    """The state of ``to_optax()``'s transform -> legacy ``OptimizerState``."""
+    if not self._uses_native_rule():
+      return OptimizerState(opt_state.count, opt_state.param_states)
+    step, fields = self._unpack_optax_state(opt_state)
+    param_states = _layout.merge_param_states(
+        fields, params, self._make_param_state)
+    return OptimizerState(step, param_states)
+
+  # ---------------------------------------------------------- tree API
+  def init_state(self, params) -> OptimizerState:
+    if not self._uses_native_rule():
+      return _legacy_init_state(self, params)
+    tx = self.transform_for(self.hyper_params)
+    return self.from_optax_state(tx.init(params), params)
+
+  def apply_gradient(self, hyper_params, params, state, grads):
+    """Applies ``grads``; returns ``(new_params, new_state)``.
+
+    Runs ``transform_for(hyper_params)``: ``update`` then
+    ``optax.apply_updates``, converting the legacy state on the way in and out.
+    """
+    _layout.check_same_structure(params, grads, 'target', 'grads')
+    tx = self.transform_for(hyper_params)
+    opt_state = self.to_optax_state(state, params)
+    updates, new_opt_state = tx.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    return new_params, self.from_optax_state(new_opt_state, params)
+
+  def update_hyper_params(self, **hyper_param_overrides):
+    """Hyper-params with overrides applied (``hyper_params=`` replaces all)."""
+    hp = hyper_param_overrides.pop('hyper_params', self.hyper_params)
+    return _hyper.apply_overrides(hp, hyper_param_overrides, self._name)
+
+  def create(self, target, focus: Optional[Any] = None) -> 'Optimizer':
+    """Creates an ``Optimizer`` for ``target`` (optionally only ``focus``)."""
+    deprecation.warn_legacy_use('create', self, focus=focus)
+    opt_def = self
+    if focus:
+      from legacy_optim import multi  # pylint: disable=g-import-not-at-top
+      opt_def = multi.MultiOptimizer((focus, opt_def))
+    return Optimizer(opt_def, opt_def.init_state(target), target)
+
+  def state_dict(self, target, state):
+    return serialization.to_state_dict({
+        'target': serialization.to_state_dict(target),
+        'state': serialization.to_state_dict(state),
+    })
+
+  def restore_state(self, opt_target, opt_state, state_dict):
+    """Restores (target, state) from ``state_dict`` using the given template."""
+    opt_target = serialization.from_state_dict(opt_target, state_dict['target'])
+    opt_state = serialization.from_state_dict(opt_state, state_dict['state'])
+    return opt_target, opt_state
+
+
+def _has_native_transform(opt_def: OptimizerDef) -> bool:
+  return _overrides(type(opt_def), '_native_transform')
+
+
+# ----------------------------------------------------------------------------
+# The generic transform around a legacy per-leaf rule.
+
+
+class LegacyRuleState(NamedTuple):
+  """Optax state of a user-defined (per-leaf) rule: the legacy layout as is."""
+  count: jax.Array  # int32 scalar: the legacy step.
+  param_states: Any  # params-shaped tree of the rule's per-parameter states.
+
+
+def _legacy_init_state(opt_def: OptimizerDef, params) -> OptimizerState:
+  param_states = jax.tree_util.tree_map(opt_def.init_param_state, params)
+  return OptimizerState(jnp.asarray(0, dtype=jnp.int32), param_states)
+
+
+def _legacy_apply_per_leaf(opt_def, hyper_params, params, state, grads):
+  """flax.optim's tree-level rule: the per-leaf rule on every leaf."""
+  treedef = jax.tree_util.tree_structure(params)
+  results = [
+      opt_def.apply_param_gradient(state.step, hyper_params, p, s, g)
+      for p, s, g in zip(treedef.flatten_up_to(params),
+                         treedef.flatten_up_to(state.param_states),
+                         treedef.flatten_up_to(grads))
+  ]
+  new_params = treedef.unflatten([r[0] for r in results])
+  new_states = treedef.unflatten([r[1] for r in results])
+  return new_params, OptimizerState(state.step + 1, new_states)
+
+
+def legacy_rule_transform(
+    opt_def: OptimizerDef, hyper_params) -> optax.GradientTransformation:
+  """An Optax transform running ``opt_def``'s own (legacy) methods.
+
+  Updates are ``new_param - param``; ``optax.apply_updates`` adds them back,
+  which reproduces the rule's new params exactly whenever old and new values
+  are within a factor of two of each other (Sterbenz), i.e. for any ordinary
+  step, and otherwise to within one rounding of the update.
+  """
+  cls = type(opt_def)
+
+  def init_fn(params):
+    if _overrides(cls, 'init_state'):
+      state = opt_def.init_state(params)
+    else:
+      state = _legacy_init_state(opt_def, params)
+    return LegacyRuleState(state.step, state.param_states)
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError(
+          f'{opt_def._name}.to_optax() needs params: call '
+          'tx.update(grads, opt_state, params).')
+    hp = _hyper.resolve(hyper_params, state.count)
+    legacy_state = OptimizerState(state.count, state.param_states)
+    if _overrides(cls, 'apply_gradient'):
+      new_params, new_state = opt_def.apply_gradient(
+          hp, params, legacy_state, updates)
+    else:
+      new_params, new_state = _legacy_apply_per_leaf(
+          opt_def, hp, params, legacy_state, updates)
+    deltas = jax.tree_util.tree_map(lambda new, old: new - old, new_params,
+                                    params)
+    return deltas, LegacyRuleState(
+        jnp.asarray(new_state.step, jnp.int32), new_state.param_states)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+# ----------------------------------------------------------------------------
+# Optimizer: the pytree users hold.
+
+
+class Optimizer(struct.PyTreeNode):
+  """An optimizer definition together with its target and state.
+
+  ``optimizer_def`` is static pytree metadata; ``state`` (an
+  ``OptimizerState``) and ``target`` are the leaves.
+  """
+
+  optimizer_def: OptimizerDef = struct.field(pytree_node=False)
+  state: Any = struct.field(pytree_node=True)
+  target: Any = struct.field(pytree_node=True)
+
+  def apply_gradient(self, grads, **hyper_param_overrides) -> 'Optimizer':
+    """Applies ``grads`` to the target; overrides replace hyper-params."""
+    if hyper_param_overrides:
+      deprecation.warn_legacy_use(
+          'apply_gradient_overrides', self.optimizer_def,
+          overrides=hyper_param_overrides)
+    hyper_params = self.optimizer_def.update_hyper_params(
+        **hyper_param_overrides)
+    new_target, new_state = self.optimizer_def.apply_gradient(
+        hyper_params, self.target, self.state, grads)
+    return self.replace(target=new_target, state=new_state)
+
+  def compute_gradient(self, loss_fn):
+    """Deprecated: ``(loss, [aux,] grad)`` of ``loss_fn`` at the target."""
+    deprecation.warn_legacy_use('compute_gradient', self.optimizer_def)
+    no_aux = object()
+
+    def loss_with_aux(target):
+      out = loss_fn(target)
+      if isinstance(out, (tuple, list)):
+        return out
+      return out, no_aux
+
+    # `no_aux` is not a JAX type, so it cannot be an aux output; mark instead.
+    has_aux = []
+
+    def wrapped(target):
+      loss, aux = loss_with_aux(target)
+      has_aux.append(aux is not no_aux)
+      return loss, (None if aux is no_aux else aux)
+
+    (loss, aux), grad = jax.value_and_grad(wrapped, has_aux=True)(self.target)
+    return (loss, aux, grad) if has_aux[-1] else (loss, grad)
+
+  compute_gradients = compute_gradient
+
+  def optimize(self, loss_fn, **hyper_param_overrides):
+    """Deprecated: one gradient step on ``loss_fn``."""
+    deprecation.warn_legacy_use('optimize', self.optimizer_def)
+    *outputs, grad = self.compute_gradient(loss_fn)
+    optimizer = self.apply_gradient(grad, **hyper_param_overrides)
+    return (optimizer, *outputs)
+
+  def replicate(self, devices=None, axis_name='batch') -> 'Optimizer':
+    """Deprecated: replicates for pmap; gradients get averaged over devices."""
+    deprecation.warn_legacy_use('replicate', self.optimizer_def)
+    from legacy_optim import replicated  # pylint: disable=g-import-not-at-top
+    if devices is None:
+      devices = jax.local_devices()
+    opt_def = replicated.ReplicatedOptimizer(
+        self.optimizer_def, devices, axis_name)
+    return jax_utils.replicate(self, devices=devices).replace(
+        optimizer_def=opt_def)
+
+  def unreplicate(self) -> 'Optimizer':
+    """Deprecated: the first replica's copy, with the inner definition."""
+    from legacy_optim import replicated  # pylint: disable=g-import-not-at-top
+    if not isinstance(self.optimizer_def, replicated.ReplicatedOptimizer):
+      raise ValueError(
+          'Cannot unreplicate an optimizer that is not replicated (its '
+          f'optimizer_def is {type(self.optimizer_def).__name__}, not '
+          'ReplicatedOptimizer).')
+    return jax_utils.unreplicate(self).replace(
+        optimizer_def=self.optimizer_def.optimizer_def)
+
+  def state_dict(self):
+    return self.optimizer_def.state_dict(self.target, self.state)
+
+  def restore_state(self, state):
+    target, state = self.optimizer_def.restore_state(
+        self.target, self.state, state)
+    return self.replace(target=target, state=state)
+
+
+serialization.register_serialization_state(
+    Optimizer, Optimizer.state_dict, Optimizer.restore_state, override=True)
+
+
+def __getattr__(name):
+  # flax.optim.base exported these too; imported lazily to avoid a cycle.
+  if name in ('MultiOptimizer', 'ModelParamTraversal'):
+    from legacy_optim import multi  # pylint: disable=g-import-not-at-top
+    return getattr(multi, name)
+  if name == 'ReplicatedOptimizer':
+    from legacy_optim import replicated  # pylint: disable=g-import-not-at-top
+    return replicated.ReplicatedOptimizer
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -1,0 +1,77 @@
+"""Heavy-ball and Nesterov momentum with L2 weight decay."""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from legacy_optim import _hyper
+from legacy_optim import base
+
+
+@struct.dataclass
+class _MomentumHyperParams:
+  learning_rate: np.ndarray
+  beta: np.ndarray
+  weight_decay: np.ndarray
+  nesterov: bool = struct.field(pytree_node=False)
+
+
+@struct.dataclass
+class _MomentumParamState:
+  momentum: np.ndarray
+
+
+class Momentum(base.OptimizerDef):
+  r"""Momentum (Polyak 1964; Nesterov variant as in Sutskever et al. 2013).
+
+  .. math::
+    g \leftarrow g + \lambda p,\quad
+    m \leftarrow \beta m + g,\quad
+    p \leftarrow p - \eta\,(g + \beta m \text{ if nesterov else } m)
+
+  with :math:`\lambda` = ``weight_decay`` (coupled L2, added to the gradient
+  before the momentum). Optax equivalent (bit-identical):
+  ``optax.chain(optax.add_decayed_weights(wd), optax.trace(beta, nesterov),
+  optax.scale_by_learning_rate(lr))``.
+  """
+
+  _param_state_fields = ('momentum',)
+
+  def __init__(self, learning_rate=None, beta=0.9, weight_decay=0,
+               nesterov=False):
+    """Args:
+      learning_rate: the step size (may be given per step instead).
+      beta: momentum decay (default 0.9).
+      weight_decay: L2 coefficient added to the gradient (default 0).
+      nesterov: use Nesterov momentum (static; default False).
+    """
+    super().__init__(_MomentumHyperParams(
+        learning_rate, beta, weight_decay, nesterov))
+
+  def _native_transform(self, hyper_params):
+    _hyper.require_constant(hyper_params, ('beta', 'weight_decay'), self._name)
+    nesterov = _hyper.static_bool(hyper_params.nesterov, 'nesterov',
+                                  self._name)
+    # flax.optim skipped the decay term for a zero coefficient; so do we, to
+    # stay bit-identical (g + 0 * p differs from g for p = inf or g = -0.0).
+    decay = (optax.identity() if _hyper.is_static_zero(
+        hyper_params.weight_decay) else optax.add_decayed_weights(
+            hyper_params.weight_decay))
+    return optax.chain(
+        decay,
+        optax.trace(decay=hyper_params.beta, nesterov=nesterov),
+        optax.scale_by_learning_rate(
+            _hyper.learning_rate_schedule(hyper_params.learning_rate,
+                                          self._name)))
+
+  def _pack_optax_state(self, step, fields):
+    return (optax.EmptyState(), optax.TraceState(trace=fields['momentum']),
+            optax.ScaleByScheduleState(count=jnp.asarray(step, jnp.int32)))
+
+  def _unpack_optax_state(self, opt_state):
+    _, trace_state, schedule_state = opt_state
+    return schedule_state.count, {'momentum': trace_state.trace}
+
+  def _make_param_state(self, momentum):
+    return _MomentumParamState(momentum)

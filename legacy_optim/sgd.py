@@ -1,0 +1,42 @@
+"""Plain gradient descent: ``p <- p - learning_rate * g``."""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from legacy_optim import _hyper
+from legacy_optim import base
+
+
+@struct.dataclass
+class _GradientDescentHyperParams:
+  learning_rate: np.ndarray
+
+
+class GradientDescent(base.OptimizerDef):
+  """Gradient descent: ``p <- p - learning_rate * g``.
+
+  Optax equivalent (bit-identical): ``optax.sgd(learning_rate)``. The
+  per-parameter state is the empty tuple ``()``.
+  """
+
+  _param_state_fields = ()
+
+  def __init__(self, learning_rate=None):
+    """Args: learning_rate: the step size (may be given per step instead)."""
+    super().__init__(_GradientDescentHyperParams(learning_rate))
+
+  def _native_transform(self, hyper_params):
+    return optax.scale_by_learning_rate(
+        _hyper.learning_rate_schedule(hyper_params.learning_rate, self._name))
+
+  def _pack_optax_state(self, step, fields):
+    del fields
+    return optax.ScaleByScheduleState(count=jnp.asarray(step, jnp.int32))
+
+  def _unpack_optax_state(self, opt_state):
+    return opt_state.count, {}
+
+  def _make_param_state(self):
+    return ()
