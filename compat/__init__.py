@@ -1,0 +1,36 @@
+"""The way out of flax.optim: bridges to Optax, TrainState and nnx.Optimizer.
+
+Public names are resolved lazily, so ``import compat`` stays cheap (it must
+not import jax or flax until a name is used).
+"""
+
+import importlib
+
+_EXPORTS = {
+    # Optax, TrainState and nnx bridges.
+    'to_optax': 'compat.optax_bridge',
+    'from_optax': 'compat.optax_bridge',
+    'traversal_labels': 'compat.optax_bridge',
+    'to_train_state': 'compat.train_state',
+    'to_nnx_optimizer': 'compat.nnx',
+    # Checkpoints.
+    'load_legacy_checkpoint': 'compat.checkpoints',
+    'convert_checkpoint': 'compat.checkpoints',
+    # Sharding.
+    'state_shardings': 'compat.sharding',
+    # Source scanner.
+    'scan_paths': 'compat.scan',
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+  module = _EXPORTS.get(name)
+  if module is None:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  return getattr(importlib.import_module(module), name)
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,5 @@
+import sys
+
+from compat import cli
+
+sys.exit(cli.main())
