@@ -42,40 +42,40 @@ def _describe_path(path) -> str:
   return jax.tree_util.keystr(tuple(path)) or '<root>'
 
 
-def first_structure_difference(expected: Any, found: Any):
-  """Returns (path, expected_node, found_node) where two trees first differ.
-
-  Returns None when the structures are equal.
-  """
-  if jax.tree_util.tree_structure(expected) == jax.tree_util.tree_structure(
-      found):
-    return None
-  expected_paths = jax.tree_util.tree_flatten_with_path(expected)[0]
-  found_paths = jax.tree_util.tree_flatten_with_path(found)[0]
-  for (p_exp, _), (p_found, _) in zip(expected_paths, found_paths):
-    if p_exp != p_found:
-      return _describe_path(p_exp), _describe_path(p_found)
-  if len(expected_paths) != len(found_paths):
-    longer, label = ((expected_paths, 'expected') if len(expected_paths) >
-                     len(found_paths) else (found_paths, 'found'))
-    extra = _describe_path(longer[min(len(expected_paths),
-                                      len(found_paths))][0])
-    return (extra, '<missing>') if label == 'expected' else ('<missing>',
-                                                                extra)
-  # Same leaf paths but different node types (e.g. dict vs FrozenDict).
-  return '<node types>', '<node types>'
+def _leaf_paths(tree) -> list[str]:
+  return [_describe_path(p)
+          for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
 def check_same_structure(expected: Any, found: Any, expected_name: str,
-                         found_name: str) -> None:
-  """Raises TypeError naming both structures and the first differing path."""
-  diff = first_structure_difference(expected, found)
-  if diff is None:
+                         found_name: str, shown: int = 5) -> None:
+  """Raises TypeError naming both structures and the paths that differ."""
+  expected_def = jax.tree_util.tree_structure(expected)
+  found_def = jax.tree_util.tree_structure(found)
+  if expected_def == found_def:
     return
-  exp_path, found_path = diff
+  expected_paths, found_paths = _leaf_paths(expected), _leaf_paths(found)
+  found_set, expected_set = set(found_paths), set(expected_paths)
+  missing = [p for p in expected_paths if p not in found_set]
+  extra = [p for p in found_paths if p not in expected_set]
+  details = []
+  if missing:
+    details.append(f'missing from {found_name}: '
+                   + ', '.join(missing[:shown])
+                   + (f' (+{len(missing) - shown} more)'
+                      if len(missing) > shown else ''))
+  if extra:
+    details.append(f'unexpected in {found_name}: '
+                   + ', '.join(extra[:shown])
+                   + (f' (+{len(extra) - shown} more)'
+                      if len(extra) > shown else ''))
+  if not details:
+    first = next((a for a, b in zip(expected_paths, found_paths) if a != b),
+                 None)
+    details.append('same leaf paths but different container types'
+                   + (f' (first at {first})' if first else ''))
   raise TypeError(
-      f'{found_name} must have the same tree structure as {expected_name}. '
-      f'First difference: {expected_name} has {exp_path} where '
-      f'{found_name} has {found_path}.\n'
-      f'  {expected_name}: {jax.tree_util.tree_structure(expected)}\n'
-      f'  {found_name}: {jax.tree_util.tree_structure(found)}')
+      f'{found_name} must have the same tree structure as {expected_name}; '
+      + '; '.join(details) + '.\n'
+      f'  {expected_name}: {expected_def}\n'
+      f'  {found_name}: {found_def}')

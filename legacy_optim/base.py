@@ -312,24 +312,17 @@ class Optimizer(struct.PyTreeNode):
   def compute_gradient(self, loss_fn):
     """Deprecated: ``(loss, [aux,] grad)`` of ``loss_fn`` at the target."""
     deprecation.warn_legacy_use('compute_gradient', self.optimizer_def)
-    no_aux = object()
+    # As in flax.optim: a tuple result is (loss, aux), anything else the loss.
+    returned_aux = []
 
-    def loss_with_aux(target):
+    def loss_and_aux(target):
       out = loss_fn(target)
-      if isinstance(out, (tuple, list)):
-        return out
-      return out, no_aux
+      returned_aux.append(isinstance(out, tuple))
+      return out if returned_aux[-1] else (out, None)
 
-    # `no_aux` is not a JAX type, so it cannot be an aux output; mark instead.
-    has_aux = []
-
-    def wrapped(target):
-      loss, aux = loss_with_aux(target)
-      has_aux.append(aux is not no_aux)
-      return loss, (None if aux is no_aux else aux)
-
-    (loss, aux), grad = jax.value_and_grad(wrapped, has_aux=True)(self.target)
-    return (loss, aux, grad) if has_aux[-1] else (loss, grad)
+    (loss, aux), grad = jax.value_and_grad(loss_and_aux, has_aux=True)(
+        self.target)
+    return (loss, aux, grad) if returned_aux[-1] else (loss, grad)
 
   compute_gradients = compute_gradient
 
