@@ -24,6 +24,7 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _layout
+from legacy_optim import _restore
 from legacy_optim import deprecation
 
 
@@ -204,7 +205,13 @@ class OptimizerDef:
     })
 
   def restore_state(self, opt_target, opt_state, state_dict):
-    """Restores (target, state) from ``state_dict`` using the given template."""
+    """Restores (target, state) from ``state_dict`` using the given template.
+
+    Raises ``_restore.RestoreMismatchError`` naming every path whose
+    structure, shape or dtype differs from the template.
+    """
+    _restore.check_state_dict(opt_target, opt_state, state_dict,
+                              template=self._name)
     opt_target = serialization.from_state_dict(opt_target, state_dict['target'])
     opt_state = serialization.from_state_dict(opt_state, state_dict['state'])
     return opt_target, opt_state
