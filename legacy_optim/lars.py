@@ -1,10 +1,150 @@
-"""Placeholder: LARS lands with issue 3."""
+"""LARS: layer-wise adaptive rate scaling with heavy-ball momentum."""
 
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from legacy_optim import _hyper
 from legacy_optim import base
 
 
-class LARS(base.OptimizerDef):
+@struct.dataclass
+class _LARSHyperParams:
+  learning_rate: np.ndarray
+  beta: np.ndarray
+  weight_decay: np.ndarray
+  trust_coefficient: np.ndarray
+  eps: np.ndarray
+  nesterov: bool = struct.field(pytree_node=False)
 
-  def __init__(self, *args, **kwargs):
-    del args, kwargs
-    raise NotImplementedError('LARS is not implemented yet (issue 3).')
+
+@struct.dataclass
+class _LARSParamState:
+  momentum: np.ndarray
+
+
+class ScaleByLegacyLarsState(NamedTuple):
+  """State of ``scale_by_legacy_lars``: only the step count."""
+  count: jax.Array  # int32 scalar: the legacy step.
+
+
+def scale_by_legacy_lars(hyper_params: Any,
+                         owner: str = 'LARS') -> optax.GradientTransformation:
+  r"""Scales each leaf's gradient by its LARS learning rate (flax.optim order).
+
+  For every leaf, with :math:`\eta` the learning rate at the current step,
+
+  .. math::
+    r = \begin{cases} 1 & \|g\| = 0 \text{ or } \|p\| = 0 \\
+        \dfrac{c\,\|p\|}{\|g\| + \lambda \|p\| + \epsilon} & \text{otherwise}
+        \end{cases},\qquad
+    u = (\eta\, r)\,(g + \lambda p)
+
+  (``c`` = ``trust_coefficient``, ``lambda`` = ``weight_decay``). The weight
+  decay term is skipped for a static zero ``weight_decay``, as flax.optim did.
+
+  .. warning::
+    ``optax.lars`` measures the trust ratio against ``||g + lambda p||`` and
+    applies the learning rate after the ratio; this transform uses
+    ``||g|| + lambda ||p||`` and multiplies ``eta * r`` first, which is what
+    flax.optim computed. The output has the sign of the gradient (a descent
+    direction still needs negating).
+
+  Args:
+    hyper_params: a ``_LARSHyperParams``; numeric fields may be traced values
+      or schedules (callables of the step count).
+    owner: the optimizer name used in error messages.
+
+  Returns:
+    An ``optax.GradientTransformation`` that needs ``params`` in ``update``.
+  """
+
+  def init_fn(params):
+    del params
+    return ScaleByLegacyLarsState(count=jnp.zeros([], jnp.int32))
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError(f'{owner} needs params: call '
+                       'tx.update(grads, opt_state, params).')
+    hp = _hyper.resolve(hyper_params, state.count)
+    learning_rate = _hyper.require_learning_rate(hp.learning_rate, owner)
+    decay = hp.weight_decay
+    skip_decay = _hyper.is_static_zero(decay)
+
+    def leaf_update(grad, param):
+      param_norm = jnp.linalg.norm(param)
+      grad_norm = jnp.linalg.norm(grad)
+      trust_ratio = hp.trust_coefficient * param_norm / (
+          grad_norm + decay * param_norm + hp.eps)
+      trust_ratio = jnp.where(
+          jnp.logical_or(grad_norm == 0., param_norm == 0.), 1., trust_ratio)
+      if not skip_decay:
+        grad = grad + decay * param
+      return (learning_rate * trust_ratio) * grad
+
+    scaled = jax.tree_util.tree_map(leaf_update, updates, params)
+    return scaled, ScaleByLegacyLarsState(
+        count=optax.safe_int32_increment(state.count))
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+class LARS(base.OptimizerDef):
+  r"""Layer-wise adaptive rate scaling (You, Gitman & Ginsburg 2017).
+
+  Per leaf (see ``scale_by_legacy_lars`` for the trust ratio ``r``):
+
+  .. math::
+    s = (\eta\, r)(g + \lambda p),\quad
+    m \leftarrow \beta m + s,\quad
+    p \leftarrow p - (s + \beta m \text{ if nesterov else } m)
+
+  Optax form: ``optax.chain(scale_by_legacy_lars(hp), optax.trace(beta,
+  nesterov), optax.scale(-1))``; the trace holds the legacy ``momentum``.
+  ``optax.lars`` is close but not the same rule (see the warning on
+  ``scale_by_legacy_lars``).
+
+  References:
+    You, Gitman & Ginsburg, "Large Batch Training of Convolutional Networks",
+    https://arxiv.org/abs/1708.03888
+  """
+
+  _param_state_fields = ('momentum',)
+
+  def __init__(self, learning_rate=None, beta=0.9, weight_decay=0,
+               trust_coefficient=0.001, eps=0, nesterov=False):
+    """Args:
+      learning_rate: the step size (may be given per step instead).
+      beta: momentum decay (default 0.9).
+      weight_decay: L2 coefficient; enters the trust ratio and the gradient.
+      trust_coefficient: ``c`` in the trust ratio (default 0.001).
+      eps: added to the trust ratio's denominator (default 0).
+      nesterov: use Nesterov momentum (static; default False).
+    """
+    super().__init__(_LARSHyperParams(learning_rate, beta, weight_decay,
+                                      trust_coefficient, eps, nesterov))
+
+  def _native_transform(self, hyper_params):
+    _hyper.require_constant(hyper_params, ('beta',), self._name)
+    nesterov = _hyper.static_bool(hyper_params.nesterov, 'nesterov',
+                                  self._name)
+    return optax.chain(
+        scale_by_legacy_lars(hyper_params, self._name),
+        optax.trace(decay=hyper_params.beta, nesterov=nesterov),
+        optax.scale(-1.0))
+
+  def _pack_optax_state(self, step, fields):
+    return (ScaleByLegacyLarsState(count=jnp.asarray(step, jnp.int32)),
+            optax.TraceState(trace=fields['momentum']), optax.EmptyState())
+
+  def _unpack_optax_state(self, opt_state):
+    lars_state, trace_state, _ = opt_state
+    return lars_state.count, {'momentum': trace_state.trace}
+
+  def _make_param_state(self, momentum):
+    return _LARSParamState(momentum)
