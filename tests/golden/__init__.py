@@ -1,0 +1,1 @@
+"""Golden data from real flax 0.5.3 and the fidelity case grid."""

@@ -1,0 +1,105 @@
+"""Runs one fidelity case: create the optimizer, 100 jitted steps, read out.
+
+The same function runs in every environment: with real flax 0.5.3
+(``generate_oracle.py``), with flax 0.5.3's modules on today's JAX
+(``generate_floor.py``) and with ``legacy_optim`` (``tests/test_fidelity.py``).
+Only the ``optim``/``traverse_util`` modules passed in differ.
+"""
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import serialization
+
+from golden import cases
+
+
+@dataclasses.dataclass
+class Result:
+  initial: dict  # {path: np.ndarray} params fed in (after dtype conversion).
+  final: dict  # {path: np.ndarray} params after the last step.
+  state: dict  # {path: np.ndarray | None | 'empty'}: the final state dict.
+  params_digest: str
+  grads_digest: str
+
+
+def flatten_state_dict(tree, prefix: str = '') -> dict:
+  """A state dict -> ``{'a/b': leaf}``; empty dicts and None kept as markers."""
+  if isinstance(tree, dict):
+    if not tree:
+      return {prefix: 'empty'}
+    out = {}
+    for key in sorted(tree):
+      out.update(flatten_state_dict(tree[key], f'{prefix}/{key}'
+                                    if prefix else str(key)))
+    return out
+  if tree is None:
+    return {prefix: None}
+  return {prefix: np.asarray(tree)}
+
+
+def _to_tree(case, arrays: dict, dtype) -> Any:
+  return cases.unflatten(
+      case['tree'], {p: jnp.asarray(a, dtype=dtype) for p, a in arrays.items()})
+
+
+def _flat_params(params) -> dict:
+  return flatten_state_dict(serialization.to_state_dict(params))
+
+
+def make_step(case):
+  """The jitted step: ``step(opt, grads)`` or ``step(opt, grads, lr)``."""
+  spec = case['lr']
+  if spec is None:
+    return jax.jit(lambda opt, grads: opt.apply_gradient(grads))
+  scales = spec.get('per_sub_scale')
+  if scales is None:
+    return jax.jit(lambda opt, grads, lr: opt.apply_gradient(
+        grads, learning_rate=lr))
+
+  def step(opt, grads, lr):
+    # The documented MultiOptimizer pattern: one hyper_params entry per
+    # sub-optimizer, each with its own rate.
+    hps = [hp.replace(learning_rate=lr * scale)
+           for hp, scale in zip(opt.optimizer_def.hyper_params, scales)]
+    return opt.apply_gradient(grads, hyper_params=hps)
+
+  return jax.jit(step)
+
+
+def run_case(optim_module, traverse_module, case,
+             steps: Optional[int] = None) -> Result:
+  """Runs ``case`` with the given ``optim``/``traverse_util`` modules."""
+  steps = cases.STEPS if steps is None else steps
+  dtype = jnp.dtype(case['dtype'])
+  params = _to_tree(case, cases.initial_params(case), dtype)
+  initial = _flat_params(params)
+  params_digest = cases.Digest()
+  for path in sorted(initial):
+    params_digest.update(path, initial[path])
+
+  opt_def = cases.build_optimizer_def(optim_module, traverse_module, case)
+  focus = cases.build_focus(traverse_module, case)
+  optimizer = opt_def.create(params, focus=focus)
+  step_fn = make_step(case)
+
+  grad_steps = cases.gradient_steps(case)
+  grads_digest = cases.Digest()
+  for t in range(steps):
+    grads = _to_tree(case, {p: g[t] for p, g in grad_steps.items()}, dtype)
+    for path, g in sorted(_flat_params(grads).items()):
+      grads_digest.update(f'{t}/{path}', g)
+    if case['lr'] is None:
+      optimizer = step_fn(optimizer, grads)
+    else:
+      optimizer = step_fn(optimizer, grads, cases.lr_argument(case, t))
+
+  return Result(
+      initial=initial,
+      final=_flat_params(optimizer.target),
+      state=flatten_state_dict(serialization.to_state_dict(optimizer.state)),
+      params_digest=params_digest.hexdigest(),
+      grads_digest=grads_digest.hexdigest())
