@@ -1,0 +1,351 @@
+"""``python -m compat check``: old path = new path, for every optimizer.
+
+Trains a small built-in model (a two-layer linen MLP on synthetic regression
+data) with every configuration of ``compat._configs``: ``2K`` steps through the
+legacy ``Optimizer``, and ``K`` legacy steps followed by ``K`` steps on each
+new path: a raw Optax loop (``to_optax``; with ``--eager`` also without jit,
+against an eager legacy run), ``TrainState.apply_gradients`` and
+``nnx.Optimizer.update`` on a ``bridge.ToNNX`` model. The ``round trip``
+column converts the legacy state to Optax and back. Prints one table saying,
+per configuration and path, whether the result is bit-identical to the legacy
+run (or the largest difference); exits non-zero on any mismatch or error.
+
+Gradients come from one shared jitted function of the params, so any
+difference is the optimizer path's.
+"""
+
+import argparse
+import dataclasses
+import sys
+import time
+import warnings
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import linen as nn
+from flax import nnx
+from flax.nnx import bridge
+
+import compat
+from compat import _configs
+from legacy_optim import deprecation
+
+PATHS = ('round trip', 'optax', 'optax (eager)', 'TrainState', 'nnx.Optimizer')
+# The eager loop costs as much as all the others (every op dispatched and
+# compiled on its own), so the command runs it only on request.
+DEFAULT_PATHS = tuple(p for p in PATHS if p != 'optax (eager)')
+
+_BATCH, _IN, _HIDDEN, _OUT = 16, 4, 8, 3
+
+
+class MLP(nn.Module):
+  """The built-in model: Dense -> tanh -> Dense."""
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(_OUT)(jnp.tanh(nn.Dense(_HIDDEN)(x)))
+
+
+def _loss(params, x, y):
+  return jnp.mean((MLP().apply({'params': params}, x) - y)**2)
+
+
+_grad_fn = jax.jit(jax.grad(_loss))
+
+
+class Problem:
+  """The model's initial params and one synthetic batch per step."""
+
+  def __init__(self, num_steps: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    self.batches = [(rng.normal(size=(_BATCH, _IN)).astype(np.float32),
+                     rng.normal(size=(_BATCH, _OUT)).astype(np.float32))
+                    for _ in range(num_steps)]
+    self.params = MLP().init(jax.random.key(seed), self.batches[0][0])['params']
+    self.seed = seed
+
+  def grads(self, params, step: int):
+    return _grad_fn(params, *self.batches[step])
+
+  def nnx_model(self) -> nnx.Module:
+    """A fresh ``bridge.ToNNX`` model (its own random init)."""
+    model = bridge.ToNNX(MLP(), rngs=nnx.Rngs(self.seed + 1))
+    bridge.lazy_init(model, self.batches[0][0])
+    return model
+
+
+# ------------------------------------------------------------------ paths
+
+
+def _legacy_step(config, optimizer, grads):
+  return optimizer.apply_gradient(
+      grads, **config.legacy_overrides(optimizer.state.step))
+
+
+_legacy_step_jit = jax.jit(_legacy_step, static_argnums=0)
+
+
+def run_legacy(config, problem, optimizer, start, stop, jit=True):
+  """Legacy steps ``start..stop-1``; returns the ``Optimizer``."""
+  step = _legacy_step_jit if jit else _legacy_step
+  for i in range(start, stop):
+    optimizer = step(config, optimizer, problem.grads(optimizer.target, i))
+  return optimizer
+
+
+def _optax_step(tx, params, opt_state, grads):
+  updates, opt_state = tx.update(grads, opt_state, params)
+  return optax.apply_updates(params, updates), opt_state
+
+
+_optax_step_jit = jax.jit(_optax_step, static_argnums=0)
+
+
+def run_optax(config, problem, optimizer, start, stop, jit=True):
+  """Converts with ``to_optax``, runs a raw Optax loop, converts back."""
+  tx, opt_state = compat.to_optax(optimizer, **config.optax_overrides())
+  step = _optax_step_jit if jit else _optax_step
+  params = optimizer.target
+  for i in range(start, stop):
+    params, opt_state = step(tx, params, opt_state, problem.grads(params, i))
+  return compat.from_optax(optimizer.optimizer_def, params, opt_state)
+
+
+_train_state_step = jax.jit(lambda state, grads: state.apply_gradients(
+    grads=grads))
+
+
+def run_train_state(config, problem, optimizer, start, stop):
+  """``TrainState.apply_gradients`` steps; returns the final TrainState."""
+  state = compat.to_train_state(optimizer, MLP().apply,
+                                overrides=config.optax_overrides())
+  for i in range(start, stop):
+    state = _train_state_step(state, problem.grads(state.params, i))
+  return state
+
+
+@nnx.jit
+def _nnx_step(model, nnx_opt, grads):
+  grad_state = jax.tree_util.tree_map(lambda v: v, nnx.state(model, nnx.Param))
+  grad_state.replace_by_pure_dict(grads)
+  nnx_opt.update(model, grad_state)
+
+
+def run_nnx(config, problem, optimizer, start, stop):
+  """``nnx.Optimizer.update`` steps on a ToNNX model; returns its params."""
+  model = problem.nnx_model()
+  nnx_opt = compat.to_nnx_optimizer(optimizer, model,
+                                    **config.optax_overrides())
+  for i in range(start, stop):
+    params = nnx.state(model, nnx.Param).to_pure_dict()
+    _nnx_step(model, nnx_opt, problem.grads(params, i))
+  return nnx.state(model, nnx.Param).to_pure_dict()
+
+
+# ------------------------------------------------------------ one config
+
+
+@dataclasses.dataclass
+class Comparison:
+  """What a path produced next to what the legacy path produced."""
+  expected: Any
+  actual: Any = None
+  error: Optional[BaseException] = None
+
+
+def run_config(config, problem: Problem, k: int,
+               paths: Sequence[str] = PATHS) -> dict[str, Comparison]:
+  """Runs ``config`` on ``paths``; exceptions are recorded, not raised."""
+  results = {}
+  try:
+    start = config.create(problem.params)
+    mid = run_legacy(config, problem, start, 0, k)
+    reference = run_legacy(config, problem, mid, k, 2 * k)
+    if 'optax (eager)' in paths:
+      mid_eager = run_legacy(config, problem, start, 0, k, jit=False)
+      reference_eager = run_legacy(config, problem, mid_eager, k, 2 * k,
+                                   jit=False)
+  except Exception as e:  # pylint: disable=broad-except
+    return {path: Comparison(None, error=e) for path in paths}
+
+  runners: dict[str, Callable[[], Comparison]] = {
+      'round trip': lambda: Comparison(mid, compat.from_optax(
+          mid.optimizer_def, mid.target, compat.to_optax(mid)[1])),
+      'optax': lambda: Comparison(reference, run_optax(
+          config, problem, mid, k, 2 * k)),
+      'optax (eager)': lambda: Comparison(reference_eager, run_optax(
+          config, problem, mid_eager, k, 2 * k, jit=False)),
+      'TrainState': lambda: _train_state_comparison(
+          reference, run_train_state(config, problem, mid, k, 2 * k)),
+      'nnx.Optimizer': lambda: Comparison(reference.target, run_nnx(
+          config, problem, mid, k, 2 * k)),
+  }
+  for path in paths:
+    try:
+      results[path] = runners[path]()
+    except Exception as e:  # pylint: disable=broad-except
+      results[path] = Comparison(None, error=e)
+  return results
+
+
+def _train_state_comparison(reference, state) -> Comparison:
+  back = compat.from_optax(reference.optimizer_def, state.params,
+                           state.opt_state)
+  return Comparison((reference, reference.state.step), (back, state.step))
+
+
+def max_difference(expected, actual) -> Optional[float]:
+  """0.0 when bit-identical, the largest absolute difference otherwise.
+
+  Returns None when the trees do not even have the same structure or shapes.
+  """
+  if (jax.tree_util.tree_structure(expected) !=
+      jax.tree_util.tree_structure(actual)):
+    return None
+  worst = 0.0
+  for a, b in zip(jax.tree_util.tree_leaves(expected),
+                  jax.tree_util.tree_leaves(actual)):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+      return None
+    if a.dtype == b.dtype and a.tobytes() == b.tobytes():
+      continue
+    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    worst = max(worst, float(np.nanmax(diff)) if diff.size else 0.0,
+                np.finfo(np.float64).tiny)
+  return worst
+
+
+# -------------------------------------------------------------------- CLI
+
+
+class _Progress:
+  """A one-line progress bar on stderr (plain lines when not a terminal)."""
+
+  def __init__(self, total: int, enabled: bool, stream=sys.stderr):
+    self.total, self.done, self.stream = total, 0, stream
+    self.enabled = enabled
+    self.tty = enabled and stream.isatty()
+
+  def start(self, label: str) -> None:
+    if not self.enabled:
+      return
+    if self.tty:
+      width = 30
+      filled = width * self.done // max(self.total, 1)
+      self.stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] '
+                        f'{self.done}/{self.total} {label:<32.32}')
+    else:
+      self.stream.write(f'check: {self.done + 1}/{self.total} {label}\n')
+    self.stream.flush()
+
+  def advance(self) -> None:
+    self.done += 1
+
+  def close(self) -> None:
+    if self.tty:
+      self.stream.write('\r' + ' ' * 72 + '\r')
+      self.stream.flush()
+
+
+def _cell(comparison: Comparison, notes: list[str], name: str) -> tuple[str,
+                                                                         bool]:
+  """The table cell and whether it passes."""
+  if comparison.error is not None:
+    error = comparison.error
+    message = f'{type(error).__name__}: {error}'.splitlines()[0]
+    if message not in notes:
+      notes.append(message)
+    return f'ERROR [{notes.index(message) + 1}]', False
+  diff = max_difference(comparison.expected, comparison.actual)
+  if diff is None:
+    notes.append(f'{name}: different tree structure or shapes')
+    return f'MISMATCH [{len(notes)}]', False
+  if diff == 0.0:
+    return 'identical', True
+  return f'diff {diff:.1e}', False
+
+
+def _parse_args(argv):
+  parser = argparse.ArgumentParser(
+      prog='python -m compat check',
+      description=(
+          'Train a tiny linen MLP with every optimizer configuration through '
+          'the legacy flax.optim path and through each new path (raw Optax '
+          'loop, TrainState, nnx.Optimizer on a bridge.ToNNX model), '
+          'switching after K legacy steps, and print '
+          'whether each matches 2K legacy steps bit for bit. Exit status 1 '
+          'on any mismatch or error.'))
+  parser.add_argument('--steps', type=int, default=3, metavar='K',
+                      help='legacy steps before switching, and steps after '
+                      '(default: 3)')
+  parser.add_argument('--only', action='append', default=[], metavar='NAME',
+                      help='run only configurations whose name contains NAME '
+                      '(case-insensitive; repeatable)')
+  parser.add_argument('--eager', action='store_true',
+                      help='also run the raw Optax loop without jit (against '
+                      'an eager legacy run; slower)')
+  parser.add_argument('--list', action='store_true',
+                      help='list the configurations and exit')
+  parser.add_argument('--no-progress', action='store_true',
+                      help='do not draw the progress bar on stderr')
+  args = parser.parse_args(argv)
+  if args.steps < 1:
+    parser.error('--steps must be at least 1')
+  return args
+
+
+def _select(only: Sequence[str]):
+  wanted = [name.lower() for name in only]
+  return [c for c in _configs.CONFIGS
+          if not wanted or any(w in c.name.lower() for w in wanted)]
+
+
+def main(argv=None) -> int:
+  args = _parse_args(argv)
+  if args.list:
+    print('\n'.join(config.name for config in _configs.CONFIGS))
+    return 0
+  configs = _select(args.only)
+  if not configs:
+    print(f'no configuration matches {args.only}; see --list',
+          file=sys.stderr)
+    return 2
+
+  paths = PATHS if args.eager else DEFAULT_PATHS
+  began = time.perf_counter()
+  problem = Problem(2 * args.steps)
+  progress = _Progress(len(configs), enabled=not args.no_progress)
+  rows, notes, failures = [], [], 0
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', deprecation.LegacyOptimDeprecationWarning)
+    for config in configs:
+      progress.start(config.name)
+      results = run_config(config, problem, args.steps, paths)
+      cells = []
+      for path in paths:
+        cell, ok = _cell(results[path], notes, f'{config.name} / {path}')
+        failures += not ok
+        cells.append(cell)
+      rows.append((config.name, cells))
+      progress.advance()
+  progress.close()
+
+  width = max(len('config'), *(len(name) for name, _ in rows))
+  widths = [max(len(p), *(len(cells[i]) for _, cells in rows))
+            for i, p in enumerate(paths)]
+  print('  '.join([f'{"config":<{width}}'] +
+                  [f'{p:<{w}}' for p, w in zip(paths, widths)]).rstrip())
+  for name, cells in rows:
+    print('  '.join([f'{name:<{width}}'] +
+                    [f'{c:<{w}}' for c, w in zip(cells, widths)]).rstrip())
+  for i, note in enumerate(notes, 1):
+    print(f'[{i}] {note}')
+  total = len(rows) * len(paths)
+  print(f'\n{total - failures}/{total} bit-identical ({len(rows)} configs x '
+        f'{len(paths)} paths; {args.steps} legacy steps, then '
+        f'{args.steps} on each path; {time.perf_counter() - began:.1f} s)')
+  return 1 if failures else 0

@@ -1,0 +1,251 @@
+"""Legacy ``Optimizer`` -> ``flax.nnx.Optimizer`` on an nnx model.
+
+``to_nnx_optimizer(optimizer, model)`` writes the legacy target into the
+model's params and returns an ``nnx.Optimizer`` whose state is the legacy
+state (step count included), so ``nnx_opt.update(model, grads)`` continues
+training bit-identically.
+
+Legacy params and the model's params are matched by path. A linen model
+wrapped with ``flax.nnx.bridge.ToNNX`` has the same paths
+(``Dense_0/kernel``); for a hand-ported model, ``path_map`` renames legacy
+paths (``{'Dense_0': 'linear1'}``).
+
+The optimizer's ``tx`` is the def's transform (``to_optax()``) behind a thin
+re-keying layer: the legacy rule sees params, gradients and state laid out as
+the legacy target (so ``MultiOptimizer`` traversals and per-path rules select
+the same leaves), while ``nnx.Optimizer`` stores the state in its own layout,
+keyed by the model's paths (``OptVariable``/``OptArray`` leaves). Re-keying
+moves references only; it is free under ``jax.jit``.
+"""
+
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from compat import optax_bridge
+from legacy_optim import base
+
+Path = tuple[str, ...]
+PathMap = Union[Mapping[Union[str, Sequence[str]], Union[str, Sequence[str]]],
+                Callable[[str], str]]
+
+
+def _segments(key_path) -> Path:
+  """A jax key path as a tuple of strings ('Dense_0', 'kernel')."""
+  out = []
+  for key in key_path:
+    for attr in ('key', 'name', 'idx'):
+      if hasattr(key, attr):
+        out.append(str(getattr(key, attr)))
+        break
+    else:
+      out.append(str(key))
+  return tuple(out)
+
+
+def _as_path(path: Union[str, Sequence[str]]) -> Path:
+  if isinstance(path, str):
+    return tuple(part for part in path.split('/') if part)
+  return tuple(str(part) for part in path)
+
+
+def _show(path: Path) -> str:
+  return '/'.join(path) or '<root>'
+
+
+class _PathRenamer:
+  """Applies a ``path_map`` (longest matching prefix, or a function)."""
+
+  def __init__(self, path_map: Optional[PathMap]):
+    self._fn = path_map if callable(path_map) else None
+    self._prefixes = {} if self._fn or path_map is None else {
+        _as_path(old): _as_path(new) for old, new in path_map.items()
+    }
+    self.used: set[Path] = set()
+
+  def __call__(self, path: Path) -> Path:
+    if self._fn is not None:
+      return _as_path(self._fn(_show(path)))
+    for n in range(len(path), -1, -1):
+      if path[:n] in self._prefixes:
+        self.used.add(path[:n])
+        return self._prefixes[path[:n]] + path[n:]
+    return path
+
+  def unused(self) -> list[Path]:
+    return sorted(set(self._prefixes) - self.used)
+
+
+def _leaf_order(legacy_params, model_params, path_map) -> list[int]:
+  """``order[j]``: the legacy leaf that model leaf ``j`` receives.
+
+  Raises one ValueError listing every unmatched, doubly matched or
+  shape/dtype-mismatched path (and unused ``path_map`` entries).
+  """
+  legacy = jax.tree_util.tree_flatten_with_path(legacy_params)[0]
+  model = jax.tree_util.tree_flatten_with_path(model_params)[0]
+  model_index = {_segments(path): j for j, (path, _) in enumerate(model)}
+  rename = _PathRenamer(path_map)
+  order: list[Optional[int]] = [None] * len(model)
+  problems = []
+  for i, (key_path, value) in enumerate(legacy):
+    old = _segments(key_path)
+    new = rename(old)
+    shown = _show(old) if new == old else f'{_show(old)} -> {_show(new)}'
+    j = model_index.get(new)
+    if j is None:
+      problems.append(f'legacy param {shown}: the model has no such param')
+      continue
+    if order[j] is not None:
+      problems.append(f'legacy param {shown}: model param {_show(new)} is '
+                      f'already taken by {_show(_segments(legacy[order[j]][0]))}')
+      continue
+    order[j] = i
+    want = model[j][1]
+    if np.shape(value) != np.shape(want):
+      problems.append(f'legacy param {shown}: shape {np.shape(value)}, the '
+                      f'model expects {np.shape(want)}')
+    elif jnp.result_type(value) != jnp.result_type(want):
+      problems.append(f'legacy param {shown}: dtype {jnp.result_type(value)}, '
+                      f'the model expects {jnp.result_type(want)}')
+  problems += [f'model param {_show(_segments(model[j][0]))}: no legacy param '
+               'maps to it' for j, i in enumerate(order) if i is None]
+  problems += [f'path_map entry {_show(p)!r} matches no legacy param'
+               for p in rename.unused()]
+  if problems:
+    hint = ''
+    if legacy and all(_segments(p)[:1] == ('params',) for p, _ in legacy):
+      hint = ("\nThe legacy target holds the whole variables dict; drop the "
+              "'params' level with path_map={'params': ''}.")
+    raise ValueError(
+        'The legacy params do not match the model\'s params:\n  ' +
+        '\n  '.join(problems) + hint)
+  return order
+
+
+class _Relayout:
+  """Moves params-shaped trees between the legacy and the model's layout."""
+
+  def __init__(self, legacy_params, model_params, order: list[int]):
+    self.legacy_def = jax.tree_util.tree_structure(legacy_params)
+    self.model_def = jax.tree_util.tree_structure(model_params)
+    self.order = order
+
+  def to_model(self, tree):
+    leaves = self.legacy_def.flatten_up_to(tree)
+    return self.model_def.unflatten([leaves[i] for i in self.order])
+
+  def to_legacy(self, tree):
+    leaves = self.model_def.flatten_up_to(tree)
+    out = [None] * len(leaves)
+    for j, i in enumerate(self.order):
+      out[i] = leaves[j]
+    return self.legacy_def.unflatten(out)
+
+  def state_to_model(self, opt_state):
+    return _map_params_shaped(opt_state, self.legacy_def, self.to_model)
+
+  def state_to_legacy(self, opt_state):
+    return _map_params_shaped(opt_state, self.model_def, self.to_legacy)
+
+
+def _map_params_shaped(tree, params_def, fn):
+  """Applies ``fn`` to every outermost subtree shaped like the params."""
+
+  def fits(node) -> bool:
+    try:
+      params_def.flatten_up_to(node)
+    except (ValueError, TypeError):
+      return False
+    return True
+
+  return jax.tree_util.tree_map(
+      lambda node: fn(node) if fits(node) else node, tree, is_leaf=fits)
+
+
+def _with_param_metadata(tree, model_vars):
+  """Leaves shaped like their param become copies of its Variable.
+
+  ``nnx.Optimizer`` turns such leaves into ``OptVariable`` (keeping e.g. the
+  params' sharding metadata), exactly as for a stock Optax transform.
+  """
+
+  def wrap(var, value):
+    if isinstance(var, nnx.Variable) and hasattr(value, 'shape') and (
+        np.shape(value) == var.shape):
+      return var.replace(value)
+    return value
+
+  return jax.tree_util.tree_map(
+      wrap, model_vars, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def relayout_transform(tx: optax.GradientTransformation,
+                       relayout: _Relayout) -> optax.GradientTransformation:
+  """``tx`` (written for the legacy layout) on trees in the model's layout."""
+
+  def init_fn(params):
+    pure = nnx.as_pure(params)
+    state = relayout.state_to_model(tx.init(relayout.to_legacy(pure)))
+    return _map_params_shaped(
+        state, relayout.model_def,
+        lambda node: _with_param_metadata(node, params))
+
+  def update_fn(updates, state, params=None):
+    legacy_params = None if params is None else relayout.to_legacy(params)
+    new_updates, new_state = tx.update(
+        relayout.to_legacy(updates), relayout.state_to_legacy(state),
+        legacy_params)
+    return relayout.to_model(new_updates), relayout.state_to_model(new_state)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def to_nnx_optimizer(optimizer: base.Optimizer,
+                     model: nnx.Module,
+                     wrt: Any = nnx.Param,
+                     path_map: Optional[PathMap] = None,
+                     **hyper_param_overrides) -> nnx.Optimizer:
+  """Sets ``model``'s params from ``optimizer`` and returns its nnx.Optimizer.
+
+  Args:
+    optimizer: a legacy ``Optimizer`` (not replicated: ``unreplicate()`` it).
+    model: the nnx model; its ``wrt`` params receive ``optimizer.target``.
+    wrt: the nnx filter of the trained variables (as for ``nnx.Optimizer``).
+    path_map: renames legacy param paths to the model's: a mapping from a
+      legacy path or path prefix (``'Dense_0'``, ``'Dense_0/kernel'`` or a
+      tuple of keys) to the model's (``''`` drops a level), the longest
+      matching prefix winning; or a function of the '/'-joined path.
+    **hyper_param_overrides: as in ``compat.to_optax`` (schedules allowed).
+
+  Returns:
+    ``nnx.Optimizer(model, tx, wrt=wrt)`` holding the legacy state.
+
+  Raises:
+    ValueError: some param is unmatched (either side), matched twice, or has
+      another shape or dtype; the message lists every such path.
+  """
+  opt_state = optax_bridge.optax_state(optimizer)
+  target = optimizer.target
+  model_params = nnx.as_pure(nnx.state(model, wrt))
+  relayout = _Relayout(target, model_params,
+                       _leaf_order(target, model_params, path_map))
+  tx = relayout_transform(
+      optimizer.optimizer_def.to_optax(**hyper_param_overrides), relayout)
+
+  nnx.update(model, relayout.to_model(target))
+  nnx_opt = nnx.Optimizer(model, tx, wrt=wrt)
+  new_state = relayout.state_to_model(opt_state)
+  expected = jax.tree_util.tree_structure(nnx.as_pure(nnx_opt.opt_state))
+  if jax.tree_util.tree_structure(new_state) != expected:
+    raise TypeError(
+        'The converted optimizer state does not fit nnx.Optimizer\'s layout:\n'
+        f'  converted: {jax.tree_util.tree_structure(new_state)}\n'
+        f'  expected:  {expected}')
+  nnx.update(nnx_opt.opt_state, nnx.state(new_state))
+  nnx_opt.step[...] = jnp.asarray(optimizer.state.step, jnp.uint32)
+  return nnx_opt
