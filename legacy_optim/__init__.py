@@ -9,6 +9,8 @@ Every ``OptimizerDef`` has ``to_optax()``, the ``optax.GradientTransformation``
 that its updates run through.
 """
 
+import _flax_optim_compat_hook
+
 from legacy_optim import traverse_util
 from legacy_optim.adabelief import AdaBelief
 from legacy_optim.adadelta import Adadelta
@@ -20,6 +22,7 @@ from legacy_optim.base import Optimizer
 from legacy_optim.base import OptimizerDef
 from legacy_optim.base import OptimizerState
 from legacy_optim.deprecation import LegacyOptimDeprecationWarning
+from legacy_optim.deprecation import usage_report
 from legacy_optim.dynamic_scale import DynamicScale
 from legacy_optim.lamb import LAMB
 from legacy_optim.lars import LARS
@@ -55,4 +58,9 @@ __all__ = (
     'ReplicatedOptimizer',
     'WeightNorm',
     'traverse_util',
+    'usage_report',
 )
+
+# `import legacy_optim` also serves `flax.optim` (unless switched off with
+# LEGACY_OPTIM_IMPORT_HOOK=0); see compat.importer.
+_flax_optim_compat_hook.activate()

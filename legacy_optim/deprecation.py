@@ -1,15 +1,131 @@
-"""Deprecation warnings for legacy ``flax.optim`` entry points.
+"""Deprecation warnings for the legacy ``flax.optim`` entry points.
 
-Every legacy entry point calls :func:`warn_legacy_use` with a feature key and
-the object involved; this module decides what to say, where (the user's line)
-and how often.
+Every legacy entry point calls :func:`warn_legacy_use`. This module decides
+
+* what to say: the concrete replacement with the caller's own
+  hyper-parameter values -- the faithful transform (``opt_def.to_optax()`` /
+  ``compat.to_optax(optimizer)``), the nearest stock Optax expression with its
+  measured deviation from flax 0.5.3 (``scripts/stock_optax_deviation.py``),
+  and the section of ``migration_guide.md``;
+* where: at the user's line, found by walking out of ``legacy_optim``,
+  ``compat`` and library (jax, flax, optax) frames, so it also lands right
+  under ``jax.jit`` tracing;
+* how often: once per (feature, call site), however often the line runs and
+  whatever values it passes.
+
+``LegacyOptimDeprecationWarning`` is a ``DeprecationWarning``, so Python's
+default policy applies: shown for code in ``__main__`` and under pytest,
+hidden elsewhere unless enabled (``python -W default::DeprecationWarning``).
+``LEGACY_OPTIM_STRICT=1`` raises it as an error instead (for the CI of a
+codebase that finished migrating). :func:`usage_report` lists every legacy use
+this process made, with file:line and count, whatever the warning filters.
 """
 
+import inspect
+import os
+import sys
+import threading
 import warnings
+from typing import Any, NamedTuple
+
+from legacy_optim import _replacements as rep
+
+STRICT_ENV_VAR = 'LEGACY_OPTIM_STRICT'
+_TRUE_VALUES = ('1', 'true', 'yes', 'on')
 
 
 class LegacyOptimDeprecationWarning(DeprecationWarning):
   """Raised when code uses the legacy ``flax.optim`` API through this shim."""
+
+
+# ----------------------------------------------------------------------------
+# Where: the user's frame.
+
+_LEGACY_DIR = os.path.dirname(os.path.abspath(__file__))
+_INTERNAL_DIRS = (
+    _LEGACY_DIR + os.sep,
+    os.path.join(os.path.dirname(_LEGACY_DIR), 'compat') + os.sep,
+)
+# Frames of these packages sit between a user's line and our code (jax.jit
+# tracing, tree_map callbacks, the import system); they are never the caller.
+_LIBRARY_PACKAGES = frozenset(
+    ('jax', 'jaxlib', 'flax', 'optax', 'chex', 'orbax', 'importlib'))
+
+
+def _is_internal(frame) -> bool:
+  if frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+    return True
+  module = frame.f_globals.get('__name__') or ''
+  return module.partition('.')[0] in _LIBRARY_PACKAGES
+
+
+def _user_frame(start):
+  """(frame, stacklevel) of the first non-internal frame outside ``start``.
+
+  ``stacklevel`` is relative to ``start`` (the function calling
+  ``warnings.warn``): 1 is ``start`` itself. Without a user frame (all
+  internal), the outermost frame is used.
+  """
+  frame, level = start, 1
+  while frame.f_back is not None and _is_internal(frame):
+    frame, level = frame.f_back, level + 1
+  return frame, level
+
+
+# ----------------------------------------------------------------------------
+# How often, and the usage report.
+
+
+class LegacyUse(NamedTuple):
+  """One legacy feature used at one call site."""
+  feature: str  # the entry point, e.g. 'OptimizerDef', 'create'
+  subject: str  # the class involved, e.g. 'Adam', 'ModelParamTraversal'
+  filename: str
+  lineno: int
+  count: int  # how many times this process went through it
+
+
+class UsageReport(tuple):
+  """A tuple of ``LegacyUse``; ``str()`` renders a table."""
+
+  def __str__(self):
+    if not self:
+      return 'No legacy flax.optim use recorded in this process.'
+    rows = [('count', 'feature', 'subject', 'location')]
+    rows += [(str(u.count), u.feature, u.subject, f'{u.filename}:{u.lineno}')
+             for u in self]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return '\n'.join(
+        f'{r[0]:>{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  '
+        f'{r[3]}' for r in rows)
+
+
+_lock = threading.Lock()
+_uses: dict[tuple[str, str, str, int], int] = {}
+_warned_sites: set[tuple[str, str, int]] = set()
+
+
+def usage_report() -> UsageReport:
+  """Which legacy features this process used, from where and how often.
+
+  Sorted by location, then feature. Recorded whether or not the warnings
+  were shown. ``print(legacy_optim.usage_report())`` gives a table.
+  """
+  with _lock:
+    items = sorted(_uses.items(), key=lambda kv: (kv[0][2], kv[0][3],
+                                                  kv[0][0], kv[0][1]))
+  return UsageReport(LegacyUse(f, s, fn, ln, n) for (f, s, fn, ln), n in items)
+
+
+def reset() -> None:
+  """Forgets recorded uses, so each call site warns again (for tests)."""
+  with _lock:
+    _uses.clear()
+    _warned_sites.clear()
+
+
+def strict_mode() -> bool:
+  return os.environ.get(STRICT_ENV_VAR, '').strip().lower() in _TRUE_VALUES
 
 
 def warn_legacy_use(feature, obj=None, **details):
@@ -20,9 +136,226 @@ def warn_legacy_use(feature, obj=None, **details):
       ``'create'``, ``'apply_gradient_overrides'``.
     obj: the object the feature was used on (an OptimizerDef, a Traversal...),
       so the message can name the concrete replacement.
-    **details: extra facts for the message (e.g. the override names).
+    **details: extra facts for the message (e.g. ``overrides=`` the override
+      dict, ``focus=`` the traversal given to ``create``).
+
+  Raises:
+    LegacyOptimDeprecationWarning: in strict mode (``LEGACY_OPTIM_STRICT=1``).
   """
-  del obj, details
-  warnings.warn(
-      f'flax.optim {feature} is deprecated; see migration_guide.md.',
-      LegacyOptimDeprecationWarning, stacklevel=3)
+  frame, level = _user_frame(sys._getframe(0))  # pylint: disable=protected-access
+  site = (feature, frame.f_code.co_filename, frame.f_lineno)
+  subject = '' if obj is None else type(obj).__name__
+  with _lock:
+    key = (feature, subject) + site[1:]
+    _uses[key] = _uses.get(key, 0) + 1
+    first = site not in _warned_sites
+    _warned_sites.add(site)
+  strict = strict_mode()
+  if not (first or strict):
+    return
+  message = describe(feature, obj, **details)
+  if strict:
+    raise LegacyOptimDeprecationWarning(
+        f'{message}\n({STRICT_ENV_VAR}=1 makes legacy flax.optim use an '
+        f'error; unset it to run legacy code.)')
+  warnings.warn(message, LegacyOptimDeprecationWarning, stacklevel=level)
+
+
+# ----------------------------------------------------------------------------
+# What: the messages.
+
+_ALGORITHMS = frozenset((
+    'GradientDescent', 'Momentum', 'Adam', 'AdaBelief', 'Adadelta', 'Adagrad',
+    'RMSProp', 'LAMB', 'LARS', 'Adafactor'))
+
+
+def _builtin_base(obj) -> str:
+  """The legacy_optim algorithm ``obj`` is (or derives from), or ''."""
+  for cls in type(obj).__mro__:
+    if cls.__module__.startswith('legacy_optim.') and (
+        cls.__name__ in _ALGORITHMS or cls.__name__ in (
+            'MultiOptimizer', 'ReplicatedOptimizer', 'WeightNorm')):
+      return cls.__name__
+  return ''
+
+
+def _call(name: str, obj, values: dict[str, Any]) -> str:
+  """``Name(arg=value, ...)`` listing the values that differ from defaults."""
+  try:
+    defaults = {
+        p.name: p.default
+        for p in inspect.signature(type(obj).__init__).parameters.values()
+        if p.default is not inspect.Parameter.empty
+    }
+  except (TypeError, ValueError):
+    defaults = {}
+  shown = []
+  for key, value in values.items():
+    if key in defaults:
+      try:
+        if value is defaults[key] or bool(value == defaults[key]):
+          continue
+      except Exception:  # pylint: disable=broad-except
+        pass  # arrays, traced values: show them
+    shown.append(f'{key}={rep.literal(value)}')
+  return f'{name}({", ".join(shown)})'
+
+
+def _see(section: str) -> str:
+  return f'See {rep.guide_ref(section)}.'
+
+
+def _optimizer_def_message(obj) -> str:
+  name = type(obj).__name__
+  base = _builtin_base(obj)
+  legacy = f'flax.optim.{name}' if base == name else (
+      f'{name} (a flax.optim.{base} subclass)' if base else
+      f'{name} (a custom flax.optim.OptimizerDef)')
+  head = f'{legacy} is deprecated (served by legacy_optim).'
+  if base == 'MultiOptimizer':
+    return (
+        f'{head} Replace it with optax.partition: labels = '
+        'compat.traversal_labels(params, [traversal, ...]); tx = '
+        "optax.partition({'0': tx0, '1': tx1, 'frozen': optax.set_to_zero()}, "
+        'labels). Same numbers: opt_def.to_optax(). '
+        + _see(rep.SECTION_TRAVERSALS))
+  if base == 'ReplicatedOptimizer':
+    return (
+        f'{head} Average gradients yourself inside jax.pmap '
+        '(grads = jax.lax.pmean(grads, axis_name)) and replicate the '
+        'TrainState with flax.jax_utils.replicate, or shard it with jax.jit '
+        'and jax.sharding (compat.state_shardings). '
+        + _see(rep.SECTION_REPLICATION))
+  if base == 'WeightNorm':
+    return (
+        f'{head} Optax has no counterpart. Same numbers: opt_def.to_optax(); '
+        'the modern way is to reparameterise the model '
+        '(flax.linen.WeightNorm). ' + _see(rep.SECTION_WEIGHT_NORM))
+  if not base:
+    return (
+        f'{head} It keeps working through opt_def.to_optax() (a transform '
+        'that calls your per-leaf methods); port the rule to an '
+        'optax.GradientTransformation when you can. '
+        + _see(rep.SECTION_ALGORITHMS))
+  values = rep.hyper_param_values(obj.hyper_params)
+  faithful = _call(f'legacy_optim.{base}', obj, values) + '.to_optax()'
+  lines = [head, 'Replace it with:',
+           f'  same numbers as flax 0.5.3: {faithful} (an Optimizer: '
+           'tx, opt_state = compat.to_optax(optimizer))']
+  stock = rep.stock_optax(base, values)
+  if stock.expression:
+    detail = rep.deviation_phrase(stock.variant)
+    if stock.note:
+      detail += f'; {stock.note}'
+    lines.append(f'  nearest stock Optax: {stock.expression} ({detail})')
+  if values.get('learning_rate', 0) is None:
+    lines.append('  (no learning rate given: pass one per step as a schedule '
+                 'or with optax.inject_hyperparams)')
+  lines.append(_see(rep.SECTION_ALGORITHMS))
+  return '\n'.join(lines)
+
+
+def _create_message(obj, focus=None, **unused) -> str:
+  del unused
+  name = type(obj).__name__ if obj is not None else 'OptimizerDef'
+  text = (
+      f'{name}.create(target) is deprecated. Replace optimizer = '
+      'opt_def.create(params) with tx = opt_def.to_optax(); opt_state = '
+      'tx.init(params) (same numbers), or state = flax.training.train_state.'
+      'TrainState.create(apply_fn=..., params=params, tx=tx). An existing '
+      'Optimizer converts with tx, opt_state = compat.to_optax(optimizer), '
+      'compat.to_train_state(optimizer, apply_fn) or '
+      'compat.to_nnx_optimizer(optimizer, model).')
+  if focus:
+    text += (' focus= becomes optax.partition labels (compat.traversal_labels'
+             '(params, [focus])), with optax.set_to_zero() for the rest. '
+             + _see(rep.SECTION_TRAVERSALS))
+  return text + ' ' + _see(rep.SECTION_LOOP)
+
+
+def _overrides_message(obj, overrides=None, **unused) -> str:
+  del unused
+  overrides = dict(overrides or {})
+  names = ', '.join(f'{k}={rep.literal(v)}' for k, v in overrides.items())
+  stock = rep.StockReplacement(None, None, None)
+  if obj is not None and _builtin_base(obj) in _ALGORITHMS:
+    stock = rep.stock_optax(_builtin_base(obj),
+                            rep.hyper_param_values(obj.hyper_params))
+  injected = ''
+  if stock.expression and stock.expression.startswith('optax.') and (
+      not stock.expression.startswith('optax.chain')):
+    alias, _, args = stock.expression[len('optax.'):].partition('(')
+    injected = (f', e.g. tx = optax.inject_hyperparams(optax.{alias})({args} '
+                "then set opt_state.hyperparams['learning_rate'] before each "
+                'update')
+  return (
+      f'Optimizer.apply_gradient(grads, {names}) overrides are deprecated. '
+      'Bake per-step values into the transform as a schedule (a function of '
+      'the step count), e.g. opt_def.to_optax(learning_rate='
+      'optax.cosine_decay_schedule(...)) or tx, opt_state = '
+      'compat.to_optax(optimizer, learning_rate=schedule); or make them '
+      f'settable with optax.inject_hyperparams{injected}. '
+      + _see(rep.SECTION_OVERRIDES))
+
+
+def _traversal_message(obj, **unused) -> str:
+  del unused
+  name = type(obj).__name__ if obj is not None else 'Traversal'
+  return (
+      f'flax.traverse_util.{name} (legacy traversals) is deprecated. Label '
+      'the params instead: labels = compat.traversal_labels(params, '
+      "[traversal, ...]) and optax.partition({'0': tx0, 'frozen': "
+      'optax.set_to_zero()}, labels), or build labels with '
+      'flax.traverse_util.path_aware_map(lambda path, _: ..., params). '
+      + _see(rep.SECTION_TRAVERSALS))
+
+
+def _dynamic_scale_message(obj, **unused) -> str:
+  del unused
+  args = ''
+  if obj is not None:
+    args = ', '.join(
+        f'{k}={rep.literal(getattr(obj, k))}'
+        for k in ('growth_factor', 'backoff_factor', 'growth_interval')
+        if hasattr(obj, k))
+  return (
+      'flax.optim.DynamicScale is deprecated. Replace it with '
+      f'flax.training.dynamic_scale.DynamicScale({args}) (same algorithm and '
+      'value_and_grad API). ' + _see(rep.SECTION_DYNAMIC_SCALE))
+
+
+_SIMPLE = {
+    'compute_gradient': (
+        'Optimizer.compute_gradient(loss_fn) is deprecated. Replace it with '
+        'loss, grads = jax.value_and_grad(loss_fn)(params) (has_aux=True '
+        'when loss_fn returns (loss, aux)).', rep.SECTION_LOOP),
+    'optimize': (
+        'Optimizer.optimize(loss_fn) is deprecated. Replace it with grads = '
+        'jax.grad(loss_fn)(state.params); state = '
+        'state.apply_gradients(grads=grads) on a TrainState.',
+        rep.SECTION_LOOP),
+    'replicate': (
+        'Optimizer.replicate() is deprecated. Replicate the TrainState with '
+        'flax.jax_utils.replicate(state) and average gradients inside '
+        'jax.pmap with jax.lax.pmean(grads, axis_name), or shard with jax.jit '
+        'and jax.sharding (compat.state_shardings).', rep.SECTION_REPLICATION),
+}
+
+
+def describe(feature: str, obj=None, **details) -> str:
+  """The warning text for one use of ``feature`` (see warn_legacy_use)."""
+  if feature in ('OptimizerDef', 'WeightNorm') and obj is not None:
+    return _optimizer_def_message(obj)
+  if feature == 'create':
+    return _create_message(obj, **details)
+  if feature == 'apply_gradient_overrides':
+    return _overrides_message(obj, **details)
+  if feature == 'Traversal':
+    return _traversal_message(obj, **details)
+  if feature == 'DynamicScale':
+    return _dynamic_scale_message(obj, **details)
+  if feature in _SIMPLE:
+    text, section = _SIMPLE[feature]
+    return f'{text} {_see(section)}'
+  return (f'flax.optim {feature} is deprecated (served by legacy_optim). '
+          + _see(rep.SECTION_ALGORITHMS))

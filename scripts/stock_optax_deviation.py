@@ -1,0 +1,288 @@
+"""How far is each stock Optax alias from real flax.optim (flax 0.5.3)?
+
+For every legacy algorithm (and the variants whose stock alias differs, e.g.
+with weight decay) this runs 100 steps on the same fixed gradient sequence
+twice:
+
+* real ``flax.optim`` from flax 0.5.3, in the oracle venv (a subprocess);
+* the nearest stock Optax expression, in this venv; the expression is exactly
+  the one the deprecation warnings print (``legacy_optim._replacements``).
+
+and reports the relative error of the accumulated update,
+``|(p_100 - p_0)_optax - (p_100 - p_0)_flax| / |(p_100 - p_0)_flax|`` per leaf,
+maximised over leaves. Results go to ``legacy_optim/stock_optax_deviation.json``
+(read by the warnings and quoted in migration_guide.md).
+
+Run (about a minute)::
+
+  /opt/venvs/dev/bin/python scripts/stock_optax_deviation.py \
+      [--oracle-python /opt/venvs/oracle/bin/python] [--steps 100] [--out PATH]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+SEED = 0
+STEPS = 100
+ORACLE_PYTHON = '/opt/venvs/oracle/bin/python'
+DEFAULT_OUT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    'legacy_optim', 'stock_optax_deviation.json')
+
+# A few leaves (flax 0.5.3 compiles per leaf): a small dense layer and a
+# matrix large enough for Adafactor to factor (both dims >= 128).
+SHAPES = {
+    'Dense_0/kernel': (16, 8),
+    'Dense_0/bias': (8,),
+    'Embed_0/embedding': (128, 136),
+}
+
+# (result key, legacy class, constructor kwargs, leaves initialised to zero).
+# The key is the variant name used by legacy_optim._replacements.
+CONFIGS = (
+    ('sgd', 'GradientDescent', {'learning_rate': 0.1}, ()),
+    ('momentum', 'Momentum', {'learning_rate': 0.1, 'beta': 0.9}, ()),
+    ('momentum_wd', 'Momentum', {'learning_rate': 0.1, 'beta': 0.9,
+                                 'weight_decay': 1e-4, 'nesterov': True}, ()),
+    ('adam', 'Adam', {'learning_rate': 1e-3}, ()),
+    ('adam_wd', 'Adam', {'learning_rate': 1e-3, 'weight_decay': 1e-4}, ()),
+    ('adabelief', 'AdaBelief', {'learning_rate': 1e-3}, ()),
+    ('adabelief_wd', 'AdaBelief', {'learning_rate': 1e-3,
+                                   'weight_decay': 1e-4}, ()),
+    ('adadelta', 'Adadelta', {'learning_rate': 1.0}, ()),
+    ('adadelta_wd', 'Adadelta', {'learning_rate': 1.0,
+                                 'weight_decay': 1e-4}, ()),
+    ('adagrad', 'Adagrad', {'learning_rate': 0.1}, ()),
+    ('rmsprop', 'RMSProp', {'learning_rate': 1e-3}, ()),
+    ('rmsprop_centered', 'RMSProp', {'learning_rate': 1e-3,
+                                     'centered': True}, ()),
+    ('lamb', 'LAMB', {'learning_rate': 1e-3, 'weight_decay': 1e-2}, ()),
+    ('lamb_zero_bias', 'LAMB', {'learning_rate': 1e-3, 'weight_decay': 1e-2},
+     ('Dense_0/bias',)),
+    ('lars', 'LARS', {'learning_rate': 0.1}, ()),
+    ('lars_wd', 'LARS', {'learning_rate': 0.1, 'weight_decay': 5e-4}, ()),
+    ('adafactor', 'Adafactor', {'learning_rate': 1e-2}, ()),
+)
+
+# Gradient sequences: name -> factor applied to the 'typical' sequence
+# (per-entry std about 0.05).
+GRAD_SCALES = {'typical': 1.0, 'small': 2e-3}
+
+NO_STOCK_ALIAS = {
+    'weight_norm': ('WeightNorm(wrapped_optimizer)',
+                    'no Optax counterpart: keep WeightNorm(...).to_optax() or '
+                    'reparameterise the model with flax.linen.WeightNorm'),
+}
+
+
+def make_data(steps: int):
+  """Initial params and one fixed gradient sequence per gradient scale.
+
+  Gradients are a per-entry drift plus noise; the 'small' sequence is the
+  'typical' one scaled down (late training, rarely updated embedding rows),
+  where eps placement matters most.
+  """
+  rng = np.random.default_rng(SEED)
+  params, grads = {}, {}
+  for path, shape in SHAPES.items():
+    params[path] = rng.normal(0.0, 0.5, shape).astype(np.float32)
+    drift = rng.normal(0.0, 0.02, shape)
+    noise = rng.normal(0.0, 0.05, (steps,) + shape)
+    for scale, factor in GRAD_SCALES.items():
+      grads[f'{scale}/{path}'] = (factor * (drift + noise)).astype(np.float32)
+  return params, grads
+
+
+def nest(flat):
+  tree = {}
+  for path, value in flat.items():
+    module, name = path.split('/')
+    tree.setdefault(module, {})[name] = value
+  return tree
+
+
+def flatten(tree):
+  return {f'{m}/{n}': v for m, sub in tree.items() for n, v in sub.items()}
+
+
+def initial_params(params, zero_leaves):
+  return {k: (np.zeros_like(v) if k in zero_leaves else v)
+          for k, v in params.items()}
+
+
+# --------------------------------------------------------------- oracle side
+def run_oracle(data_path: str, out_path: str) -> None:
+  """Runs every config with real flax.optim (flax 0.5.3)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+  warnings.simplefilter('ignore')
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import optim  # pylint: disable=g-import-not-at-top
+
+  warnings.simplefilter('ignore')  # flax.optim turned its own warnings on.
+
+  data = np.load(data_path)
+  steps = int(data['steps'])
+  params = {k: data['p/' + k] for k in SHAPES}
+  final, hyper = {}, {}
+  step_fn = jax.jit(lambda opt, g: opt.apply_gradient(g))
+  for key, cls, kwargs, zero_leaves in CONFIGS:
+    opt_def = getattr(optim, cls)(**kwargs)
+    for scale in GRAD_SCALES:
+      opt = opt_def.create(nest(initial_params(params, zero_leaves)))
+      for t in range(steps):
+        opt = step_fn(opt, nest(
+            {k: data[f'g/{scale}/{k}'][t] for k in SHAPES}))
+      for path, value in flatten(opt.target).items():
+        final[f'{key}/{scale}/{path}'] = np.asarray(value)
+    hyper[key] = {f.name: _plain(getattr(opt_def.hyper_params, f.name))
+                  for f in dataclasses.fields(opt_def.hyper_params)}
+  np.savez(out_path, **final)
+  import flax  # pylint: disable=g-import-not-at-top
+  with open(out_path + '.json', 'w', encoding='utf-8') as f:
+    json.dump({'hyper_params': hyper,
+               'versions': {'flax': flax.__version__,
+                            'jax': jax.__version__}}, f)
+
+
+def _plain(value):
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return value
+  return float(value)
+
+
+# ------------------------------------------------------------------ dev side
+def run_stock(params, grads, steps: int, scale: str, expression: str,
+              zero_leaves):
+  import jax  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  tx = eval(expression, {'optax': optax})  # pylint: disable=eval-used
+  p = nest(initial_params(params, zero_leaves))
+  state = tx.init(p)
+
+  @jax.jit
+  def step(p, state, g):
+    updates, state = tx.update(g, state, p)
+    return optax.apply_updates(p, updates), state
+
+  for t in range(steps):
+    p, state = step(p, state,
+                    nest({k: grads[f'{scale}/{k}'][t] for k in SHAPES}))
+  return {k: np.asarray(v) for k, v in flatten(p).items()}
+
+
+def relative_error(p0, flax_final, optax_final) -> float:
+  """max over leaves of |dp_optax - dp_flax| / max(|dp_flax|, |dp_optax|).
+
+  The larger norm in the denominator keeps the number finite (at most 2) when
+  one side does not move at all (LAMB on a zero parameter); when both agree
+  it is the plain relative error.
+  """
+  worst = 0.0
+  for path in SHAPES:
+    ref = flax_final[path].astype(np.float64) - p0[path]
+    got = optax_final[path].astype(np.float64) - p0[path]
+    denom = max(np.linalg.norm(ref), np.linalg.norm(got))
+    if denom > 0:
+      worst = max(worst, float(np.linalg.norm(got - ref) / denom))
+  return worst
+
+
+def legacy_call(cls, hp):
+  args = ', '.join(f'{k}={v!r}' for k, v in hp.items())
+  return f'{cls}({args})'
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--oracle-python', default=ORACLE_PYTHON)
+  parser.add_argument('--steps', type=int, default=STEPS)
+  parser.add_argument('--out', default=DEFAULT_OUT)
+  parser.add_argument('--oracle', nargs=2, metavar=('DATA', 'OUT'),
+                      help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.oracle:
+    run_oracle(*args.oracle)
+    return 0
+
+  import jax  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from legacy_optim import _replacements  # pylint: disable=g-import-not-at-top
+
+  params, grads = make_data(args.steps)
+  with tempfile.TemporaryDirectory() as tmp:
+    data_path = os.path.join(tmp, 'data.npz')
+    out_path = os.path.join(tmp, 'flax.npz')
+    np.savez(data_path, steps=args.steps,
+             **{'p/' + k: v for k, v in params.items()},
+             **{'g/' + k: v for k, v in grads.items()})
+    subprocess.run([args.oracle_python, os.path.abspath(__file__), '--oracle',
+                    data_path, out_path], check=True)
+    flax_final = dict(np.load(out_path))
+    with open(out_path + '.json', encoding='utf-8') as f:
+      oracle = json.load(f)
+
+  results = {}
+  for key, cls, _, zero_leaves in CONFIGS:
+    hp = oracle['hyper_params'][key]
+    stock = _replacements.stock_optax(cls, hp)
+    p0 = initial_params(params, zero_leaves)
+    per_scale = {}
+    for scale in GRAD_SCALES:
+      optax_final = run_stock(params, grads, args.steps, scale,
+                              stock.expression, zero_leaves)
+      per_scale[scale] = relative_error(
+          p0, {k: flax_final[f'{key}/{scale}/{k}'] for k in SHAPES},
+          optax_final)
+    results[key] = {
+        'legacy': legacy_call(cls, hp),
+        'stock': stock.expression,
+        'rel_err': max(per_scale.values()),
+        'rel_err_by_grad_scale': per_scale,
+        'note': stock.note,
+        'zero_initialised': list(zero_leaves),
+    }
+  for key, (legacy, note) in NO_STOCK_ALIAS.items():
+    results[key] = {'legacy': legacy, 'stock': None, 'rel_err': None,
+                    'rel_err_by_grad_scale': None, 'note': note,
+                    'zero_initialised': []}
+
+  report = {
+      'description': (
+          'Relative error of the accumulated update |dp_optax - dp_flax| / '
+          'max(|dp_flax|, |dp_optax|) (dp = p_final - p_0, per leaf, max over '
+          'leaves) of the nearest stock Optax expression vs real flax.optim, '
+          'float32, on fixed gradient sequences; rel_err is the max over the '
+          'gradient scales. Written by scripts/stock_optax_deviation.py.'),
+      'steps': args.steps,
+      'seed': SEED,
+      'shapes': {k: list(v) for k, v in SHAPES.items()},
+      'grad_scales': GRAD_SCALES,
+      'versions': {'oracle': oracle['versions'],
+                   'stock': {'optax': optax.__version__,
+                             'jax': jax.__version__}},
+      'results': results,
+  }
+  with open(args.out, 'w', encoding='utf-8') as f:
+    json.dump(report, f, indent=1, sort_keys=True)
+    f.write('\n')
+  width = max(map(len, results))
+  print(f'{"variant":<{width}}  ' + '  '.join(
+      f'{scale:>8}' for scale in GRAD_SCALES) + '  stock Optax expression')
+  for key, r in results.items():
+    errs = r['rel_err_by_grad_scale'] or dict.fromkeys(GRAD_SCALES)
+    cells = '  '.join('     n/a' if e is None else f'{e:8.2g}'
+                      for e in errs.values())
+    print(f'{key:<{width}}  {cells}  {r["stock"] or r["note"]}')
+  print(f'wrote {args.out}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
