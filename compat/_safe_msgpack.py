@@ -209,6 +209,11 @@ def decode(data: bytes,
 
 
 def encode(state_dict: Any) -> bytes:
-  """Encodes a state dict exactly as ``flax.serialization.to_bytes`` does."""
+  """Encodes a state dict exactly as ``flax.serialization.to_bytes`` does.
+
+  Keys keep their order (``msgpack_serialize`` without ``in_place`` would
+  copy the tree with ``tree_map``, which sorts them). ``state_dict`` may be
+  modified: large arrays are replaced by their chunked form.
+  """
   from flax import serialization  # pylint: disable=g-import-not-at-top
-  return serialization.msgpack_serialize(state_dict)
+  return serialization.msgpack_serialize(state_dict, in_place=True)

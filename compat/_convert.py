@@ -1,0 +1,245 @@
+"""The Orbax side of ``compat.convert_checkpoint`` (see compat.checkpoints).
+
+Legacy -> modern goes through the bridges (``compat.to_optax``,
+``compat.to_train_state``, ``compat.to_nnx_optimizer``), so a converted
+checkpoint holds exactly the state those produce in memory. Modern -> legacy
+restores the Orbax state without a template, puts it back into the shape of
+``optimizer_def.to_optax().init(params)`` and goes through
+``compat.from_optax``.
+"""
+
+import pathlib
+import warnings
+from typing import Any
+
+import numpy as np
+
+from compat import _atomic
+from compat import _safe_msgpack
+from compat import _spec
+from compat import checkpoints
+
+_VALUE = 'value'  # How an nnx Variable's array is stored by Orbax.
+
+
+def _mirror_module(params):
+  """An nnx module whose params have exactly the legacy params' paths."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  class LegacyParams(nnx.Module):
+    """nnx.Param leaves laid out like a legacy params dict."""
+
+    def __init__(self, tree):
+      for key, value in tree.items():
+        setattr(self, key, LegacyParams(value) if isinstance(value, dict)
+                else nnx.Param(np.asarray(value)))
+
+  if not isinstance(params, dict):
+    raise TypeError('to="nnx" needs a dict of params; pass model= for other '
+                    'targets.')
+  return LegacyParams(params)
+
+
+def _modern_item(to: str, optimizer, model, path_map) -> Any:
+  """The in-memory modern state continuing ``optimizer``."""
+  if to == 'optax':
+    from compat import optax_bridge  # pylint: disable=g-import-not-at-top
+    _, opt_state = optax_bridge.to_optax(optimizer)
+    return {'params': optimizer.target, 'opt_state': opt_state}
+  if to == 'train_state':
+    from compat import train_state  # pylint: disable=g-import-not-at-top
+    return train_state.to_train_state(optimizer, apply_fn=None)
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from compat import nnx as nnx_bridge  # pylint: disable=g-import-not-at-top
+  if model is None:
+    model = _mirror_module(optimizer.target)
+  nnx_optimizer = nnx_bridge.to_nnx_optimizer(optimizer, model,
+                                              path_map=path_map)
+  return {'model': nnx.state(model), 'optimizer': nnx.state(nnx_optimizer)}
+
+
+def write_modern(tmp: pathlib.Path, to: str, optimizer, meta: dict, extras,
+                 model=None, path_map=None) -> None:
+  """Writes the Orbax items of a converted checkpoint at ``tmp``."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  if to != 'nnx' and (model is not None or path_map is not None):
+    raise ValueError('model= and path_map= only apply to to="nnx".')
+  items = {
+      checkpoints.STATE_ITEM: ocp.args.StandardSave(
+          _modern_item(to, optimizer, model, path_map)),
+      checkpoints.META_ITEM: ocp.args.JsonSave(meta),
+  }
+  if extras is not None:
+    items[checkpoints.EXTRAS_ITEM] = ocp.args.StandardSave(extras)
+  checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+  checkpointer.save(tmp, ocp.args.Composite(**items))
+
+
+# ------------------------------------------------------ modern -> legacy
+
+
+def _read_modern(src: pathlib.Path):
+  """(state tree, extras or None, conversion record or None), no template."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  try:
+    if (src / checkpoints.STATE_ITEM).is_dir():
+      restored = ocp.Checkpointer(ocp.CompositeCheckpointHandler()).restore(src)
+      return (restored[checkpoints.STATE_ITEM],
+              restored.get(checkpoints.EXTRAS_ITEM),
+              restored.get(checkpoints.META_ITEM))
+    return ocp.StandardCheckpointer().restore(src), None, None
+  except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
+    raise ValueError(f'{src} is not a readable Orbax checkpoint: {e}') from e
+
+
+def _unwrap(tree):
+  """nnx's stored ``{'value': array}`` Variables -> arrays."""
+  if isinstance(tree, dict):
+    if set(tree) == {_VALUE} and not isinstance(tree[_VALUE], dict):
+      return tree[_VALUE]
+    return {k: _unwrap(v) for k, v in tree.items()}
+  if isinstance(tree, (list, tuple)):
+    return [_unwrap(v) for v in tree]
+  return tree
+
+
+def _split_state(kind: str, tree) -> tuple[Any, Any, Any]:
+  """(params, raw opt_state, stored step or None) of a modern state tree."""
+  tree = _unwrap(tree)
+  if not isinstance(tree, dict):
+    raise ValueError(f'Expected a {kind} state (a dict), found '
+                     f'{type(tree).__name__}.')
+  needed = {'train_state': ('step', 'params', 'opt_state'),
+            'optax': ('params', 'opt_state'),
+            'nnx': ('model', 'optimizer')}[kind]
+  missing = [k for k in needed if k not in tree]
+  if missing:
+    raise ValueError(f'The {kind} state has no {", ".join(missing)} (it has '
+                     f'{", ".join(sorted(tree))}).')
+  if kind == 'nnx':
+    opt = tree['optimizer']
+    if not isinstance(opt, dict) or 'opt_state' not in opt:
+      raise ValueError('The nnx optimizer state has no opt_state.')
+    return tree['model'], opt['opt_state'], opt.get('step')
+  return tree['params'], tree['opt_state'], tree.get('step')
+
+
+def _detect_kind(tree) -> str:
+  keys = set(tree) if isinstance(tree, dict) else set()
+  if {'model', 'optimizer'} <= keys:
+    return 'nnx'
+  if {'step', 'params', 'opt_state'} <= keys:
+    return 'train_state'
+  if {'params', 'opt_state'} <= keys:
+    return 'optax'
+  raise ValueError(
+      'Cannot tell the layout of this Orbax checkpoint: expected a TrainState '
+      "(step, params, opt_state), {'params', 'opt_state'} or nnx "
+      f"{{'model', 'optimizer'}}; found keys {sorted(keys)}.")
+
+
+def _child(node, key, shown: str):
+  import jax  # pylint: disable=g-import-not-at-top
+  tree_util = jax.tree_util
+  if isinstance(key, tree_util.SequenceKey):
+    name = key.idx
+  elif isinstance(key, tree_util.GetAttrKey):
+    name = key.name
+  elif isinstance(key, tree_util.DictKey):
+    name = key.key
+  else:
+    name = getattr(key, 'key', key)
+  if isinstance(node, (list, tuple)) and isinstance(name, int):
+    if name < len(node):
+      return node[name]
+  elif isinstance(node, dict):
+    for candidate in (name, str(name)):
+      if candidate in node:
+        return node[candidate]
+  raise ValueError(f'opt_state has nothing at {shown} (the optimizer spec '
+                   'does not match the checkpoint?).')
+
+
+def _array_leaves(tree) -> int:
+  if isinstance(tree, dict):
+    return sum(_array_leaves(v) for v in tree.values())
+  if isinstance(tree, (list, tuple)):
+    return sum(_array_leaves(v) for v in tree)
+  return 0 if tree is None else 1
+
+
+def fill_template(template, raw):
+  """``raw`` (Orbax's template-free restore) in ``template``'s structure.
+
+  Raises ValueError naming the path when ``raw`` lacks a leaf, has one of
+  another shape or dtype, or holds leaves the template has no place for.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  with_path, treedef = jax.tree_util.tree_flatten_with_path(template)
+  leaves = []
+  for path, want in with_path:
+    shown = jax.tree_util.keystr(path)
+    node = raw
+    for key in path:
+      node = _child(node, key, shown)
+    if np.shape(node) != tuple(want.shape) or np.dtype(
+        node.dtype) != np.dtype(want.dtype):
+      raise ValueError(
+          f'opt_state{shown}: expected {np.dtype(want.dtype).name}'
+          f'{list(want.shape)}, found {np.dtype(node.dtype).name}'
+          f'{list(np.shape(node))}.')
+    leaves.append(node)
+  extra = _array_leaves(raw) - len(leaves)
+  if extra:
+    raise ValueError(
+        f'opt_state holds {extra} array(s) the optimizer spec has no place for '
+        '(a different optimizer wrote it?); converting would lose them.')
+  return treedef.unflatten(leaves)
+
+
+def to_legacy(src: pathlib.Path, dst: pathlib.Path, dst_is_dir: bool,
+              optimizer, force: bool) -> 'checkpoints.ConversionReport':
+  """An Orbax TrainState/optax/nnx checkpoint -> a legacy msgpack file."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import legacy_optim  # pylint: disable=g-import-not-at-top
+  from flax import serialization  # pylint: disable=g-import-not-at-top
+  from compat import optax_bridge  # pylint: disable=g-import-not-at-top
+  tree, extras, meta = _read_modern(src)
+  kind = meta['to'] if meta else _detect_kind(tree)
+  if optimizer is None:
+    optimizer = meta.get('optimizer') if meta else None
+    if optimizer is None:
+      raise ValueError(
+          f'{src} does not record its optimizer; pass it, e.g. --optimizer '
+          '"Adam(learning_rate=1e-3)" (Python: optimizer=...).')
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', DeprecationWarning)
+    opt_def = (optimizer if isinstance(optimizer, legacy_optim.OptimizerDef)
+               else _spec.parse(optimizer).build(legacy_optim))
+    params, raw_opt_state, stored_step = _split_state(kind, tree)
+    params = jax.tree_util.tree_map(np.asarray, params)
+    template = jax.eval_shape(opt_def.to_optax().init, params)
+    opt_state = fill_template(template, raw_opt_state)
+    restored = optax_bridge.from_optax(opt_def, params, opt_state)
+  step = int(restored.state.step)
+  if stored_step is not None and int(np.asarray(stored_step)) != step:
+    raise ValueError(
+        f'The {kind} step ({int(np.asarray(stored_step))}) differs from the '
+        f"optimizer state's count ({step}); the legacy format has one step.")
+  opt_sd = jax.tree_util.tree_map(np.asarray,
+                                  serialization.to_state_dict(restored))
+  if meta and meta.get('layout'):
+    state_dict = checkpoints.rebuild_state_dict(meta['layout'], opt_sd, extras)
+  else:
+    state_dict = opt_sd
+  data = _safe_msgpack.encode(state_dict)
+  dst_file = dst / f'checkpoint_{step}' if dst_is_dir else dst
+  with _atomic.atomic_destination(dst_file, force) as tmp:
+    _atomic.write_bytes(tmp, data)
+  leaves = jax.tree_util.tree_leaves(params)
+  return checkpoints.ConversionReport(
+      str(src), str(dst_file), 'legacy',
+      str(optimizer) if not isinstance(optimizer, legacy_optim.OptimizerDef)
+      else type(optimizer).__name__, step, len(leaves),
+      sum(int(np.size(x)) for x in leaves), checkpoints.disk_size(src),
+      len(data))

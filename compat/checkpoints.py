@@ -1,0 +1,506 @@
+"""flax.optim checkpoints: read them without a template, convert them both ways.
+
+Old checkpoints restore through the ordinary APIs once ``legacy_optim`` is
+installed (``flax.training.checkpoints.restore_checkpoint(dir, target=opt)``,
+``flax.serialization.from_bytes(opt, data)``). This module adds:
+
+* ``load_legacy_checkpoint(path)``: reads a checkpoint file (or the latest
+  ``checkpoint_<step>`` in a directory) with a strict decoder
+  (``compat._safe_msgpack``; nothing is ever unpickled) and reports what it
+  can infer: the step, each param's state fields, the candidate algorithms
+  and a layout-equivalent optimizer spec.
+* ``convert_checkpoint(src, dst, to=...)`` and ``python -m compat convert``:
+  legacy msgpack -> an Orbax checkpoint that modern code restores directly
+  (``to='train_state'``, ``'optax'`` or ``'nnx'``), and such an Orbax
+  checkpoint -> a legacy file flax 0.5.3 itself restores (``to='legacy'``).
+
+An Orbax destination is a directory of Orbax items (like one step of an
+``ocp.CheckpointManager``)::
+
+  dst/state       the modern state: a TrainState (step, params, opt_state),
+                  {'params', 'opt_state'} (optax) or {'model': nnx.state(model),
+                  'optimizer': nnx.state(nnx_optimizer)} (nnx)
+  dst/extras      only for containers: everything else the legacy file held
+                  (an EMA, a DynamicScale, an epoch counter...)
+  dst/conversion  JSON: optimizer spec, step, source, and the legacy file's
+                  layout (so converting back reproduces it byte for byte)
+
+Restore the state with e.g.
+``ocp.StandardCheckpointer().restore(dst / 'state', abstract_train_state)``.
+"""
+
+import argparse
+import dataclasses
+import hashlib
+import os
+import pathlib
+import re
+import sys
+import warnings
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from compat import _atomic
+from compat import _infer
+from compat import _safe_msgpack
+from compat import _spec
+
+FORMAT = 'flax-optim-compat/converted-checkpoint/1'
+MODERN = ('train_state', 'optax', 'nnx')
+TARGETS = MODERN + ('legacy',)
+STATE_ITEM, EXTRAS_ITEM, META_ITEM = 'state', 'extras', 'conversion'
+_READ_CHUNK = 8 << 20
+_OPTIMIZER = '__optimizer__'
+_LEAF = '__leaf__'
+
+PathLike = Union[str, os.PathLike]
+
+
+@dataclasses.dataclass(frozen=True)
+class LegacyCheckpoint:
+  """A flax.optim checkpoint read without a template.
+
+  Attributes:
+    path: the file read.
+    nbytes: its size.
+    state_dict: the whole file as a state dict (numpy leaves).
+    optimizer_path: where the Optimizer sits in ``state_dict`` (``()`` for a
+      bare optimizer, ``('0',)`` for ``(optimizer, ema)``...).
+    step: the optimizer's step.
+    leaf_fields: param path -> its per-parameter state field names (None for
+      a param no sub-optimizer owns).
+    leaf_algorithms: param path -> algorithms with those state fields.
+    algorithms: candidate algorithms for the whole optimizer.
+    spec: an optimizer spec with exactly this state layout (hyper-params at
+      their defaults: checkpoints do not store them), or None if ambiguous.
+    notes: why ``spec`` is None, and anything suspicious (non-finite values).
+  """
+  path: str
+  nbytes: int
+  state_dict: Any
+  optimizer_path: tuple
+  step: int
+  leaf_fields: dict
+  leaf_algorithms: dict
+  algorithms: tuple
+  spec: Optional[str]
+  notes: tuple
+
+  @property
+  def optimizer_state_dict(self) -> dict:
+    return _infer.lookup(self.state_dict, self.optimizer_path)
+
+  @property
+  def num_params(self) -> int:
+    return len(self.leaf_fields)
+
+  @property
+  def num_values(self) -> int:
+    return sum(int(np.size(v)) for _, v in _infer.param_leaves(
+        self.optimizer_state_dict['target']))
+
+  def optimizer_def(self, optimizer=None):
+    """The OptimizerDef to restore with: ``optimizer`` (a spec or def) or the
+    inferred spec. A plain spec for a checkpoint with unowned params is
+    wrapped in a MultiOptimizer owning exactly the params that have state."""
+    return _resolve_def(self, optimizer)[0]
+
+  def optimizer(self, optimizer=None):
+    """The checkpoint's Optimizer as a ``legacy_optim.Optimizer``."""
+    return _restore_optimizer(self, self.optimizer_def(optimizer))
+
+
+def _is_optimizer_node(node) -> bool:
+  return (isinstance(node, dict) and set(node) == {'target', 'state'} and
+          isinstance(node['state'], dict) and
+          set(node['state']) == {'step', 'param_states'})
+
+
+def _find_optimizers(tree, path=()) -> list[tuple]:
+  if _is_optimizer_node(tree):
+    return [path]
+  if isinstance(tree, dict):
+    return [p for k, v in tree.items() for p in _find_optimizers(v, path + (k,))]
+  return []
+
+
+def checkpoint_file(path: PathLike, prefix: str = 'checkpoint_') -> pathlib.Path:
+  """``path`` itself, or the latest ``<prefix><step>`` file in directory."""
+  path = pathlib.Path(path)
+  if not path.is_dir():
+    if not path.exists():
+      raise FileNotFoundError(f'No checkpoint at {path}.')
+    return path
+  steps = []
+  for child in path.iterdir():
+    match = re.fullmatch(re.escape(prefix) + r'([-+]?\d+(?:\.\d*)?)',
+                         child.name)
+    if match and child.is_file():
+      steps.append((float(match.group(1)), child))
+  if not steps:
+    raise FileNotFoundError(
+        f'No {prefix}<step> file in {path} (is it an Orbax checkpoint? '
+        'Convert it with --to legacy).')
+  return max(steps)[1]
+
+
+def _read(path: pathlib.Path, progress: _atomic.Progress) -> bytes:
+  size = path.stat().st_size
+  progress.phase('read', size)
+  data = bytearray()
+  with open(path, 'rb') as f:
+    while chunk := f.read(_READ_CHUNK):
+      data += chunk
+      progress.advance(len(chunk))
+  return bytes(data)
+
+
+def load_legacy_checkpoint(path: PathLike, *,
+                           progress: Optional[bool] = None) -> LegacyCheckpoint:
+  """Reads a flax.optim checkpoint without a template (see LegacyCheckpoint).
+
+  Args:
+    path: a checkpoint file, or a directory of ``checkpoint_<step>`` files
+      (the latest is read), as written by flax's ``save_checkpoint``.
+    progress: show a progress bar (None: only for large files on a terminal).
+
+  Raises:
+    FileNotFoundError: no checkpoint there.
+    CheckpointFormatError (a ValueError): the file is corrupted or not a
+      flax checkpoint.
+    ValueError: it holds no (or several) flax.optim Optimizers, or their
+      state is inconsistent with their target.
+  """
+  file = checkpoint_file(path)
+  nbytes = file.stat().st_size
+  bar = _atomic.Progress(nbytes, 'read', progress)
+  try:
+    data = _read(file, bar)
+    bar.phase('decode', len(data))
+    state_dict = _safe_msgpack.decode(data, progress=bar.advance)
+  finally:
+    bar.close()
+  found = _find_optimizers(state_dict)
+  if not found:
+    raise ValueError(
+        f'{file} holds no flax.optim Optimizer (no {{"target", "state": '
+        '{"step", "param_states"}} entry); top-level keys: '
+        f'{sorted(state_dict) if isinstance(state_dict, dict) else state_dict!r}.')
+  if len(found) > 1:
+    raise ValueError(
+        f'{file} holds {len(found)} Optimizers, at '
+        f'{", ".join("/".join(p) or "<root>" for p in found)}; load_legacy_'
+        'checkpoint supports one per file.')
+  opt_sd = _infer.lookup(state_dict, found[0])
+  step = opt_sd['state']['step']
+  if not (_infer.is_array(step) and step.shape == () and
+          step.dtype.kind in 'iu') or int(step) < 0:
+    raise ValueError(f'{file}: the optimizer step must be a non-negative '
+                     f'integer scalar, found {step!r}.')
+  inference = _infer.infer(opt_sd)
+  return LegacyCheckpoint(
+      path=str(file), nbytes=nbytes, state_dict=state_dict,
+      optimizer_path=found[0], step=int(step),
+      leaf_fields=inference.leaf_fields,
+      leaf_algorithms=inference.leaf_algorithms,
+      algorithms=inference.algorithms, spec=inference.spec,
+      notes=inference.notes)
+
+
+def _resolve_def(ckpt: LegacyCheckpoint, optimizer):
+  """(OptimizerDef, spec text or None, inferred?) for ``ckpt``."""
+  import legacy_optim  # pylint: disable=g-import-not-at-top
+  if isinstance(optimizer, legacy_optim.OptimizerDef):
+    return optimizer, None, False
+  inferred = optimizer is None
+  if inferred:
+    if ckpt.spec is None:
+      why = '; '.join(ckpt.notes) or 'ambiguous state layout'
+      raise ValueError(
+          f'Cannot infer the optimizer of {ckpt.path} ({why}). Candidates: '
+          f'{", ".join(ckpt.algorithms) or "none"}. Pass it explicitly, e.g. '
+          f'--optimizer "{(ckpt.algorithms or ("Adam",))[0]}(learning_rate='
+          '...)" (Python: optimizer=...).')
+    optimizer = ckpt.spec
+  spec = _spec.parse(optimizer) if isinstance(optimizer, str) else None
+  if spec is None:
+    raise TypeError('optimizer must be an OptimizerDef or a spec string, got '
+                    f'{type(optimizer).__name__}.')
+  owned = [tuple(p.split('/')) for p, f in ckpt.leaf_fields.items()
+           if f is not None]
+  if spec.name != 'MultiOptimizer' and len(owned) < len(ckpt.leaf_fields):
+    spec = _spec.parse(
+        f'MultiOptimizer(({_infer.owned_regex(owned)!r}, {spec}))')
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', DeprecationWarning)
+    return spec.build(legacy_optim), str(spec), inferred
+
+
+def _restore_optimizer(ckpt: LegacyCheckpoint, opt_def):
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import serialization  # pylint: disable=g-import-not-at-top
+  opt_sd = ckpt.optimizer_state_dict
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', DeprecationWarning)
+    template = opt_def.create(jax.tree_util.tree_map(np.asarray,
+                                                     opt_sd['target']))
+    return serialization.from_state_dict(template, opt_sd)
+
+
+# ------------------------------------------------- the legacy file's layout
+
+
+def _skeleton(tree, optimizer_path, path=()):
+  """The state dict's layout as JSON: key order and every non-array value.
+
+  Arrays become ``{"__leaf__": "array"|"scalar"}`` (stored in the Orbax
+  items); the Optimizer becomes ``{"__optimizer__": <its key order>}``.
+  """
+  if path == optimizer_path:
+    return {_OPTIMIZER: _key_order(tree)}
+  if isinstance(tree, dict):
+    return {k: _skeleton(v, optimizer_path, path + (k,)) for k, v in tree.items()}
+  if isinstance(tree, np.ndarray):
+    return {_LEAF: 'array'}
+  if isinstance(tree, np.generic):
+    return {_LEAF: 'scalar'}
+  if isinstance(tree, complex):
+    return {_LEAF: 'complex', 'value': [tree.real, tree.imag]}
+  if tree is None or isinstance(tree, (bool, int, float, str)):
+    return {_LEAF: 'value', 'value': tree}
+  raise ValueError(f'Cannot convert the {type(tree).__name__} at '
+                   f'{"/".join(path)}: only arrays, numbers, strings and None '
+                   'are supported next to the Optimizer.')
+
+
+def _key_order(tree):
+  if isinstance(tree, dict):
+    return {k: _key_order(v) for k, v in tree.items()}
+  return None
+
+
+def _extras(tree, optimizer_path, path=()):
+  """The container's arrays other than the Optimizer's, for the Orbax item."""
+  if path == optimizer_path:
+    return None
+  if isinstance(tree, dict):
+    out = {k: _extras(v, optimizer_path, path + (k,)) for k, v in tree.items()}
+    return {k: v for k, v in out.items() if v is not None} or None
+  return np.asarray(tree) if _infer.is_array(tree) else None
+
+
+def _reorder(tree, order):
+  if isinstance(tree, dict) and isinstance(order, dict) and set(tree) == set(
+      order):
+    return {k: _reorder(tree[k], order[k]) for k in order}
+  return tree
+
+
+def rebuild_state_dict(skeleton, optimizer_sd, extras, path=()):
+  """The legacy state dict from its skeleton, Optimizer and extras."""
+  if _OPTIMIZER in skeleton:
+    return _reorder(optimizer_sd, skeleton[_OPTIMIZER])
+  if _LEAF not in skeleton:
+    return {k: rebuild_state_dict(v, optimizer_sd, extras, path + (k,))
+            for k, v in skeleton.items()}
+  kind = skeleton[_LEAF]
+  if kind == 'value':
+    return skeleton['value']
+  if kind == 'complex':
+    return complex(*skeleton['value'])
+  value = _infer.lookup(extras, path)
+  if value is _infer._MISSING:  # pylint: disable=protected-access
+    raise ValueError(f'The extras item has no array at {"/".join(path)}.')
+  value = np.asarray(value)
+  return value[()] if kind == 'scalar' else value
+
+
+# ----------------------------------------------------------- conversions
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionReport:
+  """What ``convert_checkpoint`` did (also printed by the CLI)."""
+  src: str
+  dst: str
+  to: str
+  optimizer: str
+  step: int
+  num_params: int
+  num_values: int
+  bytes_read: int
+  bytes_written: int
+
+  def __str__(self):
+    return (f'Converted {self.src} -> {self.dst} ({self.to}): optimizer '
+            f'{self.optimizer}, step {self.step}, {self.num_params} params '
+            f'({self.num_values} values), read {self.bytes_read} bytes, wrote '
+            f'{self.bytes_written} bytes.')
+
+
+def disk_size(path: pathlib.Path) -> int:
+  if path.is_file():
+    return path.stat().st_size
+  return sum(p.stat().st_size for p in path.rglob('*') if p.is_file())
+
+
+def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
+                       *, optimizer=None, force: bool = False, model=None,
+                       path_map=None,
+                       progress: Optional[bool] = None) -> ConversionReport:
+  """Converts a flax.optim checkpoint to an Orbax one, or back.
+
+  Args:
+    src: a legacy checkpoint file (or directory of ``checkpoint_<step>``
+      files); for ``to='legacy'``, a converted (or any TrainState/optax/nnx)
+      Orbax checkpoint directory.
+    dst: the destination: an Orbax checkpoint directory, or for
+      ``to='legacy'`` a file (an existing directory gets
+      ``checkpoint_<step>`` inside it).
+    to: ``'train_state'``, ``'optax'``, ``'nnx'`` or ``'legacy'``.
+    optimizer: the optimizer definition (an ``OptimizerDef`` or a spec
+      string such as ``"Adam(learning_rate=1e-3)"``). Only its state layout
+      matters; by default it is inferred from the checkpoint (legacy -> Orbax)
+      or read from the conversion record (-> legacy).
+    force: replace an existing ``dst``.
+    model: ``to='nnx'`` only: the nnx model whose params receive the target
+      (default: a module mirroring the legacy params' paths).
+    path_map: ``to='nnx'`` only: renames legacy param paths to the model's
+      (see ``compat.to_nnx_optimizer``).
+    progress: show a progress bar (None: for large files on a terminal).
+
+  Returns:
+    A ConversionReport. ``src`` is only read; ``dst`` appears complete or
+    not at all.
+  """
+  if to not in TARGETS:
+    raise ValueError(f'to must be one of {", ".join(TARGETS)}, got {to!r}.')
+  src, dst = pathlib.Path(src).absolute(), pathlib.Path(dst).absolute()
+  if to == 'legacy' and dst.is_dir() and not (dst / STATE_ITEM).exists():
+    dst_is_dir = True
+  else:
+    dst_is_dir = False
+  _check_paths(src, dst)
+  if not dst_is_dir:
+    _atomic.refuse_existing(dst, force)
+  from compat import _convert  # pylint: disable=g-import-not-at-top
+  if to == 'legacy':
+    return _convert.to_legacy(src, dst, dst_is_dir, optimizer, force)
+  ckpt = load_legacy_checkpoint(src, progress=progress)
+  opt_def, spec, inferred = _resolve_def(ckpt, optimizer)
+  optimizer_obj = _restore_optimizer(ckpt, opt_def)
+  meta = {
+      'format': FORMAT,
+      'to': to,
+      'optimizer': spec,
+      'optimizer_inferred': inferred,
+      'algorithms': list(ckpt.algorithms),
+      'step': ckpt.step,
+      'optimizer_path': list(ckpt.optimizer_path),
+      'layout': _skeleton(ckpt.state_dict, ckpt.optimizer_path),
+      'source': {'path': ckpt.path, 'bytes': ckpt.nbytes,
+                 'sha256': _sha256(pathlib.Path(ckpt.path))},
+  }
+  extras = _extras(ckpt.state_dict, ckpt.optimizer_path)
+  bar = _atomic.Progress(ckpt.nbytes, 'write', progress)
+  try:
+    bar.phase('write')
+    with _atomic.atomic_destination(dst, force) as tmp:
+      _convert.write_modern(tmp, to, optimizer_obj, meta, extras, model,
+                            path_map)
+    bar.advance(ckpt.nbytes)
+  finally:
+    bar.close()
+  return ConversionReport(
+      str(src), str(dst), to,
+      (spec or type(opt_def).__name__) + (' [inferred]' if inferred else ''),
+      ckpt.step, ckpt.num_params, ckpt.num_values, ckpt.nbytes, disk_size(dst))
+
+
+def _check_paths(src: pathlib.Path, dst: pathlib.Path) -> None:
+  if not src.exists():
+    raise FileNotFoundError(f'No checkpoint at {src}.')
+  s, d = src.resolve(), dst.resolve()
+  if s == d or s in d.parents or d in s.parents:
+    raise ValueError(
+        f'The destination {dst} overlaps the source {src}; the source is '
+        'never modified: choose another destination.')
+
+
+def _sha256(path: pathlib.Path) -> str:
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    while chunk := f.read(_READ_CHUNK):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def main(argv=None) -> int:
+  """``python -m compat convert SRC DST --to ...``."""
+  parser = argparse.ArgumentParser(
+      prog='python -m compat convert',
+      description='Convert a flax.optim checkpoint to an Orbax checkpoint '
+      '(TrainState, Optax or nnx layout), or such a checkpoint back to a '
+      'legacy file flax <= 0.5.3 restores. The source is never modified; the '
+      'destination is written atomically.')
+  parser.add_argument('src', help='legacy checkpoint file or directory '
+                      '(latest checkpoint_<step>); Orbax directory for '
+                      '--to legacy')
+  parser.add_argument('dst', nargs='?', help='destination (not needed with '
+                      '--info)')
+  parser.add_argument('--to', choices=TARGETS, default=None,
+                      help='output layout (default: train_state, or legacy '
+                      'when SRC is an Orbax checkpoint)')
+  parser.add_argument('--optimizer', metavar='SPEC', help='the optimizer, '
+                      "e.g. 'Adam(learning_rate=1e-3)', 'WeightNorm(Momentum("
+                      "0.1))', \"MultiOptimizer(('kernel', Adam(1e-3)), "
+                      "('bias', Momentum(0.1)))\" (regexes over '/a/b' param "
+                      'paths). Default: inferred from the state layout.')
+  parser.add_argument('--force', action='store_true',
+                      help='replace an existing destination')
+  parser.add_argument('--info', action='store_true',
+                      help='only print what the legacy checkpoint holds')
+  bar = parser.add_mutually_exclusive_group()
+  bar.add_argument('--progress', dest='progress', action='store_const',
+                   const=True, default=None, help='always show progress')
+  bar.add_argument('--no-progress', dest='progress', action='store_const',
+                   const=False, help='never show progress')
+  args = parser.parse_args(argv)
+  try:
+    if args.info:
+      print(describe(load_legacy_checkpoint(args.src, progress=args.progress)))
+      return 0
+    if args.dst is None:
+      parser.error('DST is required (or use --info).')
+    to = args.to or ('legacy' if pathlib.Path(args.src).is_dir() and not any(
+        pathlib.Path(args.src).glob('checkpoint_*')) else 'train_state')
+    report = convert_checkpoint(args.src, args.dst, to,
+                                optimizer=args.optimizer, force=args.force,
+                                progress=args.progress)
+  except (OSError, ValueError, TypeError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  print(report)
+  return 0
+
+
+def describe(ckpt: LegacyCheckpoint) -> str:
+  """A human-readable summary of a legacy checkpoint."""
+  lines = [
+      f'{ckpt.path}: {ckpt.nbytes} bytes, step {ckpt.step}, '
+      f'{ckpt.num_params} params ({ckpt.num_values} values)',
+      f'optimizer at: {"/".join(ckpt.optimizer_path) or "<root>"}',
+      f'algorithms: {", ".join(ckpt.algorithms) or "?"}',
+      f'inferred spec: {ckpt.spec or "(ambiguous: pass --optimizer)"}',
+  ]
+  for path, fields in ckpt.leaf_fields.items():
+    algos = ', '.join(ckpt.leaf_algorithms[path]) or 'not optimized'
+    lines.append(f'  {path}: {list(fields) if fields is not None else None} '
+                 f'({algos})')
+  lines += [f'note: {n}' for n in ckpt.notes]
+  return '\n'.join(lines)
+
