@@ -22,6 +22,7 @@ from flax import jax_utils
 from flax import serialization
 from flax import struct
 
+from legacy_optim import _eager
 from legacy_optim import _hyper
 from legacy_optim import _layout
 from legacy_optim import _restore
@@ -312,8 +313,14 @@ class Optimizer(struct.PyTreeNode):
           overrides=hyper_param_overrides)
     hyper_params = self.optimizer_def.update_hyper_params(
         **hyper_param_overrides)
-    new_target, new_state = self.optimizer_def.apply_gradient(
-        hyper_params, self.target, self.state, grads)
+    # Eager calls (nothing traced) run one cached compiled step instead of
+    # dispatching op by op; None means "run inline" (see _eager.py).
+    stepped = _eager.apply_gradient(self.optimizer_def, self.target,
+                                    self.state, grads, hyper_param_overrides)
+    if stepped is None:
+      stepped = self.optimizer_def.apply_gradient(
+          hyper_params, self.target, self.state, grads)
+    new_target, new_state = stepped
     return self.replace(target=new_target, state=new_state)
 
   def compute_gradient(self, loss_fn):
