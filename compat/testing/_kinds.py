@@ -1,0 +1,112 @@
+"""What the params and optimizer state of each kind of training state are.
+
+Portable (runs under flax 0.5.3 too): flax.nnx is only consulted when the
+caller has already imported it, so this module never imports flax itself.
+
+=====================================  ==========================  =====================================
+state                                  params                      optimizer state
+=====================================  ==========================  =====================================
+legacy ``Optimizer`` (legacy_optim or  ``.target``                 ``optimizer_def.to_optax_state(
+flax.optim: has ``optimizer_def``                                   .state, .target)`` (the layout of
+and ``target``)                                                     ``to_optax()``); flax.optim's own
+                                                                    ``.state`` when there is no such
+                                                                    method
+``(model, nnx.Optimizer)`` pair,       ``nnx.state(model, wrt)``   ``optimizer.opt_state`` as plain
+``nnx.ModelAndOptimizer``              as a plain dict             arrays
+``nnx.Module`` alone                   its ``nnx.Param`` state     none
+object with ``params`` and             ``.params``                 ``.opt_state``
+``opt_state`` (``TrainState``)
+``(params, opt_state)`` tuple/list     ``[0]``                     ``[1]``
+=====================================  ==========================  =====================================
+
+nnx kinds are *stateful*: a step function updates them in place and its
+return value is ignored. Every other kind is functional: the step function
+returns the new state. Mappings of any type (FrozenDict, nnx State, dict)
+compare as dicts, so ``.target`` of a linen model and the pure state of the
+same model wrapped in ``nnx.bridge.ToNNX`` have the same leaf paths.
+"""
+
+import sys
+from typing import Any
+
+KINDS_HELP = (
+    'a legacy Optimizer, a (model, nnx.Optimizer) pair, an '
+    'nnx.ModelAndOptimizer, an nnx.Module, an object with .params and '
+    '.opt_state (TrainState), or a (params, opt_state) tuple')
+
+
+def _nnx():
+  """flax.nnx if the program has imported it (else no state can be nnx)."""
+  return sys.modules.get('flax.nnx')
+
+
+def _nnx_parts(state: Any):
+  """(model, optimizer or None) for nnx kinds, else None."""
+  nnx = _nnx()
+  if nnx is None:
+    return None
+  if isinstance(state, nnx.Optimizer) and 'model' in vars(state):
+    return state.model, state  # nnx.ModelAndOptimizer.
+  if (isinstance(state, (tuple, list)) and len(state) == 2
+      and isinstance(state[0], nnx.Module)
+      and isinstance(state[1], nnx.Optimizer)):
+    return state[0], state[1]
+  if isinstance(state, nnx.Module):
+    return state, None
+  return None
+
+
+def is_stateful(state: Any) -> bool:
+  return _nnx_parts(state) is not None
+
+
+def is_bare_module(state: Any) -> bool:
+  """An nnx model without its optimizer."""
+  parts = _nnx_parts(state)
+  return parts is not None and parts[1] is None
+
+
+def is_legacy_optimizer(state: Any) -> bool:
+  return hasattr(state, 'optimizer_def') and hasattr(state, 'target')
+
+
+def params_of(state: Any) -> Any:
+  """The params of ``state`` (see the module docstring for each kind)."""
+  parts = _nnx_parts(state)
+  if parts is not None:
+    nnx = _nnx()
+    model, optimizer = parts
+    wrt = optimizer.wrt if optimizer is not None else nnx.Param
+    return nnx.as_pure(nnx.state(model, wrt))
+  if is_legacy_optimizer(state):
+    return state.target
+  if hasattr(state, 'params') and hasattr(state, 'opt_state'):
+    return state.params
+  if isinstance(state, (tuple, list)) and len(state) == 2:
+    return state[0]
+  raise TypeError(
+      f'Cannot tell the params of a {type(state).__name__}: expected '
+      f'{KINDS_HELP}. Pass params_fn=... to extract them yourself.')
+
+
+def opt_state_of(state: Any) -> Any:
+  """The optimizer state of ``state`` (see the module docstring)."""
+  parts = _nnx_parts(state)
+  if parts is not None:
+    if parts[1] is None:
+      raise TypeError(
+          'An nnx.Module alone has no optimizer state; pass a (model, '
+          'nnx.Optimizer) pair to compare optimizer states.')
+    return _nnx().as_pure(parts[1].opt_state)
+  if is_legacy_optimizer(state):
+    to_optax_state = getattr(state.optimizer_def, 'to_optax_state', None)
+    if to_optax_state is None:
+      return state.state
+    return to_optax_state(state.state, state.target)
+  if hasattr(state, 'params') and hasattr(state, 'opt_state'):
+    return state.opt_state
+  if isinstance(state, (tuple, list)) and len(state) == 2:
+    return state[1]
+  raise TypeError(
+      f'Cannot tell the optimizer state of a {type(state).__name__}: '
+      f'expected {KINDS_HELP}. Pass opt_state_fn=... to extract it yourself.')
