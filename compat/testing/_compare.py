@@ -153,6 +153,9 @@ class TrainingDivergence(AssertionError):
     self.path = diffs[0].path if diffs else None
 
 
+TrainingDivergence.__module__ = 'compat.testing'  # Its public home.
+
+
 def _tolerance(rtol: float, atol: float) -> str:
   if not (rtol or atol):
     return 'tolerance: none (rtol=0, atol=0: values must be identical)'

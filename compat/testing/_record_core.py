@@ -57,6 +57,9 @@ class TrajectoryFileError(ValueError):
   """A trajectory file is unreadable, corrupted or of another version."""
 
 
+TrajectoryFileError.__module__ = 'compat.testing'  # Its public home.
+
+
 # ------------------------------------------------------------ canonical trees
 
 
