@@ -72,10 +72,10 @@ def layout(flat: dict) -> dict:
 
 # ---------------------------------------------------------------- files
 def save_oracle(results: dict, meta: dict) -> None:
-  """``results``: {case name: (case, runner.Result, seconds)}."""
+  """``results``: {case name: (case, runner.Result)}."""
   arrays = {}
   entries = {}
-  for name, (case, result, seconds) in sorted(results.items()):
+  for name, (case, result) in sorted(results.items()):
     for kind, flat in (('params', result.final), ('state', result.state)):
       for path, value in flat.items():
         if isinstance(value, np.ndarray):
@@ -86,7 +86,6 @@ def save_oracle(results: dict, meta: dict) -> None:
         'grads_digest': result.grads_digest,
         'params': layout(result.final),
         'state': layout(result.state),
-        'seconds': round(seconds, 2),
     }
   np.savez_compressed(ORACLE_NPZ, **arrays)
   with open(ORACLE_JSON, 'w') as f:
