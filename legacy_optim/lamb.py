@@ -1,10 +1,139 @@
-"""Placeholder: LAMB lands with issue 3."""
+"""LAMB: Adam steps rescaled per layer by a trust ratio."""
 
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from legacy_optim import _hyper
+from legacy_optim import _transforms_adaptive as _adaptive
+from legacy_optim import adam
 from legacy_optim import base
 
 
-class LAMB(base.OptimizerDef):
+@struct.dataclass
+class _LAMBHyperParams:
+  learning_rate: np.ndarray
+  beta1: np.ndarray
+  beta2: np.ndarray
+  weight_decay: np.ndarray
+  eps: np.ndarray
 
-  def __init__(self, *args, **kwargs):
-    del args, kwargs
-    raise NotImplementedError('LAMB is not implemented yet (issue 3).')
+
+@struct.dataclass
+class _LAMBParamState:
+  grad_ema: np.ndarray
+  grad_sq_ema: np.ndarray
+
+
+def trust_ratio(param_norm: jax.Array, update_norm: jax.Array) -> jax.Array:
+  """``|p| / |u|``, or 1 when both norms are zero (flax.optim's rule).
+
+  As in flax.optim, a zero update on a non-zero parameter gives an infinite
+  ratio (and a NaN step), and a zero parameter gets ratio 0 (it never moves).
+  """
+  ratio = param_norm / update_norm
+  return jnp.where(param_norm + update_norm > 0., ratio, 1.)
+
+
+def legacy_lamb(hyper_params: Any,
+                owner: str = 'LAMB') -> optax.GradientTransformation:
+  r"""flax.optim's LAMB update rule as one Optax transform.
+
+  Per leaf, with Adam's bias-corrected moments :math:`\hat m, \hat v`:
+
+  .. math::
+    u = \frac{\hat m}{\sqrt{\hat v} + \epsilon} + \lambda p,\quad
+    r = \begin{cases} \|p\| / \|u\| & \|p\| + \|u\| > 0 \\ 1 & \text{else}
+        \end{cases},\quad
+    p \leftarrow p - (r\,\eta)\, u
+
+  The ``lambda p`` term is skipped for a static zero ``weight_decay``, as
+  flax.optim did.
+
+  .. warning::
+    ``optax.lamb`` uses a trust ratio of 1 when either norm is zero; this
+    transform keeps flax.optim's rule (see ``trust_ratio``): a leaf whose
+    update is exactly zero while its parameter is not becomes NaN, and an
+    all-zero parameter never moves. The ratio is computed as
+    ``|p| * (1 / |u|)``, as XLA compiled flax.optim's jitted division. This
+    transform always needs ``params``.
+
+  Args:
+    hyper_params: a ``_LAMBHyperParams``; numeric fields may be traced values
+      or schedules (callables of the step count).
+    owner: the optimizer name used in error messages.
+
+  Returns:
+    An ``optax.GradientTransformation`` with ``adam.LegacyAdamState``.
+
+  References:
+    You et al., "Large Batch Optimization for Deep Learning: Training BERT in
+    76 minutes", https://arxiv.org/abs/1904.00962
+  """
+
+  def init_fn(params):
+    return _adaptive.init_state(adam.LegacyAdamState, params, _FIELDS)
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError(f'{owner} needs params: call '
+                       'tx.update(grads, opt_state, params).')
+    hp = _hyper.resolve(hyper_params, state.count)
+    learning_rate = _hyper.require_learning_rate(hp.learning_rate, owner)
+    grad_ema, grad_sq_ema = adam.update_moments(updates, state, hp.beta1,
+                                                hp.beta2)
+    directions = jax.tree_util.tree_map(
+        lambda m, v_hat: _adaptive.divide_twice(
+            m, _adaptive.bias_correction(hp.beta1, state.count, m.dtype),
+            jnp.sqrt(v_hat) + hp.eps),
+        grad_ema, _adaptive.bias_corrected(grad_sq_ema, hp.beta2,
+                                           state.count))
+    if not _hyper.is_static_zero(hp.weight_decay):
+      directions = jax.tree_util.tree_map(
+          lambda u, p: u + hp.weight_decay * p, directions, params)
+
+    def leaf_update(u, p):
+      ratio = trust_ratio(jnp.linalg.norm(p), jnp.linalg.norm(u))
+      return -(ratio * learning_rate * u)
+
+    new_updates = jax.tree_util.tree_map(leaf_update, directions, params)
+    return new_updates, adam.LegacyAdamState(
+        optax.safe_int32_increment(state.count), grad_ema, grad_sq_ema)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+_FIELDS = ('grad_ema', 'grad_sq_ema')
+
+
+class LAMB(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
+  """Layer-wise adaptive moments (You et al. 2019).
+
+  See ``legacy_lamb`` for the rule. Optax form: ``legacy_lamb(hyper_params)``
+  with ``adam.LegacyAdamState``; ``optax.lamb`` differs in the zero-norm
+  cases and rounds differently.
+  """
+
+  _param_state_fields = _FIELDS
+  _param_state_cls = _LAMBParamState
+  _optax_state_cls = adam.LegacyAdamState
+
+  def __init__(self, learning_rate=None, beta1=0.9, beta2=0.999,
+               weight_decay=0, eps=1e-6):
+    """Args:
+      learning_rate: the step size (may be given per step instead).
+      beta1: decay of the gradient's moving average (default 0.9).
+      beta2: decay of the squared gradient's moving average (default 0.999).
+      weight_decay: coefficient of ``p`` added to the Adam direction
+        (default 0).
+      eps: added to the root of the second moment (default 1e-6).
+    """
+    super().__init__(_LAMBHyperParams(learning_rate, beta1, beta2,
+                                      weight_decay, eps))
+
+  def _native_transform(self, hyper_params):
+    return legacy_lamb(hyper_params, self._name)

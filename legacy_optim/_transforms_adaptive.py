@@ -1,0 +1,154 @@
+"""Arithmetic shared by the adaptive legacy rules (Adam, AdaBelief, LAMB, ...).
+
+Each adaptive algorithm's transform lives in its own module; the pieces they
+have in common live here, written once in flax.optim's floating-point
+operation order so that every transform built from them rounds exactly as
+flax 0.5.3 did:
+
+* ``ema``: the moving average ``decay * avg + (1 - decay) * x``;
+* ``bias_corrected``: ``avg / (1 - decay ** t)`` with ``t = step + 1`` in the
+  average's dtype;
+* ``divide_by_scalar``, ``divide_by_root``, ``divide_twice``: divisions
+  written so that today's XLA rounds them as the XLA of flax 0.5.3's days
+  did (see below);
+* ``descent``: turns the legacy ``p - s - (lr * wd) * p`` into Optax updates
+  that ``optax.apply_updates`` adds back without a second rounding;
+* ``CountAndFieldsMapping``: the legacy layout <-> Optax state mapping for a
+  state ``NamedTuple(count, <one field per legacy per-parameter field>)``.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from legacy_optim import _hyper
+
+# Why some divisions below are written the long way.
+#
+# flax.optim ran under jax 0.3/0.4, whose XLA simplified jitted divisions in
+# ways today's XLA does not, and vice versa. Measured on CPU against flax 0.5.3
+# under jax 0.4.13:
+#
+# * ``x / c`` for a traced scalar ``c`` was a true division; today's XLA
+#   turns ``x / broadcast(c)`` into ``x * (1 / c)``. ``divide_by_scalar`` adds
+#   ``0 * x`` to the divisor (not an identity for inf/nan, so the simplifier
+#   keeps it), which keeps the division elementwise and exact.
+# * ``x / sqrt(y)`` (``sqrt`` with no other user) became ``x * (1 / sqrt(y))``
+#   with a correctly rounded reciprocal; today's XLA uses an approximate
+#   reciprocal square root. ``divide_by_root`` spells out the old form.
+# * ``(x / c) / y`` became ``x / (c * y)``; ``divide_twice`` spells it out.
+#
+# The last two did not happen for bfloat16, which XLA computed op by op in
+# float32; there the plain expression already rounds as flax.optim did. On
+# finite values all of these differ from the plain expression only in
+# rounding.
+
+
+def _rewritten_by_old_xla(dtype) -> bool:
+  return jnp.dtype(dtype) != jnp.bfloat16
+
+
+def divide_by_scalar(x: jax.Array, scalar: jax.Array) -> jax.Array:
+  """``x / scalar`` rounded as one elementwise division (see above)."""
+  return x / (scalar + 0. * x)
+
+
+def divide_by_root(x: jax.Array, root: jax.Array) -> jax.Array:
+  """``x / root`` for ``root = sqrt(...)``, as jitted flax.optim rounded it."""
+  if not _rewritten_by_old_xla(root.dtype):
+    return x / root
+  return x * (1. / jnp.abs(root))  # abs: hides the sqrt from today's rewrite
+
+
+def divide_twice(x: jax.Array, scalar: jax.Array, y: jax.Array) -> jax.Array:
+  """``(x / scalar) / y`` as jitted flax.optim rounded it."""
+  if not _rewritten_by_old_xla(x.dtype):
+    return divide_by_scalar(x, scalar) / y
+  return x / (scalar * y)
+
+
+def bias_correction(decay: Any, count: jax.Array, dtype) -> jax.Array:
+  """``1 - decay ** t`` with ``t = count + 1`` cast to ``dtype`` first.
+
+  flax.optim cast the step to the parameter's dtype before the power (so a
+  bfloat16 parameter gets a bfloat16 ``t``).
+  """
+  return 1. - decay ** jnp.asarray(count + 1, dtype)
+
+
+def ema(decay: Any, average: Any, sample: Any) -> Any:
+  """``decay * average + (1 - decay) * sample`` on whole trees (legacy order).
+
+  ``1 - decay`` is computed before it meets the array, so for a Python float
+  ``decay`` it is exact in double precision, as in flax.optim.
+  """
+  return jax.tree_util.tree_map(
+      lambda avg, x: decay * avg + (1. - decay) * x, average, sample)
+
+
+def bias_corrected(average: Any, decay: Any, count: jax.Array) -> Any:
+  """``average / (1 - decay ** t)`` leaf by leaf (see ``bias_correction``)."""
+  return jax.tree_util.tree_map(
+      lambda avg: divide_by_scalar(avg, bias_correction(decay, count,
+                                                        avg.dtype)), average)
+
+
+def descent(steps: Any, params: Any, learning_rate: Any, weight_decay: Any,
+            owner: str) -> Any:
+  """Optax updates reproducing ``p <- (p - s) - (learning_rate * wd) * p``.
+
+  flax.optim subtracted the step ``s`` and then the learning-rate-scaled
+  weight decay, two roundings that a single ``p + u`` cannot repeat in
+  general. The updates are therefore ``((p - s) - (lr * wd) * p) - p``: that
+  difference is exact whenever the new value is within a factor of two of
+  ``p`` (Sterbenz), i.e. for any ordinary step, and ``optax.apply_updates``
+  then yields flax.optim's value to the bit. Without weight decay (a static
+  zero, which flax.optim's arithmetic turned into a no-op) the updates are
+  ``-s`` and ``p + (-s)`` equals ``p - s`` exactly.
+  """
+  if _hyper.is_static_zero(weight_decay):
+    return jax.tree_util.tree_map(jnp.negative, steps)
+  if params is None:
+    raise ValueError(
+        f'{owner} with weight_decay needs params: call '
+        'tx.update(grads, opt_state, params).')
+  decay = learning_rate * weight_decay
+  return jax.tree_util.tree_map(
+      lambda p, s: ((p - s) - decay * p) - p, params, steps)
+
+
+def init_state(state_cls: Any, params: Any, fields: tuple[str, ...]) -> Any:
+  """``state_cls(count=0, **{field: zeros like params})``, as flax.optim
+  initialised its step and per-parameter state."""
+  return state_cls(
+      count=jnp.zeros([], jnp.int32),
+      **{name: jax.tree_util.tree_map(jnp.zeros_like, params)
+         for name in fields})
+
+
+class CountAndFieldsMapping:
+  """Mixin: the state hooks of an OptimizerDef whose Optax state is a
+  ``NamedTuple`` of ``count`` plus one params-shaped tree per legacy field,
+  named as the legacy fields.
+
+  Set ``_optax_state_cls`` (that NamedTuple), ``_param_state_cls`` (the
+  legacy per-parameter dataclass) and ``_param_state_fields``. Packing and
+  unpacking only regroup references, so the round trip is bit-exact.
+  """
+
+  _optax_state_cls: Any = None
+  _param_state_cls: Any = None
+  _param_state_fields: tuple[str, ...] = ()
+
+  def _pack_optax_state(self, step, fields):
+    return self._optax_state_cls(
+        count=jnp.asarray(step, jnp.int32),
+        **{name: fields[name] for name in self._param_state_fields})
+
+  def _unpack_optax_state(self, opt_state):
+    return opt_state.count, {
+        name: getattr(opt_state, name) for name in self._param_state_fields}
+
+  def _make_param_state(self, **fields):
+    return self._param_state_cls(**fields)
