@@ -19,6 +19,8 @@ Contract:
 
 This is a top-level module (not ``compat.importer``) so that start-up does not
 put a package named ``compat`` into ``sys.modules`` ahead of the user's own.
+(It is imported before pytest starts, hence PYTEST_DONT_REWRITE: no warning
+that it cannot be rewritten.)
 """
 
 import os

@@ -5,7 +5,7 @@ deviation benchmark (``scripts/stock_optax_deviation.py``) and the migration
 guide all read this module, so the stock Optax expression a warning prints is
 exactly the expression whose deviation from flax 0.5.3 was measured.
 
-Stdlib only: the scanner imports it without jax.
+Stdlib only: the scanner loads it without importing legacy_optim (and jax).
 """
 
 import dataclasses
@@ -149,13 +149,14 @@ class StockReplacement(NamedTuple):
   note: Optional[str]  # where the stock alias differs, if it does notably.
 
 
-def stock_optax(algorithm: str,
-                hyper_params: Mapping[str, Any]) -> StockReplacement:
+def stock_optax(algorithm: str, hyper_params: Mapping[str, Any],
+                render=literal) -> StockReplacement:
   """The nearest stock Optax expression for ``algorithm`` with these values.
 
   Args:
     algorithm: the legacy class name ('Adam', 'LARS', ...).
     hyper_params: legacy hyper-parameter name -> value.
+    render: value -> Python source (the scanner passes source text as is).
 
   Returns:
     ``StockReplacement``; ``expression`` is None for algorithms Optax has no
@@ -164,8 +165,8 @@ def stock_optax(algorithm: str,
   variant = _variant(algorithm, hyper_params)
   if variant is None:
     return StockReplacement(None, None, None)
-  values = {k: literal(v) for k, v in hyper_params.items()}
-  if hyper_params.get('learning_rate', 0) is None:
+  values = {k: render(v) for k, v in hyper_params.items()}
+  if hyper_params.get('learning_rate', 0) in (None, 'None'):
     values['learning_rate'] = 'learning_rate'
   family = variant.split('_')[0]
   expression = _TEMPLATES.get(variant, _TEMPLATES[family]).format(**values)

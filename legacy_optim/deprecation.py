@@ -215,7 +215,7 @@ def _optimizer_def_message(obj) -> str:
   if base == 'MultiOptimizer':
     return (
         f'{head} Replace it with optax.partition: labels = '
-        'compat.traversal_labels(params, [traversal, ...]); tx = '
+        'compat.traversal_labels(params, traversal0, traversal1, ...); tx = '
         "optax.partition({'0': tx0, '1': tx1, 'frozen': optax.set_to_zero()}, "
         'labels). Same numbers: opt_def.to_optax(). '
         + _see(rep.SECTION_TRAVERSALS))
@@ -268,7 +268,7 @@ def _create_message(obj, focus=None, **unused) -> str:
       'compat.to_nnx_optimizer(optimizer, model).')
   if focus:
     text += (' focus= becomes optax.partition labels (compat.traversal_labels'
-             '(params, [focus])), with optax.set_to_zero() for the rest. '
+             '(params, focus)), with optax.set_to_zero() for the rest. '
              + _see(rep.SECTION_TRAVERSALS))
   return text + ' ' + _see(rep.SECTION_LOOP)
 
@@ -304,7 +304,7 @@ def _traversal_message(obj, **unused) -> str:
   return (
       f'flax.traverse_util.{name} (legacy traversals) is deprecated. Label '
       'the params instead: labels = compat.traversal_labels(params, '
-      "[traversal, ...]) and optax.partition({'0': tx0, 'frozen': "
+      "traversal0, ...) and optax.partition({'0': tx0, 'frozen': "
       'optax.set_to_zero()}, labels), or build labels with '
       'flax.traverse_util.path_aware_map(lambda path, _: ..., params). '
       + _see(rep.SECTION_TRAVERSALS))

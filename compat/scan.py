@@ -1,0 +1,594 @@
+"""``python -m compat scan PATH...``: find flax.optim usages without running code.
+
+Parses every ``*.py`` file under the given paths with Python's own parser
+(``ast``) and reports each legacy construct with its replacement and the
+section of ``migration_guide.md`` that explains it:
+
+* imports in every spelling (``from flax import optim``, ``import flax.optim
+  as optim``, ``from flax.optim.adam import ...``, ``flax.optim.X`` after
+  ``import flax``, ``legacy_optim``), and uses of the ``compat`` bridges;
+* optimizer definitions (``optim.Adam(...)`` with the stock Optax expression
+  filled in from the call's own arguments), ``OptimizerDef`` subclasses,
+  ``MultiOptimizer`` and legacy traversals, ``WeightNorm``, ``DynamicScale``;
+* ``.create(...)``, ``.apply_gradient(...)`` (flagged separately when it
+  passes hyper-parameter overrides), ``.compute_gradient``, ``.optimize``,
+  ``.replicate()`` / ``ReplicatedOptimizer``;
+* optimizers passed to ``flax.training.checkpoints`` or
+  ``flax.serialization``.
+
+Names are resolved through the module's imports and assignments (flow-
+insensitively); where only a name suggests an optimizer (``optimizer``,
+``opt``), the finding's confidence is ``likely`` instead of ``certain``.
+
+Output (stable order: path, line, column, construct): a table, or with
+``--format json`` one object::
+
+  {"version": 1,
+   "files_scanned": int,
+   "findings": [{"path": str, "line": int, "column": int,
+                 "construct": str, "code": str, "replacement": str,
+                 "guide_section": str, "confidence": "certain" | "likely"}],
+   "errors": [{"path": str, "line": int | null, "message": str}],
+   "summary": {construct: count}}
+
+Exit status: 0 no usage found, 1 usages remain, 2 bad arguments, 3 no usage
+found but some files could not be parsed (they are listed, never fatal).
+"""
+
+import argparse
+import ast
+import fnmatch
+import functools
+import importlib.util
+import json
+import os
+import re
+import sys
+from typing import Iterable, NamedTuple, Optional
+
+
+def _load_without_package(package: str, name: str):
+  """``package.name`` without running ``package/__init__`` (it imports jax).
+
+  Used for ``legacy_optim._replacements``, which is stdlib-only; when
+  legacy_optim is already imported its own module is returned.
+  """
+  if package in sys.modules:
+    return importlib.import_module(f'{package}.{name}')
+  origin = importlib.util.find_spec(package).origin
+  spec = importlib.util.spec_from_file_location(
+      f'_compat_scan_{name}', os.path.join(os.path.dirname(origin),
+                                           f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+rep = _load_without_package('legacy_optim', '_replacements')
+
+ALGORITHMS = ('AdaBelief', 'Adadelta', 'Adafactor', 'Adagrad', 'Adam',
+              'GradientDescent', 'LAMB', 'LARS', 'Momentum', 'RMSProp')
+TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
+              'TraverseCompose', 'TraverseEach', 'TraverseFilter',
+              'TraverseId', 'TraverseItem', 'TraverseMerge', 'TraverseTree',
+              't_identity')
+BRIDGES = ('to_optax', 'from_optax', 'traversal_labels', 'to_train_state',
+           'to_nnx_optimizer', 'load_legacy_checkpoint', 'convert_checkpoint',
+           'state_shardings')
+SKIP_DIRS = ('__pycache__', 'site-packages', 'node_modules')
+_OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
+                             re.IGNORECASE)
+_CHECKPOINT_FUNCS = {
+    'flax.training.checkpoints.save_checkpoint': ('target', 1),
+    'flax.training.checkpoints.save_checkpoint_multiprocess': ('target', 1),
+    'flax.training.checkpoints.restore_checkpoint': ('target', 1),
+    'flax.serialization.to_state_dict': ('target', 0),
+    'flax.serialization.from_state_dict': ('target', 0),
+    'flax.serialization.to_bytes': ('target', 0),
+    'flax.serialization.from_bytes': ('target', 0),
+}
+EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_UNPARSEABLE = 0, 1, 2, 3
+
+
+class Finding(NamedTuple):
+  path: str
+  line: int
+  column: int
+  construct: str
+  code: str
+  replacement: str
+  guide_section: str
+  confidence: str = 'certain'
+
+
+class ScanError(NamedTuple):
+  path: str
+  line: Optional[int]
+  message: str
+
+
+class ScanResult(NamedTuple):
+  files_scanned: int
+  findings: list
+  errors: list
+
+
+# ---------------------------------------------------------------------------
+# Constructor signatures of the legacy classes, read from legacy_optim's own
+# source (no import: scanning never needs jax).
+
+
+@functools.lru_cache(maxsize=None)
+def legacy_signatures() -> dict:
+  """Class name -> [(parameter, default source or None)] of its __init__."""
+  spec = importlib.util.find_spec('legacy_optim')
+  package_dir = os.path.dirname(spec.origin)
+  signatures = {}
+  for module in sorted(os.listdir(package_dir)):
+    if not module.endswith('.py'):
+      continue
+    with open(os.path.join(package_dir, module), 'rb') as f:
+      tree = ast.parse(f.read())
+    for node in tree.body:
+      if not isinstance(node, ast.ClassDef):
+        continue
+      init = next((b for b in node.body if isinstance(b, ast.FunctionDef)
+                   and b.name == '__init__'), None)
+      if init is None:
+        continue
+      args = init.args.args[1:]
+      defaults = [None] * (len(args) - len(init.args.defaults)) + [
+          ast.unparse(d) for d in init.args.defaults]
+      signatures[node.name] = list(zip((a.arg for a in args), defaults))
+  return signatures
+
+
+def bind_arguments(class_name: str, call: ast.Call) -> dict:
+  """The call's hyper-parameters as source text, defaults filled in."""
+  params = legacy_signatures().get(class_name, [])
+  values = {name: default for name, default in params}
+  for (name, _), arg in zip(params, call.args):
+    values[name] = ast.unparse(arg)
+  for kw in call.keywords:
+    if kw.arg is not None:
+      values[kw.arg] = ast.unparse(kw.value)
+  return values
+
+
+# ---------------------------------------------------------------------------
+# Name resolution.
+
+
+def _canonical(dotted: str) -> str:
+  """legacy_optim[.x] is flax.optim[.x] (the shim serves one as the other)."""
+  if dotted == 'legacy_optim' or dotted.startswith('legacy_optim.'):
+    return 'flax.optim' + dotted[len('legacy_optim'):]
+  return dotted
+
+
+class _Module:
+  """One file's imports, legacy-valued names and user OptimizerDef classes."""
+
+  def __init__(self, tree: ast.Module):
+    self.tree = tree
+    self.bindings: dict[str, str] = {}  # local name -> dotted import path
+    self.star_flax_optim = False
+    self.defs: set[str] = set()  # names assigned an OptimizerDef
+    self.optimizers: set[str] = set()  # names assigned an Optimizer
+    self.user_defs: set[str] = set()  # OptimizerDef subclasses defined here
+    self._collect_imports()
+    self._collect_classes()
+    self._collect_assignments()
+
+  def _collect_imports(self):
+    for node in ast.walk(self.tree):
+      if isinstance(node, ast.Import):
+        for alias in node.names:
+          if alias.asname:
+            self.bindings[alias.asname] = alias.name
+          else:
+            top = alias.name.partition('.')[0]
+            self.bindings[top] = top
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for alias in node.names:
+          if alias.name == '*':
+            self.star_flax_optim |= _canonical(node.module) == 'flax.optim'
+          else:
+            self.bindings[alias.asname or alias.name] = (
+                f'{node.module}.{alias.name}')
+
+  def resolve(self, node) -> Optional[str]:
+    """Dotted canonical path of a name/attribute chain, if imported."""
+    if isinstance(node, ast.Name):
+      if node.id in self.bindings:
+        return _canonical(self.bindings[node.id])
+      if self.star_flax_optim and node.id in legacy_signatures():
+        return f'flax.optim.{node.id}'
+      return None
+    if isinstance(node, ast.Attribute):
+      base = self.resolve(node.value)
+      return None if base is None else f'{base}.{node.attr}'
+    return None
+
+  def legacy_class(self, node) -> Optional[str]:
+    """'Adam', 'MultiOptimizer', ... if ``node`` names a flax.optim class."""
+    path = self.resolve(node)
+    if path and path.startswith('flax.optim.'):
+      return path.rsplit('.', 1)[1]
+    if isinstance(node, ast.Name) and node.id in self.user_defs:
+      return node.id
+    return None
+
+  def _collect_classes(self):
+    changed = True
+    while changed:  # subclasses of subclasses
+      changed = False
+      for node in ast.walk(self.tree):
+        if isinstance(node, ast.ClassDef) and node.name not in self.user_defs:
+          if any(self._is_def_class(b) for b in node.bases):
+            self.user_defs.add(node.name)
+            changed = True
+
+  def _is_def_class(self, node) -> bool:
+    name = self.legacy_class(node)
+    return name is not None and (
+        name in ALGORITHMS or name in self.user_defs or name in (
+            'OptimizerDef', 'MultiOptimizer', 'WeightNorm',
+            'ReplicatedOptimizer'))
+
+  def is_def(self, node) -> bool:
+    if isinstance(node, ast.Name) and node.id in self.defs:
+      return True
+    return isinstance(node, ast.Call) and self._is_def_class(node.func)
+
+  def optimizer_confidence(self, node) -> Optional[str]:
+    """'certain'/'likely' when ``node`` evaluates to a legacy Optimizer."""
+    if isinstance(node, ast.Name):
+      if node.id in self.optimizers:
+        return 'certain'
+      return 'likely' if _OPTIMIZER_NAME.search(node.id) else None
+    if isinstance(node, ast.Attribute):
+      return 'likely' if _OPTIMIZER_NAME.search(node.attr) else None
+    if isinstance(node, ast.Call):
+      func = node.func
+      if isinstance(func, ast.Attribute):
+        if func.attr == 'create' and self.is_def(func.value):
+          return 'certain'
+        if func.attr in ('apply_gradient', 'replicate', 'unreplicate'):
+          return self.optimizer_confidence(func.value)
+      if self.resolve(func) in ('flax.jax_utils.replicate',
+                                'flax.jax_utils.unreplicate') and node.args:
+        return self.optimizer_confidence(node.args[0])
+    return None
+
+  def _collect_assignments(self):
+    assigns = [n for n in ast.walk(self.tree)
+               if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value]
+    for _ in range(3):  # flow-insensitive fixpoint, shallow chains
+      for node in assigns:
+        targets = node.targets if isinstance(node, ast.Assign) else [
+            node.target]
+        for target in targets:
+          if isinstance(target, (ast.Tuple, ast.List)) and target.elts:
+            target = target.elts[0]  # optimizer.optimize(...) -> (opt, ...)
+          if not isinstance(target, ast.Name):
+            continue
+          if self.is_def(node.value):
+            self.defs.add(target.id)
+          elif self.optimizer_confidence(node.value) == 'certain':
+            self.optimizers.add(target.id)
+
+
+# ---------------------------------------------------------------------------
+# Findings.
+
+
+def _algorithm_replacement(name: str, call: ast.Call) -> str:
+  values = bind_arguments(name, call)
+  stock = rep.stock_optax(name, values, render=lambda v: 'None' if v is None
+                          else v)
+  faithful = f'{ast.unparse(call)}.to_optax()'
+  if not stock.expression:
+    return f'{faithful} (same numbers)'
+  text = (f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]; '
+          f'same numbers: {faithful}')
+  return text + (f'; note: {stock.note}' if stock.note else '')
+
+
+_FIXED = {
+    'import': ('import optax (the shim serves this import until step 5)',
+               rep.SECTION_ALGORITHMS),
+    'shim': ('remove once migrated: uninstall flax-optim-compat',
+             rep.SECTION_STRICT),
+    'optimizer_def_subclass': (
+        'port the rule to an optax.GradientTransformation (init/update); '
+        'meanwhile MyDef(...).to_optax() runs it unchanged',
+        rep.SECTION_ALGORITHMS),
+    'multi_optimizer': (
+        "optax.partition({'0': tx0, ..., 'frozen': optax.set_to_zero()}, "
+        'compat.traversal_labels(params, traversal0, ...))',
+        rep.SECTION_TRAVERSALS),
+    'traversal': (
+        'optax.partition labels: compat.traversal_labels(params, traversal) or '
+        'flax.traverse_util.path_aware_map(lambda path, _: ..., params)',
+        rep.SECTION_TRAVERSALS),
+    'weight_norm': (
+        'no Optax counterpart: WeightNorm(...).to_optax(), or reparameterise '
+        'the model with flax.linen.WeightNorm', rep.SECTION_WEIGHT_NORM),
+    'create': (
+        'tx = opt_def.to_optax(); state = TrainState.create(apply_fn=..., '
+        'params=params, tx=tx)  (existing: compat.to_train_state(optimizer, '
+        'apply_fn))', rep.SECTION_LOOP),
+    'apply_gradient': ('state = state.apply_gradients(grads=grads)',
+                       rep.SECTION_LOOP),
+    'apply_gradient_overrides': (
+        'a schedule: opt_def.to_optax(learning_rate=schedule), or '
+        'optax.inject_hyperparams and opt_state.hyperparams[...]',
+        rep.SECTION_OVERRIDES),
+    'compute_gradient': ('loss, grads = jax.value_and_grad(loss_fn)(params)',
+                         rep.SECTION_LOOP),
+    'optimize': ('grads = jax.grad(loss_fn)(state.params); state = '
+                 'state.apply_gradients(grads=grads)', rep.SECTION_LOOP),
+    'replicate': (
+        'flax.jax_utils.replicate(state) and jax.lax.pmean(grads, axis_name) '
+        'in the pmapped step, or jax.sharding', rep.SECTION_REPLICATION),
+    'checkpoint': (
+        'checkpoint the TrainState (Orbax); convert old files with python -m '
+        'compat convert SRC DST --to train_state (compat.convert_checkpoint)',
+        rep.SECTION_CHECKPOINTS),
+}
+
+
+class _Visitor(ast.NodeVisitor):
+  """Reports legacy constructs of one parsed file."""
+
+  def __init__(self, path: str, module: _Module, lines: list):
+    self.path, self.module, self.lines = path, module, lines
+    self.findings: list[Finding] = []
+
+  def add(self, node, construct, replacement=None, section=None,
+          confidence='certain'):
+    fixed_text, fixed_section = _FIXED.get(construct, ('', ''))
+    line = self.lines[node.lineno - 1].strip() if node.lineno <= len(
+        self.lines) else ''
+    self.findings.append(Finding(
+        self.path, node.lineno, node.col_offset + 1, construct,
+        line if len(line) <= 100 else line[:97] + '...',
+        replacement or fixed_text, section or fixed_section, confidence))
+
+  # -- imports
+  def visit_Import(self, node):
+    for alias in node.names:
+      self._check_import(node, alias.name)
+
+  def visit_ImportFrom(self, node):
+    if node.module and not node.level:
+      if node.module == 'flax':
+        for alias in node.names:
+          self._check_import(node, f'flax.{alias.name}', from_flax=True)
+      elif node.module in ('flax.traverse_util',):
+        if any(a.name in TRAVERSALS for a in node.names):
+          self.add(node, 'traversal')
+      elif node.module == 'compat':
+        if any(a.name in BRIDGES for a in node.names):
+          self.add(node, 'shim')
+      else:
+        self._check_import(node, node.module)
+
+  def _check_import(self, node, name, from_flax=False):
+    canonical = _canonical(name)
+    if name == 'legacy_optim' or name.startswith('legacy_optim.'):
+      self.add(node, 'shim')
+    elif canonical == 'flax.optim' or canonical.startswith('flax.optim.'):
+      self.add(node, 'import')
+    elif from_flax:
+      pass  # other flax submodules are fine
+
+  # -- attribute chains: flax.optim.X after `import flax`, traversals
+  def visit_Attribute(self, node):
+    if (node.attr == 'optim' and isinstance(node.value, ast.Name) and
+        self.module.bindings.get(node.value.id) == 'flax'):
+      self.add(node, 'import')
+    elif node.attr in TRAVERSALS and self.module.resolve(
+        node) == f'flax.traverse_util.{node.attr}':
+      self.add(node, 'traversal')
+    elif (node.attr in BRIDGES and isinstance(node.value, ast.Name) and
+          self.module.bindings.get(node.value.id) == 'compat'):
+      self.add(node, 'shim')
+    self.generic_visit(node)
+
+  # -- class definitions
+  def visit_ClassDef(self, node):
+    if node.name in self.module.user_defs:
+      self.add(node, 'optimizer_def_subclass')
+    self.generic_visit(node)
+
+  # -- calls
+  def visit_Call(self, node):
+    self._check_call(node)
+    self.generic_visit(node)
+
+  def _check_call(self, node):
+    module = self.module
+    name = module.legacy_class(node.func)
+    if name in ALGORITHMS:
+      self.add(node, 'optimizer_def', _algorithm_replacement(name, node),
+               rep.SECTION_ALGORITHMS)
+      return
+    if name in ('MultiOptimizer', 'WeightNorm'):
+      self.add(node, 'multi_optimizer' if name == 'MultiOptimizer' else
+               'weight_norm')
+      return
+    if name == 'ReplicatedOptimizer':
+      self.add(node, 'replicate')
+      return
+    if name in TRAVERSALS:  # flax.optim re-exported ModelParamTraversal
+      self.add(node, 'traversal')
+      return
+    if name == 'DynamicScale':
+      args = ', '.join(ast.unparse(a) for a in node.args) or ', '.join(
+          f'{k.arg}={ast.unparse(k.value)}' for k in node.keywords if k.arg)
+      self.add(node, 'dynamic_scale',
+               f'flax.training.dynamic_scale.DynamicScale({args})',
+               rep.SECTION_DYNAMIC_SCALE)
+      return
+    path = module.resolve(node.func)
+    if path and path.startswith('flax.traverse_util.') and (
+        path.rsplit('.', 1)[1] in TRAVERSALS):
+      self.add(node, 'traversal')
+      return
+    if path in _CHECKPOINT_FUNCS:
+      self._check_checkpoint(node, path)
+      return
+    if isinstance(node.func, ast.Attribute):
+      self._check_method(node, node.func.attr, node.func.value)
+
+  def _check_method(self, node, method, receiver):
+    module = self.module
+    if method == 'create' and module.is_def(receiver):
+      self.add(node, 'create')
+      if any(k.arg == 'focus' for k in node.keywords) or len(node.args) > 1:
+        self.add(node, 'traversal')
+      return
+    if method not in ('apply_gradient', 'compute_gradient',
+                      'compute_gradients', 'optimize', 'replicate'):
+      return
+    if method == 'replicate' and module.resolve(receiver) is not None:
+      return  # jax_utils.replicate(...) and other module functions
+    confidence = module.optimizer_confidence(receiver)
+    if method == 'apply_gradient' and confidence is None:
+      confidence = 'likely'  # the method name is flax.optim's alone
+    if confidence is None:
+      return
+    if method == 'apply_gradient' and node.keywords:
+      names = ', '.join(k.arg or '**' for k in node.keywords)
+      text, section = _FIXED['apply_gradient_overrides']
+      self.add(node, 'apply_gradient_overrides', f'({names}) -> {text}',
+               section, confidence)
+    else:
+      self.add(node, 'compute_gradient' if method == 'compute_gradients'
+               else method, confidence=confidence)
+
+  def _check_checkpoint(self, node, path):
+    keyword, position = _CHECKPOINT_FUNCS[path]
+    target = next((k.value for k in node.keywords if k.arg == keyword), None)
+    if target is None and len(node.args) > position:
+      target = node.args[position]
+    if target is None:
+      return
+    confidence = self.module.optimizer_confidence(target)
+    if confidence is None and isinstance(target, ast.Call):
+      # e.g. jax_utils.unreplicate(optimizer)
+      confidence = next((self.module.optimizer_confidence(a)
+                         for a in target.args), None)
+    if confidence is not None:
+      self.add(node, 'checkpoint', confidence=confidence)
+
+
+def scan_source(source, path: str = '<string>') -> list:
+  """Findings of one file's source (str or bytes). Raises SyntaxError."""
+  tree = ast.parse(source, filename=path)
+  text = source.decode('utf-8', 'replace') if isinstance(source,
+                                                         bytes) else source
+  visitor = _Visitor(path, _Module(tree), text.splitlines())
+  visitor.visit(tree)
+  return sorted(set(visitor.findings))
+
+
+def iter_python_files(paths: Iterable[str], exclude=()) -> Iterable[str]:
+  """Every .py file under ``paths``, sorted, skipping hidden/cache dirs."""
+  for root_path in paths:
+    if os.path.isfile(root_path):
+      yield root_path
+      continue
+    found = []
+    for root, dirs, files in os.walk(root_path):
+      dirs[:] = [d for d in dirs if not d.startswith('.') and
+                 d not in SKIP_DIRS]
+      found += [os.path.join(root, f) for f in files if f.endswith('.py')]
+    for path in sorted(found):
+      if not any(fnmatch.fnmatch(path, pattern) for pattern in exclude):
+        yield path
+
+
+def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
+  """Scans files and directories; unparseable files become ``errors``."""
+  findings, errors, count = [], [], 0
+  for path in iter_python_files(list(paths), exclude):
+    count += 1
+    shown = path.replace(os.sep, '/')
+    try:
+      with open(path, 'rb') as f:
+        source = f.read()
+      findings += scan_source(source, shown)
+    except SyntaxError as e:
+      errors.append(ScanError(shown, e.lineno, f'syntax error: {e.msg}'))
+    except (OSError, ValueError) as e:  # unreadable, NUL bytes, bad coding
+      errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
+  return ScanResult(count, sorted(findings), sorted(errors))
+
+
+# ---------------------------------------------------------------------------
+# Command line.
+
+
+def to_json(result: ScanResult) -> dict:
+  summary = {}
+  for f in result.findings:
+    summary[f.construct] = summary.get(f.construct, 0) + 1
+  return {
+      'version': 1,
+      'files_scanned': result.files_scanned,
+      'findings': [f._asdict() for f in result.findings],
+      'errors': [e._asdict() for e in result.errors],
+      'summary': dict(sorted(summary.items())),
+  }
+
+
+def format_table(result: ScanResult) -> str:
+  rows = [('location', 'construct', 'replacement', 'guide section')]
+  rows += [(f'{f.path}:{f.line}',
+            f.construct + ('?' if f.confidence == 'likely' else ''),
+            f.replacement, f.guide_section) for f in result.findings]
+  w0 = max(len(r[0]) for r in rows)
+  w1 = max(len(r[1]) for r in rows)
+  lines = [f'{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}  [{r[3]}]'
+           for r in rows] if result.findings else []
+  lines += [f'{e.path}:{e.line or "?"}  unparseable: {e.message}'
+            for e in result.errors]
+  likely = sum(f.confidence == 'likely' for f in result.findings)
+  lines.append(
+      f'{len(result.findings)} flax.optim usage(s) in {result.files_scanned} '
+      f'file(s) scanned' + (f' ({likely} marked ? are likely, judged by '
+                            'names)' if likely else '') +
+      (f'; {len(result.errors)} file(s) could not be parsed'
+       if result.errors else '') + f'. See {rep.GUIDE}.')
+  return '\n'.join(lines)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(
+      prog='python -m compat scan',
+      description='Find flax.optim usages in Python sources (no code runs).')
+  parser.add_argument('paths', nargs='+', metavar='PATH',
+                      help='files or directories to scan')
+  parser.add_argument('--format', choices=('table', 'json'), default='table')
+  parser.add_argument('--exclude', action='append', default=[],
+                      metavar='GLOB', help='skip files matching GLOB '
+                      '(repeatable)')
+  try:
+    args = parser.parse_args(argv)
+  except SystemExit as e:
+    return EXIT_USAGE if e.code else EXIT_CLEAN
+  missing = [p for p in args.paths if not os.path.exists(p)]
+  if missing:
+    print(f'no such file or directory: {", ".join(missing)}', file=sys.stderr)
+    return EXIT_USAGE
+  result = scan_paths(args.paths, args.exclude)
+  if args.format == 'json':
+    print(json.dumps(to_json(result), indent=1))
+  else:
+    print(format_table(result))
+  if result.findings:
+    return EXIT_FOUND
+  return EXIT_UNPARSEABLE if result.errors else EXIT_CLEAN

@@ -1,0 +1,191 @@
+"""``python -m compat scan``: static detection of flax.optim usages.
+
+The fixture tree (tests/fixtures/scan_tree) marks every line the scanner must
+report with ``# expect: construct[?], ...`` (``?``: confidence 'likely'); the
+markers are written by hand, the scanner's output is compared to them.
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from compat import scan
+
+TREE = os.path.join(os.path.dirname(__file__), 'fixtures', 'scan_tree')
+GUIDE = os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                     'migration_guide.md')
+_MARKER = re.compile(r'#\s*expect:\s*(.+)$')
+
+
+def expected_from_markers(root):
+  expected = set()
+  for dirpath, _, files in os.walk(root):
+    for name in files:
+      if not name.endswith('.py'):
+        continue
+      path = os.path.join(dirpath, name)
+      with open(path, 'rb') as f:
+        text = f.read().decode('utf-8', 'replace')
+      for lineno, line in enumerate(text.splitlines(), 1):
+        match = _MARKER.search(line)
+        if match:
+          for item in match.group(1).split(','):
+            item = item.strip()
+            expected.add((path.replace(os.sep, '/'), lineno, item.rstrip('?'),
+                          'likely' if item.endswith('?') else 'certain'))
+  return expected
+
+
+def run_main(argv):
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    status = scan.main(argv)
+  return status, out.getvalue()
+
+
+def test_fixture_tree_findings_match_hand_written_markers():
+  result = scan.scan_paths([TREE])
+  found = {(f.path, f.line, f.construct, f.confidence)
+           for f in result.findings}
+  expected = expected_from_markers(TREE)
+  assert found == expected, (
+      f'missed: {sorted(expected - found)}\n'
+      f'unexpected: {sorted(found - expected)}')
+
+
+def test_modern_code_has_no_findings():
+  result = scan.scan_paths([os.path.join(TREE, 'modern')])
+  assert result.files_scanned == 1
+  assert result.findings == [] and result.errors == []
+
+
+def test_unparseable_files_are_reported_not_fatal():
+  result = scan.scan_paths([os.path.join(TREE, 'broken')])
+  assert result.files_scanned == 2
+  assert [(os.path.basename(e.path), e.line) for e in result.errors] == [
+      ('bad_syntax.py', 3), ('binary_garbage.py', None)]
+  assert 'invalid syntax' in result.errors[0].message
+  assert 'null bytes' in result.errors[1].message
+  status, out = run_main([os.path.join(TREE, 'broken')])
+  assert status == scan.EXIT_UNPARSEABLE
+  assert 'bad_syntax.py:3  unparseable' in out
+
+
+def test_exit_status():
+  assert run_main([TREE])[0] == scan.EXIT_FOUND
+  assert run_main([os.path.join(TREE, 'modern')])[0] == scan.EXIT_CLEAN
+  assert run_main([os.path.join(TREE, 'does_not_exist')])[0] == (
+      scan.EXIT_USAGE)
+  assert run_main(['--format', 'xml', TREE])[0] == scan.EXIT_USAGE
+
+
+def test_json_output_schema_and_summary():
+  status, out = run_main(['--format', 'json', TREE])
+  assert status == scan.EXIT_FOUND
+  data = json.loads(out)
+  assert set(data) == {'version', 'files_scanned', 'findings', 'errors',
+                       'summary'}
+  assert data['version'] == 1 and data['files_scanned'] == 8
+  keys = {'path', 'line', 'column', 'construct', 'code', 'replacement',
+          'guide_section', 'confidence'}
+  assert all(set(f) == keys for f in data['findings'])
+  assert all(set(e) == {'path', 'line', 'message'} for e in data['errors'])
+  counted = {}
+  for f in data['findings']:
+    counted[f['construct']] = counted.get(f['construct'], 0) + 1
+  assert data['summary'] == counted
+  assert len(data['findings']) == len(expected_from_markers(TREE))
+
+
+def test_output_order_is_stable_and_independent_of_walk_order(tmp_path):
+  copy = tmp_path / 'tree'
+  shutil.copytree(TREE, copy)
+  first = run_main(['--format', 'json', str(copy)])[1]
+  # Re-create the files in reverse order (different directory order).
+  for path in sorted(copy.rglob('*.py'), reverse=True):
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(data)
+  second = run_main(['--format', 'json', str(copy)])[1]
+  assert first == second
+  findings = json.loads(first)['findings']
+  keys = [(f['path'], f['line'], f['column'], f['construct'])
+          for f in findings]
+  assert keys == sorted(keys)
+
+
+def test_table_lists_location_construct_replacement_and_section():
+  status, out = run_main([os.path.join(TREE, 'lm1b')])
+  assert status == scan.EXIT_FOUND
+  row = next(l for l in out.splitlines() if 'train.py:43' in l)
+  assert 'optimizer_def' in row
+  # The stock expression is filled in from the call's own arguments.
+  assert ('optax.adamw(FLAGS.learning_rate, b1=0.9, b2=0.98, eps=1e-09, '
+          'weight_decay=FLAGS.weight_decay)') in row
+  assert '[Step 2: Swap each optimizer definition' in row
+  assert out.splitlines()[-1].startswith('6 flax.optim usage(s) in 1 file')
+
+
+@pytest.mark.parametrize('source,construct,replacement_part', [
+    ('from flax import optim\nx = optim.Adagrad(0.1)\n', 'optimizer_def',
+     'optax.adagrad(0.1, initial_accumulator_value=0.0, eps=1e-08)'),
+    ('from flax import optim\nx = optim.LARS(lr, weight_decay=wd)\n',
+     'optimizer_def', 'trust ratio'),
+    ('from flax import optim\nx = optim.RMSProp(0.1, 0.95, 1e-6, True)\n',
+     'optimizer_def', 'decay=0.95, eps=1e-06, eps_in_sqrt=False, '
+     'centered=True'),
+    ('import flax.optim.dynamic_scale as ds\nd = ds.DynamicScale('
+     'growth_interval=10)\n', 'dynamic_scale',
+     'flax.training.dynamic_scale.DynamicScale(growth_interval=10)'),
+    ('from flax.optim import GradientDescent as GD\nGD(0.1).create(p)\n',
+     'create', 'TrainState.create'),
+])
+def test_single_constructs(source, construct, replacement_part):
+  findings = [f for f in scan.scan_source(source, 'x.py')
+              if f.construct == construct]
+  assert len(findings) == 1, scan.scan_source(source, 'x.py')
+  assert replacement_part in findings[0].replacement
+
+
+@pytest.mark.parametrize('source', [
+    'import optax\ntx = optax.adam(1e-3)\n',
+    'from flax.training import train_state\n'
+    'state = train_state.TrainState.create(apply_fn=f, params=p, tx=tx)\n'
+    'state = state.apply_gradients(grads=g)\n',
+    'from flax import jax_utils\nstate = jax_utils.replicate(state)\n',
+    'from flax.training import checkpoints\n'
+    'checkpoints.save_checkpoint(d, state, 0)\n',
+    'import flax.linen as nn\nimport flax\nm = flax.linen.Dense(3)\n',
+    'from flax.training import dynamic_scale\nds = '
+    'dynamic_scale.DynamicScale()\n',
+])
+def test_no_false_positives_on_modern_code(source):
+  assert scan.scan_source(source, 'x.py') == []
+
+
+def test_every_guide_section_the_scanner_cites_exists():
+  with open(GUIDE, encoding='utf-8') as f:
+    headings = {l.lstrip('#').strip() for l in f if l.startswith('#')}
+  sections = {section for _, section in scan._FIXED.values()}
+  sections |= {f.guide_section for f in scan.scan_paths([TREE]).findings}
+  assert sections <= headings, sorted(sections - headings)
+
+
+def test_cli_entry_point_does_not_import_jax():
+  code = ('import sys\nfrom compat import cli\n'
+          f'status = cli.main(["scan", {os.path.join(TREE, "modern")!r}])\n'
+          'assert status == 0, status\n'
+          'assert "jax" not in sys.modules and "legacy_optim" not in '
+          'sys.modules, sorted(m for m in sys.modules if "jax" in m)\n'
+          'print("OK")\n')
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, timeout=120)
+  assert result.returncode == 0 and result.stdout.strip().endswith('OK'), (
+      result.stdout + result.stderr)
