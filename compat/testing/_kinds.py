@@ -27,7 +27,7 @@ same model wrapped in ``nnx.bridge.ToNNX`` have the same leaf paths.
 """
 
 import sys
-from typing import Any
+from typing import Any, Optional
 
 KINDS_HELP = (
     'a legacy Optimizer, a (model, nnx.Optimizer) pair, an '
@@ -70,43 +70,62 @@ def is_legacy_optimizer(state: Any) -> bool:
   return hasattr(state, 'optimizer_def') and hasattr(state, 'target')
 
 
+def kind_of(state: Any) -> Optional[str]:
+  """'nnx', 'legacy', 'train_state', 'pair' or None (unknown)."""
+  if _nnx_parts(state) is not None:
+    return 'nnx'
+  if is_legacy_optimizer(state):
+    return 'legacy'
+  if hasattr(state, 'params') and hasattr(state, 'opt_state'):
+    return 'train_state'
+  if isinstance(state, (tuple, list)) and len(state) == 2:
+    return 'pair'
+  return None
+
+
+def _nnx_params(state):
+  nnx = _nnx()
+  model, optimizer = _nnx_parts(state)
+  wrt = optimizer.wrt if optimizer is not None else nnx.Param
+  return nnx.as_pure(nnx.state(model, wrt))
+
+
+def _nnx_opt_state(state):
+  optimizer = _nnx_parts(state)[1]
+  if optimizer is None:
+    raise TypeError(
+        'An nnx.Module alone has no optimizer state; pass a (model, '
+        'nnx.Optimizer) pair to compare optimizer states.')
+  return _nnx().as_pure(optimizer.opt_state)
+
+
+def _legacy_opt_state(optimizer):
+  to_optax_state = getattr(optimizer.optimizer_def, 'to_optax_state', None)
+  if to_optax_state is None:  # flax.optim itself.
+    return optimizer.state
+  return to_optax_state(optimizer.state, optimizer.target)
+
+
+_PARAMS = {'nnx': _nnx_params, 'legacy': lambda s: s.target,
+           'train_state': lambda s: s.params, 'pair': lambda s: s[0]}
+_OPT_STATES = {'nnx': _nnx_opt_state, 'legacy': _legacy_opt_state,
+               'train_state': lambda s: s.opt_state, 'pair': lambda s: s[1]}
+
+
+def _extract(state: Any, table: dict, what: str, option: str) -> Any:
+  kind = kind_of(state)
+  if kind is None:
+    raise TypeError(
+        f'Cannot tell the {what} of a {type(state).__name__}: expected '
+        f'{KINDS_HELP}. Pass {option}=... to extract it yourself.')
+  return table[kind](state)
+
+
 def params_of(state: Any) -> Any:
   """The params of ``state`` (see the module docstring for each kind)."""
-  parts = _nnx_parts(state)
-  if parts is not None:
-    nnx = _nnx()
-    model, optimizer = parts
-    wrt = optimizer.wrt if optimizer is not None else nnx.Param
-    return nnx.as_pure(nnx.state(model, wrt))
-  if is_legacy_optimizer(state):
-    return state.target
-  if hasattr(state, 'params') and hasattr(state, 'opt_state'):
-    return state.params
-  if isinstance(state, (tuple, list)) and len(state) == 2:
-    return state[0]
-  raise TypeError(
-      f'Cannot tell the params of a {type(state).__name__}: expected '
-      f'{KINDS_HELP}. Pass params_fn=... to extract them yourself.')
+  return _extract(state, _PARAMS, 'params', 'params_fn')
 
 
 def opt_state_of(state: Any) -> Any:
   """The optimizer state of ``state`` (see the module docstring)."""
-  parts = _nnx_parts(state)
-  if parts is not None:
-    if parts[1] is None:
-      raise TypeError(
-          'An nnx.Module alone has no optimizer state; pass a (model, '
-          'nnx.Optimizer) pair to compare optimizer states.')
-    return _nnx().as_pure(parts[1].opt_state)
-  if is_legacy_optimizer(state):
-    to_optax_state = getattr(state.optimizer_def, 'to_optax_state', None)
-    if to_optax_state is None:
-      return state.state
-    return to_optax_state(state.state, state.target)
-  if hasattr(state, 'params') and hasattr(state, 'opt_state'):
-    return state.opt_state
-  if isinstance(state, (tuple, list)) and len(state) == 2:
-    return state[1]
-  raise TypeError(
-      f'Cannot tell the optimizer state of a {type(state).__name__}: '
-      f'expected {KINDS_HELP}. Pass opt_state_fn=... to extract it yourself.')
+  return _extract(state, _OPT_STATES, 'optimizer state', 'opt_state_fn')
