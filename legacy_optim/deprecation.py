@@ -238,7 +238,8 @@ def _optimizer_def_message(obj) -> str:
         'optax.GradientTransformation when you can. '
         + _see(rep.SECTION_ALGORITHMS))
   values = rep.hyper_param_values(obj.hyper_params)
-  faithful = _call(f'legacy_optim.{base}', obj, values) + '.to_optax()'
+  faithful = (_call(f'legacy_optim.{base}', obj, values) if base == name
+              else 'opt_def') + '.to_optax()'
   lines = [head, 'Replace it with:',
            f'  same numbers as flax 0.5.3: {faithful} (an Optimizer: '
            'tx, opt_state = compat.to_optax(optimizer))']
@@ -247,6 +248,8 @@ def _optimizer_def_message(obj) -> str:
     detail = rep.deviation_phrase(stock.variant)
     if stock.note:
       detail += f'; {stock.note}'
+    if base != name:
+      detail += f'; if {name} keeps the {base} rule'
     lines.append(f'  nearest stock Optax: {stock.expression} ({detail})')
   if values.get('learning_rate', 0) is None:
     lines.append('  (no learning rate given: pass one per step as a schedule '
