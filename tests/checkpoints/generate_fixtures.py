@@ -13,7 +13,8 @@ applies ``STEPS`` updates on fixed numpy gradients, and writes
   under the same name);
 * ``<case>/continuation.msgpack``: the legacy continuation, i.e. the next
   ``CONTINUE`` gradients, the params after each further step and the
-  container's final state dict;
+  container's final state dict (every step runs under ``jax.jit``, as a
+  training loop does);
 
 and ``manifest.json`` describing every case (optimizer spec, params layout,
 container), which the tests use to build templates.
@@ -158,8 +159,11 @@ def generate_case(name, spec, layout, container, frozen):
   if frozen:
     grads = [core.freeze(g) for g in grads]
   optimizer = _spec.parse(spec).build(optim).create(params)
+  # A training loop steps under jit, as the fidelity suite's golden data
+  # does (XLA fuses p - lr * g; op-by-op eager steps round differently).
+  step = jax.jit(lambda opt, g: opt.apply_gradient(g))
   for g in grads[:STEPS]:
-    optimizer = optimizer.apply_gradient(g)
+    optimizer = step(optimizer, g)
   ema = jax.tree_util.tree_map(lambda p: p * 0.5, optimizer.target)
   case_dir = HERE / name
   case_dir.mkdir(exist_ok=True)
@@ -168,7 +172,7 @@ def generate_case(name, spec, layout, container, frozen):
 
   targets = []
   for g in grads[STEPS:]:
-    optimizer = optimizer.apply_gradient(g)
+    optimizer = step(optimizer, g)
     targets.append(optimizer.target)
   continuation = {
       'grads': {str(i): g for i, g in enumerate(grads[STEPS:])},

@@ -1,0 +1,400 @@
+"""flax.optim checkpoints written by REAL flax 0.5.3: restore, continue, convert.
+
+Fixtures (tests/checkpoints/, from generate_fixtures.py in the oracle venv)
+cover every algorithm and the usual containers. Expected values are the
+files themselves and the oracle's continuation, never this code's output.
+"""
+
+import functools
+import hashlib
+import os
+import pathlib
+import subprocess
+import sys
+import warnings
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+from flax import core
+from flax import nnx
+from flax import serialization
+from flax.training import checkpoints as flax_checkpoints
+from flax.training import train_state
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent / 'checkpoints'))
+import fixture_lib as fx  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+import compat  # pylint: disable=g-import-not-at-top,wrong-import-position
+import legacy_optim  # pylint: disable=g-import-not-at-top,wrong-import-position
+from compat import _atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
+from compat import _convert  # pylint: disable=g-import-not-at-top,wrong-import-position
+from compat import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
+from legacy_optim import _restore  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
+
+ORACLE_PYTHON = os.environ.get('LEGACY_FLAX_PYTHON',
+                               '/opt/venvs/oracle/bin/python')
+
+
+def _continue_legacy(name, optimizer):
+  """Applies the oracle's continuation gradients; returns each target."""
+  targets = []
+  for grad in fx.continuation(name)['grads']:
+    optimizer = optimizer.apply_gradient(fx.like(optimizer.target, grad))
+    targets.append(optimizer.target)
+  return optimizer, targets
+
+
+def _restored(name):
+  return fx.optimizer_in(name, serialization.from_bytes(
+      fx.template(name), fx.checkpoint_bytes(name)))
+
+
+@functools.lru_cache(maxsize=None)
+def _legacy_continuation(name):
+  """The legacy Optimizer restored from fixture ``name``, then continued."""
+  return _continue_legacy(name, _restored(name))
+
+
+def _digest(path: pathlib.Path):
+  files = sorted(p for p in path.rglob('*')) if path.is_dir() else [path]
+  return [(str(p), p.stat().st_mtime_ns,
+           hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else '')
+          for p in files]
+
+
+# ------------------------------------------------------------- restoring
+
+
+@pytest.mark.parametrize('name', fx.CASES)
+def test_fixture_restores_bit_exactly_through_from_bytes(name):
+  data = fx.checkpoint_bytes(name)
+  restored = serialization.from_bytes(fx.template(name), data)
+  fx.assert_identical(serialization.msgpack_restore(data),
+                      serialization.to_state_dict(restored))
+  # Re-serializing gives the file back, byte for byte.
+  assert serialization.to_bytes(restored) == data
+
+
+@pytest.mark.parametrize('name', fx.CASES)
+def test_fixture_restores_through_restore_checkpoint(name):
+  directory = fx.checkpoint_path(name).parent
+  restored = flax_checkpoints.restore_checkpoint(
+      str(directory), target=fx.template(name))
+  optimizer = fx.optimizer_in(name, restored)
+  assert isinstance(optimizer, legacy_optim.Optimizer)
+  assert int(optimizer.state.step) == fx.case(name)['step']
+  fx.assert_identical(
+      serialization.msgpack_restore(fx.checkpoint_bytes(name)),
+      serialization.to_state_dict(restored))
+
+
+@pytest.mark.parametrize('name', fx.CASES)
+def test_training_continues_like_flax_0_5_3(name):
+  start = _restored(name).target
+  oracle = fx.continuation(name)
+  optimizer, targets = _legacy_continuation(name)
+  for k, (ours, theirs) in enumerate(zip(targets, oracle['targets'])):
+    ours = serialization.to_state_dict(ours)
+    if fx.is_bitwise(name):
+      fx.assert_identical(theirs, ours, f'target after step {k + 1}')
+    else:
+      error = fx.update_error(serialization.to_state_dict(start), theirs, ours)
+      assert error <= fx.fidelity_bound(name), (
+          f'{name}: relative error of the accumulated update after step '
+          f'{k + 1} is {error:.3g} > {fx.fidelity_bound(name):.3g}')
+  final = checkpoints._infer.lookup(  # pylint: disable=protected-access
+      oracle['final'], fx.optimizer_path(name))
+  assert int(optimizer.state.step) == int(final['state']['step'])
+  if fx.is_bitwise(name):
+    fx.assert_identical(final, serialization.to_state_dict(optimizer))
+
+
+# ----------------------------------------------------- template-free read
+
+
+@pytest.mark.parametrize('name', fx.CASES)
+def test_load_legacy_checkpoint_reports_what_the_file_holds(name):
+  ckpt = compat.load_legacy_checkpoint(fx.checkpoint_path(name).parent)
+  fx.assert_identical(serialization.msgpack_restore(fx.checkpoint_bytes(name)),
+                      ckpt.state_dict)
+  assert ckpt.step == fx.case(name)['step']
+  assert ckpt.optimizer_path == fx.optimizer_path(name)
+  assert ckpt.num_params == len(fx.case(name)['layout'])
+  assert ckpt.nbytes == fx.case(name)['bytes']
+  algorithms = set(fx.spec(name).algorithms())
+  if 'MultiOptimizer' in algorithms:
+    assert ckpt.algorithms == ('MultiOptimizer',)
+    assert None in ckpt.leaf_fields.values()  # The unmatched leaf.
+  elif 'WeightNorm' in algorithms:
+    assert ckpt.algorithms == ('WeightNorm',)
+  else:
+    (algorithm,) = algorithms
+    assert algorithm in ckpt.algorithms
+    for fields in ckpt.leaf_fields.values():
+      assert set(fields) == set(_restore.PARAM_STATE_FIELDS[algorithm])
+
+
+INFERRED = {
+    'sgd': 'GradientDescent()',
+    'sgd_mixed_dtypes': 'GradientDescent()',
+    'adadelta': 'Adadelta()',
+    # Written with min_dim_size_to_factor=2; every value from 2 to 3 gives
+    # these params the same layout, and inference names the largest.
+    'adafactor_factored': 'Adafactor(min_dim_size_to_factor=3)',
+    'adafactor_unfactored': 'Adafactor(beta1=0.9)',
+    'adagrad': 'Adagrad()',
+    'rmsprop': 'RMSProp(centered=False)',
+    'rmsprop_centered': 'RMSProp(centered=True)',
+}
+
+
+@pytest.mark.parametrize('name', fx.CASES)
+def test_inferred_spec_has_the_checkpoints_layout(name):
+  ckpt = compat.load_legacy_checkpoint(fx.checkpoint_path(name))
+  assert ckpt.spec == INFERRED.get(name)
+  if ckpt.spec is None:
+    with pytest.raises(ValueError, match='Cannot infer the optimizer'):
+      ckpt.optimizer()
+    return
+  optimizer = ckpt.optimizer()  # Restores through the validating template.
+  fx.assert_identical(ckpt.optimizer_state_dict,
+                      serialization.to_state_dict(optimizer))
+
+
+def test_adafactor_factored_without_factored_leaves_is_inferred_unfactored():
+  ckpt = compat.load_legacy_checkpoint(
+      fx.checkpoint_path('adafactor_unfactored'))
+  # No leaf is factored and none reaches the default min_dim_size (128).
+  assert 'factored' not in ckpt.spec
+
+
+# ------------------------------------------------------------ validation
+
+
+def _mutated(name, mutate):
+  state_dict = serialization.msgpack_restore(fx.checkpoint_bytes(name))
+  mutate(state_dict)
+  return serialization.msgpack_serialize(state_dict, in_place=True)
+
+
+MUTATIONS = {
+    'transposed kernel': (
+        lambda sd: sd['target']['dense'].__setitem__(
+            'kernel', sd['target']['dense']['kernel'].T.copy()),
+        ['target/dense/kernel: expected float32[3, 4], found float32[4, 3]']),
+    'float16 state': (
+        lambda sd: sd['state']['param_states']['embed']['embedding'].__setitem__(
+            'momentum', sd['state']['param_states']['embed']['embedding'][
+                'momentum'].astype(np.float16)),
+        ['state/param_states/embed/embedding/momentum: expected float32[5, 3], '
+         'found float16[5, 3]']),
+    'missing and extra entries': (
+        lambda sd: sd['state']['param_states']['dense'].update(
+            bias=None, extra=np.zeros(2, np.float32)),
+        ['state/param_states/dense/bias: expected a dict with keys {momentum}, '
+         'found None', 'state/param_states/dense/extra: expected no entry, '
+         'found float32[2]']),
+    'negative step': (
+        lambda sd: sd['state'].__setitem__('step', np.asarray(-2, np.int32)),
+        ['state/step: expected a non-negative step, found -2']),
+    'two differences at once': (
+        lambda sd: (sd['target']['embed'].__setitem__(
+            'embedding', np.zeros((5, 4), np.float32)), sd['state'].__setitem__(
+                'step', np.asarray(3, np.int64))),
+        ['target/embed/embedding: expected float32[5, 3], found float32[5, 4]',
+         'state/step: expected int32[], found int64[]']),
+}
+
+
+@pytest.mark.parametrize('mutation', sorted(MUTATIONS))
+def test_mismatched_checkpoint_names_every_differing_path(mutation):
+  mutate, expected_lines = MUTATIONS[mutation]
+  data = _mutated('momentum', mutate)
+  with pytest.raises(_restore.RestoreMismatchError) as info:
+    serialization.from_bytes(fx.template('momentum'), data)
+  message = str(info.value)
+  for line in expected_lines:
+    assert line in message
+  assert len(info.value.differences) == len(expected_lines)
+
+
+def test_restoring_into_another_algorithm_says_which_one_wrote_it():
+  params = fx.zero_params('adagrad')
+  template = legacy_optim.Momentum(0.1).create(params)
+  with pytest.raises(_restore.RestoreMismatchError,
+                     match=r'written by Adagrad, not by Momentum'):
+    serialization.from_bytes(template, fx.checkpoint_bytes('adagrad'))
+
+
+def test_restoring_into_another_model_through_restore_checkpoint_fails():
+  params = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape[::-1]),
+                                  fx.zero_params('sgd'))
+  template = legacy_optim.GradientDescent(0.1).create(params)
+  with pytest.raises(ValueError, match='target/dense/kernel: expected '
+                     r'float32\[4, 3\], found float32\[3, 4\]'):
+    flax_checkpoints.restore_checkpoint(
+        str(fx.checkpoint_path('sgd').parent), target=template)
+
+
+def test_the_documented_way_to_restore_into_a_changed_model():
+  # Read the raw dict, edit it, restore: the escape hatch for deliberate
+  # changes (here: a wider embedding, zero-padded) instead of strict=False.
+  ckpt = compat.load_legacy_checkpoint(fx.checkpoint_path('sgd'))
+  state_dict = ckpt.optimizer_state_dict
+  wide = np.pad(state_dict['target']['embed']['embedding'], ((0, 0), (0, 1)))
+  state_dict['target']['embed']['embedding'] = wide
+  params = fx.zero_params('sgd')
+  params['embed']['embedding'] = jnp.zeros((5, 4))
+  template = legacy_optim.GradientDescent(0.1).create(params)
+  restored = serialization.from_state_dict(template, state_dict)
+  np.testing.assert_array_equal(restored.target['embed']['embedding'], wide)
+
+
+
+
+# ------------------------------------------------------------ conversion
+
+
+def _modern_params(name):
+  return jax.tree_util.tree_map(jnp.asarray,
+                                core.unfreeze(fx.zero_params(name)))
+
+
+def _restore_modern(name, to, directory):
+  """Restores a converted checkpoint the way modern code does: from a
+  template built without looking at the checkpoint. Returns (restored tree,
+  a function running one jitted training step on it)."""
+  params = _modern_params(name)
+  checkpointer = ocp.StandardCheckpointer()
+  if to == 'train_state':
+    abstract = train_state.TrainState.create(
+        apply_fn=None, params=params, tx=fx.optimizer_def(name).to_optax())
+    state = checkpointer.restore(directory / 'state', abstract)
+    step = jax.jit(lambda s, g: s.apply_gradients(grads=g))
+
+    def run(grads):
+      nonlocal state
+      state = step(state, fx.like(state.params, grads))
+      return state.params
+
+    return state, run
+  if to == 'optax':
+    tx = fx.optimizer_def(name).to_optax()
+    restored = checkpointer.restore(
+        directory / 'state', {'params': params, 'opt_state': tx.init(params)})
+
+    @jax.jit
+    def optax_step(params, opt_state, grads):
+      updates, opt_state = tx.update(grads, opt_state, params)
+      return optax.apply_updates(params, updates), opt_state
+
+    state = dict(restored)
+
+    def run(grads):
+      state['params'], state['opt_state'] = optax_step(
+          state['params'], state['opt_state'], fx.like(state['params'], grads))
+      return state['params']
+
+    return restored, run
+  model = fx.nnx_model(name)
+  optimizer = compat.to_nnx_optimizer(
+      fx.optimizer_def(name).create(params), model)
+  restored = checkpointer.restore(
+      directory / 'state',
+      {'model': nnx.state(model), 'optimizer': nnx.state(optimizer)})
+  nnx.update(model, restored['model'])
+  nnx.update(optimizer, restored['optimizer'])
+
+  @nnx.jit
+  def nnx_step(model, optimizer, grads):
+    optimizer.update(model, grads)
+
+  def run(grads):
+    state = nnx.state(model, nnx.Param)
+    nnx.replace_by_pure_dict(state, grads)
+    nnx_step(model, optimizer, state)
+    return nnx.state(model, nnx.Param).to_pure_dict()
+
+  return {'model': nnx.state(model).to_pure_dict(),
+          'optimizer': nnx.state(optimizer).to_pure_dict()}, run
+
+
+def _bridged(name, to):
+  """What the in-memory bridges make of the legacy Optimizer (expected)."""
+  legacy = _restored(name)
+  if to == 'train_state':
+    return compat.to_train_state(legacy, apply_fn=None)
+  if to == 'optax':
+    return {'params': legacy.target, 'opt_state': compat.to_optax(legacy)[1]}
+  model = fx.nnx_model(name)
+  optimizer = compat.to_nnx_optimizer(legacy, model)
+  return {'model': nnx.state(model).to_pure_dict(),
+          'optimizer': nnx.state(optimizer).to_pure_dict()}
+
+
+def _convert(name, to, tmp_path):
+  dst = tmp_path / 'converted'
+  report = compat.convert_checkpoint(fx.checkpoint_path(name), dst, to,
+                                     optimizer=fx.case(name)['spec'])
+  assert (report.to, report.step, report.num_params, report.bytes_read) == (
+      to, fx.case(name)['step'], len(fx.case(name)['layout']),
+      fx.case(name)['bytes'])
+  return dst
+
+
+@pytest.mark.parametrize('to', checkpoints.MODERN)
+@pytest.mark.parametrize('name', fx.CASES)
+def test_convert_restores_exact_state_and_converts_back(name, to, tmp_path):
+  before = _digest(fx.checkpoint_path(name).parent)
+  dst = _convert(name, to, tmp_path)
+  restored, _ = _restore_modern(name, to, dst)
+  expected = serialization.to_state_dict(_bridged(name, to))
+  restored = serialization.to_state_dict(restored)
+  if to == 'train_state':
+    # TrainState.create's template step is a Python int: it restores as one.
+    assert int(restored.pop('step')) == int(expected.pop('step'))
+  fx.assert_identical(expected, restored, f'{to} state')
+  back = tmp_path / 'back'
+  compat.convert_checkpoint(dst, back, 'legacy')
+  # legacy -> modern -> legacy gives the original file, byte for byte.
+  assert back.read_bytes() == fx.checkpoint_bytes(name)
+  assert _digest(fx.checkpoint_path(name).parent) == before  # Untouched.
+
+
+def _check_continuation(name, to, tmp_path):
+  dst = _convert(name, to, tmp_path)
+  _, run = _restore_modern(name, to, dst)
+  _, expected = _legacy_continuation(name)
+  for k, (grads, want) in enumerate(zip(fx.continuation(name)['grads'],
+                                        expected)):
+    fx.assert_identical(serialization.to_state_dict(want),
+                        serialization.to_state_dict(run(grads)),
+                        f'{name} via {to}, step {k + 1}')
+
+
+# A sample that touches every layout feature (dtypes, None states, nested
+# inner states, containers) in the default run; all of them under -m slow.
+CONTINUATION_SAMPLE = [('sgd_mixed_dtypes', 'nnx'), ('multi', 'train_state'),
+                       ('weight_norm_adam', 'nnx'), ('adafactor_factored',
+                                                     'optax'),
+                       ('train_state', 'train_state')]
+
+
+@pytest.mark.parametrize('name,to', CONTINUATION_SAMPLE)
+def test_converted_checkpoint_continues_bit_identically(name, to, tmp_path):
+  _check_continuation(name, to, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('to', checkpoints.MODERN)
+@pytest.mark.parametrize('name', fx.CASES)
+def test_every_converted_checkpoint_continues_bit_identically(
+    name, to, tmp_path):
+  _check_continuation(name, to, tmp_path)
