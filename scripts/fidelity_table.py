@@ -103,15 +103,10 @@ def main(argv) -> int:
                       help='print a Markdown table')
   parser.add_argument('cases', nargs='*', help='only these cases')
   args = parser.parse_args(argv)
-  unknown = [n for n in args.cases if n not in cases.CASES_BY_NAME]
-  if unknown:
-    print(f'unknown case(s): {", ".join(unknown)}', file=sys.stderr)
-    return 2
+  selected = cases.select(args.cases)
   warnings.simplefilter('ignore')
   golden = store.Golden()
   floors = store.load_floors()['cases']
-  selected = ([cases.CASES_BY_NAME[n] for n in args.cases]
-              if args.cases else cases.CASES)
   rows = [row(case, golden, floors) for case in selected]
   print(render(rows, args.markdown))
   failed = sum(not r[-1].startswith('pass') for r in rows)

@@ -67,13 +67,19 @@ def _arrays(flat: dict) -> dict:
   return {k: v for k, v in flat.items() if isinstance(v, np.ndarray)}
 
 
-def _require_bit_identity(name, what, expected, actual, error):
-  try:
-    chex.assert_trees_all_equal(_arrays(actual), _arrays(expected))
-  except AssertionError as e:
-    pytest.fail(
-        f'{name}: {what} not bit-identical to flax 0.5.3 although the floor '
-        f'is 0 (error {error:.3e}).\n{e}')
+def _assert_tracks(name, what, expected, actual, error, floor):
+  """Error within the bound; bit identity where the floor is exactly 0."""
+  if floor == 0:
+    try:
+      chex.assert_trees_all_equal(_arrays(actual), _arrays(expected))
+    except AssertionError as e:
+      pytest.fail(
+          f'{name}: {what} not bit-identical to flax 0.5.3 although the floor '
+          f'is 0 (error {error:.3e}).\n{e}')
+  limit = store.bound(floor)
+  assert error <= limit, (
+      f'{name}: {what} error {error:.3e} > bound {limit:.3e} (floor '
+      f'{floor:.3e}: flax 0.5.3 rules on today\'s JAX vs real flax 0.5.3).')
 
 
 def test_grid_covers_every_algorithm():
@@ -101,17 +107,11 @@ def test_accumulated_update_tracks_flax_053(case):
   result = _checked_result(case)
   expected = GOLDEN.params(name)
   problems = store.layout_differences(expected, result.final)
-  assert not problems, f'{name}: params differ in structure or dtype: ' + (
-      '; '.join(problems))
+  assert not problems, (
+      f'{name}: params differ in structure or dtype: ' + '; '.join(problems))
   error = store.update_error(result.initial, expected, result.final)
-  floor = FLOORS[name]['params']
-  if floor == 0:
-    _require_bit_identity(name, 'params', expected, result.final, error)
-  limit = store.bound(floor)
-  assert error <= limit, (
-      f'{name}: accumulated-update error {error:.3e} > bound {limit:.3e} '
-      f'(floor {floor:.3e}: flax 0.5.3 rules on today\'s JAX vs real flax '
-      '0.5.3).')
+  _assert_tracks(name, 'accumulated update', expected, result.final, error,
+                 FLOORS[name]['params'])
 
 
 @pytest.mark.parametrize('case', cases.CASES, ids=_ids)
@@ -124,10 +124,5 @@ def test_final_state_matches_flax_053(case):
       f'{name}: the state dict differs from flax 0.5.3\'s checkpoint layout: '
       + '; '.join(problems))
   error = store.state_error(expected, result.state)
-  floor = FLOORS[name]['state']
-  if floor == 0:
-    _require_bit_identity(name, 'state', expected, result.state, error)
-  limit = store.bound(floor)
-  assert error <= limit, (
-      f'{name}: state error {error:.3e} > bound {limit:.3e} (floor '
-      f'{floor:.3e}).')
+  _assert_tracks(name, 'state', expected, result.state, error,
+                 FLOORS[name]['state'])

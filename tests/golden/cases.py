@@ -254,6 +254,15 @@ if len(CASES_BY_NAME) != len(CASES):
   raise ValueError('duplicate case names in the fidelity grid')
 
 
+def select(names) -> list:
+  """The named cases (all of them for no names); ValueError for unknowns."""
+  unknown = [name for name in names if name not in CASES_BY_NAME]
+  if unknown:
+    raise ValueError(f'unknown case(s): {", ".join(unknown)}; known: '
+                     f'{", ".join(CASES_BY_NAME)}')
+  return [CASES_BY_NAME[name] for name in names] if names else list(CASES)
+
+
 def algorithms(case) -> list:
   """Every algorithm class name a case uses (its own, inner, sub)."""
   found = []

@@ -22,7 +22,6 @@ Run with today's environment, after ``generate_oracle.py``::
 import argparse
 import importlib.util
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -32,9 +31,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import flax
 import jax
-import numpy as np
 from flax import core
 from flax import jax_utils
 from flax import serialization
@@ -124,7 +121,7 @@ def measure(optim, case, golden) -> dict:
                      'written; run generate_oracle.py first.')
   result = runner.run_case(optim, traverse_util, case)
   for kind in ('params', 'grads'):
-    if result.__dict__[f'{kind}_digest'] != entry[f'{kind}_digest']:
+    if getattr(result, f'{kind}_digest') != entry[f'{kind}_digest']:
       raise SystemExit(f'{name}: the {kind} generated here differ from the '
                        "oracle's (NumPy stream or dtype conversion changed).")
   oracle_state = golden.state(name)
@@ -157,12 +154,7 @@ def main(argv) -> int:
   warnings.simplefilter('ignore', DeprecationWarning)
   golden = store.Golden()
 
-  unknown = [n for n in args.cases if n not in cases.CASES_BY_NAME]
-  if unknown:
-    print(f'unknown case(s): {", ".join(unknown)}', file=sys.stderr)
-    return 2
-  selected = ([cases.CASES_BY_NAME[n] for n in args.cases]
-              if args.cases else cases.CASES)
+  selected = cases.select(args.cases)
   floors = {}
   if args.cases and os.path.exists(store.FLOORS_JSON):
     floors = {name: value for name, value in store.load_floors()['cases'].items()
@@ -176,18 +168,10 @@ def main(argv) -> int:
           f'state {floor["state"]:9.2e}{note}', flush=True)
   total = time.perf_counter() - start
 
-  meta = {
-      'oracle': golden.meta,
-      'flax_rules_from': os.path.join(site_packages, 'flax', 'optim'),
-      'flax_rules_version': version,
-      'flax': flax.__version__,
-      'jax': jax.__version__,
-      'jaxlib': jax.lib.__version__,
-      'numpy': np.__version__,
-      'python': platform.python_version(),
-      'machine': platform.machine(),
-      'seconds_last_run': round(total, 1),
-  }
+  meta = dict(
+      runner.environment(), oracle=golden.meta,
+      flax_rules_from=os.path.join(site_packages, 'flax', 'optim'),
+      flax_rules_version=version, seconds_last_run=round(total, 1))
   store.save_floors(floors, meta)
   print(f'{len(selected)} case(s) in {total:.1f} s -> {store.FLOORS_JSON}')
   return 0

@@ -11,7 +11,6 @@ optimizer state dict go to ``oracle.npz``, digests and layouts to
 """
 
 import os
-import platform
 import sys
 import time
 import warnings
@@ -22,7 +21,6 @@ warnings.simplefilter('ignore', DeprecationWarning)
 warnings.simplefilter('ignore', FutureWarning)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax
 import numpy as np
 
 import flax
@@ -59,11 +57,7 @@ def main(argv) -> int:
     return 2
   # flax.optim's __init__ installed an 'always' filter for its warnings.
   warnings.simplefilter('ignore', DeprecationWarning)
-  unknown = [name for name in argv if name not in cases.CASES_BY_NAME]
-  if unknown:
-    print(f'unknown case(s): {", ".join(unknown)}', file=sys.stderr)
-    return 2
-  selected = [cases.CASES_BY_NAME[n] for n in argv] if argv else cases.CASES
+  selected = cases.select(argv)
   results = _existing_results() if argv else {}
 
   start = time.perf_counter()
@@ -81,16 +75,8 @@ def main(argv) -> int:
     print(f'{case["name"]:<45} {seconds:6.1f} s', flush=True)
   total = time.perf_counter() - start
 
-  meta = {
-      'flax': flax.__version__,
-      'jax': jax.__version__,
-      'jaxlib': jax.lib.__version__,
-      'numpy': np.__version__,
-      'python': platform.python_version(),
-      'machine': platform.machine(),
-      'steps': cases.STEPS,
-      'seconds_last_run': round(total, 1),
-  }
+  meta = dict(runner.environment(), steps=cases.STEPS,
+              seconds_last_run=round(total, 1))
   store.save_oracle(results, meta)
   print(f'{len(selected)} case(s) in {total:.1f} s -> {store.ORACLE_NPZ} '
         f'({os.path.getsize(store.ORACLE_NPZ) / 1e6:.2f} MB)')

@@ -7,8 +7,10 @@ Only the ``optim``/``traverse_util`` modules passed in differ.
 """
 
 import dataclasses
+import platform
 from typing import Any, Optional
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -103,3 +105,15 @@ def run_case(optim_module, traverse_module, case,
       state=flatten_state_dict(serialization.to_state_dict(optimizer.state)),
       params_digest=params_digest.hexdigest(),
       grads_digest=grads_digest.hexdigest())
+
+
+def environment() -> dict:
+  """Versions of what ran the cases (recorded next to the data)."""
+  return {
+      'flax': flax.__version__,
+      'jax': jax.__version__,
+      'jaxlib': jax.lib.__version__,
+      'numpy': np.__version__,
+      'python': platform.python_version(),
+      'machine': platform.machine(),
+  }
