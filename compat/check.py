@@ -4,7 +4,7 @@ Trains a small built-in model (a two-layer linen MLP on synthetic regression
 data) with every configuration of ``compat._configs``: ``2K`` steps through the
 legacy ``Optimizer``, and ``K`` legacy steps followed by ``K`` steps on each
 new path: a raw Optax loop (``to_optax``; with ``--eager`` also without jit,
-against an eager legacy run), ``TrainState.apply_gradients`` and
+against the legacy rule run op by op), ``TrainState.apply_gradients`` and
 ``nnx.Optimizer.update`` on a ``bridge.ToNNX`` model. The ``round trip``
 column converts the legacy state to Optax and back. Prints one table saying,
 per configuration and path, whether the result is bit-identical to the legacy
@@ -46,7 +46,8 @@ class MLP(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    return nn.Dense(_OUT)(jnp.tanh(nn.Dense(_HIDDEN)(x)))
+    hidden = jnp.tanh(nn.Dense(_HIDDEN)(x))  # Dense_0
+    return nn.Dense(_OUT)(hidden)  # Dense_1
 
 
 def _loss(params, x, y):
@@ -80,34 +81,51 @@ class Problem:
 # ------------------------------------------------------------------ paths
 
 
-def _legacy_step(config, optimizer, grads):
+def legacy_update(config, optimizer, grads):
+  """One legacy step as users wrote it: ``Optimizer.apply_gradient``."""
   return optimizer.apply_gradient(
       grads, **config.legacy_overrides(optimizer.state.step))
 
 
-_legacy_step_jit = jax.jit(_legacy_step, static_argnums=0)
+legacy_step = jax.jit(legacy_update, static_argnums=0)
+
+
+def legacy_rule_update(config, optimizer, grads):
+  """One legacy step op by op: ``OptimizerDef.apply_gradient``.
+
+  ``Optimizer.apply_gradient`` outside jit runs one compiled step (see
+  ``legacy_optim._eager``), which rounds like the jitted columns (XLA fuses
+  ``p - lr * g`` into one multiply-add); the eager column compares op by op
+  with op by op instead.
+  """
+  opt_def = optimizer.optimizer_def
+  hyper_params = opt_def.update_hyper_params(
+      **config.legacy_overrides(optimizer.state.step))
+  target, state = opt_def.apply_gradient(hyper_params, optimizer.target,
+                                         optimizer.state, grads)
+  return optimizer.replace(target=target, state=state)
 
 
 def run_legacy(config, problem, optimizer, start, stop, jit=True):
   """Legacy steps ``start..stop-1``; returns the ``Optimizer``."""
-  step = _legacy_step_jit if jit else _legacy_step
+  step = legacy_step if jit else legacy_rule_update
   for i in range(start, stop):
     optimizer = step(config, optimizer, problem.grads(optimizer.target, i))
   return optimizer
 
 
-def _optax_step(tx, params, opt_state, grads):
+def optax_update(tx, params, opt_state, grads):
   updates, opt_state = tx.update(grads, opt_state, params)
   return optax.apply_updates(params, updates), opt_state
 
 
-_optax_step_jit = jax.jit(_optax_step, static_argnums=0)
+optax_step = jax.jit(optax_update, static_argnums=0)
 
 
 def run_optax(config, problem, optimizer, start, stop, jit=True):
   """Converts with ``to_optax``, runs a raw Optax loop, converts back."""
   tx, opt_state = compat.to_optax(optimizer, **config.optax_overrides())
-  step = _optax_step_jit if jit else _optax_step
+  step = optax_step if jit else optax_update
   params = optimizer.target
   for i in range(start, stop):
     params, opt_state = step(tx, params, opt_state, problem.grads(params, i))
@@ -128,9 +146,9 @@ def run_train_state(config, problem, optimizer, start, stop):
 
 
 @nnx.jit
-def _nnx_step(model, nnx_opt, grads):
+def nnx_step(model, nnx_opt, grads):
   grad_state = jax.tree_util.tree_map(lambda v: v, nnx.state(model, nnx.Param))
-  grad_state.replace_by_pure_dict(grads)
+  nnx.replace_by_pure_dict(grad_state, grads)
   nnx_opt.update(model, grad_state)
 
 
@@ -140,9 +158,9 @@ def run_nnx(config, problem, optimizer, start, stop):
   nnx_opt = compat.to_nnx_optimizer(optimizer, model,
                                     **config.optax_overrides())
   for i in range(start, stop):
-    params = nnx.state(model, nnx.Param).to_pure_dict()
-    _nnx_step(model, nnx_opt, problem.grads(params, i))
-  return nnx.state(model, nnx.Param).to_pure_dict()
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    nnx_step(model, nnx_opt, problem.grads(params, i))
+  return nnx.to_pure_dict(nnx.state(model, nnx.Param))
 
 
 # ------------------------------------------------------------ one config
@@ -158,43 +176,57 @@ class Comparison:
 
 def run_config(config, problem: Problem, k: int,
                paths: Sequence[str] = PATHS) -> dict[str, Comparison]:
-  """Runs ``config`` on ``paths``; exceptions are recorded, not raised."""
-  results = {}
-  try:
-    start = config.create(problem.params)
-    mid = run_legacy(config, problem, start, 0, k)
-    reference = run_legacy(config, problem, mid, k, 2 * k)
-    if 'optax (eager)' in paths:
-      mid_eager = run_legacy(config, problem, start, 0, k, jit=False)
-      reference_eager = run_legacy(config, problem, mid_eager, k, 2 * k,
-                                   jit=False)
-  except Exception as e:  # pylint: disable=broad-except
-    return {path: Comparison(None, error=e) for path in paths}
+  """Runs ``config`` on ``paths``; exceptions are recorded, not raised.
+
+  The legacy runs (``k`` steps, then ``k`` more: the reference) are shared by
+  the paths that need them and run only when one does.
+  """
+  legacy_runs = {}
+
+  def legacy(jit=True):
+    """(legacy optimizer after k steps, after 2k steps)."""
+    if jit not in legacy_runs:
+      start = config.create(problem.params)
+      mid = run_legacy(config, problem, start, 0, k, jit)
+      legacy_runs[jit] = mid, run_legacy(config, problem, mid, k, 2 * k, jit)
+    return legacy_runs[jit]
+
+  def round_trip():
+    mid, _ = legacy()
+    return Comparison(mid, compat.from_optax(
+        mid.optimizer_def, mid.target, compat.to_optax(mid)[1]))
+
+  def optax_loop(jit):
+    mid, reference = legacy(jit)
+    return Comparison(reference, run_optax(config, problem, mid, k, 2 * k,
+                                           jit))
+
+  def train_state():
+    mid, reference = legacy()
+    state = run_train_state(config, problem, mid, k, 2 * k)
+    back = compat.from_optax(reference.optimizer_def, state.params,
+                             state.opt_state)
+    return Comparison((reference, reference.state.step), (back, state.step))
+
+  def nnx_optimizer():
+    mid, reference = legacy()
+    return Comparison(reference.target, run_nnx(config, problem, mid, k,
+                                                2 * k))
 
   runners: dict[str, Callable[[], Comparison]] = {
-      'round trip': lambda: Comparison(mid, compat.from_optax(
-          mid.optimizer_def, mid.target, compat.to_optax(mid)[1])),
-      'optax': lambda: Comparison(reference, run_optax(
-          config, problem, mid, k, 2 * k)),
-      'optax (eager)': lambda: Comparison(reference_eager, run_optax(
-          config, problem, mid_eager, k, 2 * k, jit=False)),
-      'TrainState': lambda: _train_state_comparison(
-          reference, run_train_state(config, problem, mid, k, 2 * k)),
-      'nnx.Optimizer': lambda: Comparison(reference.target, run_nnx(
-          config, problem, mid, k, 2 * k)),
+      'round trip': round_trip,
+      'optax': lambda: optax_loop(jit=True),
+      'optax (eager)': lambda: optax_loop(jit=False),
+      'TrainState': train_state,
+      'nnx.Optimizer': nnx_optimizer,
   }
+  results = {}
   for path in paths:
     try:
       results[path] = runners[path]()
     except Exception as e:  # pylint: disable=broad-except
       results[path] = Comparison(None, error=e)
   return results
-
-
-def _train_state_comparison(reference, state) -> Comparison:
-  back = compat.from_optax(reference.optimizer_def, state.params,
-                           state.opt_state)
-  return Comparison((reference, reference.state.step), (back, state.step))
 
 
 def max_difference(expected, actual) -> Optional[float]:
@@ -287,7 +319,7 @@ def _parse_args(argv):
                       '(case-insensitive; repeatable)')
   parser.add_argument('--eager', action='store_true',
                       help='also run the raw Optax loop without jit (against '
-                      'an eager legacy run; slower)')
+                      'the legacy rule run op by op; slower)')
   parser.add_argument('--list', action='store_true',
                       help='list the configurations and exit')
   parser.add_argument('--no-progress', action='store_true',
