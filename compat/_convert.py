@@ -226,8 +226,8 @@ def to_legacy(src: pathlib.Path, dst: pathlib.Path, dst_is_dir: bool,
     raise ValueError(
         f'The {kind} step ({int(np.asarray(stored_step))}) differs from the '
         f"optimizer state's count ({step}); the legacy format has one step.")
-  opt_sd = jax.tree_util.tree_map(np.asarray,
-                                  serialization.to_state_dict(restored))
+  # In the legacy key order ('target' first): tree_map would sort the keys.
+  opt_sd = serialization.to_state_dict(restored)
   if meta and meta.get('layout'):
     state_dict = checkpoints.rebuild_state_dict(meta['layout'], opt_sd, extras)
   else:

@@ -7,6 +7,8 @@ files themselves and the oracle's continuation, never this code's output.
 
 import functools
 import hashlib
+import io
+import json
 import os
 import pathlib
 import subprocess
@@ -32,7 +34,7 @@ import fixture_lib as fx  # pylint: disable=g-import-not-at-top,wrong-import-pos
 import compat  # pylint: disable=g-import-not-at-top,wrong-import-position
 import legacy_optim  # pylint: disable=g-import-not-at-top,wrong-import-position
 from compat import _atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
-from compat import _convert  # pylint: disable=g-import-not-at-top,wrong-import-position
+from compat import _convert as convert_impl  # pylint: disable=g-import-not-at-top,wrong-import-position
 from compat import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
 from legacy_optim import _restore  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -398,3 +400,233 @@ def test_converted_checkpoint_continues_bit_identically(name, to, tmp_path):
 def test_every_converted_checkpoint_continues_bit_identically(
     name, to, tmp_path):
   _check_continuation(name, to, tmp_path)
+
+
+# ----------------------------------------- modern -> legacy, checked by 0.5.3
+
+
+def _user_train_state_to_legacy(name, tmp_path) -> pathlib.Path:
+  """fixture -> TrainState -> 3 jitted modern steps -> the user's own Orbax
+  TrainState checkpoint (no conversion record) -> ``--to legacy``."""
+  dst = _convert(name, 'train_state', tmp_path)
+  abstract = train_state.TrainState.create(
+      apply_fn=None, params=_modern_params(name),
+      tx=fx.optimizer_def(name).to_optax())
+  state = ocp.StandardCheckpointer().restore(dst / 'state', abstract)
+  step = jax.jit(lambda s, g: s.apply_gradients(grads=g))
+  for grads in fx.continuation(name)['grads']:
+    state = step(state, fx.like(state.params, grads))
+  checkpointer = ocp.StandardCheckpointer()
+  checkpointer.save(tmp_path / 'user_checkpoint', state)
+  checkpointer.wait_until_finished()
+  legacy = tmp_path / 'legacy'
+  assert checkpoints.main([
+      str(tmp_path / 'user_checkpoint'), str(legacy), '--to', 'legacy',
+      '--optimizer', fx.case(name)['spec']]) == 0
+  # Our own reading of the file agrees with the modern state it came from.
+  restored = serialization.from_bytes(fx.template_optimizer(name),
+                                      legacy.read_bytes())
+  assert int(restored.state.step) == int(state.step) == 6
+  fx.assert_identical(
+      serialization.to_state_dict(state.opt_state),
+      serialization.to_state_dict(compat.to_optax(restored)[1]))
+  fx.assert_identical(serialization.to_state_dict(state.params),
+                      serialization.to_state_dict(restored.target))
+  return legacy
+
+
+def _check_with_flax_0_5_3(names, tmp_path):
+  if not pathlib.Path(ORACLE_PYTHON).exists() and not os.environ.get(
+      'REQUIRE_ORACLE'):
+    pytest.skip(f'flax 0.5.3 oracle interpreter not found at {ORACLE_PYTHON} '
+                '(set LEGACY_FLAX_PYTHON; REQUIRE_ORACLE=1 makes this fatal)')
+  files = [f'{name}={_user_train_state_to_legacy(name, tmp_path / name)}'
+           for name in names]
+  script = pathlib.Path(fx.HERE) / 'oracle_restore.py'
+  out = subprocess.run([ORACLE_PYTHON, str(script)] + files, check=True,
+                       capture_output=True, text=True, timeout=600)
+  problems = json.loads(out.stdout.strip().splitlines()[-1])
+  assert problems == {name: [] for name in names}
+
+
+def test_flax_0_5_3_restores_files_converted_from_a_train_state(tmp_path):
+  _check_with_flax_0_5_3(['multi', 'weight_norm_adam'], tmp_path)
+
+
+@pytest.mark.slow
+def test_flax_0_5_3_restores_every_algorithm_converted_back(tmp_path):
+  _check_with_flax_0_5_3(fx.BARE_CASES, tmp_path)
+
+
+# ------------------------------------------- CLI, safety of the destination
+
+
+def test_cli_prints_what_it_converted(tmp_path, capsys):
+  dst = tmp_path / 'out'
+  assert checkpoints.main([str(fx.checkpoint_path('sgd').parent), str(dst),
+                           '--to', 'nnx']) == 0
+  out = capsys.readouterr().out
+  assert 'optimizer GradientDescent() [inferred]' in out
+  assert 'step 3, 3 params (31 values)' in out
+  assert f'read {fx.case("sgd")["bytes"]} bytes' in out
+  assert f'wrote {checkpoints.disk_size(dst)} bytes' in out
+
+
+def test_cli_info_lists_state_fields_and_candidates(capsys):
+  assert checkpoints.main(['--info', str(fx.checkpoint_path('multi'))]) == 0
+  out = capsys.readouterr().out
+  assert "dense/kernel: ['momentum'] (LARS, Momentum)" in out
+  assert 'embed/embedding: None (not optimized)' in out
+  assert 'ambiguous: pass --optimizer' in out
+
+
+def test_cli_ambiguous_algorithm_asks_for_the_optimizer(tmp_path, capsys):
+  dst = tmp_path / 'out'
+  assert checkpoints.main([str(fx.checkpoint_path('adam')), str(dst)]) == 1
+  err = capsys.readouterr().err
+  assert 'Cannot infer the optimizer' in err
+  assert 'AdaBelief, Adam, LAMB' in err and '--optimizer' in err
+  assert not dst.exists()
+
+
+def test_cli_plain_spec_for_a_partially_optimized_checkpoint(tmp_path):
+  # A plain spec is wrapped in a MultiOptimizer owning the params with state
+  # (what create(target, focus=...) built); the frozen leaf stays frozen.
+  ckpt = compat.load_legacy_checkpoint(fx.checkpoint_path('multi'))
+  with pytest.raises(_restore.RestoreMismatchError):
+    ckpt.optimizer('Momentum(0.1)')  # Wrong for the Adam-owned bias.
+  opt_def = ckpt.optimizer_def(
+      "MultiOptimizer(('kernel', Momentum(0.1)), ('bias', Adam(0.1)))")
+  assert isinstance(opt_def, legacy_optim.MultiOptimizer)
+
+
+def test_existing_destination_is_refused_and_both_stay_untouched(tmp_path):
+  src = fx.checkpoint_path('momentum')
+  dst = tmp_path / 'out'
+  dst.mkdir()
+  (dst / 'keep.txt').write_text('precious')
+  src_before, dst_before = _digest(src.parent), _digest(dst)
+  assert checkpoints.main([str(src), str(dst), '--optimizer',
+                           'Momentum(0.1)']) == 1
+  with pytest.raises(FileExistsError, match='--force'):
+    compat.convert_checkpoint(src, dst, optimizer='Momentum(0.1)')
+  assert _digest(src.parent) == src_before
+  assert _digest(dst) == dst_before
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
+
+
+def test_force_replaces_the_destination(tmp_path):
+  dst = tmp_path / 'out'
+  dst.mkdir()
+  (dst / 'old.txt').write_text('old')
+  assert checkpoints.main([str(fx.checkpoint_path('sgd')), str(dst),
+                           '--force']) == 0
+  assert not (dst / 'old.txt').exists() and (dst / 'state').is_dir()
+  legacy = tmp_path / 'legacy'
+  legacy.write_bytes(b'old')
+  assert checkpoints.main([str(dst), str(legacy), '--force']) == 0
+  assert legacy.read_bytes() == fx.checkpoint_bytes('sgd')
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['legacy', 'out']
+
+
+def test_source_and_destination_must_not_overlap(tmp_path):
+  src = fx.checkpoint_path('sgd')
+  with pytest.raises(ValueError, match='never modified'):
+    compat.convert_checkpoint(src, src, force=True)
+  with pytest.raises(ValueError, match='never modified'):
+    compat.convert_checkpoint(src.parent, src.parent / 'x')
+
+
+def test_legacy_destination_directory_gets_checkpoint_step(tmp_path):
+  converted = _convert('sgd', 'optax', tmp_path)
+  out_dir = tmp_path / 'legacy_dir'
+  out_dir.mkdir()
+  compat.convert_checkpoint(converted, out_dir, 'legacy')
+  assert (out_dir / 'checkpoint_3').read_bytes() == fx.checkpoint_bytes('sgd')
+  # flax's restore_checkpoint finds it there.
+  restored = flax_checkpoints.restore_checkpoint(
+      str(out_dir), target=fx.template('sgd'))
+  assert int(restored.state.step) == 3
+
+
+class _Interrupted(Exception):
+  pass
+
+
+def _interrupt_after_partial_write(real):
+  """Wraps a writer: does part of its work, then fails."""
+
+  def writer(tmp, *args, **kwargs):
+    real(tmp, *args, **kwargs)
+    for path in sorted(pathlib.Path(tmp).rglob('*')) if pathlib.Path(
+        tmp).is_dir() else [pathlib.Path(tmp)]:
+      if path.is_file():
+        path.write_bytes(path.read_bytes()[:1])  # Truncate what was written.
+        break
+    raise _Interrupted('simulated crash mid-write')
+
+  return writer
+
+
+@pytest.mark.parametrize('direction', ['to_orbax', 'to_legacy'])
+def test_interrupted_conversion_leaves_no_partial_destination(
+    direction, tmp_path, monkeypatch):
+  converted = _convert('momentum', 'train_state', tmp_path)
+  listing = sorted(p.name for p in tmp_path.iterdir())
+  dst = tmp_path / 'dst'
+  if direction == 'to_orbax':
+    monkeypatch.setattr(
+        convert_impl, 'write_modern',
+        _interrupt_after_partial_write(convert_impl.write_modern))
+    call = lambda: compat.convert_checkpoint(
+        fx.checkpoint_path('momentum'), dst, optimizer='Momentum(0.1)')
+  else:
+    monkeypatch.setattr(_atomic, 'write_bytes',
+                        _interrupt_after_partial_write(_atomic.write_bytes))
+    call = lambda: compat.convert_checkpoint(converted, dst, 'legacy')
+  with pytest.raises(_Interrupted):
+    call()
+  assert not dst.exists()
+  assert sorted(p.name for p in tmp_path.iterdir()) == listing  # No debris.
+
+
+def test_keyboard_interrupt_during_commit_keeps_the_old_destination(
+    tmp_path, monkeypatch):
+  dst = tmp_path / 'file'
+  dst.write_bytes(b'old')
+  real_replace = os.replace
+
+  def interrupted_replace(a, b):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(os, 'replace', interrupted_replace)
+  with pytest.raises(KeyboardInterrupt):
+    with _atomic.atomic_destination(dst, force=True) as tmp:
+      _atomic.write_bytes(tmp, b'new')
+  monkeypatch.setattr(os, 'replace', real_replace)
+  assert dst.read_bytes() == b'old'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['file']
+
+
+def test_progress_bar_reports_phases_and_bytes(tmp_path):
+  stream = io.StringIO()
+  bar = _atomic.Progress(4 << 20, 'read', enabled=True, stream=stream)
+  bar.advance(1 << 20)
+  bar.phase('decode', 4 << 20)
+  bar.advance(4 << 20)
+  bar.close()
+  text = stream.getvalue()
+  assert 'read' in text and 'decode' in text and '100.0%' in text
+  assert '4.0/4.0 MiB' in text
+  quiet = io.StringIO()
+  silent = _atomic.Progress(1 << 40, 'read', stream=quiet)  # Not a terminal.
+  silent.advance(1 << 30)
+  silent.close()
+  assert quiet.getvalue() == ''
+
+
+def test_cli_progress_flag_draws_a_bar(tmp_path, capsys):
+  assert checkpoints.main([str(fx.checkpoint_path('sgd')), str(tmp_path / 'o'),
+                           '--progress']) == 0
+  err = capsys.readouterr().err
+  assert 'decode' in err and '%' in err
