@@ -8,6 +8,7 @@ real flax 0.5.3 (``tests/oracle_trajectories``, written by the oracle env)
 replay on the new paths; unreadable files give clear errors.
 """
 
+import functools
 import importlib.util
 import os
 import pathlib
@@ -98,9 +99,7 @@ def _nnx_model():
 
 # One def instance each, so jitted steps compile once per module.
 OPTIMIZERS = {
-    'sgd': optim.GradientDescent(0.1),
     'momentum': optim.Momentum(0.1, beta=0.9, weight_decay=1e-3),
-    'nesterov': optim.Momentum(0.05, beta=0.8, nesterov=True),
     'adam': optim.Adam(0.01, weight_decay=1e-3),
 }
 
@@ -126,7 +125,7 @@ def test_legacy_step_equals_train_state():
 
 
 def test_default_convert_gives_the_raw_optax_pair():
-  old = OPTIMIZERS['nesterov'].create(PARAMS)
+  old = OPTIMIZERS['momentum'].create(PARAMS)
   tx, _ = compat.to_optax(old)
 
   @jax.jit
@@ -154,6 +153,8 @@ def _expect_divergence(old, new_init, *, step, path, more_leaves):
   assert f'params{path}:' in message
   for part in ('elements differ', 'max |old - new| = ', 'max ulp difference'):
     assert part in message
+  if more_leaves:
+    assert f'{more_leaves} more lea' in message
   return err
 
 
@@ -208,7 +209,45 @@ def test_divergence_names_the_only_differing_leaf():
         batches=_grad_seq(('Dense_1', 'kernel')))
   assert (info.value.step, info.value.path) == (2, "['Dense_1']['kernel']")
   assert len(info.value.diffs) == 1
-  assert 'more leaves' not in str(info.value)
+  assert 'more lea' not in str(info.value)
+
+
+def _kinds():
+  """Every state kind compat.testing knows, all holding PARAMS."""
+  old = OPTIMIZERS['momentum'].create(PARAMS)
+  tx, opt_state = compat.to_optax(old)
+  model = _nnx_model()
+  nnx_opt = compat.to_nnx_optimizer(old, model)
+  both = nnx.ModelAndOptimizer(_nnx_model(), tx, wrt=nnx.Param)
+  nnx.update(both.model, nnx.state(model, nnx.Param))
+  return {
+      'legacy': old,
+      'train_state': train_state.TrainState.create(
+          apply_fn=None, params=PARAMS, tx=tx),
+      'pair': (PARAMS, opt_state),
+      'nnx_pair': (model, nnx_opt),
+      'model_and_optimizer': both,
+      'bare_module': model,
+  }
+
+
+def test_params_of_every_kind_are_the_linen_params():
+  expected = _record_core.canonical_leaves(PARAMS)
+  for kind, state in _kinds().items():
+    got = _record_core.canonical_leaves(testing.params_of(state))
+    assert [p for p, _ in got] == [p for p, _ in expected], kind
+    chex.assert_trees_all_equal([a for _, a in got], [a for _, a in expected])
+
+
+def test_opt_state_of_nnx_matches_the_legacy_optax_layout():
+  kinds = _kinds()
+  expected = _record_core.canonical_leaves(testing.opt_state_of(
+      kinds['legacy']))
+  for kind in ('pair', 'nnx_pair', 'model_and_optimizer'):
+    got = _record_core.canonical_leaves(testing.opt_state_of(kinds[kind]))
+    assert [p for p, _ in got] == [p for p, _ in expected], kind
+  with pytest.raises(TypeError, match='nnx.Module alone'):
+    testing.opt_state_of(kinds['bare_module'])
 
 
 # ----------------------------------------------------- the report's numbers
@@ -385,15 +424,20 @@ def test_trajectory_recorded_under_the_shim_replays_on_nnx(tmp_path):
       [np.asarray(x) for x in jax.tree_util.tree_leaves(opt.target)])
 
 
-@pytest.mark.parametrize('values_at', ['all', 'none', 'ends'])
+@functools.cache
+def _beta_changed():
+  """One TrainState (so one compiled step) with Momentum's beta changed."""
+  old = OPTIMIZERS['momentum'].create(PARAMS)
+  return compat.to_train_state(old, MLP().apply, overrides={'beta': 0.5})
+
+
+@pytest.mark.parametrize('values_at', ['all', 'none', 'ends', {0, 1}])
 def test_replay_catches_a_changed_hyper_param(tmp_path, values_at):
   path = tmp_path / 'm.traj'
   _record_legacy(path, values_at=values_at)
-  old = OPTIMIZERS['momentum'].create(PARAMS)
-  changed = compat.to_train_state(old, MLP().apply, overrides={'beta': 0.5})
   with pytest.raises(testing.TrainingDivergence) as info:
-    testing.assert_matches_trajectory(train_state_step, changed, BATCHES,
-                                      str(path))
+    testing.assert_matches_trajectory(train_state_step, _beta_changed(),
+                                      BATCHES, str(path))
   assert (info.value.step, info.value.path) == (2, "['Dense_0']['bias']")
   message = str(info.value)
   assert str(path) in message
@@ -500,6 +544,12 @@ def _envelope(path):
 
 def _rewrite(path, envelope):
   path.write_bytes(msgpack.packb(envelope, use_bin_type=True))
+
+
+def test_values_at_must_be_known(tmp_path):
+  with pytest.raises(ValueError, match="values_at must be 'all'"):
+    testing.record_trajectory(_identity, ({'w': np.ones(1)}, ()), [1], 1,
+                              str(tmp_path / 'x.traj'), values_at='some')
 
 
 def test_file_holds_only_plain_msgpack(recorded):

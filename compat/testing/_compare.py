@@ -173,7 +173,9 @@ def divergence(step: int, what: str, diffs: Sequence[LeafDiff],
   rest = diffs[1:]
   if rest:
     more = f' (+{len(rest) - shown} more)' if len(rest) > shown else ''
-    lines.append(f'{len(rest)} more leaves differ at this step: '
+    lines.append(f'{len(rest)} more '
+                 f'{"leaf differs" if len(rest) == 1 else "leaves differ"} '
+                 'at this step: '
                  + ', '.join(f'{what}{d.path}' for d in rest[:shown]) + more)
   lines.append(_tolerance(rtol, atol))
   if context:
