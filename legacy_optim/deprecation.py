@@ -224,7 +224,7 @@ def _optimizer_def_message(obj) -> str:
         f'{head} Average gradients yourself inside jax.pmap '
         '(grads = jax.lax.pmean(grads, axis_name)) and replicate the '
         'TrainState with flax.jax_utils.replicate, or shard it with jax.jit '
-        'and jax.sharding (compat.state_shardings). '
+        'and jax.sharding. '
         + _see(rep.SECTION_REPLICATION))
   if base == 'WeightNorm':
     return (
@@ -341,7 +341,7 @@ _SIMPLE = {
         'Optimizer.replicate() is deprecated. Replicate the TrainState with '
         'flax.jax_utils.replicate(state) and average gradients inside '
         'jax.pmap with jax.lax.pmean(grads, axis_name), or shard with jax.jit '
-        'and jax.sharding (compat.state_shardings).', rep.SECTION_REPLICATION),
+        'and jax.sharding.', rep.SECTION_REPLICATION),
 }
 
 
