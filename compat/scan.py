@@ -1,4 +1,4 @@
-"""``python -m compat scan PATH...``: find flax.optim usages without running code.
+"""``python -m compat scan PATH...``: find flax.optim usages, running nothing.
 
 Parses every ``*.py`` file under the given paths with Python's own parser
 (``ast``) and reports each legacy construct with its replacement and the
@@ -38,13 +38,13 @@ found but some files could not be parsed (they are listed, never fatal).
 import argparse
 import ast
 import fnmatch
-import functools
 import importlib.util
 import json
 import os
-import re
 import sys
 from typing import Iterable, NamedTuple, Optional
+
+from compat import _scan_names
 
 
 def _load_without_package(package: str, name: str):
@@ -66,18 +66,10 @@ def _load_without_package(package: str, name: str):
 
 rep = _load_without_package('legacy_optim', '_replacements')
 
-ALGORITHMS = ('AdaBelief', 'Adadelta', 'Adafactor', 'Adagrad', 'Adam',
-              'GradientDescent', 'LAMB', 'LARS', 'Momentum', 'RMSProp')
-TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
-              'TraverseCompose', 'TraverseEach', 'TraverseFilter',
-              'TraverseId', 'TraverseItem', 'TraverseMerge', 'TraverseTree',
-              't_identity')
 BRIDGES = ('to_optax', 'from_optax', 'traversal_labels', 'to_train_state',
            'to_nnx_optimizer', 'load_legacy_checkpoint', 'convert_checkpoint',
            'state_shardings')
 SKIP_DIRS = ('__pycache__', 'site-packages', 'node_modules')
-_OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
-                             re.IGNORECASE)
 _CHECKPOINT_FUNCS = {
     'flax.training.checkpoints.save_checkpoint': ('target', 1),
     'flax.training.checkpoints.save_checkpoint_multiprocess': ('target', 1),
@@ -114,177 +106,11 @@ class ScanResult(NamedTuple):
 
 
 # ---------------------------------------------------------------------------
-# Constructor signatures of the legacy classes, read from legacy_optim's own
-# source (no import: scanning never needs jax).
-
-
-@functools.lru_cache(maxsize=None)
-def legacy_signatures() -> dict:
-  """Class name -> [(parameter, default source or None)] of its __init__."""
-  spec = importlib.util.find_spec('legacy_optim')
-  package_dir = os.path.dirname(spec.origin)
-  signatures = {}
-  for module in sorted(os.listdir(package_dir)):
-    if not module.endswith('.py'):
-      continue
-    with open(os.path.join(package_dir, module), 'rb') as f:
-      tree = ast.parse(f.read())
-    for node in tree.body:
-      if not isinstance(node, ast.ClassDef):
-        continue
-      init = next((b for b in node.body if isinstance(b, ast.FunctionDef)
-                   and b.name == '__init__'), None)
-      if init is None:
-        continue
-      args = init.args.args[1:]
-      defaults = [None] * (len(args) - len(init.args.defaults)) + [
-          ast.unparse(d) for d in init.args.defaults]
-      signatures[node.name] = list(zip((a.arg for a in args), defaults))
-  return signatures
-
-
-def bind_arguments(class_name: str, call: ast.Call) -> dict:
-  """The call's hyper-parameters as source text, defaults filled in."""
-  params = legacy_signatures().get(class_name, [])
-  values = {name: default for name, default in params}
-  for (name, _), arg in zip(params, call.args):
-    values[name] = ast.unparse(arg)
-  for kw in call.keywords:
-    if kw.arg is not None:
-      values[kw.arg] = ast.unparse(kw.value)
-  return values
-
-
-# ---------------------------------------------------------------------------
-# Name resolution.
-
-
-def _canonical(dotted: str) -> str:
-  """legacy_optim[.x] is flax.optim[.x] (the shim serves one as the other)."""
-  if dotted == 'legacy_optim' or dotted.startswith('legacy_optim.'):
-    return 'flax.optim' + dotted[len('legacy_optim'):]
-  return dotted
-
-
-class _Module:
-  """One file's imports, legacy-valued names and user OptimizerDef classes."""
-
-  def __init__(self, tree: ast.Module):
-    self.tree = tree
-    self.bindings: dict[str, str] = {}  # local name -> dotted import path
-    self.star_flax_optim = False
-    self.defs: set[str] = set()  # names assigned an OptimizerDef
-    self.optimizers: set[str] = set()  # names assigned an Optimizer
-    self.user_defs: set[str] = set()  # OptimizerDef subclasses defined here
-    self._collect_imports()
-    self._collect_classes()
-    self._collect_assignments()
-
-  def _collect_imports(self):
-    for node in ast.walk(self.tree):
-      if isinstance(node, ast.Import):
-        for alias in node.names:
-          if alias.asname:
-            self.bindings[alias.asname] = alias.name
-          else:
-            top = alias.name.partition('.')[0]
-            self.bindings[top] = top
-      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-        for alias in node.names:
-          if alias.name == '*':
-            self.star_flax_optim |= _canonical(node.module) == 'flax.optim'
-          else:
-            self.bindings[alias.asname or alias.name] = (
-                f'{node.module}.{alias.name}')
-
-  def resolve(self, node) -> Optional[str]:
-    """Dotted canonical path of a name/attribute chain, if imported."""
-    if isinstance(node, ast.Name):
-      if node.id in self.bindings:
-        return _canonical(self.bindings[node.id])
-      if self.star_flax_optim and node.id in legacy_signatures():
-        return f'flax.optim.{node.id}'
-      return None
-    if isinstance(node, ast.Attribute):
-      base = self.resolve(node.value)
-      return None if base is None else f'{base}.{node.attr}'
-    return None
-
-  def legacy_class(self, node) -> Optional[str]:
-    """'Adam', 'MultiOptimizer', ... if ``node`` names a flax.optim class."""
-    path = self.resolve(node)
-    if path and path.startswith('flax.optim.'):
-      return path.rsplit('.', 1)[1]
-    if isinstance(node, ast.Name) and node.id in self.user_defs:
-      return node.id
-    return None
-
-  def _collect_classes(self):
-    changed = True
-    while changed:  # subclasses of subclasses
-      changed = False
-      for node in ast.walk(self.tree):
-        if isinstance(node, ast.ClassDef) and node.name not in self.user_defs:
-          if any(self._is_def_class(b) for b in node.bases):
-            self.user_defs.add(node.name)
-            changed = True
-
-  def _is_def_class(self, node) -> bool:
-    name = self.legacy_class(node)
-    return name is not None and (
-        name in ALGORITHMS or name in self.user_defs or name in (
-            'OptimizerDef', 'MultiOptimizer', 'WeightNorm',
-            'ReplicatedOptimizer'))
-
-  def is_def(self, node) -> bool:
-    if isinstance(node, ast.Name) and node.id in self.defs:
-      return True
-    return isinstance(node, ast.Call) and self._is_def_class(node.func)
-
-  def optimizer_confidence(self, node) -> Optional[str]:
-    """'certain'/'likely' when ``node`` evaluates to a legacy Optimizer."""
-    if isinstance(node, ast.Name):
-      if node.id in self.optimizers:
-        return 'certain'
-      return 'likely' if _OPTIMIZER_NAME.search(node.id) else None
-    if isinstance(node, ast.Attribute):
-      return 'likely' if _OPTIMIZER_NAME.search(node.attr) else None
-    if isinstance(node, ast.Call):
-      func = node.func
-      if isinstance(func, ast.Attribute):
-        if func.attr == 'create' and self.is_def(func.value):
-          return 'certain'
-        if func.attr in ('apply_gradient', 'replicate', 'unreplicate'):
-          return self.optimizer_confidence(func.value)
-      if self.resolve(func) in ('flax.jax_utils.replicate',
-                                'flax.jax_utils.unreplicate') and node.args:
-        return self.optimizer_confidence(node.args[0])
-    return None
-
-  def _collect_assignments(self):
-    assigns = [n for n in ast.walk(self.tree)
-               if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value]
-    for _ in range(3):  # flow-insensitive fixpoint, shallow chains
-      for node in assigns:
-        targets = node.targets if isinstance(node, ast.Assign) else [
-            node.target]
-        for target in targets:
-          if isinstance(target, (ast.Tuple, ast.List)) and target.elts:
-            target = target.elts[0]  # optimizer.optimize(...) -> (opt, ...)
-          if not isinstance(target, ast.Name):
-            continue
-          if self.is_def(node.value):
-            self.defs.add(target.id)
-          elif self.optimizer_confidence(node.value) == 'certain':
-            self.optimizers.add(target.id)
-
-
-# ---------------------------------------------------------------------------
 # Findings.
 
 
 def _algorithm_replacement(name: str, call: ast.Call) -> str:
-  values = bind_arguments(name, call)
+  values = _scan_names.bind_arguments(name, call)
   stock = rep.stock_optax(name, values, render=lambda v: 'None' if v is None
                           else v)
   faithful = f'{ast.unparse(call)}.to_optax()'
@@ -342,7 +168,7 @@ _FIXED = {
 class _Visitor(ast.NodeVisitor):
   """Reports legacy constructs of one parsed file."""
 
-  def __init__(self, path: str, module: _Module, lines: list):
+  def __init__(self, path: str, module: _scan_names.ModuleNames, lines: list):
     self.path, self.module, self.lines = path, module, lines
     self.findings: list[Finding] = []
 
@@ -367,7 +193,7 @@ class _Visitor(ast.NodeVisitor):
         for alias in node.names:
           self._check_import(node, f'flax.{alias.name}', from_flax=True)
       elif node.module in ('flax.traverse_util',):
-        if any(a.name in TRAVERSALS for a in node.names):
+        if any(a.name in _scan_names.TRAVERSALS for a in node.names):
           self.add(node, 'traversal')
       elif node.module == 'compat':
         if any(a.name in BRIDGES for a in node.names):
@@ -376,7 +202,7 @@ class _Visitor(ast.NodeVisitor):
         self._check_import(node, node.module)
 
   def _check_import(self, node, name, from_flax=False):
-    canonical = _canonical(name)
+    canonical = _scan_names.canonical(name)
     if name == 'legacy_optim' or name.startswith('legacy_optim.'):
       self.add(node, 'shim')
     elif canonical == 'flax.optim' or canonical.startswith('flax.optim.'):
@@ -389,7 +215,7 @@ class _Visitor(ast.NodeVisitor):
     if (node.attr == 'optim' and isinstance(node.value, ast.Name) and
         self.module.bindings.get(node.value.id) == 'flax'):
       self.add(node, 'import')
-    elif node.attr in TRAVERSALS and self.module.resolve(
+    elif node.attr in _scan_names.TRAVERSALS and self.module.resolve(
         node) == f'flax.traverse_util.{node.attr}':
       self.add(node, 'traversal')
     elif (node.attr in BRIDGES and isinstance(node.value, ast.Name) and
@@ -411,7 +237,7 @@ class _Visitor(ast.NodeVisitor):
   def _check_call(self, node):
     module = self.module
     name = module.legacy_class(node.func)
-    if name in ALGORITHMS:
+    if name in _scan_names.ALGORITHMS:
       self.add(node, 'optimizer_def', _algorithm_replacement(name, node),
                rep.SECTION_ALGORITHMS)
       return
@@ -422,7 +248,7 @@ class _Visitor(ast.NodeVisitor):
     if name == 'ReplicatedOptimizer':
       self.add(node, 'replicate')
       return
-    if name in TRAVERSALS:  # flax.optim re-exported ModelParamTraversal
+    if name in _scan_names.TRAVERSALS:  # flax.optim.ModelParamTraversal
       self.add(node, 'traversal')
       return
     if name == 'DynamicScale':
@@ -434,7 +260,7 @@ class _Visitor(ast.NodeVisitor):
       return
     path = module.resolve(node.func)
     if path and path.startswith('flax.traverse_util.') and (
-        path.rsplit('.', 1)[1] in TRAVERSALS):
+        path.rsplit('.', 1)[1] in _scan_names.TRAVERSALS):
       self.add(node, 'traversal')
       return
     if path in _CHECKPOINT_FUNCS:
@@ -490,7 +316,7 @@ def scan_source(source, path: str = '<string>') -> list:
   tree = ast.parse(source, filename=path)
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
-  visitor = _Visitor(path, _Module(tree), text.splitlines())
+  visitor = _Visitor(path, _scan_names.ModuleNames(tree), text.splitlines())
   visitor.visit(tree)
   return sorted(set(visitor.findings))
 

@@ -19,7 +19,8 @@ GUIDE = 'migration_guide.md'
 # Section headings of migration_guide.md (tests check that each exists).
 SECTION_INSTALL = 'Step 0: Install and run unchanged'
 SECTION_FIND = 'Step 1: Read the warnings and scan the code'
-SECTION_ALGORITHMS = 'Step 2: Swap each optimizer definition for its Optax transform'
+SECTION_ALGORITHMS = (
+    'Step 2: Swap each optimizer definition for its Optax transform')
 SECTION_TRAVERSALS = 'Traversals and MultiOptimizer'
 SECTION_OVERRIDES = 'Per-step hyper-parameter overrides'
 SECTION_WEIGHT_NORM = 'Weight normalization'

@@ -1,0 +1,190 @@
+"""What a scanned module's names mean: imports, assignments, legacy classes.
+
+The static half of ``compat.scan``: resolves names through a module's imports
+(``legacy_optim`` counts as ``flax.optim``), tracks which names hold an
+``OptimizerDef`` or an ``Optimizer`` (flow-insensitively), finds user
+``OptimizerDef`` subclasses, and reads the legacy constructors' signatures
+from ``legacy_optim``'s source without importing it (no jax).
+"""
+
+import ast
+import functools
+import importlib.util
+import os
+import re
+from typing import Optional
+
+ALGORITHMS = ('AdaBelief', 'Adadelta', 'Adafactor', 'Adagrad', 'Adam',
+              'GradientDescent', 'LAMB', 'LARS', 'Momentum', 'RMSProp')
+TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
+              'TraverseCompose', 'TraverseEach', 'TraverseFilter',
+              'TraverseId', 'TraverseItem', 'TraverseMerge', 'TraverseTree',
+              't_identity')
+_OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
+                             re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------------
+# Constructor signatures of the legacy classes, read from legacy_optim's own
+# source (no import: scanning never needs jax).
+
+
+@functools.lru_cache(maxsize=None)
+def legacy_signatures() -> dict:
+  """Class name -> [(parameter, default source or None)] of its __init__."""
+  spec = importlib.util.find_spec('legacy_optim')
+  package_dir = os.path.dirname(spec.origin)
+  signatures = {}
+  for module in sorted(os.listdir(package_dir)):
+    if not module.endswith('.py'):
+      continue
+    with open(os.path.join(package_dir, module), 'rb') as f:
+      tree = ast.parse(f.read())
+    for node in tree.body:
+      if not isinstance(node, ast.ClassDef):
+        continue
+      init = next((b for b in node.body if isinstance(b, ast.FunctionDef)
+                   and b.name == '__init__'), None)
+      if init is None:
+        continue
+      args = init.args.args[1:]
+      defaults = [None] * (len(args) - len(init.args.defaults)) + [
+          ast.unparse(d) for d in init.args.defaults]
+      signatures[node.name] = list(zip((a.arg for a in args), defaults))
+  return signatures
+
+
+def bind_arguments(class_name: str, call: ast.Call) -> dict:
+  """The call's hyper-parameters as source text, defaults filled in."""
+  params = legacy_signatures().get(class_name, [])
+  values = {name: default for name, default in params}
+  for (name, _), arg in zip(params, call.args):
+    values[name] = ast.unparse(arg)
+  for kw in call.keywords:
+    if kw.arg is not None:
+      values[kw.arg] = ast.unparse(kw.value)
+  return values
+
+
+# ---------------------------------------------------------------------------
+# Name resolution.
+
+
+def canonical(dotted: str) -> str:
+  """legacy_optim[.x] is flax.optim[.x] (the shim serves one as the other)."""
+  if dotted == 'legacy_optim' or dotted.startswith('legacy_optim.'):
+    return 'flax.optim' + dotted[len('legacy_optim'):]
+  return dotted
+
+
+class ModuleNames:
+  """One file's imports, legacy-valued names and user OptimizerDef classes."""
+
+  def __init__(self, tree: ast.Module):
+    self.tree = tree
+    self.bindings: dict[str, str] = {}  # local name -> dotted import path
+    self.star_flax_optim = False
+    self.defs: set[str] = set()  # names assigned an OptimizerDef
+    self.optimizers: set[str] = set()  # names assigned an Optimizer
+    self.user_defs: set[str] = set()  # OptimizerDef subclasses defined here
+    self._collect_imports()
+    self._collect_classes()
+    self._collect_assignments()
+
+  def _collect_imports(self):
+    for node in ast.walk(self.tree):
+      if isinstance(node, ast.Import):
+        for alias in node.names:
+          if alias.asname:
+            self.bindings[alias.asname] = alias.name
+          else:
+            top = alias.name.partition('.')[0]
+            self.bindings[top] = top
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for alias in node.names:
+          if alias.name == '*':
+            self.star_flax_optim |= canonical(node.module) == 'flax.optim'
+          else:
+            self.bindings[alias.asname or alias.name] = (
+                f'{node.module}.{alias.name}')
+
+  def resolve(self, node) -> Optional[str]:
+    """Dotted canonical path of a name/attribute chain, if imported."""
+    if isinstance(node, ast.Name):
+      if node.id in self.bindings:
+        return canonical(self.bindings[node.id])
+      if self.star_flax_optim and node.id in legacy_signatures():
+        return f'flax.optim.{node.id}'
+      return None
+    if isinstance(node, ast.Attribute):
+      base = self.resolve(node.value)
+      return None if base is None else f'{base}.{node.attr}'
+    return None
+
+  def legacy_class(self, node) -> Optional[str]:
+    """'Adam', 'MultiOptimizer', ... if ``node`` names a flax.optim class."""
+    path = self.resolve(node)
+    if path and path.startswith('flax.optim.'):
+      return path.rsplit('.', 1)[1]
+    if isinstance(node, ast.Name) and node.id in self.user_defs:
+      return node.id
+    return None
+
+  def _collect_classes(self):
+    changed = True
+    while changed:  # subclasses of subclasses
+      changed = False
+      for node in ast.walk(self.tree):
+        if isinstance(node, ast.ClassDef) and node.name not in self.user_defs:
+          if any(self._is_def_class(b) for b in node.bases):
+            self.user_defs.add(node.name)
+            changed = True
+
+  def _is_def_class(self, node) -> bool:
+    name = self.legacy_class(node)
+    return name is not None and (
+        name in ALGORITHMS or name in self.user_defs or name in (
+            'OptimizerDef', 'MultiOptimizer', 'WeightNorm',
+            'ReplicatedOptimizer'))
+
+  def is_def(self, node) -> bool:
+    if isinstance(node, ast.Name) and node.id in self.defs:
+      return True
+    return isinstance(node, ast.Call) and self._is_def_class(node.func)
+
+  def optimizer_confidence(self, node) -> Optional[str]:
+    """'certain'/'likely' when ``node`` evaluates to a legacy Optimizer."""
+    if isinstance(node, ast.Name):
+      if node.id in self.optimizers:
+        return 'certain'
+      return 'likely' if _OPTIMIZER_NAME.search(node.id) else None
+    if isinstance(node, ast.Attribute):
+      return 'likely' if _OPTIMIZER_NAME.search(node.attr) else None
+    if isinstance(node, ast.Call):
+      func = node.func
+      if isinstance(func, ast.Attribute):
+        if func.attr == 'create' and self.is_def(func.value):
+          return 'certain'
+        if func.attr in ('apply_gradient', 'replicate', 'unreplicate'):
+          return self.optimizer_confidence(func.value)
+      if self.resolve(func) in ('flax.jax_utils.replicate',
+                                'flax.jax_utils.unreplicate') and node.args:
+        return self.optimizer_confidence(node.args[0])
+    return None
+
+  def _collect_assignments(self):
+    assigns = [n for n in ast.walk(self.tree)
+               if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value]
+    for _ in range(3):  # flow-insensitive fixpoint, shallow chains
+      for node in assigns:
+        targets = node.targets if isinstance(node, ast.Assign) else [
+            node.target]
+        for target in targets:
+          if isinstance(target, (ast.Tuple, ast.List)) and target.elts:
+            target = target.elts[0]  # optimizer.optimize(...) -> (opt, ...)
+          if not isinstance(target, ast.Name):
+            continue
+          if self.is_def(node.value):
+            self.defs.add(target.id)
+          elif self.optimizer_confidence(node.value) == 'certain':
+            self.optimizers.add(target.id)
