@@ -210,6 +210,7 @@ def record_trajectory(step_fn: Callable, init: Any, batches: Iterable[Any],
   Returns:
     The payload written (see the module docstring).
   """
+  _wants_values(values_at, 0, None)  # Validates it before training.
   snapshots = [(0, params_snapshot(init, params_fn))]
   batch_digests = []
   state = init
