@@ -7,16 +7,11 @@ replicated optimizers (one copy saved, re-replicated on restore) and several
 algorithms. (tests/test_multi_traversal.py has the basic Momentum case.)
 
 Fake devices must be configured before jax starts, so every case runs in one
-child process (this file run as a script with XLA_FLAGS set); each pytest
-test reports one case's outcome.
+child process (this file run as a script, see _devices.py); each pytest test
+reports one case's outcome.
 """
 
 import functools
-import json
-import os
-import subprocess
-import sys
-import traceback
 
 import chex
 import jax
@@ -28,6 +23,8 @@ from flax import serialization
 
 import legacy_optim as optim
 from legacy_optim import traverse_util
+
+import _devices
 
 N_DEVICES = 8
 AXIS = 'batch'
@@ -51,16 +48,7 @@ ALGORITHMS = {
     'MultiOptimizer': _multi,
 }
 
-CASES = {}
-
-
-def _case(*algorithms):
-  """Registers ``fn`` once per algorithm as case ``fn_name[algorithm]``."""
-  def register(fn):
-    for name in algorithms:
-      CASES[f'{fn.__name__}[{name}]'] = functools.partial(fn, name)
-    return fn
-  return register
+CASES = _devices.Cases(n_devices=N_DEVICES)
 
 
 # ---------------------------------------------------------------- data
@@ -112,7 +100,7 @@ def _replicas_identical(tree):
 # ---------------------------------------------------------------- cases
 
 
-@_case(*ALGORITHMS)
+@CASES.register(*ALGORITHMS)
 def data_parallel_equals_full_batch(name):
   """8 shards of 8 examples, averaged: the single-device full-batch run."""
   x, y = _batch()
@@ -140,7 +128,7 @@ def data_parallel_equals_full_batch(name):
   assert int(back.state.step) == 4
 
 
-@_case(*ALGORITHMS)
+@CASES.register(*ALGORITHMS)
 def replicated_mean_matches_the_single_device_step(name):
   """Exact per-device grads: the replicated run is the run on the mean.
 
@@ -175,7 +163,7 @@ def replicated_mean_matches_the_single_device_step(name):
   assert int(rep.unreplicate().state.step) == 3
 
 
-@_case('GradientDescent', 'Momentum', 'Adam', 'MultiOptimizer')
+@CASES.register('GradientDescent', 'Momentum', 'Adam', 'MultiOptimizer')
 def jax_utils_replicate_with_pmean_equals_replicated_optimizer(name):
   """``jax_utils.replicate(opt)`` + ``lax.pmean``: the other legacy pattern."""
   opt = ALGORITHMS[name]().create(_params())
@@ -202,7 +190,7 @@ def jax_utils_replicate_with_pmean_equals_replicated_optimizer(name):
   plain.apply_gradient(jax.tree_util.tree_map(lambda g: g[0], grads_seq[0]))
 
 
-@_case('Momentum', 'Adam', 'MultiOptimizer')
+@CASES.register('Momentum', 'Adam', 'MultiOptimizer')
 def restore_re_replicates(name):
   """state_dict keeps one copy; restoring puts it on every device again."""
   opt = ALGORITHMS[name]().create(_params())
@@ -234,7 +222,7 @@ def restore_re_replicates(name):
   chex.assert_trees_all_equal(continued.state, expected.state)
 
 
-@_case('Momentum')
+@CASES.register('Momentum')
 def replicate_on_a_device_subset_with_own_axis_name(name):
   devices = jax.local_devices()[:4]
   opt = ALGORITHMS[name]().create(_params())
@@ -256,44 +244,13 @@ def replicate_on_a_device_subset_with_own_axis_name(name):
 
 # ---------------------------------------------------- child process / pytest
 
-
-def _run_cases():
-  assert jax.local_device_count() == N_DEVICES, jax.local_devices()
-  for name, case in CASES.items():
-    try:
-      case()
-      result = {'case': name, 'ok': True}
-    except Exception:  # pylint: disable=broad-except
-      result = {'case': name, 'ok': False, 'error': traceback.format_exc()}
-    print(json.dumps(result), flush=True)
+outcomes = CASES.fixture(__file__)
 
 
-@pytest.fixture(scope='module')
-def outcomes():
-  env = dict(os.environ)
-  env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={N_DEVICES}'
-  env['PYTHONWARNINGS'] = 'ignore'
-  out = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env,
-                       capture_output=True, text=True, timeout=600,
-                       check=False)
-  results = {}
-  for line in out.stdout.splitlines():
-    if line.startswith('{'):
-      entry = json.loads(line)
-      results[entry['case']] = entry
-  if not results:
-    pytest.fail(f'child process failed (exit {out.returncode}):\n'
-                f'{out.stdout}\n{out.stderr}')
-  return results, out
-
-
-@pytest.mark.parametrize('case', list(CASES))
-def test_on_8_devices(outcomes, case):
-  results, out = outcomes
-  assert case in results, (
-      f'{case} did not report (exit {out.returncode}):\n{out.stderr[-3000:]}')
-  assert results[case]['ok'], results[case]['error']
+@pytest.mark.parametrize('case', CASES.names())
+def test_on_8_devices(outcomes, case):  # pylint: disable=redefined-outer-name
+  CASES.check(outcomes, case)
 
 
 if __name__ == '__main__':
-  _run_cases()
+  CASES.main()

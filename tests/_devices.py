@@ -1,0 +1,96 @@
+"""Test cases that need N fake CPU devices, run in one child process.
+
+XLA reads ``--xla_force_host_platform_device_count`` once, when the backend
+starts, so multi-device cases cannot share the pytest process. A test module
+registers its cases here, runs itself as a script in a child process with the
+flag set (``main``), and reports each case as its own pytest test::
+
+  CASES = _devices.Cases(n_devices=8)
+
+  @CASES.register('Momentum', 'Adam')
+  def zero1(name): ...
+
+  outcomes = CASES.fixture(__file__)
+
+  @pytest.mark.parametrize('case', CASES.names())
+  def test_on_8_devices(outcomes, case):
+    CASES.check(outcomes, case)
+
+  if __name__ == '__main__':
+    CASES.main()
+"""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import traceback
+
+import pytest
+
+
+class Cases:
+  """A registry of child-process cases and the plumbing to run them."""
+
+  def __init__(self, n_devices: int, timeout: float = 600):
+    self.n_devices = n_devices
+    self.timeout = timeout
+    self._cases = {}
+
+  def register(self, *variants):
+    """Registers ``fn`` once per variant, as case ``fn_name[variant]``."""
+    def decorate(fn):
+      for variant in variants or (None,):
+        name = fn.__name__ if variant is None else f'{fn.__name__}[{variant}]'
+        self._cases[name] = (fn if variant is None
+                             else functools.partial(fn, variant))
+      return fn
+    return decorate
+
+  def names(self) -> list[str]:
+    return list(self._cases)
+
+  def main(self) -> None:
+    """Child process: runs every case, one JSON line per outcome."""
+    import jax  # pylint: disable=g-import-not-at-top
+    assert jax.local_device_count() == self.n_devices, jax.local_devices()
+    for name, case in self._cases.items():
+      try:
+        case()
+        result = {'case': name, 'ok': True}
+      except Exception:  # pylint: disable=broad-except
+        result = {'case': name, 'ok': False, 'error': traceback.format_exc()}
+      print(json.dumps(result), flush=True)
+
+  def fixture(self, script: str):
+    """A module-scoped fixture running ``script`` as the child process."""
+
+    @pytest.fixture(scope='module')
+    def outcomes():
+      env = dict(os.environ)
+      env['XLA_FLAGS'] = (
+          f'--xla_force_host_platform_device_count={self.n_devices}')
+      env['PYTHONWARNINGS'] = 'ignore'
+      out = subprocess.run([sys.executable, os.path.abspath(script)], env=env,
+                           capture_output=True, text=True,
+                           timeout=self.timeout, check=False)
+      results = {}
+      for line in out.stdout.splitlines():
+        if line.startswith('{'):
+          entry = json.loads(line)
+          results[entry['case']] = entry
+      if not results:
+        pytest.fail(f'child process failed (exit {out.returncode}):\n'
+                    f'{out.stdout}\n{out.stderr}')
+      return results, out
+
+    return outcomes
+
+  @staticmethod
+  def check(outcomes, case: str) -> None:
+    results, out = outcomes
+    assert case in results, (
+        f'{case} did not report (exit {out.returncode}):\n'
+        f'{out.stderr[-3000:]}')
+    assert results[case]['ok'], results[case]['error']
