@@ -289,7 +289,9 @@ class Adafactor(base.OptimizerDef):
   def update_hyper_params(self, **hyper_param_overrides):
     hp = super().update_hyper_params(**hyper_param_overrides)
     for name in _LAYOUT_FIELDS:
-      if getattr(hp, name) != getattr(self.hyper_params, name):
+      value = getattr(hp, name)
+      if (isinstance(value, jax.core.Tracer) or
+          value != getattr(self.hyper_params, name)):
         raise ValueError(
             f'Adafactor: {name} fixes the shapes of the optimizer state and '
             f'cannot be overridden (got {getattr(hp, name)!r}, created with '
