@@ -1,15 +1,16 @@
 """Serves the removed ``flax.optim`` (flax <= 0.5.3) from ``legacy_optim``.
 
-``flax_optim_compat.pth`` calls :func:`activate` when the interpreter starts,
-so ``from flax import optim``, ``import flax.optim.adam`` and
+At interpreter start ``flax_optim_compat.pth`` installs a lazy stub
+(``_flax_optim_compat_startup``) that loads this module at the first ``flax*``
+import, so ``from flax import optim``, ``import flax.optim.adam`` and
 ``import flax; flax.optim.Adam`` work with no change to old code; ``import
 legacy_optim`` activates it too. The public face is ``compat.importer``.
 
 Contract:
 
-* Start-up cost is one small stdlib-only module and one ``sys.meta_path``
-  entry: nothing imports jax, flax or ``legacy_optim`` until a ``flax`` or
-  ``flax.optim*`` import actually happens.
+* Start-up cost is the stub (a few stdlib-only lines) and one
+  ``sys.meta_path`` entry: nothing imports this module, jax, flax or
+  ``legacy_optim`` until a ``flax*`` import actually happens.
 * A real ``flax.optim`` (an old flax) always wins: the alias is only used when
   no other finder can find ``flax.optim``.
 * ``flax.optim[.x]`` *is* ``legacy_optim[.x]`` (same module objects, aliased in
@@ -17,25 +18,20 @@ Contract:
 * ``LEGACY_OPTIM_IMPORT_HOOK=0`` (or false/no/off) switches the automatic
   activation off; an explicit :func:`install` still works.
 
-This is a top-level module (not ``compat.importer``) so that start-up does not
-put a package named ``compat`` into ``sys.modules`` ahead of the user's own.
-(It is imported before pytest starts, hence PYTEST_DONT_REWRITE: no warning
-that it cannot be rewritten.)
+These are top-level modules (not ``compat.importer``) so that importing them
+does not put a package named ``compat`` into ``sys.modules`` ahead of the
+user's own. (They may be imported before pytest starts, hence
+PYTEST_DONT_REWRITE: no warning that they cannot be rewritten.)
 """
 
-import os
 import sys
 
-ENV_VAR = 'LEGACY_OPTIM_IMPORT_HOOK'
+from _flax_optim_compat_startup import ENV_VAR
+from _flax_optim_compat_startup import LazyFinder
+from _flax_optim_compat_startup import enabled_by_environment
+
 ALIAS = 'flax.optim'
 TARGET = 'legacy_optim'
-_OFF_VALUES = ('0', 'false', 'no', 'off')
-
-
-def enabled_by_environment(environ=None) -> bool:
-  """False when ``LEGACY_OPTIM_IMPORT_HOOK`` switches the alias off."""
-  value = (os.environ if environ is None else environ).get(ENV_VAR, '1')
-  return value.strip().lower() not in _OFF_VALUES
 
 
 class _AliasLoader:
@@ -174,11 +170,22 @@ def _alias_spec(fullname: str, target_name: str):
 
 
 _FINDER = _FlaxOptimFinder()
+find_spec = _FINDER.find_spec
+
+
+def _remove_finders() -> None:
+  sys.meta_path[:] = [f for f in sys.meta_path
+                      if f is not _FINDER and not isinstance(f, LazyFinder)]
 
 
 def install() -> None:
-  """Makes ``flax.optim`` importable in this process (idempotent)."""
-  if _FINDER not in sys.meta_path:
+  """Makes ``flax.optim`` importable in this process (idempotent).
+
+  Replaces the start-up stub, if any, keeping the finder first.
+  """
+  if _FINDER not in sys.meta_path or any(
+      isinstance(f, LazyFinder) for f in sys.meta_path):
+    _remove_finders()
     sys.meta_path.insert(0, _FINDER)
   flax_module = sys.modules.get('flax')
   if flax_module is not None:
@@ -186,16 +193,17 @@ def install() -> None:
 
 
 def uninstall() -> None:
-  """Undoes :func:`install`; already imported ``flax.optim`` modules stay."""
-  while _FINDER in sys.meta_path:
-    sys.meta_path.remove(_FINDER)
+  """Undoes :func:`install` (and the start-up stub); already imported
+  ``flax.optim`` modules stay."""
+  _remove_finders()
   flax_module = sys.modules.get('flax')
   if flax_module is not None:
     _unpatch_flax(flax_module)
 
 
 def is_installed() -> bool:
-  return _FINDER in sys.meta_path
+  """True when the finder (or its start-up stub) is on ``sys.meta_path``."""
+  return any(f is _FINDER or isinstance(f, LazyFinder) for f in sys.meta_path)
 
 
 def activate() -> bool:

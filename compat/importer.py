@@ -1,8 +1,8 @@
 """``flax.optim`` without code changes: the import alias, and its switches.
 
 After ``pip install`` (regular or ``-e``), ``flax_optim_compat.pth`` installs a
-tiny meta-path finder at interpreter start, so all of these work unchanged and
-give the very same objects as ``legacy_optim``::
+tiny lazy meta-path finder at interpreter start, so all of these work
+unchanged and give the very same objects as ``legacy_optim``::
 
   from flax import optim
   import flax.optim as optim
@@ -21,8 +21,10 @@ Switches:
 * :func:`install` / :func:`uninstall`: explicit control in this process
   (``install`` ignores the environment variable).
 
-The implementation is the top-level module ``_flax_optim_compat_hook`` (stdlib
-only, so start-up never imports this package); this module is its public face.
+The implementation is two stdlib-only top-level modules: the start-up stub
+``_flax_optim_compat_startup`` and the finder ``_flax_optim_compat_hook`` it
+loads at the first ``flax*`` import (so start-up never imports this package);
+this module is their public face.
 """
 
 from _flax_optim_compat_hook import ALIAS

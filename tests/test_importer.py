@@ -15,6 +15,7 @@ import types
 import pytest
 
 import _flax_optim_compat_hook as hook
+import _flax_optim_compat_startup as startup
 from compat import importer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -153,11 +154,14 @@ def test_startup_imports_nothing_heavy(tmp_path):
   result = run_python("""
       import sys
       heavy = sorted(m for m in ('jax', 'flax', 'optax', 'numpy',
-                                 'legacy_optim', 'compat')
+                                 'legacy_optim', 'compat',
+                                 '_flax_optim_compat_hook')
                      if m in sys.modules)
       assert not heavy, heavy
-      assert any(type(f).__name__ == '_FlaxOptimFinder'
-                 for f in sys.meta_path), sys.meta_path
+      assert type(sys.meta_path[0]).__name__ == 'LazyFinder', sys.meta_path
+      import flax.linen  # the first flax import swaps in the real finder
+      assert type(sys.meta_path[0]).__name__ == '_FlaxOptimFinder'
+      assert not any(type(f).__name__ == 'LazyFinder' for f in sys.meta_path)
       print('OK')
   """, tmp_path)
   assert_ok(result)
@@ -207,8 +211,8 @@ def test_explicit_import_legacy_optim_activates_alias(tmp_path):
   result = run_python("""
       import sys
       # Simulate an interpreter without the start-up hook.
-      sys.meta_path[:] = [f for f in sys.meta_path
-                          if type(f).__name__ != '_FlaxOptimFinder']
+      sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__
+                          not in ('_FlaxOptimFinder', 'LazyFinder')]
       import legacy_optim
       from flax.optim.momentum import _MomentumParamState
       assert _MomentumParamState is legacy_optim.momentum._MomentumParamState
@@ -271,6 +275,22 @@ def test_install_is_idempotent_and_uninstall_removes_it():
   finally:
     if was_installed:
       importer.install()
+
+
+def test_startup_stub_steps_aside_for_the_real_finder(monkeypatch):
+  monkeypatch.setattr(sys, 'meta_path', [f for f in sys.meta_path
+                                         if f is not hook._FINDER])
+  assert startup.activate() and startup.activate()  # idempotent
+  assert [type(f) for f in sys.meta_path].count(startup.LazyFinder) == 1
+  stub = sys.meta_path[0]
+  assert stub.find_spec('numpy') is None and sys.meta_path[0] is stub
+  assert importer.is_installed()
+  assert stub.find_spec('flax.linen') is None  # not ours; but now loaded
+  assert sys.meta_path[0] is hook._FINDER
+  assert not any(isinstance(f, startup.LazyFinder) for f in sys.meta_path)
+  monkeypatch.setenv(hook.ENV_VAR, 'off')
+  assert not startup.activate()
+  assert not any(isinstance(f, startup.LazyFinder) for f in sys.meta_path)
 
 
 def test_flax_getattr_chains_an_existing_module_getattr():

@@ -1,0 +1,39 @@
+"""Interpreter start-up stub of the flax.optim import alias.
+
+``flax_optim_compat.pth`` runs :func:`activate` in every interpreter, so this
+module is all that start-up pays for: it puts a lazy finder first on
+``sys.meta_path``, which loads the real one (``_flax_optim_compat_hook``) at
+the first import whose name starts with ``flax`` and steps aside.
+``LEGACY_OPTIM_IMPORT_HOOK=0`` (or false/no/off) keeps it out.
+(Imported before pytest starts: PYTEST_DONT_REWRITE.)
+"""
+
+import os
+import sys
+
+ENV_VAR = 'LEGACY_OPTIM_IMPORT_HOOK'
+
+
+def enabled_by_environment(environ=None) -> bool:
+  """False when ``LEGACY_OPTIM_IMPORT_HOOK`` switches the alias off."""
+  value = (os.environ if environ is None else environ).get(ENV_VAR, '1')
+  return value.strip().lower() not in ('0', 'false', 'no', 'off')
+
+
+class LazyFinder:
+  """Stands in for the real finder until something named flax* is imported."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    if not fullname.startswith('flax'):
+      return None
+    import _flax_optim_compat_hook  # pylint: disable=g-import-not-at-top
+    _flax_optim_compat_hook.install()  # replaces this stub
+    return _flax_optim_compat_hook.find_spec(fullname, path, target)
+
+
+def activate() -> bool:
+  if not enabled_by_environment():
+    return False
+  if not any(isinstance(f, LazyFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, LazyFinder())
+  return True
