@@ -1,0 +1,367 @@
+"""Sharded optimizer state under jax.jit: compat.state_shardings.
+
+The legacy ``Optimizer`` and its Optax state are plain pytrees that
+``jax.jit`` places with ``NamedSharding``s, including optimizer state sharded
+differently from the params (ZeRO-1: params replicated, state split over the
+data axis). Multi-device cases run on 8 fake CPU devices in a child process
+(see _devices.py); spec derivation and errors are checked here directly.
+"""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import compat
+import legacy_optim as optim
+from compat import sharding
+from legacy_optim import traverse_util
+
+import _devices
+
+N_DEVICES = 8
+CASES = _devices.Cases(n_devices=N_DEVICES)
+
+
+def _multi():
+  kernels = traverse_util.ModelParamTraversal(lambda path, _: 'kernel' in path)
+  others = traverse_util.ModelParamTraversal(
+      lambda path, _: 'kernel' not in path)
+  return optim.MultiOptimizer((kernels, optim.Adam(0.01)),
+                              (others, optim.Momentum(0.1)))
+
+
+ALGORITHMS = {
+    'Momentum': lambda: optim.Momentum(0.1, beta=0.8, nesterov=True),
+    'Adam': lambda: optim.Adam(0.01, weight_decay=1e-4),
+    'Adafactor': lambda: optim.Adafactor(0.01, beta1=0.9,
+                                         min_dim_size_to_factor=4),
+    'LAMB': lambda: optim.LAMB(0.01, weight_decay=1e-3),
+    'MultiOptimizer': _multi,
+}
+
+
+def _params():
+  rng = np.random.default_rng(0)
+  shapes = {'dense': {'kernel': (16, 24), 'bias': (24,)},
+            'embed': (40, 8), 'odd': (5, 3)}
+  return jax.tree_util.tree_map(
+      lambda s: jnp.asarray(rng.standard_normal(s), jnp.float32), shapes,
+      is_leaf=lambda x: isinstance(x, tuple))
+
+
+def _grads(seed):
+  rng = np.random.default_rng(100 + seed)
+  return jax.tree_util.tree_map(
+      lambda p: jnp.asarray(rng.standard_normal(p.shape), p.dtype), _params())
+
+
+# Hand-derived ZeRO-1 specs over an 8-way axis: largest divisible dimension.
+ZERO1_SPECS = {
+    (16, 24): P(None, 'data'),  # 24 > 16, both divisible.
+    (24,): P('data'),
+    (40, 8): P('data'),
+    (5, 3): P(),  # Nothing divisible by 8.
+    (): P(),  # Step counts.
+    (1,): P(),  # Adafactor's unused slots.
+    (16,): P('data'),  # Adafactor row statistics of the kernel.
+    (40,): P('data'),
+    (8,): P('data'),  # Adafactor row statistics of the embedding.
+}
+
+
+def _data_mesh():
+  return Mesh(np.array(jax.devices()), ('data',))
+
+
+def _spec(sharding_):
+  return P(*[e for e in sharding_.spec]) if sharding_.spec else P()
+
+
+def _same_spec(a: P, b: P, ndim: int) -> bool:
+  pad = lambda s: tuple(s) + (None,) * (ndim - len(s))
+  return pad(a) == pad(b)
+
+
+def _train(opt, steps=3, shardings=None):
+  grad_sharding = None
+  if shardings is not None:
+    grad_sharding = jax.tree_util.tree_map(
+        lambda _: NamedSharding(_data_mesh(), P()), _params())
+  # Donating the sharded copy only: device_put may share buffers with the
+  # unsharded optimizer it came from.
+  step = jax.jit(lambda o, g: o.apply_gradient(g),
+                 in_shardings=None if shardings is None else (
+                     shardings, grad_sharding),
+                 out_shardings=shardings,
+                 donate_argnums=() if shardings is None else 0)
+  for i in range(steps):
+    opt = step(opt, _grads(i))
+  return opt
+
+
+@CASES.register(*ALGORITHMS)
+def zero1_training_matches_unsharded(name):
+  mesh = _data_mesh()
+  opt = ALGORITHMS[name]().create(_params())
+  shardings = compat.state_shardings(opt, mesh, 'zero1')
+  placed = jax.device_put(opt, shardings)
+
+  for leaf in jax.tree_util.tree_leaves(placed.target):
+    assert leaf.sharding.is_fully_replicated
+  state_bytes = device0_bytes = 0
+  for leaf in jax.tree_util.tree_leaves(placed.state):
+    expected = ZERO1_SPECS[leaf.shape]
+    assert _same_spec(_spec(leaf.sharding), expected, leaf.ndim), (
+        leaf.shape, leaf.sharding.spec)
+    state_bytes += leaf.nbytes
+    device0_bytes += sum(s.data.nbytes for s in leaf.addressable_shards
+                         if s.device == jax.devices()[0])
+  # Each split leaf keeps an eighth of its bytes on a device.
+  expected_bytes = sum(
+      leaf.nbytes // (N_DEVICES if ZERO1_SPECS[leaf.shape] != P() else 1)
+      for leaf in jax.tree_util.tree_leaves(opt.state))
+  assert device0_bytes == expected_bytes < state_bytes
+
+  unsharded = _train(opt)
+  sharded = _train(placed, shardings=shardings)
+  for leaf, want in zip(jax.tree_util.tree_leaves(sharded),
+                        jax.tree_util.tree_leaves(shardings)):
+    assert leaf.sharding.is_equivalent_to(want, leaf.ndim)
+  # Elementwise math is unchanged; norms (LAMB) sum in another order.
+  chex.assert_trees_all_close(sharded.target, unsharded.target, rtol=1e-6,
+                              atol=1e-6)
+  chex.assert_trees_all_close(sharded.state, unsharded.state, rtol=1e-6,
+                              atol=1e-6)
+
+
+@CASES.register('Adam', 'Adafactor')
+def zero1_optax_state_from_to_optax(name):
+  """The raw Optax loop, state placed by state_shardings: same results."""
+  mesh = _data_mesh()
+  opt = ALGORITHMS[name]().create(_params())
+  tx, opt_state = compat.to_optax(opt)
+  state_sh = compat.state_shardings(opt_state, mesh, 'zero1')
+  replicated = jax.tree_util.tree_map(
+      lambda _: NamedSharding(mesh, P()), _params())
+
+  def raw_step(p, s, g):
+    updates, s = tx.update(g, s, p)
+    return optax.apply_updates(p, updates), s
+
+  raw_step = jax.jit(raw_step, in_shardings=(replicated, state_sh, replicated),
+                     out_shardings=(replicated, state_sh))
+  params, opt_state = _params(), jax.device_put(opt_state, state_sh)
+  for i in range(3):
+    params, opt_state = raw_step(params, opt_state, _grads(i))
+  for leaf in jax.tree_util.tree_leaves(opt_state):
+    assert _same_spec(_spec(leaf.sharding), ZERO1_SPECS[leaf.shape],
+                      leaf.ndim), (leaf.shape, leaf.sharding.spec)
+  legacy_sh = compat.state_shardings(opt, mesh, 'zero1')
+  shim = _train(jax.device_put(opt, legacy_sh), shardings=legacy_sh)
+  chex.assert_trees_all_close(params, shim.target, rtol=1e-6, atol=1e-6)
+
+
+_TP_SPECS = {'dense': {'kernel': P(None, 'model'), 'bias': P('model')},
+             'embed': P('model', None), 'odd': P()}
+
+
+@CASES.register('Momentum', 'Adam', 'Adafactor', 'MultiOptimizer')
+def state_follows_param_specs(name):
+  """Tensor-parallel params (4 x 2 mesh): the state follows each param."""
+  mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ('data', 'model'))
+  opt = ALGORITHMS[name]().create(_params())
+  shardings = compat.state_shardings(opt, mesh, _TP_SPECS)
+  params_specs = jax.tree_util.tree_map(_spec, shardings.target)
+  assert params_specs == _TP_SPECS
+  for (path, leaf), sh in zip(
+      jax.tree_util.tree_flatten_with_path(opt.state.param_states)[0],
+      jax.tree_util.tree_leaves(shardings.state.param_states)):
+    where = jax.tree_util.keystr(path)
+    if where.startswith("['dense']['kernel']"):
+      # (16, 24) kernel over 'model' on axis 1; Adafactor's rows (16,) drop
+      # that axis, its columns (24,) keep it; unused (1,) slots replicate.
+      want = {(16, 24): P(None, 'model'), (16,): P(),
+              (24,): P('model'), (1,): P()}[leaf.shape]
+    elif where.startswith("['dense']['bias']"):
+      want = {(24,): P('model'), (1,): P()}[leaf.shape]
+    elif where.startswith("['embed']"):
+      want = {(40, 8): P('model', None), (40,): P('model'), (8,): P(),
+              (1,): P()}[leaf.shape]
+    else:
+      want = P()
+    assert _same_spec(_spec(sh), want, leaf.ndim), (where, sh.spec, want)
+  sharded = jax.jit(lambda o, g: o.apply_gradient(g),
+                    in_shardings=(shardings, None),
+                    out_shardings=shardings)(jax.device_put(opt, shardings),
+                                             _grads(0))
+  chex.assert_trees_all_close(
+      sharded.target, jax.jit(lambda o, g: o.apply_gradient(g))(
+          opt, _grads(0)).target, rtol=1e-6, atol=1e-6)
+  # The Optax state of the same optimizer pairs its leaves the same way.
+  _, opt_state = compat.to_optax(opt)
+  optax_sh = compat.state_shardings(opt_state, mesh, _TP_SPECS,
+                                    params=opt.target)
+  legacy_specs = sorted(
+      (str(_spec(s)), l.shape) for s, l in zip(
+          jax.tree_util.tree_leaves(shardings.state),
+          jax.tree_util.tree_leaves(opt.state)))
+  optax_specs = sorted(
+      (str(_spec(s)), l.shape) for s, l in zip(
+          jax.tree_util.tree_leaves(optax_sh),
+          jax.tree_util.tree_leaves(opt_state)))
+  if name != 'MultiOptimizer':  # Optax keeps one step count per sub-optimizer.
+    assert legacy_specs == optax_specs
+
+
+@CASES.register()
+def callable_rule_places_chosen_leaves():
+  mesh = _data_mesh()
+  opt = optim.Adam(0.01).create(_params())
+
+  def rule(path, leaf):
+    if 'grad_sq_ema' in jax.tree_util.keystr(path) and leaf.shape[0] % 8 == 0:
+      return P('data')
+    return None
+
+  shardings = compat.state_shardings(opt, mesh, rule)
+  placed = jax.device_put(opt, shardings)
+  for path, leaf in jax.tree_util.tree_flatten_with_path(placed)[0]:
+    split = ('grad_sq_ema' in jax.tree_util.keystr(path) and
+             leaf.shape[0] % 8 == 0)
+    assert leaf.sharding.is_fully_replicated != split, path
+  stepped = jax.jit(lambda o, g: o.apply_gradient(g), out_shardings=shardings)(
+      placed, _grads(0))
+  chex.assert_trees_all_close(
+      stepped.target, jax.jit(lambda o, g: o.apply_gradient(g))(
+          opt, _grads(0)).target, rtol=1e-6, atol=1e-6)
+
+
+@CASES.register()
+def create_directly_sharded_from_eval_shape():
+  """No unsharded copy: jit(create) with out_shardings from eval_shape."""
+  mesh = _data_mesh()
+  opt_def = optim.Adam(0.01)
+  create = lambda: opt_def.create(_params())
+  shardings = compat.state_shardings(jax.eval_shape(create), mesh, 'zero1')
+  opt = jax.jit(create, out_shardings=shardings)()
+  for leaf in jax.tree_util.tree_leaves(opt.state):
+    assert _same_spec(_spec(leaf.sharding), ZERO1_SPECS[leaf.shape],
+                      leaf.ndim)
+
+
+@CASES.register()
+def train_state_zero1():
+  mesh = _data_mesh()
+  opt = optim.Adam(0.01).create(_params())
+  state = compat.to_train_state(opt, apply_fn=None)
+  shardings = compat.state_shardings(state, mesh, 'zero1')
+  placed = jax.device_put(state, shardings)
+  assert placed.step.sharding.is_fully_replicated
+  for leaf in jax.tree_util.tree_leaves(placed.params):
+    assert leaf.sharding.is_fully_replicated
+  for leaf in jax.tree_util.tree_leaves(placed.opt_state):
+    assert _same_spec(_spec(leaf.sharding), ZERO1_SPECS[leaf.shape],
+                      leaf.ndim)
+  stepped = jax.jit(lambda s, g: s.apply_gradients(grads=g),
+                    out_shardings=shardings)(placed, _grads(0))
+  chex.assert_trees_all_close(
+      stepped.params, jax.jit(lambda o, g: o.apply_gradient(g))(
+          opt, _grads(0)).target, rtol=1e-6, atol=1e-6)
+
+
+outcomes = CASES.fixture(__file__)
+
+
+@pytest.mark.parametrize('case', CASES.names())
+def test_on_8_devices(outcomes, case):  # pylint: disable=redefined-outer-name
+  CASES.check(outcomes, case)
+
+
+# ------------------------------------------------ in process (one device)
+
+
+@pytest.mark.parametrize('shape,axis_size,expected', [
+    ((16, 24), 8, P(None, 'data')),
+    ((24, 24), 8, P('data')),  # Ties: the first axis.
+    ((40, 8), 8, P('data')),
+    ((5, 3), 8, P()),
+    ((), 8, P()),
+    ((7, 16), 8, P(None, 'data')),
+    ((16, 24), 1, P()),
+])
+def test_zero1_spec(shape, axis_size, expected):
+  assert sharding.zero1_spec(shape, ('data',), axis_size) == expected
+
+
+def test_zero1_spec_over_several_axes():
+  assert sharding.zero1_spec((6, 32), ('data', 'model'), 8) == P(
+      None, ('data', 'model'))
+
+
+@pytest.mark.parametrize('param_shape,spec,shape,expected', [
+    ((16, 24), P(None, 'model'), (16, 24), P(None, 'model')),
+    ((16, 24), P(None, 'model'), (16,), P()),  # Axis 1 dropped.
+    ((16, 24), P(None, 'model'), (24,), P('model')),  # Axis 0 dropped.
+    ((16, 16), P(None, 'model'), (16,), P()),  # Ambiguous: replicate.
+    ((16, 16), P('data', 'model'), (16,), P()),
+    ((16, 24), P('model'), (24,), P()),  # Short spec: padded.
+    ((16, 24), P(None, 'model'), (1,), P()),
+    ((16, 24), P(None, 'model'), (), P()),
+])
+def test_mirrored_spec(param_shape, spec, shape, expected):
+  assert sharding.mirrored_spec(param_shape, spec, shape) == expected
+
+
+def _one_device_mesh():
+  return Mesh(np.array(jax.devices()[:1]), ('data',))
+
+
+def test_result_has_the_structure_of_the_input():
+  opt = _multi().create(_params())
+  mesh = _one_device_mesh()
+  for rule in ('replicated', 'zero1', _TP_SPECS_1D, lambda p, x: None):
+    result = compat.state_shardings(opt, mesh, rule)
+    assert (jax.tree_util.tree_structure(result) ==
+            jax.tree_util.tree_structure(opt))
+    assert all(isinstance(s, NamedSharding)
+               for s in jax.tree_util.tree_leaves(result))
+
+
+_TP_SPECS_1D = {'dense': {'kernel': P(None, 'data'), 'bias': P('data')},
+                'embed': P(), 'odd': P()}
+
+
+def test_optax_state_pairs_leaves_with_params():
+  opt = optim.Momentum(0.1).create(_params())
+  _, opt_state = compat.to_optax(opt)
+  result = compat.state_shardings(opt_state, _one_device_mesh(), _TP_SPECS_1D,
+                                  params=opt.target)
+  traces = result[1].trace
+  assert jax.tree_util.tree_map(lambda s: s.spec, traces) == _TP_SPECS_1D
+  assert result[2].count.spec == P()
+
+
+def test_errors_name_the_problem():
+  opt = optim.Momentum(0.1).create(_params())
+  mesh = _one_device_mesh()
+  with pytest.raises(ValueError, match="Unknown sharding rule 'zero3'"):
+    compat.state_shardings(opt, mesh, 'zero3')
+  with pytest.raises(ValueError, match="axis 'model' is not an axis"):
+    compat.state_shardings(opt, mesh, 'zero1', axis='model')
+  with pytest.raises(TypeError, match='shaped like the params'):
+    compat.state_shardings(opt, mesh, {'dense': P()})
+  with pytest.raises(TypeError, match=r"\.target\['dense'\]\['bias'\].*got int"):
+    compat.state_shardings(opt, mesh, lambda path, leaf: 3)
+  _, opt_state = compat.to_optax(opt)
+  with pytest.raises(ValueError, match='pass params='):
+    compat.state_shardings(opt_state, mesh, _TP_SPECS_1D)
+
+
+if __name__ == '__main__':
+  CASES.main()
