@@ -40,7 +40,7 @@ from legacy_optim import _restore  # pylint: disable=g-import-not-at-top,wrong-i
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
-ORACLE_PYTHON = os.environ.get('LEGACY_FLAX_PYTHON',
+ORACLE_PYTHON = os.environ.get('ORACLE_PYTHON',
                                '/opt/venvs/oracle/bin/python')
 
 
@@ -439,7 +439,7 @@ def _check_with_flax_0_5_3(names, tmp_path):
   if not pathlib.Path(ORACLE_PYTHON).exists() and not os.environ.get(
       'REQUIRE_ORACLE'):
     pytest.skip(f'flax 0.5.3 oracle interpreter not found at {ORACLE_PYTHON} '
-                '(set LEGACY_FLAX_PYTHON; REQUIRE_ORACLE=1 makes this fatal)')
+                '(set ORACLE_PYTHON; REQUIRE_ORACLE=1 makes this fatal)')
   files = [f'{name}={_user_train_state_to_legacy(name, tmp_path / name)}'
            for name in names]
   script = pathlib.Path(fx.HERE) / 'oracle_restore.py'
