@@ -142,7 +142,8 @@ def warn_legacy_use(feature, obj=None, **details):
   Raises:
     LegacyOptimDeprecationWarning: in strict mode (``LEGACY_OPTIM_STRICT=1``).
   """
-  frame, level = _user_frame(sys._getframe(0))  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  frame, level = _user_frame(sys._getframe(0))
   site = (feature, frame.f_code.co_filename, frame.f_lineno)
   subject = '' if obj is None else type(obj).__name__
   with _lock:
@@ -224,7 +225,7 @@ def _optimizer_def_message(obj) -> str:
         f'{head} Average gradients yourself inside jax.pmap '
         '(grads = jax.lax.pmean(grads, axis_name)) and replicate the '
         'TrainState with flax.jax_utils.replicate, or shard it with jax.jit '
-        'and jax.sharding. '
+        'and jax.sharding (compat.state_shardings). '
         + _see(rep.SECTION_REPLICATION))
   if base == 'WeightNorm':
     return (
@@ -341,7 +342,7 @@ _SIMPLE = {
         'Optimizer.replicate() is deprecated. Replicate the TrainState with '
         'flax.jax_utils.replicate(state) and average gradients inside '
         'jax.pmap with jax.lax.pmean(grads, axis_name), or shard with jax.jit '
-        'and jax.sharding.', rep.SECTION_REPLICATION),
+        'and jax.sharding (compat.state_shardings).', rep.SECTION_REPLICATION),
 }
 
 
