@@ -48,6 +48,14 @@ def require_learning_rate(learning_rate: Any, owner: str) -> Any:
   return learning_rate
 
 
+def require_params(params: Any, owner: str) -> Any:
+  """Rules that read the params need them passed to ``update``."""
+  if params is None:
+    raise ValueError(f'{owner} needs params: call '
+                     'tx.update(grads, opt_state, params).')
+  return params
+
+
 def learning_rate_schedule(learning_rate: Any, owner: str) -> Callable:
   """A schedule (count -> rate) for a constant, traced or scheduled rate.
 

@@ -169,9 +169,7 @@ def scale_by_legacy_adafactor(
         v_col=field('v_col'), v=field('v'), m=field('m'))
 
   def update_fn(updates, state, params=None):
-    if params is None:
-      raise ValueError(f'{owner} needs params: call '
-                       'tx.update(grads, opt_state, params).')
+    _hyper.require_params(params, owner)
     hp = _hyper.resolve(hyper_params, state.count)
     learning_rate = _hyper.require_learning_rate(hp.learning_rate, owner)
     decay = decay_rate_pow(state.count, hp.step_offset, hp.decay_rate)

@@ -68,9 +68,7 @@ def scale_by_legacy_lars(hyper_params: Any,
     return ScaleByLegacyLarsState(count=jnp.zeros([], jnp.int32))
 
   def update_fn(updates, state, params=None):
-    if params is None:
-      raise ValueError(f'{owner} needs params: call '
-                       'tx.update(grads, opt_state, params).')
+    _hyper.require_params(params, owner)
     hp = _hyper.resolve(hyper_params, state.count)
     learning_rate = _hyper.require_learning_rate(hp.learning_rate, owner)
     decay = hp.weight_decay

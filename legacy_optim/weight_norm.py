@@ -126,9 +126,7 @@ def weight_norm(inner: optax.GradientTransformation, wn_decay: Array = 0,
         {'direction': direction, 'scale': scale}))
 
   def update_fn(updates, state, params=None):
-    if params is None:
-      raise ValueError('WeightNorm needs params: call '
-                       'tx.update(grads, opt_state, params).')
+    _hyper.require_params(params, 'WeightNorm')
     _, pullback = jax.vjp(lambda v, g: merge(v, g, wn_eps), state.direction,
                           state.scale)
     dir_grad, scale_grad = pullback(updates)

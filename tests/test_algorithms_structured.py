@@ -59,6 +59,8 @@ DEFS = {
         optim.Momentum(0.1, weight_decay=1e-3), wn_decay=1e-2),
     'wn_adafactor': lambda: optim.WeightNorm(
         optim.Adafactor(0.1, beta1=0.5, min_dim_size_to_factor=2)),
+    'wn_adam': lambda: optim.WeightNorm(optim.Adam(0.01, weight_decay=1e-3),
+                                        wn_decay=1e-3),
 }
 
 
@@ -180,7 +182,7 @@ def _fill(tree, rng):
 
 # One def per distinct state structure (the others only change numbers).
 ROUND_TRIP = ('adafactor_momentum_wd', 'adafactor_unfactored', 'lars',
-              'wn_sgd', 'wn_adafactor')
+              'wn_sgd', 'wn_adam')
 
 
 @pytest.mark.parametrize('name', ROUND_TRIP)
@@ -216,7 +218,7 @@ def test_optax_state_round_trip_is_bit_exact(name, spec, seed):
     ('adafactor', jnp.float32), ('adafactor_momentum_wd', jnp.bfloat16),
     ('adafactor_unfactored', jnp.float16), ('lars', jnp.bfloat16),
     ('lars_nesterov', jnp.float32), ('wn_momentum', jnp.float32),
-    ('wn_adafactor', jnp.float32)])
+    ('wn_adafactor', jnp.float32), ('wn_adam', jnp.float32)])
 def test_per_leaf_api_agrees_with_tree_api(name, dtype):
   opt_def = DEFS[name]()
   params = _params(dtype)
@@ -256,6 +258,11 @@ OVERRIDES = {
             optim.Momentum(**kw), wn_decay=wn_decay, wn_eps=wn_eps),
         # (wn_eps is left out: flax.optim's init used the constructor's.)
         dict(learning_rate=0.3, beta=0.5, weight_decay=0.01, wn_decay=0.1)),
+    'wn_adam': (
+        lambda wn_decay=0, **kw: optim.WeightNorm(optim.Adam(**kw),
+                                                  wn_decay=wn_decay),
+        dict(learning_rate=0.3, beta1=0.5, beta2=0.9, eps=1e-3,
+             weight_decay=0.01, wn_decay=0.1)),
 }
 
 
@@ -272,8 +279,8 @@ def test_traced_overrides_under_jit(name):
     grads = _grads(i, params)
     plain = step(plain, grads, overrides)
     configured = configured_step(configured, grads)
-    chex.assert_trees_all_close(plain.target, configured.target, rtol=1e-6,
-                                atol=1e-7)
+    # Different programs (traced vs constant values) may round differently.
+    _assert_updates_close(plain.target, configured.target, params, rtol=1e-5)
   # Traced: other values reuse the compiled step.
   step(plain, _grads(0, params), jax.tree_util.tree_map(
       lambda v: v * 2, overrides))
