@@ -155,6 +155,11 @@ class Progress:
                       f'{self.done / 2**20:9.1f}/{self.total / 2**20:.1f} MiB')
     self.stream.flush()
 
+  def complete(self) -> None:
+    """Marks the current phase done (its estimate may have been high)."""
+    self.done = self.total
+    self._draw(force=True)
+
   def close(self) -> None:
     if self.enabled:
       self.stream.write('\n')

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from compat import _atomic
+from compat import _legacy_layout
 from compat import _safe_msgpack
 from compat import _spec
 from compat import checkpoints
@@ -198,13 +199,24 @@ def fill_template(template, raw):
 
 
 def to_legacy(src: pathlib.Path, dst: pathlib.Path, dst_is_dir: bool,
-              optimizer, force: bool) -> 'checkpoints.ConversionReport':
+              optimizer, force: bool,
+              progress=None) -> 'checkpoints.ConversionReport':
   """An Orbax TrainState/optax/nnx checkpoint -> a legacy msgpack file."""
+  bar = _atomic.Progress(checkpoints.disk_size(src), 'restore', progress)
+  try:
+    bar.phase('restore')
+    return _to_legacy(src, dst, dst_is_dir, optimizer, force, bar)
+  finally:
+    bar.close()
+
+
+def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
   import jax  # pylint: disable=g-import-not-at-top
   import legacy_optim  # pylint: disable=g-import-not-at-top
   from flax import serialization  # pylint: disable=g-import-not-at-top
   from compat import optax_bridge  # pylint: disable=g-import-not-at-top
   tree, extras, meta = _read_modern(src)
+  bar.complete()
   kind = meta['to'] if meta else _detect_kind(tree)
   if optimizer is None:
     optimizer = meta.get('optimizer') if meta else None
@@ -229,13 +241,15 @@ def to_legacy(src: pathlib.Path, dst: pathlib.Path, dst_is_dir: bool,
   # In the legacy key order ('target' first): tree_map would sort the keys.
   opt_sd = serialization.to_state_dict(restored)
   if meta and meta.get('layout'):
-    state_dict = checkpoints.rebuild_state_dict(meta['layout'], opt_sd, extras)
+    state_dict = _legacy_layout.rebuild(meta['layout'], opt_sd, extras)
   else:
     state_dict = opt_sd
   data = _safe_msgpack.encode(state_dict)
+  bar.phase('write', len(data))
   dst_file = dst / f'checkpoint_{step}' if dst_is_dir else dst
   with _atomic.atomic_destination(dst_file, force) as tmp:
     _atomic.write_bytes(tmp, data)
+  bar.complete()
   leaves = jax.tree_util.tree_leaves(params)
   return checkpoints.ConversionReport(
       str(src), str(dst_file), 'legacy',

@@ -49,15 +49,15 @@ def flatten(tree, prefix=()) -> list[tuple[tuple[str, ...], Any]]:
   return [(prefix, tree)]
 
 
+MISSING = object()  # lookup's answer for a path the tree does not have.
+
+
 def lookup(tree, path):
   for key in path:
     if not isinstance(tree, dict) or key not in tree:
-      return _MISSING
+      return MISSING
     tree = tree[key]
   return tree
-
-
-_MISSING = object()
 
 
 def param_leaves(target) -> list[tuple[tuple[str, ...], Any]]:
@@ -137,7 +137,7 @@ def infer(optimizer_state_dict: dict) -> Inference:
   for path, param in leaves:
     shown = '/'.join(path)
     state = lookup(param_states, path)
-    if state is _MISSING:
+    if state is MISSING:
       raise ValueError(f'state/param_states has no entry for param {shown}.')
     try:
       fields = _fields(state)

@@ -43,6 +43,7 @@ import numpy as np
 
 from compat import _atomic
 from compat import _infer
+from compat import _legacy_layout
 from compat import _safe_msgpack
 from compat import _spec
 
@@ -51,8 +52,6 @@ MODERN = ('train_state', 'optax', 'nnx')
 TARGETS = MODERN + ('legacy',)
 STATE_ITEM, EXTRAS_ITEM, META_ITEM = 'state', 'extras', 'conversion'
 _READ_CHUNK = 8 << 20
-_OPTIMIZER = '__optimizer__'
-_LEAF = '__leaf__'
 
 PathLike = Union[str, os.PathLike]
 
@@ -145,15 +144,19 @@ def checkpoint_file(path: PathLike, prefix: str = 'checkpoint_') -> pathlib.Path
   return max(steps)[1]
 
 
-def _read(path: pathlib.Path, progress: _atomic.Progress) -> bytes:
+def _read(path: pathlib.Path, progress: _atomic.Progress) -> bytearray:
   size = path.stat().st_size
   progress.phase('read', size)
-  data = bytearray()
+  data = bytearray(size)
+  view = memoryview(data)
+  done = 0
   with open(path, 'rb') as f:
-    while chunk := f.read(_READ_CHUNK):
-      data += chunk
-      progress.advance(len(chunk))
-  return bytes(data)
+    while done < size and (n := f.readinto(view[done:done + _READ_CHUNK])):
+      done += n
+      progress.advance(n)
+  if done != size:
+    raise OSError(f'{path} changed size while being read.')
+  return data
 
 
 def load_legacy_checkpoint(path: PathLike, *,
@@ -179,6 +182,8 @@ def load_legacy_checkpoint(path: PathLike, *,
     data = _read(file, bar)
     bar.phase('decode', len(data))
     state_dict = _safe_msgpack.decode(data, progress=bar.advance)
+    del data
+    bar.complete()
   finally:
     bar.close()
   found = _find_optimizers(state_dict)
@@ -246,74 +251,6 @@ def _restore_optimizer(ckpt: LegacyCheckpoint, opt_def):
     template = opt_def.create(jax.tree_util.tree_map(np.asarray,
                                                      opt_sd['target']))
     return serialization.from_state_dict(template, opt_sd)
-
-
-# ------------------------------------------------- the legacy file's layout
-
-
-def _skeleton(tree, optimizer_path, path=()):
-  """The state dict's layout as JSON: key order and every non-array value.
-
-  Arrays become ``{"__leaf__": "array"|"scalar"}`` (stored in the Orbax
-  items); the Optimizer becomes ``{"__optimizer__": <its key order>}``.
-  """
-  if path == optimizer_path:
-    return {_OPTIMIZER: _key_order(tree)}
-  if isinstance(tree, dict):
-    return {k: _skeleton(v, optimizer_path, path + (k,)) for k, v in tree.items()}
-  if isinstance(tree, np.ndarray):
-    return {_LEAF: 'array'}
-  if isinstance(tree, np.generic):
-    return {_LEAF: 'scalar'}
-  if isinstance(tree, complex):
-    return {_LEAF: 'complex', 'value': [tree.real, tree.imag]}
-  if tree is None or isinstance(tree, (bool, int, float, str)):
-    return {_LEAF: 'value', 'value': tree}
-  raise ValueError(f'Cannot convert the {type(tree).__name__} at '
-                   f'{"/".join(path)}: only arrays, numbers, strings and None '
-                   'are supported next to the Optimizer.')
-
-
-def _key_order(tree):
-  if isinstance(tree, dict):
-    return {k: _key_order(v) for k, v in tree.items()}
-  return None
-
-
-def _extras(tree, optimizer_path, path=()):
-  """The container's arrays other than the Optimizer's, for the Orbax item."""
-  if path == optimizer_path:
-    return None
-  if isinstance(tree, dict):
-    out = {k: _extras(v, optimizer_path, path + (k,)) for k, v in tree.items()}
-    return {k: v for k, v in out.items() if v is not None} or None
-  return np.asarray(tree) if _infer.is_array(tree) else None
-
-
-def _reorder(tree, order):
-  if isinstance(tree, dict) and isinstance(order, dict) and set(tree) == set(
-      order):
-    return {k: _reorder(tree[k], order[k]) for k in order}
-  return tree
-
-
-def rebuild_state_dict(skeleton, optimizer_sd, extras, path=()):
-  """The legacy state dict from its skeleton, Optimizer and extras."""
-  if _OPTIMIZER in skeleton:
-    return _reorder(optimizer_sd, skeleton[_OPTIMIZER])
-  if _LEAF not in skeleton:
-    return {k: rebuild_state_dict(v, optimizer_sd, extras, path + (k,))
-            for k, v in skeleton.items()}
-  kind = skeleton[_LEAF]
-  if kind == 'value':
-    return skeleton['value']
-  if kind == 'complex':
-    return complex(*skeleton['value'])
-  value = _infer.lookup(extras, path)
-  if value is _infer._MISSING:  # pylint: disable=protected-access
-    raise ValueError(f'The extras item has no array at {"/".join(path)}.')
-  value = np.asarray(value)
-  return value[()] if kind == 'scalar' else value
 
 
 # ----------------------------------------------------------- conversions
@@ -386,7 +323,8 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
     _atomic.refuse_existing(dst, force)
   from compat import _convert  # pylint: disable=g-import-not-at-top
   if to == 'legacy':
-    return _convert.to_legacy(src, dst, dst_is_dir, optimizer, force)
+    return _convert.to_legacy(src, dst, dst_is_dir, optimizer, force,
+                              progress)
   ckpt = load_legacy_checkpoint(src, progress=progress)
   opt_def, spec, inferred = _resolve_def(ckpt, optimizer)
   optimizer_obj = _restore_optimizer(ckpt, opt_def)
@@ -398,18 +336,18 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
       'algorithms': list(ckpt.algorithms),
       'step': ckpt.step,
       'optimizer_path': list(ckpt.optimizer_path),
-      'layout': _skeleton(ckpt.state_dict, ckpt.optimizer_path),
+      'layout': _legacy_layout.record(ckpt.state_dict, ckpt.optimizer_path),
       'source': {'path': ckpt.path, 'bytes': ckpt.nbytes,
                  'sha256': _sha256(pathlib.Path(ckpt.path))},
   }
-  extras = _extras(ckpt.state_dict, ckpt.optimizer_path)
+  extras = _legacy_layout.extras(ckpt.state_dict, ckpt.optimizer_path)
   bar = _atomic.Progress(ckpt.nbytes, 'write', progress)
   try:
     bar.phase('write')
     with _atomic.atomic_destination(dst, force) as tmp:
       _convert.write_modern(tmp, to, optimizer_obj, meta, extras, model,
                             path_map)
-    bar.advance(ckpt.nbytes)
+    bar.complete()
   finally:
     bar.close()
   return ConversionReport(

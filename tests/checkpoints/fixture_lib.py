@@ -21,6 +21,7 @@ from flax import struct
 
 import legacy_optim
 from compat import _spec
+import tree_paths
 
 HERE = pathlib.Path(__file__).resolve().parent
 MANIFEST = json.loads((HERE / 'manifest.json').read_text())
@@ -49,19 +50,9 @@ def checkpoint_bytes(name: str) -> bytes:
   return checkpoint_path(name).read_bytes()
 
 
-def nest(flat: dict) -> dict:
-  out = {}
-  for path, value in flat.items():
-    *parents, leaf = path.split('/')
-    node = out
-    for key in parents:
-      node = node.setdefault(key, {})
-    node[leaf] = value
-  return out
-
 
 def zero_params(name: str):
-  params = nest({path: jnp.zeros(shape, jnp.dtype(dtype))
+  params = tree_paths.nest({path: jnp.zeros(shape, jnp.dtype(dtype))
                  for path, (shape, dtype) in case(name)['layout'].items()})
   return core.freeze(params) if case(name)['frozen'] else params
 

@@ -48,6 +48,7 @@ from flax import struct  # pylint: disable=g-import-not-at-top
 from flax.optim import dynamic_scale  # pylint: disable=g-import-not-at-top
 
 from compat import _spec  # pylint: disable=g-import-not-at-top
+import tree_paths  # pylint: disable=g-import-not-at-top
 
 warnings.simplefilter('ignore')  # flax.optim re-enables its warnings.
 
@@ -115,20 +116,9 @@ class TrainState:
   dynamic_scale: dynamic_scale.DynamicScale
 
 
-def nest(flat):
-  """{'a/b': x} -> {'a': {'b': x}}."""
-  out = {}
-  for path, value in flat.items():
-    *parents, leaf = path.split('/')
-    node = out
-    for key in parents:
-      node = node.setdefault(key, {})
-    node[leaf] = value
-  return out
-
 
 def random_tree(layout, rng):
-  return nest({
+  return tree_paths.nest({
       path: jnp.asarray(rng.standard_normal(shape).astype(np.float32),
                         dtype=jnp.dtype(dtype))
       for path, (shape, dtype) in layout.items()

@@ -36,19 +36,10 @@ from flax import optim  # pylint: disable=g-import-not-at-top
 from flax import serialization  # pylint: disable=g-import-not-at-top
 
 from compat import _spec  # pylint: disable=g-import-not-at-top
+import tree_paths  # pylint: disable=g-import-not-at-top
 
 warnings.simplefilter('ignore')
 
-
-def _nest(flat):
-  out = {}
-  for path, value in flat.items():
-    *parents, leaf = path.split('/')
-    node = out
-    for key in parents:
-      node = node.setdefault(key, {})
-    node[leaf] = value
-  return out
 
 
 def _signature(tree):
@@ -71,7 +62,7 @@ def _signature(tree):
 
 def check(case, data: bytes) -> list:
   layout = case['layout']
-  params = _nest({path: jnp.zeros(shape, jnp.dtype(dtype))
+  params = tree_paths.nest({path: jnp.zeros(shape, jnp.dtype(dtype))
                   for path, (shape, dtype) in layout.items()})
   if case['frozen']:
     params = core.freeze(params)
