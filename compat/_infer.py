@@ -162,7 +162,7 @@ def infer(optimizer_state_dict: dict) -> Inference:
       specs[fields] = None
       if candidates:
         notes.append(
-            f'the state fields {list(fields)} fit {" and ".join(candidates)} '
+            f'the state fields {list(fields)} fit {_either(candidates)} '
             'alike: pass the optimizer explicitly')
       continue
     spec, why = _group_spec(candidates[0], [m[2] for m in members],
@@ -186,6 +186,12 @@ def infer(optimizer_state_dict: dict) -> Inference:
     spec = f'MultiOptimizer({", ".join(pairs)})'
   return Inference(leaf_fields, leaf_algorithms, ('MultiOptimizer',), spec,
                    tuple(notes))
+
+
+def _either(names) -> str:
+  if len(names) < 2:
+    return ''.join(names)
+  return ', '.join(names[:-1]) + ' and ' + names[-1]
 
 
 def owned_regex(paths) -> str:

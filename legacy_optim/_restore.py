@@ -164,8 +164,10 @@ def _algorithm_hint(expected_states, found_states, template: str) -> str:
   names = sorted({a for fields in got for a in algorithms_for_fields(fields)})
   if not names:
     return ''
+  written_by = (', '.join(names[:-1]) + ' or ' + names[-1]
+                if len(names) > 1 else names[0])
   return (f'The per-parameter state in the checkpoint was written by '
-          f'{" or ".join(names)}, not by {template}: restore it into an '
+          f'{written_by}, not by {template}: restore it into an '
           'optimizer built with the definition that wrote it.')
 
 

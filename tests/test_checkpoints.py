@@ -631,3 +631,66 @@ def test_cli_progress_flag_draws_a_bar(tmp_path, capsys):
                            '--progress']) == 0
   err = capsys.readouterr().err
   assert 'decode' in err and '%' in err
+
+
+# ------------------------------------------------------------- details
+
+
+@pytest.mark.parametrize('algorithm', sorted(
+    set(_restore.PARAM_STATE_FIELDS) - {'WeightNorm'}))
+def test_checkpoint_field_table_matches_each_algorithm(algorithm):
+  # The table the reader infers from is the format flax 0.5.3 wrote (checked
+  # against the fixtures above); each class must lay its state out the same.
+  cls = getattr(legacy_optim, algorithm)
+  assert tuple(cls._param_state_fields) == (  # pylint: disable=protected-access
+      _restore.PARAM_STATE_FIELDS[algorithm])
+
+
+def test_chunked_arrays_are_reassembled():
+  # flax splits arrays over 1 GiB into chunks; build that form by hand.
+  array = np.arange(10, dtype=np.float32).reshape(2, 5)
+  chunked = {'__msgpack_chunked_array__': True, 'shape': {'0': 2, '1': 5},
+             'chunks': {'0': array.reshape(-1)[:4], '1': array.reshape(-1)[4:]}}
+  data = serialization.msgpack_serialize({'w': chunked}, in_place=True)
+  np.testing.assert_array_equal(checkpoints._safe_msgpack.decode(data)['w'],  # pylint: disable=protected-access
+                                serialization.msgpack_restore(data)['w'])
+  chunked['chunks'] = {'0': array.reshape(-1)[:4]}  # A chunk missing.
+  data = serialization.msgpack_serialize({'w': chunked}, in_place=True)
+  with pytest.raises(ValueError, match='chunks hold 4 values'):
+    checkpoints._safe_msgpack.decode(data)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('text,message', [
+    ('Adam(learning_rate=__import__("os").getcwd())', 'expected a call'),
+    ('Adam(__import__("os"))', "Unknown optimizer '__import__'"),
+    ('Adam(lambda: 1)', 'must be literals'),
+    ('os.system("x")', 'expected a call'),
+    ('Sgd(0.1)', "Unknown optimizer 'Sgd'"),
+    ('Adam(**{"learning_rate": 1})', r'\*\*kwargs'),
+    ("MultiOptimizer(('[', Adam()))", 'Invalid regex'),
+    ('MultiOptimizer(Adam())', r'\(regex, spec\) pair'),
+    ('Adam(learning_rate=[1])', 'unsupported argument'),
+    ('Adam(', 'Invalid optimizer spec'),
+])
+def test_specs_are_parsed_never_evaluated(text, message):
+  with pytest.raises(ValueError, match=message):
+    checkpoints._spec.parse(text)  # pylint: disable=protected-access
+
+
+def test_spec_round_trips_through_its_text():
+  spec = checkpoints._spec.parse(  # pylint: disable=protected-access
+      "MultiOptimizer(('kernel$', WeightNorm(Momentum(0.1, nesterov=True))),"
+      " ('bias', Adafactor(beta1=None)))")
+  assert checkpoints._spec.parse(str(spec)) == spec  # pylint: disable=protected-access
+  assert spec.algorithms() == ('MultiOptimizer', 'WeightNorm', 'Momentum',
+                               'Adafactor')
+
+
+def test_non_finite_values_are_reported(tmp_path):
+  state_dict = serialization.msgpack_restore(fx.checkpoint_bytes('adagrad'))
+  bias = state_dict['state']['param_states']['dense']['bias']
+  bias['G'] = np.where(np.arange(4) == 0, np.nan, bias['G']).astype(np.float32)
+  path = tmp_path / 'checkpoint_3'
+  path.write_bytes(serialization.msgpack_serialize(state_dict, in_place=True))
+  ckpt = compat.load_legacy_checkpoint(path)
+  assert 'dense/bias: holds non-finite values' in ckpt.notes
