@@ -11,8 +11,8 @@ flax 0.5.3 did:
 * ``divide_by_scalar``, ``divide_by_root``, ``divide_twice``: divisions
   written so that today's XLA rounds them as the XLA of flax 0.5.3's days
   did (see below);
-* ``descent``: turns the legacy ``p - s - (lr * wd) * p`` into Optax updates
-  that ``optax.apply_updates`` adds back without a second rounding;
+* ``descent``: turns the legacy ``p - s - (lr * wd) * p`` (two roundings)
+  into Optax updates that ``optax.apply_updates`` turns into the same value;
 * ``CountAndFieldsMapping``: the legacy layout <-> Optax state mapping for a
   state ``NamedTuple(count, <one field per legacy per-parameter field>)``.
 """
@@ -33,15 +33,18 @@ from legacy_optim import _hyper
 # * ``x / c`` for a traced scalar ``c`` was a true division; today's XLA
 #   turns ``x / broadcast(c)`` into ``x * (1 / c)``. ``divide_by_scalar`` adds
 #   ``0 * x`` to the divisor (not an identity for inf/nan, so the simplifier
-#   keeps it), which keeps the division elementwise and exact.
+#   keeps it), which keeps the division elementwise and correctly rounded.
+#   Only an infinite ``x`` gives another result (nan instead of inf; the
+#   rules using it produce nan from such a moment either way).
 # * ``x / sqrt(y)`` (``sqrt`` with no other user) became ``x * (1 / sqrt(y))``
 #   with a correctly rounded reciprocal; today's XLA uses an approximate
 #   reciprocal square root. ``divide_by_root`` spells out the old form.
 # * ``(x / c) / y`` became ``x / (c * y)``; ``divide_twice`` spells it out.
 #
-# The last two did not happen for bfloat16, which XLA computed op by op in
-# float32; there the plain expression already rounds as flax.optim did. On
-# finite values all of these differ from the plain expression only in
+# The last two did not happen for bfloat16 (which XLA on CPU evaluates in
+# float32, rounding after every op); there the plain expression already
+# rounds as flax.optim did. Other backends (GPU, TPU) were not measured: the
+# forms below are the same math and differ from the plain ones only in
 # rounding.
 
 
@@ -81,7 +84,8 @@ def ema(decay: Any, average: Any, sample: Any) -> Any:
   """``decay * average + (1 - decay) * sample`` on whole trees (legacy order).
 
   ``1 - decay`` is computed before it meets the array, so for a Python float
-  ``decay`` it is exact in double precision, as in flax.optim.
+  ``decay`` it is computed in double precision and rounded once, as in
+  flax.optim.
   """
   return jax.tree_util.tree_map(
       lambda avg, x: decay * avg + (1. - decay) * x, average, sample)
@@ -102,10 +106,12 @@ def descent(steps: Any, params: Any, learning_rate: Any, weight_decay: Any,
   weight decay, two roundings that a single ``p + u`` cannot repeat in
   general. The updates are therefore ``((p - s) - (lr * wd) * p) - p``: that
   difference is exact whenever the new value is within a factor of two of
-  ``p`` (Sterbenz), i.e. for any ordinary step, and ``optax.apply_updates``
-  then yields flax.optim's value to the bit. Without weight decay (a static
-  zero, which flax.optim's arithmetic turned into a no-op) the updates are
-  ``-s`` and ``p + (-s)`` equals ``p - s`` exactly.
+  ``p`` (Sterbenz), and ``optax.apply_updates`` then yields flax.optim's value
+  to the bit. Where a step moves a parameter by more than about half its own
+  size (parameters near zero), the result may be one rounding (an ulp of the
+  new value) off. Without weight decay (a static zero, which flax.optim's
+  arithmetic turned into a no-op) the updates are ``-s``, and ``p + (-s)``
+  equals ``p - s`` exactly.
   """
   if _hyper.is_static_zero(weight_decay):
     return jax.tree_util.tree_map(jnp.negative, steps)
