@@ -115,10 +115,7 @@ def descent(steps: Any, params: Any, learning_rate: Any, weight_decay: Any,
   """
   if _hyper.is_static_zero(weight_decay):
     return jax.tree_util.tree_map(jnp.negative, steps)
-  if params is None:
-    raise ValueError(
-        f'{owner} with weight_decay needs params: call '
-        'tx.update(grads, opt_state, params).')
+  _hyper.require_params(params, f'{owner} with weight_decay')
   decay = learning_rate * weight_decay
   return jax.tree_util.tree_map(
       lambda p, s: ((p - s) - decay * p) - p, params, steps)

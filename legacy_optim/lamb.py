@@ -29,11 +29,16 @@ class _LAMBParamState:
   grad_sq_ema: np.ndarray
 
 
+_FIELDS = ('grad_ema', 'grad_sq_ema')
+
+
 def trust_ratio(param_norm: jax.Array, update_norm: jax.Array) -> jax.Array:
   """``|p| / |u|``, or 1 when both norms are zero (flax.optim's rule).
 
   As in flax.optim, a zero update on a non-zero parameter gives an infinite
   ratio (and a NaN step), and a zero parameter gets ratio 0 (it never moves).
+  A true division: the norm's root has a second user (the test), so XLA did
+  not turn it into a reciprocal square root in flax.optim's jitted step.
   """
   ratio = param_norm / update_norm
   return jnp.where(param_norm + update_norm > 0., ratio, 1.)
@@ -58,8 +63,9 @@ def legacy_lamb(hyper_params: Any,
     ``optax.lamb`` uses a trust ratio of 1 when either norm is zero; this
     transform keeps flax.optim's rule (see ``trust_ratio``): a leaf whose
     update is exactly zero while its parameter is not becomes NaN, and an
-    all-zero parameter never moves. The ratio is computed as
-    ``|p| * (1 / |u|)``, as XLA compiled flax.optim's jitted division. This
+    all-zero parameter never moves. ``m_hat / (sqrt(v_hat) + eps)`` is
+    computed as ``m / ((1 - beta1**t) * (sqrt(v_hat) + eps))``, as XLA
+    compiled flax.optim's jitted step (see ``_transforms_adaptive``). This
     transform always needs ``params``.
 
   Args:
@@ -79,9 +85,7 @@ def legacy_lamb(hyper_params: Any,
     return _adaptive.init_state(adam.LegacyAdamState, params, _FIELDS)
 
   def update_fn(updates, state, params=None):
-    if params is None:
-      raise ValueError(f'{owner} needs params: call '
-                       'tx.update(grads, opt_state, params).')
+    _hyper.require_params(params, owner)
     hp = _hyper.resolve(hyper_params, state.count)
     learning_rate = _hyper.require_learning_rate(hp.learning_rate, owner)
     grad_ema, grad_sq_ema = adam.update_moments(updates, state, hp.beta1,
@@ -105,9 +109,6 @@ def legacy_lamb(hyper_params: Any,
         optax.safe_int32_increment(state.count), grad_ema, grad_sq_ema)
 
   return optax.GradientTransformation(init_fn, update_fn)
-
-
-_FIELDS = ('grad_ema', 'grad_sq_ema')
 
 
 class LAMB(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
