@@ -15,6 +15,7 @@ difference is the optimizer path's.
 """
 
 import argparse
+from concurrent import futures
 import dataclasses
 import sys
 import time
@@ -42,12 +43,17 @@ _BATCH, _IN, _HIDDEN, _OUT = 16, 4, 8, 3
 
 
 class MLP(nn.Module):
-  """The built-in model: Dense -> tanh -> Dense."""
+  """The built-in model: Dense -> tanh -> Dense.
+
+  Its initializers are zeros (no random op to compile): the starting params
+  come from NumPy, see ``Problem``.
+  """
 
   @nn.compact
   def __call__(self, x):
-    hidden = jnp.tanh(nn.Dense(_HIDDEN)(x))  # Dense_0
-    return nn.Dense(_OUT)(hidden)  # Dense_1
+    zeros = nn.initializers.zeros
+    hidden = jnp.tanh(nn.Dense(_HIDDEN, kernel_init=zeros)(x))  # Dense_0
+    return nn.Dense(_OUT, kernel_init=zeros)(hidden)  # Dense_1
 
 
 def _loss(params, x, y):
@@ -58,22 +64,33 @@ _grad_fn = jax.jit(jax.grad(_loss))
 
 
 class Problem:
-  """The model's initial params and one synthetic batch per step."""
+  """The model's initial params and one batch per step: ``y = sin(x @ W)``.
+
+  Params and data come from NumPy (the same on every JAX version, and no
+  eager JAX op has to be compiled to make them).
+  """
 
   def __init__(self, num_steps: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    self.batches = [(rng.normal(size=(_BATCH, _IN)).astype(np.float32),
-                     rng.normal(size=(_BATCH, _OUT)).astype(np.float32))
-                    for _ in range(num_steps)]
-    self.params = MLP().init(jax.random.key(seed), self.batches[0][0])['params']
-    self.seed = seed
+    teacher = rng.normal(size=(_IN, _OUT))
+    inputs = [rng.normal(size=(_BATCH, _IN)) for _ in range(num_steps)]
+    self.batches = [(x.astype(np.float32), np.sin(x @ teacher).astype(
+        np.float32)) for x in inputs]
+    self.params = jax.tree_util.tree_map(
+        lambda s: jnp.asarray(rng.normal(size=s.shape).astype(s.dtype) / (
+            np.sqrt(s.shape[0]) if len(s.shape) == 2 else 10)),
+        self.abstract_params())
+
+  def abstract_params(self):
+    return jax.eval_shape(MLP().init, jax.random.key(0),
+                          self.batches[0][0])['params']
 
   def grads(self, params, step: int):
     return _grad_fn(params, *self.batches[step])
 
   def nnx_model(self) -> nnx.Module:
-    """A fresh ``bridge.ToNNX`` model (its own random init)."""
-    model = bridge.ToNNX(MLP(), rngs=nnx.Rngs(self.seed + 1))
+    """A ``bridge.ToNNX`` model (zeros until ``to_nnx_optimizer`` fills it)."""
+    model = bridge.ToNNX(MLP(), rngs=nnx.Rngs(0))
     bridge.lazy_init(model, self.batches[0][0])
     return model
 
@@ -257,25 +274,30 @@ def max_difference(expected, actual) -> Optional[float]:
 class _Progress:
   """A one-line progress bar on stderr (plain lines when not a terminal)."""
 
-  def __init__(self, total: int, enabled: bool, stream=sys.stderr):
-    self.total, self.done, self.stream = total, 0, stream
+  def __init__(self, total: int, enabled: bool, stream=None):
+    self.total, self.done = total, 0
+    self.stream = sys.stderr if stream is None else stream
     self.enabled = enabled
-    self.tty = enabled and stream.isatty()
+    self.tty = enabled and self.stream.isatty()
+    self._draw('')
 
-  def start(self, label: str) -> None:
-    if not self.enabled:
+  def _draw(self, label: str) -> None:
+    if not self.tty:
       return
-    if self.tty:
-      width = 30
-      filled = width * self.done // max(self.total, 1)
-      self.stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] '
-                        f'{self.done}/{self.total} {label:<32.32}')
-    else:
-      self.stream.write(f'check: {self.done + 1}/{self.total} {label}\n')
+    width = 30
+    filled = width * self.done // max(self.total, 1)
+    self.stream.write(f'\r[{"#" * filled}{"." * (width - filled)}] '
+                      f'{self.done}/{self.total} {label:<32.32}')
     self.stream.flush()
 
-  def advance(self) -> None:
+  def finished(self, label: str) -> None:
+    """One more configuration is done."""
     self.done += 1
+    if self.tty:
+      self._draw(label)
+    elif self.enabled:
+      self.stream.write(f'check: {self.done}/{self.total} {label}\n')
+      self.stream.flush()
 
   def close(self) -> None:
     if self.tty:
@@ -320,6 +342,8 @@ def _parse_args(argv):
   parser.add_argument('--eager', action='store_true',
                       help='also run the raw Optax loop without jit (against '
                       'the legacy rule run op by op; slower)')
+  parser.add_argument('--jobs', type=int, default=2, metavar='N',
+                      help='configurations run at a time (default: 2)')
   parser.add_argument('--list', action='store_true',
                       help='list the configurations and exit')
   parser.add_argument('--no-progress', action='store_true',
@@ -327,6 +351,8 @@ def _parse_args(argv):
   args = parser.parse_args(argv)
   if args.steps < 1:
     parser.error('--steps must be at least 1')
+  if args.jobs < 1:
+    parser.error('--jobs must be at least 1')
   return args
 
 
@@ -334,6 +360,44 @@ def _select(only: Sequence[str]):
   wanted = [name.lower() for name in only]
   return [c for c in _configs.CONFIGS
           if not wanted or any(w in c.name.lower() for w in wanted)]
+
+
+def _run_all(configs, problem, args, paths) -> list[dict[str, Comparison]]:
+  """``run_config`` for each config, ``args.jobs`` at a time (in order)."""
+  progress = _Progress(len(configs), enabled=not args.no_progress)
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', deprecation.LegacyOptimDeprecationWarning)
+    # XLA compiles without holding the GIL, so two threads keep two cores
+    # busy; the steps themselves are tiny.
+    with futures.ThreadPoolExecutor(args.jobs) as pool:
+      pending = {
+          pool.submit(run_config, config, problem, args.steps, paths): config
+          for config in configs
+      }
+      for future in futures.as_completed(pending):
+        progress.finished(pending[future].name)
+  progress.close()
+  return [future.result() for future in pending]
+
+
+def _print_table(configs, all_results, paths) -> int:
+  """Prints the table and its notes; returns the number of failed cells."""
+  rows, notes, failures = [], [], 0
+  for config, results in zip(configs, all_results):
+    cells = []
+    for path in paths:
+      cell, ok = _cell(results[path], notes, f'{config.name} / {path}')
+      failures += not ok
+      cells.append(cell)
+    rows.append([config.name] + cells)
+  header = ['config', *paths]
+  widths = [max(len(row[i]) for row in [header] + rows)
+            for i in range(len(header))]
+  for row in [header] + rows:
+    print('  '.join(f'{c:<{w}}' for c, w in zip(row, widths)).rstrip())
+  for i, note in enumerate(notes, 1):
+    print(f'[{i}] {note}')
+  return failures
 
 
 def main(argv=None) -> int:
@@ -349,35 +413,10 @@ def main(argv=None) -> int:
 
   paths = PATHS if args.eager else DEFAULT_PATHS
   began = time.perf_counter()
-  problem = Problem(2 * args.steps)
-  progress = _Progress(len(configs), enabled=not args.no_progress)
-  rows, notes, failures = [], [], 0
-  with warnings.catch_warnings():
-    warnings.simplefilter('ignore', deprecation.LegacyOptimDeprecationWarning)
-    for config in configs:
-      progress.start(config.name)
-      results = run_config(config, problem, args.steps, paths)
-      cells = []
-      for path in paths:
-        cell, ok = _cell(results[path], notes, f'{config.name} / {path}')
-        failures += not ok
-        cells.append(cell)
-      rows.append((config.name, cells))
-      progress.advance()
-  progress.close()
-
-  width = max(len('config'), *(len(name) for name, _ in rows))
-  widths = [max(len(p), *(len(cells[i]) for _, cells in rows))
-            for i, p in enumerate(paths)]
-  print('  '.join([f'{"config":<{width}}'] +
-                  [f'{p:<{w}}' for p, w in zip(paths, widths)]).rstrip())
-  for name, cells in rows:
-    print('  '.join([f'{name:<{width}}'] +
-                    [f'{c:<{w}}' for c, w in zip(cells, widths)]).rstrip())
-  for i, note in enumerate(notes, 1):
-    print(f'[{i}] {note}')
-  total = len(rows) * len(paths)
-  print(f'\n{total - failures}/{total} bit-identical ({len(rows)} configs x '
-        f'{len(paths)} paths; {args.steps} legacy steps, then '
+  all_results = _run_all(configs, Problem(2 * args.steps), args, paths)
+  failures = _print_table(configs, all_results, paths)
+  total = len(configs) * len(paths)
+  print(f'\n{total - failures}/{total} bit-identical ({len(configs)} configs '
+        f'x {len(paths)} paths; {args.steps} legacy steps, then '
         f'{args.steps} on each path; {time.perf_counter() - began:.1f} s)')
   return 1 if failures else 0
