@@ -92,6 +92,39 @@ def scale_by_legacy_lars(hyper_params: Any,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
+def legacy_trace(decay: Any, nesterov: bool) -> optax.GradientTransformation:
+  r"""Heavy-ball momentum in flax.optim's operand order.
+
+  .. math::
+    m \leftarrow \beta m + u,\qquad
+    u \leftarrow u + \beta m \text{ if nesterov else } m
+
+  .. warning::
+    The same math as ``optax.trace`` (state ``optax.TraceState``), which
+    computes ``u + beta * m``. When ``u`` is itself a product (as LARS's
+    scaled gradient is), XLA may fuse either multiplication into a
+    fused multiply-add depending on the operand order, so only this order
+    rounds like flax.optim under ``jax.jit``.
+  """
+
+  def init_fn(params):
+    return optax.TraceState(trace=jax.tree_util.tree_map(jnp.zeros_like,
+                                                         params))
+
+  def update_fn(updates, state, params=None):
+    del params
+    new_trace = jax.tree_util.tree_map(lambda u, m: decay * m + u, updates,
+                                       state.trace)
+    if nesterov:
+      updates = jax.tree_util.tree_map(lambda u, m: u + decay * m, updates,
+                                       new_trace)
+    else:
+      updates = new_trace
+    return updates, optax.TraceState(trace=new_trace)
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
 class LARS(base.OptimizerDef):
   r"""Layer-wise adaptive rate scaling (You, Gitman & Ginsburg 2017).
 
@@ -102,8 +135,9 @@ class LARS(base.OptimizerDef):
     m \leftarrow \beta m + s,\quad
     p \leftarrow p - (s + \beta m \text{ if nesterov else } m)
 
-  Optax form: ``optax.chain(scale_by_legacy_lars(hp), optax.trace(beta,
+  Optax form: ``optax.chain(scale_by_legacy_lars(hp), legacy_trace(beta,
   nesterov), optax.scale(-1))``; the trace holds the legacy ``momentum``.
+  ``legacy_trace`` is ``optax.trace`` with flax.optim's operand order.
   ``optax.lars`` is close but not the same rule (see the warning on
   ``scale_by_legacy_lars``).
 
@@ -133,7 +167,7 @@ class LARS(base.OptimizerDef):
                                   self._name)
     return optax.chain(
         scale_by_legacy_lars(hyper_params, self._name),
-        optax.trace(decay=hyper_params.beta, nesterov=nesterov),
+        legacy_trace(hyper_params.beta, nesterov),
         optax.scale(-1.0))
 
   def _pack_optax_state(self, step, fields):
