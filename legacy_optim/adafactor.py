@@ -6,7 +6,7 @@ gradient; other leaves keep the full average. Unused legacy slots of the
 per-parameter state hold zeros of shape ``(1,)``, as in flax.optim.
 """
 
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -70,17 +70,17 @@ def factored_dims(shape: Sequence[int], factored: bool,
   return int(order[-2]), int(order[-1])
 
 
-def decay_rate_pow(step, step_offset, exponent):
+def decay_rate_pow(i, exponent: float = 0.8):
   r"""Second-moment decay :math:`\hat\beta_{2,t} = 1 - t^{-c}`.
 
-  :math:`t = \max(\text{step} - \text{step\_offset}, 0) + 1` in float32, with
-  ``c`` = ``decay_rate``. flax.optim had no ``max``: a step before
-  ``step_offset`` gave NaN parameters. Here such steps use the schedule's
-  first value (:math:`\hat\beta_2 = 0`, i.e. the second moment restarts from
-  the current gradient) until ``step_offset`` is reached; steps at or after
-  it are unchanged.
+  :math:`t = \max(i, 0) + 1` in float32, where ``i`` is the step minus
+  ``step_offset`` and ``c`` = ``decay_rate``. flax.optim had no ``max``: a
+  step before ``step_offset`` gave NaN parameters. Here such steps use the
+  schedule's first value (:math:`\hat\beta_2 = 0`: the second moment
+  restarts from the current gradient) until ``step_offset`` is reached;
+  steps at or after it are unchanged.
   """
-  t = jnp.asarray(jnp.maximum(step - step_offset, 0), jnp.float32) + 1.0
+  t = jnp.asarray(jnp.maximum(i, 0), jnp.float32) + 1.0
   return 1.0 - t**(-exponent)
 
 
@@ -96,7 +96,9 @@ class LegacyAdafactorState(NamedTuple):
 def scale_by_legacy_adafactor(
     hyper_params: _AdafactorHyperParams,
     dtype_momentum: Dtype = jnp.float32,
-    owner: str = 'Adafactor') -> optax.GradientTransformation:
+    owner: str = 'Adafactor',
+    decay_schedule: Callable[..., Any] = decay_rate_pow,
+) -> optax.GradientTransformation:
   r"""The flax.optim Adafactor update, in its operation order.
 
   Per leaf, with :math:`G = g^2 + \epsilon_1` (``g`` cast to float32),
@@ -134,6 +136,7 @@ def scale_by_legacy_adafactor(
       ``beta1``/``clipping_threshold``/``weight_decay_rate`` disables them.
     dtype_momentum: dtype of the stored momentum.
     owner: the optimizer name used in error messages.
+    decay_schedule: ``(step - step_offset, decay_rate) -> beta2_hat``.
 
   Returns:
     An ``optax.GradientTransformation`` that needs ``params`` in ``update``.
@@ -172,7 +175,7 @@ def scale_by_legacy_adafactor(
     _hyper.require_params(params, owner)
     hp = _hyper.resolve(hyper_params, state.count)
     learning_rate = _hyper.require_learning_rate(hp.learning_rate, owner)
-    decay = decay_rate_pow(state.count, hp.step_offset, hp.decay_rate)
+    decay = decay_schedule(state.count - hp.step_offset, hp.decay_rate)
     mixing = 1.0 - decay
 
     def leaf(grad, param, v_row, v_col, v, m):
@@ -297,9 +300,12 @@ class Adafactor(base.OptimizerDef):
             'instead.')
     return hp
 
+  # flax.optim's hook for the decay schedule; a subclass may replace it.
+  _decay_rate_pow = staticmethod(decay_rate_pow)
+
   def _native_transform(self, hyper_params):
     return scale_by_legacy_adafactor(hyper_params, self.dtype_momentum,
-                                     self._name)
+                                     self._name, self._decay_rate_pow)
 
   def _pack_optax_state(self, step, fields):
     return LegacyAdafactorState(count=jnp.asarray(step, jnp.int32), **fields)

@@ -384,10 +384,30 @@ def test_adafactor_before_step_offset_restarts_the_second_moment():
   assert np.all(np.isfinite(opt.target['w']))
   # Step 4 = step_offset + 1 uses t = 2 (beta2_hat = 1 - 2^-0.8).
   np.testing.assert_allclose(
-      adafactor_lib.decay_rate_pow(jnp.int32(4), 3, 0.8), 1 - 2**-0.8,
+      adafactor_lib.decay_rate_pow(jnp.int32(4) - 3, 0.8), 1 - 2**-0.8,
       rtol=1e-7)
   np.testing.assert_allclose(
-      adafactor_lib.decay_rate_pow(jnp.int32(0), 3, 0.8), 0.0)
+      adafactor_lib.decay_rate_pow(jnp.int32(0) - 3, 0.8), 0.0)
+
+
+def test_adafactor_decay_schedule_hook_can_be_overridden():
+  # flax.optim computed the decay through Adafactor._decay_rate_pow; a
+  # subclass replacing it still changes the rule.
+  class ConstantDecay(optim.Adafactor):
+
+    @staticmethod
+    def _decay_rate_pow(i, exponent=0.8):
+      del i, exponent
+      return 0.5
+
+  params = {'w': jnp.asarray([1.0, -2.0, 3.0])}
+  g = {'w': jnp.asarray([0.5, 0.25, -1.0])}
+  opt = ConstantDecay(0.1, factored=False).create(params)
+  opt = opt.apply_gradient(g).apply_gradient(g)
+  # v = 0.5 * v + 0.5 * (g^2 + eps1) twice from 0: 0.75 (g^2 + eps1).
+  np.testing.assert_allclose(opt.state.param_states['w'].v,
+                             0.75 * (np.asarray(g['w'])**2 + 1e-30),
+                             rtol=1e-6)
 
 
 def test_weight_norm_scalar_leaf_is_left_unnormalized():
