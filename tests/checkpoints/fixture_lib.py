@@ -8,6 +8,7 @@ expected values never pass through the code under test.
 """
 
 import json
+import math
 import pathlib
 import warnings
 
@@ -21,6 +22,7 @@ from flax import struct
 
 import legacy_optim
 from compat import _spec
+from compat.testing import _compare
 import tree_paths
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -30,12 +32,13 @@ BARE_CASES = [c for c in CASES if MANIFEST['cases'][c]['container'] ==
               'optimizer']
 
 # Algorithms whose update flax-optim-compat reproduces bit for bit; the
-# others are held to the fidelity suite's bound on the relative error of the
-# accumulated update: max(1e-6, 1.5 * floor), where the floor is what flax
-# 0.5.3's own rules score on today's JAX (floors.json, measure_floors.py).
+# others are held, element by element, to the ulp distance that flax 0.5.3's
+# own rules reach on today's JAX (floors.json, measure_floors.py), times 1.5.
+# A continuation of a few steps moves params very little, so the fidelity
+# suite's relative error of the accumulated update is ill-conditioned here: a
+# single last-bit flip dominates it. Per-element ulps are not (0 ulps still
+# means bit-identical).
 BITWISE = {'GradientDescent', 'Momentum', 'Adagrad', 'RMSProp'}
-RELATIVE_TOLERANCE = 1e-6
-FLOORS = json.loads((HERE / 'floors.json').read_text())['floors']
 
 
 def case(name: str) -> dict:
@@ -65,8 +68,9 @@ def is_bitwise(name: str) -> bool:
   return set(spec(name).algorithms()) - {'MultiOptimizer'} <= BITWISE
 
 
-def fidelity_bound(name: str) -> float:
-  return max(RELATIVE_TOLERANCE, 1.5 * FLOORS[name])
+def ulp_bound(name: str) -> int:
+  floors = json.loads((HERE / 'floors.json').read_text())['floor_ulps']
+  return math.ceil(1.5 * floors[name])
 
 
 def optimizer_def(name: str):
@@ -153,16 +157,18 @@ def assert_identical(expected, found, what='state dict'):
         f'found {np.asarray(g)!r}')
 
 
-def update_error(start, oracle, ours) -> float:
-  """max over leaves of |ours - oracle| / |oracle - start| (L2 norms)."""
-  worst = 0.0
-  for s, o, g in zip(jax.tree_util.tree_leaves(start),
-                     jax.tree_util.tree_leaves(oracle),
-                     jax.tree_util.tree_leaves(ours)):
-    s, o, g = (np.asarray(v, np.float64) for v in (s, o, g))
-    scale = np.linalg.norm(o - s)
-    err = np.linalg.norm(g - o)
-    worst = max(worst, err / scale if scale else (0.0 if err == 0 else np.inf))
+def max_ulp_error(oracle, ours) -> int:
+  """The largest per-element ulp distance between two trees' float leaves."""
+  worst = 0
+  for o, g in zip(jax.tree_util.tree_leaves(oracle),
+                  jax.tree_util.tree_leaves(ours)):
+    o, g = np.asarray(o), np.asarray(g)
+    if not np.issubdtype(o.dtype, np.inexact) and o.dtype.kind != 'V':
+      continue
+    g = g.astype(o.dtype)
+    if o.size:
+      worst = max(worst, int(_compare.ulp_distance(o.reshape(-1),
+                                                   g.reshape(-1)).max()))
   return worst
 
 

@@ -6,9 +6,9 @@ differences between XLA versions. The floor measures exactly that: flax
 0.5.3's ``optim`` modules (loaded from the oracle's site-packages by
 ``golden.generate_floor.load_legacy_optim``; nothing is copied) restore each
 fixture and continue it with the same jitted steps on today's JAX; the
-floor is their error against the real flax 0.5.3 continuation.
-``test_checkpoints.py`` then holds each non-bitwise case to
-``max(1e-6, 1.5 * floor)``, the fidelity suite's bound.
+floor is their largest per-element ulp distance from the real flax 0.5.3
+continuation. ``test_checkpoints.py`` then holds each non-bitwise case to
+``ceil(1.5 * floor)`` ulps (0 ulps: bit-identical).
 
 Run with today's environment after generate_fixtures.py::
 
@@ -58,13 +58,12 @@ def main() -> int:
   for name in fx.CASES:
     start, targets = _continue(optim, name)
     oracle = fx.continuation(name)['targets']
-    floors[name] = max(
-        fx.update_error(start, theirs, ours)
-        for theirs, ours in zip(oracle, targets))
-    print(f'{name:<24} floor {floors[name]:9.2e}', flush=True)
+    floors[name] = max(fx.max_ulp_error(theirs, ours)
+                       for theirs, ours in zip(oracle, targets))
+    print(f'{name:<24} floor {floors[name]:4d} ulp', flush=True)
   out = HERE / 'floors.json'
   tmp = out.with_suffix('.json.tmp')
-  tmp.write_text(json.dumps({'floors': floors}, indent=1, sort_keys=True) +
+  tmp.write_text(json.dumps({'floor_ulps': floors}, indent=1, sort_keys=True) +
                  '\n')
   os.replace(tmp, out)
   return 0
