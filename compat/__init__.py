@@ -4,7 +4,7 @@ Public names are resolved lazily, so ``import compat`` stays cheap (it must
 not import jax or flax until a name is used).
 """
 
-import importlib
+from compat import _lazy
 
 _EXPORTS = {
     # Optax, TrainState and nnx bridges.
@@ -25,12 +25,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-  module = _EXPORTS.get(name)
-  if module is None:
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-  return getattr(importlib.import_module(module), name)
-
-
-def __dir__():
-  return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS, globals())

@@ -16,7 +16,7 @@ Names resolve lazily, so ``compat.testing`` imports nothing heavy until
 used, and the recording core stays importable on the oracle's old stack.
 """
 
-import importlib
+from compat import _lazy
 
 _EXPORTS = {
     'LeafDiff': 'compat.testing._compare',
@@ -35,12 +35,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-  module = _EXPORTS.get(name)
-  if module is None:
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-  return getattr(importlib.import_module(module), name)
-
-
-def __dir__():
-  return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS, globals())
