@@ -79,11 +79,7 @@ class Problem:
     self.params = jax.tree_util.tree_map(
         lambda s: jnp.asarray(rng.normal(size=s.shape).astype(s.dtype) / (
             np.sqrt(s.shape[0]) if len(s.shape) == 2 else 10)),
-        self.abstract_params())
-
-  def abstract_params(self):
-    return jax.eval_shape(MLP().init, jax.random.key(0),
-                          self.batches[0][0])['params']
+        jax.eval_shape(MLP().init, jax.random.key(0), inputs[0])['params'])
 
   def grads(self, params, step: int):
     return _grad_fn(params, *self.batches[step])
@@ -210,8 +206,9 @@ def run_config(config, problem: Problem, k: int,
 
   def round_trip():
     mid, _ = legacy()
-    return Comparison(mid, compat.from_optax(
-        mid.optimizer_def, mid.target, compat.to_optax(mid)[1]))
+    _, opt_state = compat.to_optax(mid, **config.optax_overrides())
+    return Comparison(mid, compat.from_optax(mid.optimizer_def, mid.target,
+                                             opt_state))
 
   def optax_loop(jit):
     mid, reference = legacy(jit)

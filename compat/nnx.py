@@ -235,17 +235,20 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
   relayout = _Relayout(target, model_params,
                        _leaf_order(target, model_params, path_map))
   tx = relayout_transform(
-      optimizer.optimizer_def.to_optax(**hyper_param_overrides), relayout)
+      optax_bridge.transform(optimizer, **hyper_param_overrides), relayout)
+
+  new_state = relayout.state_to_model(opt_state)
+  expected = jax.tree_util.tree_structure(jax.eval_shape(tx.init,
+                                                         model_params))
+  if jax.tree_util.tree_structure(new_state) != expected:
+    raise TypeError(
+        'The converted optimizer state does not fit the layout of '
+        f'{optimizer.optimizer_def._name}.to_optax().init on the model:\n'
+        f'  converted: {jax.tree_util.tree_structure(new_state)}\n'
+        f'  expected:  {expected}')
 
   nnx.update(model, relayout.to_model(target))
   nnx_opt = nnx.Optimizer(model, tx, wrt=wrt)
-  new_state = relayout.state_to_model(opt_state)
-  expected = jax.tree_util.tree_structure(nnx.as_pure(nnx_opt.opt_state))
-  if jax.tree_util.tree_structure(new_state) != expected:
-    raise TypeError(
-        'The converted optimizer state does not fit nnx.Optimizer\'s layout:\n'
-        f'  converted: {jax.tree_util.tree_structure(new_state)}\n'
-        f'  expected:  {expected}')
   nnx.update(nnx_opt.opt_state, nnx.state(new_state))
   nnx_opt.step[...] = jnp.asarray(optimizer.state.step, jnp.uint32)
   return nnx_opt

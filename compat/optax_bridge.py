@@ -14,10 +14,12 @@ transform's layout. A plain loop then continues training bit-identically::
 references only; no array is copied.
 """
 
+import dataclasses
 from typing import Any
 
 import jax
 import numpy as np
+import optax
 
 from legacy_optim import _layout
 from legacy_optim import base
@@ -48,6 +50,38 @@ def optax_state(optimizer: base.Optimizer) -> Any:
       optimizer.state, optimizer.target)
 
 
+def _lacks_learning_rate(hyper_params) -> bool:
+  """True when some (possibly nested) hyper-params have learning_rate=None."""
+  if isinstance(hyper_params, (list, tuple)):
+    return any(_lacks_learning_rate(hp) for hp in hyper_params)
+  if not dataclasses.is_dataclass(hyper_params):
+    return False
+  return any(
+      (field.name == 'learning_rate' and value is None) or
+      _lacks_learning_rate(value)
+      for field in dataclasses.fields(hyper_params)
+      for value in [getattr(hyper_params, field.name)])
+
+
+def transform(optimizer: base.Optimizer,
+              **hyper_param_overrides) -> optax.GradientTransformation:
+  """``optimizer_def.to_optax(**overrides)``, refusing what cannot convert.
+
+  Raises:
+    ValueError: the optimizer is replicated, or it has no learning rate (the
+      legacy loop passed one to every ``apply_gradient``) and none is given.
+  """
+  check_convertible(optimizer)
+  opt_def = optimizer.optimizer_def
+  if _lacks_learning_rate(opt_def.update_hyper_params(**hyper_param_overrides)):
+    raise ValueError(
+        f'{opt_def._name} has no learning rate: the legacy loop passed one to '
+        'every apply_gradient(grads, learning_rate=...). Give it when '
+        'converting: learning_rate=<number>, or learning_rate=<schedule> (a '
+        'function of the step count) for per-step values.')
+  return opt_def.to_optax(**hyper_param_overrides)
+
+
 def to_optax(optimizer: base.Optimizer, **hyper_param_overrides):
   """Returns ``(tx, opt_state)`` continuing ``optimizer`` on plain Optax.
 
@@ -63,10 +97,13 @@ def to_optax(optimizer: base.Optimizer, **hyper_param_overrides):
     ``tx = optimizer_def.to_optax(**overrides)`` and the optimizer's state
     (step count included) in ``tx``'s layout; ``optimizer.target`` is the
     params to pass along.
+
+  Raises:
+    ValueError: ``optimizer`` is replicated, or has no learning rate and none
+      is given.
   """
-  opt_state = optax_state(optimizer)
-  tx = optimizer.optimizer_def.to_optax(**hyper_param_overrides)
-  return tx, opt_state
+  tx = transform(optimizer, **hyper_param_overrides)
+  return tx, optax_state(optimizer)
 
 
 def _check_matches_template(opt_def, params, opt_state) -> None:

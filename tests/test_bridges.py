@@ -8,6 +8,7 @@ is in test_bridges_eager.py). Each configuration runs once; its tests share
 the compiled steps.
 """
 
+from concurrent import futures
 import functools
 
 import chex
@@ -29,6 +30,15 @@ def problem():
 @functools.lru_cache(maxsize=None)
 def outcome(name):
   return check.run_config(_configs.BY_NAME[name], problem(), K, JIT_PATHS)
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _run_selected_configs_two_at_a_time(request):
+  """XLA compiles without the GIL: two threads keep both cores busy."""
+  names = {item.callspec.params['name'] for item in request.session.items
+           if item.module is request.module and hasattr(item, 'callspec')}
+  with futures.ThreadPoolExecutor(2) as pool:
+    list(pool.map(outcome, sorted(names)))
 
 
 @pytest.mark.parametrize('path', JIT_PATHS)

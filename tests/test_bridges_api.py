@@ -21,11 +21,15 @@ def problem():
   return check.Problem(2)
 
 
+def _traversal(predicate):
+  return traverse_util.ModelParamTraversal(lambda path, _: predicate(path))
+
+
 @pytest.mark.parametrize('name', [config.name for config in _configs.CONFIGS])
 def test_converted_fresh_state_is_the_transforms_own_init(name):
   config = _configs.BY_NAME[name]
   optimizer = config.create(problem().params)
-  tx, opt_state = compat.to_optax(optimizer)
+  tx, opt_state = compat.to_optax(optimizer, **config.optax_overrides())
   chex.assert_trees_all_equal(tx.init(optimizer.target), opt_state,
                               strict=True)
 
@@ -56,6 +60,25 @@ def test_overrides_reach_the_transform():
       updates, jax.tree_util.tree_map(lambda g: -0.5 * g, grads), strict=True)
   with pytest.raises(TypeError, match='no hyper-parameter named .bogus'):
     compat.to_optax(optimizer, bogus=1.0)
+
+
+@pytest.mark.parametrize('make_def', [
+    optim.GradientDescent,
+    lambda: optim.MultiOptimizer(
+        (_traversal(lambda p: 'kernel' in p), optim.Momentum(0.1)),
+        (_traversal(lambda p: 'bias' in p), optim.Adam())),
+    lambda: optim.WeightNorm(optim.Momentum()),
+], ids=['GradientDescent', 'MultiOptimizer', 'WeightNorm'])
+def test_a_missing_learning_rate_is_asked_for_when_converting(make_def):
+  optimizer = make_def().create(problem().params)
+  for convert in (compat.to_optax,
+                  lambda opt: compat.to_train_state(opt, None),
+                  lambda opt: compat.to_nnx_optimizer(
+                      opt, problem().nnx_model())):
+    with pytest.raises(ValueError, match=r'no learning rate.*learning_rate='):
+      convert(optimizer)
+  tx, opt_state = compat.to_optax(optimizer, learning_rate=lambda count: 0.5)
+  tx.update(problem().grads(optimizer.target, 0), opt_state, optimizer.target)
 
 
 # ---------------------------------------------------------------- from_optax
@@ -139,10 +162,6 @@ def test_from_optax_refuses_a_replicated_def():
 
 
 # ----------------------------------------------------- traversal labels
-
-
-def _traversal(predicate):
-  return traverse_util.ModelParamTraversal(lambda path, _: predicate(path))
 
 
 def test_traversal_labels():
