@@ -12,6 +12,11 @@ transform's layout. A plain loop then continues training bit-identically::
 
 ``from_optax(opt_def, params, opt_state)`` is the way back. Converting moves
 references only; no array is copied.
+
+Compare like with like: ``Optimizer.apply_gradient`` runs one compiled step
+even outside jit, so it matches a jitted Optax loop bit for bit; an Optax loop
+run op by op may differ in the last bit (XLA fuses ``p - lr * g`` into one
+multiply-add), exactly as the legacy rule run op by op would.
 """
 
 import dataclasses
