@@ -1,0 +1,396 @@
+"""Benchmarks: the shim vs native Optax vs stock Optax vs real flax 0.5.3.
+
+  /opt/venvs/dev/bin/python benchmarks/run.py [--quick] [--json out.json]
+
+Prints one table; every ratio compares figures measured in the same run.
+Algorithm: Adam (learning rate 1e-3), float32, on three workloads
+(``workloads.py``). Variants of the jitted step (each ``donate_argnums=0``):
+
+* shim: ``jax.jit(lambda opt, g: opt.apply_gradient(g))`` on a legacy
+  ``Optimizer``;
+* native: the raw Optax loop with the same transform,
+  ``tx = optim.Adam(lr).to_optax()``;
+* stock: the raw Optax loop with ``optax.adam(lr)`` (the nearest stock alias;
+  it rounds differently, see adam.py).
+
+Measured: the jitted step's median time over interleaved rounds; trace +
+lower + compile time (fresh function each repeat); XLA's temp buffer size;
+peak RSS of a donated training loop (a child process per variant); eager
+``apply_gradient`` (no jit: the shim's cached compiled step, its op-by-op
+path, and real flax 0.5.3 in its own venv, a child process); the 64M-param
+Adam step's achieved bandwidth against this machine's copy bandwidth.
+"""
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+warnings.simplefilter('ignore')
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import jax  # pylint: disable=g-import-not-at-top
+import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+import numpy as np  # pylint: disable=g-import-not-at-top
+import optax  # pylint: disable=g-import-not-at-top
+
+import legacy_optim as optim  # pylint: disable=g-import-not-at-top
+import workloads  # pylint: disable=g-import-not-at-top
+
+LEARNING_RATE = 1e-3
+ORACLE_PYTHON = '/opt/venvs/oracle/bin/python'
+ADAM_BYTES_PER_PARAM = 7 * 4  # Reads p, g, m, v; writes p, m, v (float32).
+
+# Acceptance targets.
+TARGET_STEP = 1.02  # jitted step, shim / native
+TARGET_COMPILE = 1.10  # trace + compile, shim / native
+TARGET_MEMORY = 1.05  # peak RSS, shim / native
+TARGET_EAGER = {'small2000': 10.0}  # flax 0.5.3 eager / shim eager (min).
+TARGET_EAGER_OTHERS = 1.0
+TARGET_BANDWIDTH = 0.60  # 64M Adam step / copy bandwidth
+
+
+# --------------------------------------------------------------- variants
+
+
+def _raw_step(tx):
+  def step(state, grads):
+    params, opt_state = state
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+  return step
+
+
+def _shim_step(opt, grads):
+  return opt.apply_gradient(grads)
+
+
+def build(variant, params):
+  """``(state, step)``: the initial state (owning ``params``) and the step."""
+  if variant == 'shim':
+    return optim.Adam(LEARNING_RATE).create(params), _shim_step
+  tx = (optim.Adam(LEARNING_RATE).to_optax() if variant == 'native'
+        else optax.adam(LEARNING_RATE))
+  return (params, tx.init(params)), _raw_step(tx)
+
+
+VARIANTS = ('shim', 'native', 'stock')
+
+
+def _on_device(tree):
+  return jax.tree_util.tree_map(jnp.asarray, tree)
+
+
+def _fresh(tree):
+  """A copy with its own buffers (donation must not delete shared ones)."""
+  return jax.tree_util.tree_map(lambda x: x.copy(), tree)
+
+
+def _block(tree):
+  return jax.block_until_ready(tree)
+
+
+# ------------------------------------------------------------ jitted step
+
+
+def _compile(step, state, grads):
+  """A fresh jit of ``step`` compiled for ``(state, grads)``; its time."""
+  jitted = jax.jit(lambda s, g: step(s, g), donate_argnums=0)  # pylint: disable=unnecessary-lambda
+  start = time.perf_counter()
+  compiled = jitted.lower(state, grads).compile()
+  return jitted, compiled, time.perf_counter() - start
+
+
+def jitted_steps(name, params, grads, rounds, steps, compile_repeats):
+  states, fns = {}, {}
+  for variant in VARIANTS:
+    states[variant], fns[variant] = build(variant, _fresh(params))
+  compile_s = {v: [] for v in VARIANTS}
+  jitted, temp_bytes = {}, {}
+  for _ in range(compile_repeats):
+    for variant in VARIANTS:  # Interleaved, so load changes hit all alike.
+      jitted[variant], compiled, seconds = _compile(
+          fns[variant], states[variant], grads)
+      compile_s[variant].append(seconds)
+      analysis = compiled.memory_analysis()
+      temp_bytes[variant] = getattr(analysis, 'temp_size_in_bytes', None)
+  for variant in VARIANTS:  # Warm up (and the jit cache lookup).
+    for _ in range(2):
+      states[variant] = jitted[variant](states[variant], grads)
+    _block(states[variant])
+  per_step = {v: [] for v in VARIANTS}
+  for r in range(rounds):
+    order = VARIANTS[r % 3:] + VARIANTS[:r % 3]
+    for variant in order:
+      state = states[variant]
+      start = time.perf_counter()
+      for _ in range(steps):
+        state = jitted[variant](state, grads)
+      _block(state)
+      per_step[variant].append((time.perf_counter() - start) / steps)
+      states[variant] = state
+  del states
+  return {
+      'step_s': {v: statistics.median(t) for v, t in per_step.items()},
+      'step_rounds_s': per_step,
+      'compile_s': {v: statistics.median(t) for v, t in compile_s.items()},
+      'compile_repeats_s': compile_s,
+      'temp_bytes': temp_bytes,
+  }
+
+
+# ------------------------------------------------------------ eager steps
+
+
+def eager_steps(name, params, grads, steps):
+  """The shim without jit: cached compiled step, and the op-by-op path."""
+  opt = optim.Adam(LEARNING_RATE).create(_fresh(params))
+  _block(opt)
+  start = time.perf_counter()
+  opt = opt.apply_gradient(grads)
+  _block(opt)
+  first = time.perf_counter() - start
+  opt = _block(opt.apply_gradient(grads))  # Warm-up.
+  times = []
+  for _ in range(steps):
+    start = time.perf_counter()
+    opt = opt.apply_gradient(grads)
+    _block(opt)
+    times.append(time.perf_counter() - start)
+  # What flax.optim did: dispatch op by op (the rule without the cache).
+  opt_def = opt.optimizer_def
+  op_by_op = []
+  for _ in range(2):  # The first call compiles each primitive once.
+    start = time.perf_counter()
+    _block(opt_def.apply_gradient(opt_def.hyper_params, opt.target,
+                                  opt.state, grads))
+    op_by_op.append(time.perf_counter() - start)
+  return {'first_s': first, 'step_s': statistics.median(times),
+          'op_by_op_s': op_by_op[-1]}
+
+
+def oracle_eager(names, steps):
+  if not os.path.exists(ORACLE_PYTHON):
+    return None
+  out = subprocess.run(
+      [ORACLE_PYTHON, os.path.join(HERE, 'oracle_eager.py'), *names,
+       f'--steps={steps}'], capture_output=True, text=True, timeout=3600,
+      check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------ memory
+
+
+def _rss_mb(field):
+  """VmRSS (now) or VmHWM (peak) of this process, in MB.
+
+  Not getrusage's ru_maxrss: that survives fork + exec, so a child would
+  report its parent's peak.
+  """
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith(field + ':'):
+        return int(line.split()[1]) / 1024
+  raise RuntimeError(f'{field} not in /proc/self/status')
+
+
+def memory_probe(name, variant, steps=3):
+  """Child process: peak RSS of a donated training loop."""
+  _block(jnp.zeros(()))  # Start the backend before the baseline.
+  baseline = _rss_mb('VmRSS')
+  key = jax.random.PRNGKey(0)
+  shapes = workloads.SHAPES[name]()
+  params = jax.tree_util.tree_map(
+      lambda s: jax.random.normal(key, s, jnp.float32),
+      shapes, is_leaf=lambda x: isinstance(x, tuple))
+  grads = jax.tree_util.tree_map(lambda p: p * 0.5, params)
+  state, step = build(variant, params)
+  del params
+  jitted = jax.jit(step, donate_argnums=0)
+  for _ in range(steps):
+    state = jitted(state, grads)
+  _block(state)
+  print(json.dumps({'baseline_mb': baseline, 'peak_mb': _rss_mb('VmHWM')}))
+
+
+def peak_memory(name):
+  results = {}
+  for variant in ('shim', 'native'):
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), '--memory-probe', name,
+         variant], capture_output=True, text=True, timeout=1800, check=True)
+    results[variant] = json.loads(out.stdout.strip().splitlines()[-1])
+  return results
+
+
+# ------------------------------------------------------------ bandwidth
+
+
+def copy_bandwidth(n=64 * 2**20, repeats=7):
+  """Median GB/s (bytes read + written) of NumPy's and XLA's copy loops.
+
+  XLA's loop (``x + 1`` in place, donated) runs multi-threaded like the Adam
+  step; NumPy's copy is single-threaded. Medians, like the step times.
+  """
+  src = np.ones(n, np.float32)
+  dst = np.empty_like(src)
+  numpy_s = statistics.median(
+      _timed(lambda: np.copyto(dst, src)) for _ in range(repeats))
+  add_one = jax.jit(lambda x: x + 1.0, donate_argnums=0)
+  x = _block(add_one(jnp.ones(n, jnp.float32)))
+  xla_s = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    x = _block(add_one(x))
+    xla_s.append(time.perf_counter() - start)
+  gbs = lambda seconds: 2 * n * 4 / seconds / 1e9
+  return {'numpy_gbs': gbs(numpy_s), 'xla_gbs': gbs(statistics.median(xla_s))}
+
+
+def _timed(fn):
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+# ------------------------------------------------------------ report
+
+
+def _row(rows, workload, measure, shim, ref_name, ref, ratio, target, ok):
+  rows.append((workload, measure, shim, f'{ref_name} {ref}', ratio, target,
+               '' if ok is None else ('yes' if ok else 'NO')))
+
+
+def report(results, config):
+  rows = []
+  for name in config['workloads']:
+    res = results[name]
+    leaves, n_params = workloads.describe(name)
+    label = f'{name} ({leaves} leaves, {n_params / 1e6:.1f}M)'
+    step, comp = res['jit']['step_s'], res['jit']['compile_s']
+    ratio = step['shim'] / step['native']
+    _row(rows, label, 'jit step ms', f'{step["shim"] * 1e3:.2f}',
+         'native', f'{step["native"] * 1e3:.2f}', f'{ratio:.3f}',
+         f'<= {TARGET_STEP}', ratio <= TARGET_STEP)
+    _row(rows, '', 'jit step ms', '', 'stock optax.adam',
+         f'{step["stock"] * 1e3:.2f}',
+         f'{step["stock"] / step["native"]:.3f} (stock/native)', '', None)
+    ratio = comp['shim'] / comp['native']
+    _row(rows, '', 'trace+compile s', f'{comp["shim"]:.2f}', 'native',
+         f'{comp["native"]:.2f}', f'{ratio:.3f}', f'<= {TARGET_COMPILE}',
+         ratio <= TARGET_COMPILE)
+    temp = res['jit']['temp_bytes']
+    if temp.get('shim') is not None:
+      _row(rows, '', 'XLA temp MB', f'{temp["shim"] / 2**20:.1f}', 'native',
+           f'{temp["native"] / 2**20:.1f}', '', '', None)
+    if 'memory' in res:
+      mem = res['memory']
+      ratio = mem['shim']['peak_mb'] / mem['native']['peak_mb']
+      grow = lambda m: m['peak_mb'] - m['baseline_mb']
+      _row(rows, '', 'peak RSS MB (donated)',
+           f'{mem["shim"]["peak_mb"]:.0f} (+{grow(mem["shim"]):.0f})',
+           'native',
+           f'{mem["native"]["peak_mb"]:.0f} (+{grow(mem["native"]):.0f})',
+           f'{ratio:.3f}', f'<= {TARGET_MEMORY}', ratio <= TARGET_MEMORY)
+    eager = res['eager']
+    oracle = (results.get('oracle') or {}).get(name)
+    if oracle:
+      speedup = oracle['step_s'] / eager['step_s']
+      target = TARGET_EAGER.get(name, TARGET_EAGER_OTHERS)
+      _row(rows, '', 'eager step ms', f'{eager["step_s"] * 1e3:.1f}',
+           'flax 0.5.3', f'{oracle["step_s"] * 1e3:.1f}',
+           f'{speedup:.1f}x faster', f'>= {target}x', speedup >= target)
+      _row(rows, '', 'eager 1st call s', f'{eager["first_s"]:.2f}',
+           'flax 0.5.3', f'{oracle["first_s"]:.2f}',
+           f'{oracle["first_s"] / eager["first_s"]:.2f}x faster', '', None)
+    _row(rows, '', 'eager op-by-op ms', f'{eager["op_by_op_s"] * 1e3:.1f}',
+         'shim cached', f'{eager["step_s"] * 1e3:.1f}',
+         f'{eager["op_by_op_s"] / eager["step_s"]:.1f}x', '', None)
+    if name == 'big64m':
+      bw = results['bandwidth']
+      copy = max(bw['numpy_gbs'], bw['xla_gbs'])
+      moved = ADAM_BYTES_PER_PARAM * n_params / 1e9
+      for variant in ('shim', 'native'):
+        gbs = moved / step[variant]
+        _row(rows, '', f'Adam GB/s ({variant})', f'{gbs:.2f}',
+             'copy GB/s', f'{copy:.2f}', f'{gbs / copy:.2f}',
+             f'>= {TARGET_BANDWIDTH}' if variant == 'shim' else '',
+             gbs / copy >= TARGET_BANDWIDTH if variant == 'shim' else None)
+  headers = ('workload', 'measure', 'shim', 'reference', 'ratio', 'target',
+             'met')
+  widths = [max(len(str(r[i])) for r in rows + [headers])
+            for i in range(len(headers))]
+  line = lambda r: ' | '.join(str(c).ljust(w) for c, w in zip(r, widths))
+  print(line(headers))
+  print('-+-'.join('-' * w for w in widths))
+  for r in rows:
+    print(line(r))
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--quick', action='store_true',
+                      help='fewer rounds/steps (a smoke run, not figures)')
+  parser.add_argument('--workloads', nargs='*', default=list(
+      workloads.WORKLOADS), choices=workloads.WORKLOADS)
+  parser.add_argument('--memory-workloads', nargs='*',
+                      default=['resnet50', 'big64m'],
+                      choices=workloads.WORKLOADS)
+  parser.add_argument('--skip-oracle', action='store_true')
+  parser.add_argument('--json', help='also write all raw figures here')
+  parser.add_argument('--memory-probe', nargs=2, metavar=('WORKLOAD',
+                                                          'VARIANT'),
+                      help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.memory_probe:
+    memory_probe(*args.memory_probe)
+    return 0
+
+  rounds, eager_n = (3, 2) if args.quick else (7, 5)
+  config = {
+      'workloads': args.workloads,
+      'jax': jax.__version__, 'optax': optax.__version__,
+      'python': platform.python_version(), 'cpus': os.cpu_count(),
+      'load_before': os.getloadavg(), 'started': time.strftime('%F %T'),
+  }
+  print(f'# jax {jax.__version__}, optax {optax.__version__}, '
+        f'{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} at start',
+        flush=True)
+  results = {}
+  if not args.skip_oracle:
+    print('# flax 0.5.3 eager (oracle venv)...', flush=True)
+    results['oracle'] = oracle_eager(args.workloads, 2 if args.quick else 3)
+  results['bandwidth'] = copy_bandwidth()
+  for name in args.workloads:
+    print(f'# {name}...', flush=True)
+    params, grads = (_on_device(workloads.make(name, seed)) for seed in (0, 1))
+    steps = {'resnet50': 5, 'small2000': 10, 'big64m': 3}[name]
+    results[name] = {
+        'jit': jitted_steps(
+            name, params, grads, rounds, steps,
+            compile_repeats=1 if name == 'small2000' or args.quick else 3),
+        'eager': eager_steps(name, params, grads, eager_n),
+    }
+    del params, grads
+    if name in args.memory_workloads:
+      results[name]['memory'] = peak_memory(name)
+  config['load_after'] = os.getloadavg()
+  print(f'# load {config["load_after"][0]:.2f} at end', flush=True)
+  report(results, config)
+  if args.json:
+    with open(args.json, 'w') as f:
+      json.dump({'config': config, 'results': results}, f, indent=1,
+                default=float)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
