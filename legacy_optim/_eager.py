@@ -17,8 +17,13 @@ runs one compiled step instead, cached per configuration:
 
 The cache is bypassed (the rule runs inline, exactly as before) when
 
-* any input is a tracer, i.e. the call is already under ``jit``/``pmap``/
-  ``grad``/``vmap``: the surrounding trace compiles it anyway;
+* it is switched off: ``LEGACY_OPTIM_EAGER_JIT=0`` in the environment, or
+  ``legacy_optim._eager.ENABLED = False``. Then every eager step dispatches
+  op by op as in flax.optim: no compilation on a configuration's first call
+  (which for thousands of leaves takes as long as any ``jax.jit`` of the
+  step), but each step is slower and rounds like the op-by-op step;
+* the call is already under a trace (``jit``/``pmap``/``grad``/``vmap``):
+  the surrounding trace compiles it anyway;
 * the def, or a def it wraps, runs a user-written per-leaf rule
   (``init_param_state``/``apply_param_gradient`` or an overridden
   ``apply_gradient``): such rules may have Python side effects that must run
@@ -38,6 +43,7 @@ The cache is bypassed (the rule runs inline, exactly as before) when
 
 import collections
 import math
+import os
 import threading
 from typing import Any, Optional
 
@@ -45,6 +51,9 @@ import jax
 import numpy as np
 
 from legacy_optim import _hyper
+
+# Whether eager calls use compiled steps (see the module docstring).
+ENABLED = os.environ.get('LEGACY_OPTIM_EAGER_JIT', '1') != '0'
 
 # At most this many compiled configurations are kept (least recently used
 # first out). Each entry keeps its OptimizerDef alive.
@@ -168,7 +177,7 @@ def apply_gradient(opt_def, target, state, grads,
   None means "not cached here": the caller runs the rule inline (see the
   module docstring for when that happens).
   """
-  if not _runs_builtin_rules(opt_def):
+  if not ENABLED or not _runs_builtin_rules(opt_def):
     return None
   split = _Overrides(overrides)
   if (_contains_tracer(split.dynamic) or

@@ -350,3 +350,17 @@ def test_eager_errors_are_the_uncached_errors():
     opt.apply_gradient(_grads(0), lr=0.1)
   with pytest.raises(TypeError, match='same tree structure'):
     opt.apply_gradient({'dense': _grads(0)['dense']}, learning_rate=0.1)
+
+
+def test_switched_off_eager_steps_run_op_by_op(monkeypatch):
+  monkeypatch.setattr(_eager, 'ENABLED', False)
+  params, grads = _params(), _grads(0)
+  size = _eager.cache_size()
+  opt = optim.GradientDescent(0.1).create(params).apply_gradient(grads)
+  assert _eager.cache_size() == size
+  expected = jax.tree_util.tree_map(
+      lambda p, g: np.asarray(p) - 0.1 * np.asarray(g), params, grads)
+  chex.assert_trees_all_close(opt.target, expected, rtol=1e-6)
+  monkeypatch.setattr(_eager, 'ENABLED', True)
+  optim.GradientDescent(0.1).create(params).apply_gradient(grads)
+  assert _eager.cache_size() == min(size + 1, _eager.MAX_ENTRIES)
