@@ -41,21 +41,45 @@ def _mirror_module(params):
   return LegacyParams(params)
 
 
+def _learning_rate_not_stored(count):
+  raise ValueError(
+      'This transform only lays out a converted checkpoint\'s state: the '
+      'legacy optimizer passed its learning rate at every apply_gradient and '
+      'checkpoints do not store it. Build your own transform to train.')
+
+
+def _state_only_overrides(optimizer) -> dict[str, Any]:
+  """Overrides letting the bridges lay out the state of a rate-less def.
+
+  A checkpoint holds state, never the transform, and no state layout
+  depends on the learning rate; the bridges refuse a def without one (its
+  loop passed it per step), so a placeholder schedule that raises if it is
+  ever evaluated stands in for it.
+  """
+  from compat import optax_bridge  # pylint: disable=g-import-not-at-top
+  opt_def = optimizer.optimizer_def
+  if optax_bridge._lacks_learning_rate(opt_def.hyper_params):  # pylint: disable=protected-access
+    return {'learning_rate': _learning_rate_not_stored}
+  return {}
+
+
 def _modern_item(to: str, optimizer, model, path_map) -> Any:
   """The in-memory modern state continuing ``optimizer``."""
+  overrides = _state_only_overrides(optimizer)
   if to == 'optax':
     from compat import optax_bridge  # pylint: disable=g-import-not-at-top
-    _, opt_state = optax_bridge.to_optax(optimizer)
+    _, opt_state = optax_bridge.to_optax(optimizer, **overrides)
     return {'params': optimizer.target, 'opt_state': opt_state}
   if to == 'train_state':
     from compat import train_state  # pylint: disable=g-import-not-at-top
-    return train_state.to_train_state(optimizer, apply_fn=None)
+    return train_state.to_train_state(optimizer, apply_fn=None,
+                                      overrides=overrides)
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from compat import nnx as nnx_bridge  # pylint: disable=g-import-not-at-top
   if model is None:
     model = _mirror_module(optimizer.target)
   nnx_optimizer = nnx_bridge.to_nnx_optimizer(optimizer, model,
-                                              path_map=path_map)
+                                              path_map=path_map, **overrides)
   return {'model': nnx.state(model), 'optimizer': nnx.state(nnx_optimizer)}
 
 
