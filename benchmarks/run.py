@@ -44,21 +44,11 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import optax  # pylint: disable=g-import-not-at-top
 
 import legacy_optim as optim  # pylint: disable=g-import-not-at-top
+import table  # pylint: disable=g-import-not-at-top
 import workloads  # pylint: disable=g-import-not-at-top
 
 LEARNING_RATE = 1e-3
 ORACLE_PYTHON = os.environ.get('ORACLE_PYTHON', '/opt/venvs/oracle/bin/python')
-ADAM_BYTES_PER_PARAM = 7 * 4  # Reads p, g, m, v; writes p, m, v (float32).
-
-# Acceptance targets.
-TARGET_STEP = 1.02  # jitted step, shim / native
-TARGET_COMPILE = 1.10  # trace + compile, shim / native
-TARGET_MEMORY = 1.05  # peak RSS, shim / native
-TARGET_EAGER = {'small2000': 10.0}  # flax 0.5.3 eager / shim eager (min).
-TARGET_EAGER_OTHERS = 1.0
-TARGET_BANDWIDTH = 0.60  # 64M Adam step / copy bandwidth
-
-
 # --------------------------------------------------------------- variants
 
 
@@ -110,16 +100,6 @@ def _compile(step, state, grads):
   return jitted, compiled, time.perf_counter() - start
 
 
-def _paired(a, b):
-  """Median of per-round ratios ``a[r] / b[r]``.
-
-  Rounds interleave the variants, so the two figures of a round were taken
-  seconds apart under the same load: on a shared machine their ratio is far
-  steadier than a ratio of medians.
-  """
-  return statistics.median(x / y for x, y in zip(a, b))
-
-
 def _copy_loop(n):
   """``x + 1`` in place over ``n`` float32 (donated): reads + writes 8n B."""
   add_one = jax.jit(lambda x: x + 1.0, donate_argnums=0)
@@ -165,7 +145,14 @@ def jitted_steps(params, grads, rounds, steps, compile_repeats,
   per_step = {v: [] for v in runners}
   names = list(runners)
   for r in range(rounds):
-    for variant in names[r % len(names):] + names[:r % len(names)]:
+    order = names[r % len(names):] + names[:r % len(names)]
+    # Fresh buffers every round, allocated in this round's order: where the
+    # kernel places large arrays (huge pages, alignment) moves a memory-bound
+    # step by several percent, and must not favour one variant throughout.
+    for variant in order:
+      if variant in states:
+        states[variant] = _block(_fresh(states[variant]))
+    for variant in order:
       start = time.perf_counter()
       runners[variant](steps)
       per_step[variant].append((time.perf_counter() - start) / steps)
@@ -174,11 +161,11 @@ def jitted_steps(params, grads, rounds, steps, compile_repeats,
       'step_s': {v: statistics.median(t) for v, t in per_step.items()},
       'step_rounds_s': per_step,
       'step_ratio': {
-          'shim/native': _paired(per_step['shim'], per_step['native']),
-          'stock/native': _paired(per_step['stock'], per_step['native'])},
+          'shim/native': table.paired(per_step['shim'], per_step['native']),
+          'stock/native': table.paired(per_step['stock'], per_step['native'])},
       'compile_s': {v: statistics.median(t) for v, t in compile_s.items()},
       'compile_repeats_s': compile_s,
-      'compile_ratio': _paired(compile_s['shim'], compile_s['native']),
+      'compile_ratio': table.paired(compile_s['shim'], compile_s['native']),
       'temp_bytes': temp_bytes,
   }
 
@@ -286,90 +273,6 @@ def _timed(fn):
   return time.perf_counter() - start
 
 
-# ------------------------------------------------------------ report
-
-
-def _row(rows, workload, measure, shim, ref_name, ref, ratio, target, ok):
-  rows.append((workload, measure, shim, f'{ref_name} {ref}', ratio, target,
-               '' if ok is None else ('yes' if ok else 'NO')))
-
-
-def report(results, config):
-  rows = []
-  for name in config['workloads']:
-    res = results[name]
-    leaves, n_params = workloads.describe(name)
-    label = f'{name} ({leaves} leaves, {n_params / 1e6:.1f}M)'
-    step, comp = res['jit']['step_s'], res['jit']['compile_s']
-    ratio = res['jit']['step_ratio']['shim/native']
-    _row(rows, label, 'jit step ms', f'{step["shim"] * 1e3:.2f}',
-         'native', f'{step["native"] * 1e3:.2f}', f'{ratio:.3f}',
-         f'<= {TARGET_STEP}', ratio <= TARGET_STEP)
-    _row(rows, '', 'jit step ms', '', 'stock optax.adam',
-         f'{step["stock"] * 1e3:.2f}',
-         f'{res["jit"]["step_ratio"]["stock/native"]:.3f} (stock/native)', '',
-         None)
-    ratio = res['jit']['compile_ratio']
-    _row(rows, '', 'trace+compile s', f'{comp["shim"]:.2f}', 'native',
-         f'{comp["native"]:.2f}', f'{ratio:.3f}', f'<= {TARGET_COMPILE}',
-         ratio <= TARGET_COMPILE)
-    temp = res['jit']['temp_bytes']
-    if temp.get('shim') is not None:
-      _row(rows, '', 'XLA temp MB', f'{temp["shim"] / 2**20:.1f}', 'native',
-           f'{temp["native"] / 2**20:.1f}', '', '', None)
-    if 'memory' in res:
-      mem = res['memory']
-      ratio = mem['shim']['peak_mb'] / mem['native']['peak_mb']
-      grow = lambda m: m['peak_mb'] - m['baseline_mb']
-      _row(rows, '', 'peak RSS MB (donated)',
-           f'{mem["shim"]["peak_mb"]:.0f} (+{grow(mem["shim"]):.0f})',
-           'native',
-           f'{mem["native"]["peak_mb"]:.0f} (+{grow(mem["native"]):.0f})',
-           f'{ratio:.3f}', f'<= {TARGET_MEMORY}', ratio <= TARGET_MEMORY)
-    eager = res['eager']
-    oracle = (results.get('oracle') or {}).get(name)
-    if oracle:
-      speedup = oracle['step_s'] / eager['step_s']
-      target = TARGET_EAGER.get(name, TARGET_EAGER_OTHERS)
-      _row(rows, '', 'eager step ms', f'{eager["step_s"] * 1e3:.1f}',
-           'flax 0.5.3', f'{oracle["step_s"] * 1e3:.1f}',
-           f'{speedup:.1f}x faster', f'>= {target}x', speedup >= target)
-      _row(rows, '', 'eager 1st call s', f'{eager["first_s"]:.2f}',
-           'flax 0.5.3', f'{oracle["first_s"]:.2f}',
-           f'{oracle["first_s"] / eager["first_s"]:.2f}x faster', '', None)
-    _row(rows, '', 'eager op-by-op ms', f'{eager["op_by_op_s"] * 1e3:.1f}',
-         'shim cached', f'{eager["step_s"] * 1e3:.1f}',
-         f'{eager["op_by_op_s"] / eager["step_s"]:.1f}x', '', None)
-    if 'copy' in step:
-      rounds = res['jit']['step_rounds_s']
-      copy_gbs = 8 * n_params / step['copy'] / 1e9
-      for variant in ('shim', 'native'):
-        gbs = ADAM_BYTES_PER_PARAM * n_params / step[variant] / 1e9
-        # Per round: (28 B/param / t_adam) / (8 B/param / t_copy).
-        fraction = _paired(
-            [ADAM_BYTES_PER_PARAM * c for c in rounds['copy']],
-            [8 * a for a in rounds[variant]])
-        _row(rows, '', f'Adam GB/s ({variant})', f'{gbs:.2f}',
-             'XLA copy GB/s', f'{copy_gbs:.2f}', f'{fraction:.2f}',
-             f'>= {TARGET_BANDWIDTH}' if variant == 'shim' else '',
-             fraction >= TARGET_BANDWIDTH if variant == 'shim' else None)
-      bw = results['bandwidth']
-      _row(rows, '', 'copy GB/s (NumPy, 1 thread)', f'{bw["numpy_gbs"]:.2f}',
-           '', '', '', '', None)
-  headers = ('workload', 'measure', 'shim', 'reference', 'ratio', 'target',
-             'met')
-  widths = [max(len(str(r[i])) for r in rows + [headers])
-            for i in range(len(headers))]
-  line = lambda r: ' | '.join(str(c).ljust(w) for c, w in zip(r, widths))
-  print(line(headers))
-  print('-+-'.join('-' * w for w in widths))
-  for r in rows:
-    print(line(r))
-  print('ratio: median of per-round ratios (variants interleaved in each '
-        'round); ms/s: medians. Adam GB/s counts 28 B/param (p, g, m, v read; '
-        'p, m, v written); copy: x + 1 in place, 8 B/element.')
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--quick', action='store_true',
@@ -421,7 +324,7 @@ def main(argv=None):
       results[name]['memory'] = peak_memory(name)
   config['load_after'] = os.getloadavg()
   print(f'# load {config["load_after"][0]:.2f} at end', flush=True)
-  report(results, config)
+  table.report(results, config)
   if args.json:
     with open(args.json, 'w') as f:
       json.dump({'config': config, 'results': results}, f, indent=1,

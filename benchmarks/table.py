@@ -1,0 +1,109 @@
+"""The benchmark table: one row per measure, targets and whether they are met.
+
+Ratios come from ``run.py``'s figures of one run; see its docstring.
+"""
+
+import statistics
+
+import workloads
+
+ADAM_BYTES_PER_PARAM = 7 * 4  # Reads p, g, m, v; writes p, m, v (float32).
+
+# Acceptance targets.
+TARGET_STEP = 1.02  # jitted step, shim / native
+TARGET_COMPILE = 1.10  # trace + compile, shim / native
+TARGET_MEMORY = 1.05  # peak RSS, shim / native
+TARGET_EAGER = {'small2000': 10.0}  # flax 0.5.3 eager / shim eager (min).
+TARGET_EAGER_OTHERS = 1.0
+TARGET_BANDWIDTH = 0.60  # 64M Adam step / copy bandwidth
+
+
+def paired(a, b):
+  """Median of per-round ratios ``a[r] / b[r]``.
+
+  Rounds interleave the variants, so the two figures of a round were taken
+  seconds apart under the same load: on a shared machine their ratio is far
+  steadier than a ratio of medians.
+  """
+  return statistics.median(x / y for x, y in zip(a, b))
+
+
+def _row(rows, workload, measure, shim, ref_name, ref, ratio, target, ok):
+  rows.append((workload, measure, shim, f'{ref_name} {ref}', ratio, target,
+               '' if ok is None else ('yes' if ok else 'NO')))
+
+
+def report(results, config):
+  rows = []
+  for name in config['workloads']:
+    res = results[name]
+    leaves, n_params = workloads.describe(name)
+    label = f'{name} ({leaves} leaves, {n_params / 1e6:.1f}M)'
+    step, comp = res['jit']['step_s'], res['jit']['compile_s']
+    ratio = res['jit']['step_ratio']['shim/native']
+    _row(rows, label, 'jit step ms', f'{step["shim"] * 1e3:.2f}',
+         'native', f'{step["native"] * 1e3:.2f}', f'{ratio:.3f}',
+         f'<= {TARGET_STEP}', ratio <= TARGET_STEP)
+    _row(rows, '', 'jit step ms', '', 'stock optax.adam',
+         f'{step["stock"] * 1e3:.2f}',
+         f'{res["jit"]["step_ratio"]["stock/native"]:.3f} (stock/native)', '',
+         None)
+    ratio = res['jit']['compile_ratio']
+    _row(rows, '', 'trace+compile s', f'{comp["shim"]:.2f}', 'native',
+         f'{comp["native"]:.2f}', f'{ratio:.3f}', f'<= {TARGET_COMPILE}',
+         ratio <= TARGET_COMPILE)
+    temp = res['jit']['temp_bytes']
+    if temp.get('shim') is not None:
+      _row(rows, '', 'XLA temp MB', f'{temp["shim"] / 2**20:.1f}', 'native',
+           f'{temp["native"] / 2**20:.1f}', '', '', None)
+    if 'memory' in res:
+      mem = res['memory']
+      ratio = mem['shim']['peak_mb'] / mem['native']['peak_mb']
+      grow = lambda m: m['peak_mb'] - m['baseline_mb']
+      _row(rows, '', 'peak RSS MB (donated)',
+           f'{mem["shim"]["peak_mb"]:.0f} (+{grow(mem["shim"]):.0f})',
+           'native',
+           f'{mem["native"]["peak_mb"]:.0f} (+{grow(mem["native"]):.0f})',
+           f'{ratio:.3f}', f'<= {TARGET_MEMORY}', ratio <= TARGET_MEMORY)
+    eager = res['eager']
+    oracle = (results.get('oracle') or {}).get(name)
+    if oracle:
+      speedup = oracle['step_s'] / eager['step_s']
+      target = TARGET_EAGER.get(name, TARGET_EAGER_OTHERS)
+      _row(rows, '', 'eager step ms', f'{eager["step_s"] * 1e3:.1f}',
+           'flax 0.5.3', f'{oracle["step_s"] * 1e3:.1f}',
+           f'{speedup:.1f}x faster', f'>= {target}x', speedup >= target)
+      _row(rows, '', 'eager 1st call s', f'{eager["first_s"]:.2f}',
+           'flax 0.5.3', f'{oracle["first_s"]:.2f}',
+           f'{oracle["first_s"] / eager["first_s"]:.2f}x faster', '', None)
+    _row(rows, '', 'eager op-by-op ms', f'{eager["op_by_op_s"] * 1e3:.1f}',
+         'shim cached', f'{eager["step_s"] * 1e3:.1f}',
+         f'{eager["op_by_op_s"] / eager["step_s"]:.1f}x', '', None)
+    if 'copy' in step:
+      rounds = res['jit']['step_rounds_s']
+      copy_gbs = 8 * n_params / step['copy'] / 1e9
+      for variant in ('shim', 'native'):
+        gbs = ADAM_BYTES_PER_PARAM * n_params / step[variant] / 1e9
+        # Per round: (28 B/param / t_adam) / (8 B/param / t_copy).
+        fraction = paired(
+            [ADAM_BYTES_PER_PARAM * c for c in rounds['copy']],
+            [8 * a for a in rounds[variant]])
+        _row(rows, '', f'Adam GB/s ({variant})', f'{gbs:.2f}',
+             'XLA copy GB/s', f'{copy_gbs:.2f}', f'{fraction:.2f}',
+             f'>= {TARGET_BANDWIDTH}' if variant == 'shim' else '',
+             fraction >= TARGET_BANDWIDTH if variant == 'shim' else None)
+      bw = results['bandwidth']
+      _row(rows, '', 'copy GB/s (NumPy, 1 thread)', f'{bw["numpy_gbs"]:.2f}',
+           '', '', '', '', None)
+  headers = ('workload', 'measure', 'shim', 'reference', 'ratio', 'target',
+             'met')
+  widths = [max(len(str(r[i])) for r in rows + [headers])
+            for i in range(len(headers))]
+  line = lambda r: ' | '.join(str(c).ljust(w) for c, w in zip(r, widths))
+  print(line(headers))
+  print('-+-'.join('-' * w for w in widths))
+  for r in rows:
+    print(line(r))
+  print('ratio: median of per-round ratios (variants interleaved in each '
+        'round); ms/s: medians. Adam GB/s counts 28 B/param (p, g, m, v read; '
+        'p, m, v written); copy: x + 1 in place, 8 B/element.')
