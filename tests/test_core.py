@@ -408,3 +408,16 @@ def test_base_module_reexports_legacy_names():
   assert base.MultiOptimizer is optim.MultiOptimizer
   assert base.ReplicatedOptimizer is optim.ReplicatedOptimizer
   assert base.ModelParamTraversal is optim.ModelParamTraversal
+
+
+def test_flax_training_checkpoints_round_trip(tmp_path):
+  from flax.training import checkpoints  # pylint: disable=g-import-not-at-top
+  focus = optim.ModelParamTraversal(lambda path, _: 'kernel' in path)
+  opt = optim.Momentum(0.1).create(_params(), focus=focus)
+  opt = opt.apply_gradient(_grads(0))
+  box = {'optimizer': opt, 'ema': _params(), 'step': 1}
+  for name, tree in (('bare', opt), ('container', box)):
+    checkpoints.save_checkpoint(tmp_path / name, tree, step=1)
+    blank = jax.tree_util.tree_map(jnp.zeros_like, tree)
+    restored = checkpoints.restore_checkpoint(tmp_path / name, target=blank)
+    chex.assert_trees_all_equal(restored, tree)
