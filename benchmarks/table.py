@@ -33,6 +33,21 @@ def _row(rows, workload, measure, shim, ref_name, ref, ratio, target, ok):
                '' if ok is None else ('yes' if ok else 'NO')))
 
 
+def ratios(a, b):
+  """``(median of paired ratios, ratio of minima)`` of two timing series.
+
+  The computation is deterministic, so other load only adds time: the
+  minimum is each variant's least disturbed figure (as ``timeit`` advises),
+  and the targets are judged on the ratio of minima. The paired median is
+  shown beside it as the typical figure under load.
+  """
+  return paired(a, b), min(a) / min(b)
+
+
+def _show(pair):
+  return f'{pair[0]:.3f} / {pair[1]:.3f}'
+
+
 def report(results, config):
   rows = []
   for name in config['workloads']:
@@ -40,18 +55,20 @@ def report(results, config):
     leaves, n_params = workloads.describe(name)
     label = f'{name} ({leaves} leaves, {n_params / 1e6:.1f}M)'
     step, comp = res['jit']['step_s'], res['jit']['compile_s']
-    ratio = res['jit']['step_ratio']['shim/native']
+    rounds = res['jit']['step_rounds_s']
+    pair = ratios(rounds['shim'], rounds['native'])
     _row(rows, label, 'jit step ms', f'{step["shim"] * 1e3:.2f}',
-         'native', f'{step["native"] * 1e3:.2f}', f'{ratio:.3f}',
-         f'<= {TARGET_STEP}', ratio <= TARGET_STEP)
+         'native', f'{step["native"] * 1e3:.2f}', _show(pair),
+         f'<= {TARGET_STEP}', pair[1] <= TARGET_STEP)
     _row(rows, '', 'jit step ms', '', 'stock optax.adam',
          f'{step["stock"] * 1e3:.2f}',
-         f'{res["jit"]["step_ratio"]["stock/native"]:.3f} (stock/native)', '',
-         None)
-    ratio = res['jit']['compile_ratio']
+         _show(ratios(rounds['stock'], rounds['native'])) + ' stock/native',
+         '', None)
+    repeats = res['jit']['compile_repeats_s']
+    pair = ratios(repeats['shim'], repeats['native'])
     _row(rows, '', 'trace+compile s', f'{comp["shim"]:.2f}', 'native',
-         f'{comp["native"]:.2f}', f'{ratio:.3f}', f'<= {TARGET_COMPILE}',
-         ratio <= TARGET_COMPILE)
+         f'{comp["native"]:.2f}', _show(pair), f'<= {TARGET_COMPILE}',
+         pair[1] <= TARGET_COMPILE)
     temp = res['jit']['temp_bytes']
     if temp.get('shim') is not None:
       _row(rows, '', 'XLA temp MB', f'{temp["shim"] / 2**20:.1f}', 'native',
@@ -80,23 +97,23 @@ def report(results, config):
          'shim cached', f'{eager["step_s"] * 1e3:.1f}',
          f'{eager["op_by_op_s"] / eager["step_s"]:.1f}x', '', None)
     if 'copy' in step:
-      rounds = res['jit']['step_rounds_s']
-      copy_gbs = 8 * n_params / step['copy'] / 1e9
+      copy_gbs = 8 * n_params / min(rounds['copy']) / 1e9
       for variant in ('shim', 'native'):
-        gbs = ADAM_BYTES_PER_PARAM * n_params / step[variant] / 1e9
-        # Per round: (28 B/param / t_adam) / (8 B/param / t_copy).
-        fraction = paired(
-            [ADAM_BYTES_PER_PARAM * c for c in rounds['copy']],
-            [8 * a for a in rounds[variant]])
-        _row(rows, '', f'Adam GB/s ({variant})', f'{gbs:.2f}',
-             'XLA copy GB/s', f'{copy_gbs:.2f}', f'{fraction:.2f}',
+        gbs = ADAM_BYTES_PER_PARAM * n_params / min(rounds[variant]) / 1e9
+        # (28 B/param / t_adam) / (8 B/param / t_copy), per round and best.
+        pair = ratios([ADAM_BYTES_PER_PARAM * c for c in rounds['copy']],
+                      [8 * a for a in rounds[variant]])
+        pair = (pair[0], ADAM_BYTES_PER_PARAM * min(rounds['copy']) /
+                (8 * min(rounds[variant])))
+        _row(rows, '', f'Adam GB/s ({variant}, best)', f'{gbs:.2f}',
+             'XLA copy GB/s', f'{copy_gbs:.2f}', _show(pair),
              f'>= {TARGET_BANDWIDTH}' if variant == 'shim' else '',
-             fraction >= TARGET_BANDWIDTH if variant == 'shim' else None)
+             pair[1] >= TARGET_BANDWIDTH if variant == 'shim' else None)
       bw = results['bandwidth']
       _row(rows, '', 'copy GB/s (NumPy, 1 thread)', f'{bw["numpy_gbs"]:.2f}',
            '', '', '', '', None)
-  headers = ('workload', 'measure', 'shim', 'reference', 'ratio', 'target',
-             'met')
+  headers = ('workload', 'measure', 'shim', 'reference',
+             'ratio: paired median / of minima', 'target', 'met')
   widths = [max(len(str(r[i])) for r in rows + [headers])
             for i in range(len(headers))]
   line = lambda r: ' | '.join(str(c).ljust(w) for c, w in zip(r, widths))
@@ -104,6 +121,7 @@ def report(results, config):
   print('-+-'.join('-' * w for w in widths))
   for r in rows:
     print(line(r))
-  print('ratio: median of per-round ratios (variants interleaved in each '
-        'round); ms/s: medians. Adam GB/s counts 28 B/param (p, g, m, v read; '
-        'p, m, v written); copy: x + 1 in place, 8 B/element.')
+  print('ms/s: medians. ratio: the median of per-round ratios (variants '
+        'interleaved in every round) / the ratio of the best rounds; targets '
+        'are judged on the latter. Adam GB/s counts 28 B/param (p, g, m, v '
+        'read; p, m, v written); copy: x + 1 in place, 8 B/element.')
