@@ -1,10 +1,5 @@
 """DynamicScale: flax.optim's loss scaler (scale/finite/gradient sequence)."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import chex
 import jax
 import jax.numpy as jnp
@@ -12,10 +7,14 @@ import numpy as np
 import pytest
 from flax import struct
 
+import _devices
 import legacy_optim
 from legacy_optim import dynamic_scale
 
 DynamicScale = legacy_optim.DynamicScale
+
+# Cases needing 8 fake devices run in one child process (see _devices.py).
+DEVICE_CASES = _devices.Cases(n_devices=8)
 
 
 def test_public_names_and_fields():
@@ -139,46 +138,39 @@ def test_inside_a_struct_dataclass_under_jit():
                      'b': jnp.asarray(0.3)}, rtol=1e-6)
 
 
-_PMAP_SCRIPT = textwrap.dedent('''
-    import os
-    os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
-    import warnings
-    warnings.simplefilter('ignore')
-    import jax, jax.numpy as jnp, numpy as np
-    import legacy_optim
+@DEVICE_CASES.register()
+def pmap_averages_gradients():
+  xs = jnp.arange(8.0).reshape(8, 1) + 1.0
 
-    assert jax.local_device_count() == 8
-    xs = jnp.arange(8.0).reshape(8, 1) + 1.0
+  def loss(w, x, bad):
+    return jnp.where(bad, jnp.inf, 1.0) * jnp.sum((w * x) ** 2)
 
-    def loss(w, x, bad):
-      return jnp.where(bad, jnp.inf, 1.0) * jnp.sum((w * x) ** 2)
-
-    step = jax.pmap(
-        lambda ds, w, x, bad: ds.value_and_grad(loss, axis_name='i')(
-            w, x, bad), axis_name='i', in_axes=(None, None, 0, 0))
-    ds = legacy_optim.DynamicScale(growth_interval=0, scale=4.0)
-    w = jnp.asarray([1.5])
-    ds8, finite, value, grad = step(ds, w, xs, jnp.zeros(8, bool))
-    # d/dw (w x)^2 = 2 w x^2, averaged over the 8 replicas.
-    expected = 2 * 1.5 * np.mean(np.arange(1.0, 9.0) ** 2)
-    np.testing.assert_allclose(grad[:, 0], expected, rtol=1e-6)
-    np.testing.assert_allclose(value[:, 0] if value.ndim > 1 else value,
-                               (1.5 * np.arange(1.0, 9.0)) ** 2, rtol=1e-6)
-    assert np.all(finite) and np.all(ds8.scale == 8.0), ds8.scale
-    # One bad replica makes every replica see a non-finite mean gradient.
-    bad = jnp.zeros(8, bool).at[3].set(True)
-    ds8, finite, _, _ = step(ds, w, xs, bad)
-    assert not np.any(finite) and np.all(ds8.scale == 2.0), ds8.scale
-    assert np.all(ds8.fin_steps == 0)
-    print('PMAP-OK')
-''')
+  step = jax.pmap(
+      lambda ds, w, x, bad: ds.value_and_grad(loss, axis_name='i')(
+          w, x, bad), axis_name='i', in_axes=(None, None, 0, 0))
+  ds = legacy_optim.DynamicScale(growth_interval=0, scale=4.0)
+  w = jnp.asarray([1.5])
+  ds8, finite, value, grad = step(ds, w, xs, jnp.zeros(8, bool))
+  # d/dw (w x)^2 = 2 w x^2, averaged over the 8 replicas.
+  expected = 2 * 1.5 * np.mean(np.arange(1.0, 9.0) ** 2)
+  np.testing.assert_allclose(grad[:, 0], expected, rtol=1e-6)
+  np.testing.assert_allclose(value[:, 0] if value.ndim > 1 else value,
+                             (1.5 * np.arange(1.0, 9.0)) ** 2, rtol=1e-6)
+  assert np.all(finite) and np.all(ds8.scale == 8.0), ds8.scale
+  # One bad replica makes every replica see a non-finite mean gradient.
+  bad = jnp.zeros(8, bool).at[3].set(True)
+  ds8, finite, _, _ = step(ds, w, xs, bad)
+  assert not np.any(finite) and np.all(ds8.scale == 2.0), ds8.scale
+  assert np.all(ds8.fin_steps == 0)
 
 
-def test_pmap_averages_gradients_over_8_devices():
-  env = dict(os.environ)
-  env.pop('XLA_FLAGS', None)
-  out = subprocess.run([sys.executable, '-c', _PMAP_SCRIPT], env=env,
-                       capture_output=True, text=True, timeout=300,
-                       check=False)
-  assert out.returncode == 0 and 'PMAP-OK' in out.stdout, (
-      out.stdout + out.stderr)
+device_outcomes = DEVICE_CASES.fixture(__file__)
+
+
+@pytest.mark.parametrize('case', DEVICE_CASES.names())
+def test_on_8_devices(device_outcomes, case):
+  DEVICE_CASES.check(device_outcomes, case)
+
+
+if __name__ == '__main__':
+  DEVICE_CASES.main()

@@ -1,9 +1,5 @@
 """Legacy traversals, MultiOptimizer, focus and ReplicatedOptimizer."""
 
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import chex
@@ -14,8 +10,12 @@ import pytest
 from flax import core
 from flax import traverse_util as flax_traverse_util
 
+import _devices
 import legacy_optim as optim
 from legacy_optim import traverse_util as tu
+
+# Cases needing 8 fake devices run in one child process (see _devices.py).
+DEVICE_CASES = _devices.Cases(n_devices=8)
 
 
 def _params():
@@ -187,52 +187,46 @@ def test_bad_multi_optimizer_arguments():
 
 # ------------------------------------------- ReplicatedOptimizer, 8 devices
 
-_REPLICATED_SCRIPT = textwrap.dedent('''
-    import os
-    os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
-    import warnings
-    warnings.simplefilter('ignore')
-    import jax, jax.numpy as jnp, numpy as np, chex
-    import legacy_optim as optim
 
-    assert jax.local_device_count() == 8
-    rng = np.random.default_rng(0)
-    params = {'w': jnp.asarray(rng.standard_normal((4, 3)), jnp.float32),
-              'b': jnp.asarray(rng.standard_normal(3), jnp.float32)}
-    per_device = [jax.tree_util.tree_map(
-        lambda p: jnp.asarray(rng.standard_normal(p.shape), p.dtype), params)
-        for _ in range(8)]
-    stacked = jax.tree_util.tree_map(lambda *g: jnp.stack(g), *per_device)
+@DEVICE_CASES.register()
+def replicated_optimizer_averages_over_8_devices():
+  assert jax.local_device_count() == 8
+  rng = np.random.default_rng(0)
+  params = {'w': jnp.asarray(rng.standard_normal((4, 3)), jnp.float32),
+            'b': jnp.asarray(rng.standard_normal(3), jnp.float32)}
+  per_device = [jax.tree_util.tree_map(
+      lambda p: jnp.asarray(rng.standard_normal(p.shape), p.dtype), params)
+                for _ in range(8)]
+  stacked = jax.tree_util.tree_map(lambda *g: jnp.stack(g), *per_device)
 
-    opt = optim.Momentum(0.1, nesterov=True).create(params)
-    rep = opt.replicate(axis_name='devices')
-    step = jax.pmap(lambda o, g: o.apply_gradient(g, learning_rate=0.05),
-                    axis_name='devices')
-    for _ in range(3):
-      rep = step(rep, stacked)
-    # Single device, the legacy arithmetic: psum(g) / psum(1).
-    mean = jax.tree_util.tree_map(
-        lambda g: jax.pmap(lambda x: jax.lax.psum(x, 'i') /
-                           jax.lax.psum(1, 'i'), axis_name='i')(g)[0],
-        stacked)
-    single = opt
-    one_step = jax.jit(lambda o, g: o.apply_gradient(g, learning_rate=0.05))
-    for _ in range(3):
-      single = one_step(single, mean)
-    chex.assert_trees_all_equal(rep.unreplicate().target, single.target)
-    sd = rep.state_dict()
-    assert sd['state']['step'].shape == (), sd['state']['step'].shape
-    restored = rep.restore_state(sd)
-    chex.assert_trees_all_equal(restored.target, rep.target)
-    print('REPLICATED-OK')
-''')
+  opt = optim.Momentum(0.1, nesterov=True).create(params)
+  rep = opt.replicate(axis_name='devices')
+  step = jax.pmap(lambda o, g: o.apply_gradient(g, learning_rate=0.05),
+                  axis_name='devices')
+  for _ in range(3):
+    rep = step(rep, stacked)
+  # Single device, the legacy arithmetic: psum(g) / psum(1).
+  mean = jax.tree_util.tree_map(
+      lambda g: jax.pmap(lambda x: jax.lax.psum(x, 'i') /
+                         jax.lax.psum(1, 'i'), axis_name='i')(g)[0], stacked)
+  single = opt
+  one_step = jax.jit(lambda o, g: o.apply_gradient(g, learning_rate=0.05))
+  for _ in range(3):
+    single = one_step(single, mean)
+  chex.assert_trees_all_equal(rep.unreplicate().target, single.target)
+  sd = rep.state_dict()
+  assert sd['state']['step'].shape == (), sd['state']['step'].shape
+  restored = rep.restore_state(sd)
+  chex.assert_trees_all_equal(restored.target, rep.target)
 
 
-def test_replicated_optimizer_averages_over_8_devices():
-  env = dict(os.environ)
-  env.pop('XLA_FLAGS', None)
-  out = subprocess.run([sys.executable, '-c', _REPLICATED_SCRIPT], env=env,
-                       capture_output=True, text=True, timeout=300,
-                       check=False)
-  assert out.returncode == 0 and 'REPLICATED-OK' in out.stdout, (
-      out.stdout + out.stderr)
+device_outcomes = DEVICE_CASES.fixture(__file__)
+
+
+@pytest.mark.parametrize('case', DEVICE_CASES.names())
+def test_on_8_devices(device_outcomes, case):
+  DEVICE_CASES.check(device_outcomes, case)
+
+
+if __name__ == '__main__':
+  DEVICE_CASES.main()
