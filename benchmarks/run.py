@@ -24,6 +24,8 @@ Adam step's achieved bandwidth against this machine's copy bandwidth.
 """
 
 import argparse
+import contextlib
+import gc
 import functools
 import json
 import os
@@ -87,6 +89,24 @@ def _fresh(tree):
 
 def _block(tree):
   return jax.block_until_ready(tree)
+
+
+@contextlib.contextmanager
+def _timing():
+  """Times the block with the garbage collector paused, as ``timeit`` does.
+
+  A collection that lands in one variant's round would charge it with the
+  garbage of all of them (the fresh copies, the other variants' steps).
+  """
+  gc.collect()
+  gc.disable()
+  start = time.perf_counter()
+  elapsed = []
+  try:
+    yield lambda: elapsed[0]
+  finally:
+    elapsed.append(time.perf_counter() - start)
+    gc.enable()
 
 
 # ------------------------------------------------------------ jitted step
@@ -153,9 +173,9 @@ def jitted_steps(params, grads, rounds, steps, compile_repeats,
       if variant in states:
         states[variant] = _block(_fresh(states[variant]))
     for variant in order:
-      start = time.perf_counter()
-      runners[variant](steps)
-      per_step[variant].append((time.perf_counter() - start) / steps)
+      with _timing() as seconds:
+        runners[variant](steps)
+      per_step[variant].append(seconds() / steps)
   del states
   return {
       'step_s': {v: statistics.median(t) for v, t in per_step.items()},
