@@ -71,8 +71,8 @@ def report(results, config):
          pair[1] <= TARGET_COMPILE)
     temp = res['jit']['temp_bytes']
     if temp.get('shim') is not None:
-      _row(rows, '', 'XLA temp MB', f'{temp["shim"] / 2**20:.1f}', 'native',
-           f'{temp["native"] / 2**20:.1f}', '', '', None)
+      _row(rows, '', 'XLA temp bytes', f'{temp["shim"]}', 'native',
+           f'{temp["native"]}', '', '', None)
     if 'memory' in res:
       mem = res['memory']
       ratio = mem['shim']['peak_mb'] / mem['native']['peak_mb']
