@@ -10,11 +10,7 @@ flag set (``main``), and reports each case as its own pytest test::
   @CASES.register('Momentum', 'Adam')
   def zero1(name): ...
 
-  outcomes = CASES.fixture(__file__)
-
-  @pytest.mark.parametrize('case', CASES.names())
-  def test_on_8_devices(outcomes, case):
-    CASES.check(outcomes, case)
+  outcomes, test_on_8_devices = CASES.pytest_items(__file__)
 
   if __name__ == '__main__':
     CASES.main()
@@ -86,6 +82,23 @@ class Cases:
       return results, out
 
     return outcomes
+
+  def pytest_items(self, script: str):
+    """``(fixture, test)`` to bind at the end of a test module.
+
+    The test runs once per registered case (all of them in one child
+    process, started by the module-scoped fixture)::
+
+      outcomes, test_on_8_devices = CASES.pytest_items(__file__)
+    """
+    outcomes = self.fixture(script)
+
+    @pytest.mark.parametrize('case', self.names())
+    def test_on_devices(outcomes, case):  # pylint: disable=redefined-outer-name
+      self.check(outcomes, case)
+
+    test_on_devices.__name__ = f'test_on_{self.n_devices}_devices'
+    return outcomes, test_on_devices
 
   @staticmethod
   def check(outcomes, case: str) -> None:

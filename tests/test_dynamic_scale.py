@@ -164,12 +164,7 @@ def pmap_averages_gradients():
   assert np.all(ds8.fin_steps == 0)
 
 
-device_outcomes = DEVICE_CASES.fixture(__file__)
-
-
-@pytest.mark.parametrize('case', DEVICE_CASES.names())
-def test_on_8_devices(device_outcomes, case):
-  DEVICE_CASES.check(device_outcomes, case)
+outcomes, test_on_8_devices = DEVICE_CASES.pytest_items(__file__)
 
 
 if __name__ == '__main__':

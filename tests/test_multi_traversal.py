@@ -220,12 +220,7 @@ def replicated_optimizer_averages_over_8_devices():
   chex.assert_trees_all_equal(restored.target, rep.target)
 
 
-device_outcomes = DEVICE_CASES.fixture(__file__)
-
-
-@pytest.mark.parametrize('case', DEVICE_CASES.names())
-def test_on_8_devices(device_outcomes, case):
-  DEVICE_CASES.check(device_outcomes, case)
+outcomes, test_on_8_devices = DEVICE_CASES.pytest_items(__file__)
 
 
 if __name__ == '__main__':

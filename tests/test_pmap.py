@@ -244,12 +244,7 @@ def replicate_on_a_device_subset_with_own_axis_name(name):
 
 # ---------------------------------------------------- child process / pytest
 
-outcomes = CASES.fixture(__file__)
-
-
-@pytest.mark.parametrize('case', CASES.names())
-def test_on_8_devices(outcomes, case):  # pylint: disable=redefined-outer-name
-  CASES.check(outcomes, case)
+outcomes, test_on_8_devices = CASES.pytest_items(__file__)
 
 
 if __name__ == '__main__':

@@ -275,12 +275,7 @@ def train_state_zero1():
           opt, _grads(0)).target, rtol=1e-6, atol=1e-6)
 
 
-outcomes = CASES.fixture(__file__)
-
-
-@pytest.mark.parametrize('case', CASES.names())
-def test_on_8_devices(outcomes, case):  # pylint: disable=redefined-outer-name
-  CASES.check(outcomes, case)
+outcomes, test_on_8_devices = CASES.pytest_items(__file__)
 
 
 # ------------------------------------------------ in process (one device)
