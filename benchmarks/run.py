@@ -91,6 +91,25 @@ def _block(tree):
   return jax.block_until_ready(tree)
 
 
+def warmed_up_step(workload, variant, warmup_steps):
+  """``(state, jitted_step, grads)`` after ``warmup_steps`` donated steps.
+
+  For the one-variant-per-process tools (``instructions.py``,
+  ``process_spread.py``): compiled, warmed up, and older garbage frozen so
+  that the collector's later work is the measured steps' own.
+  """
+  params = _on_device(workloads.make(workload, 0))
+  grads = _on_device(workloads.make(workload, 1))
+  state, step = build(variant, params)
+  jitted = jax.jit(step, donate_argnums=0)
+  for _ in range(warmup_steps):
+    state = jitted(state, grads)
+  _block(state)
+  gc.collect()
+  gc.freeze()
+  return state, jitted, grads
+
+
 @contextlib.contextmanager
 def _timing():
   """Times the block with the garbage collector paused, as ``timeit`` does.
