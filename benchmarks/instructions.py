@@ -23,7 +23,6 @@ for ``small2000``.
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,31 +121,20 @@ def main(argv=None):
     return
   if shutil.which('callgrind_control') is None:
     sys.exit('instructions.py needs valgrind (callgrind_control on PATH).')
+  sys.path.insert(0, HERE)
+  import run  # pylint: disable=g-import-not-at-top
   per_step = {v: [] for v in args.variants}
   with tempfile.TemporaryDirectory(prefix='callgrind-') as work_dir:
     for index in range(args.runs):
-      # Rotate the order so that neither variant always runs first.
-      order = args.variants[index % len(args.variants):] + \
-          args.variants[:index % len(args.variants)]
-      for variant in order:
+      for variant in run.rotated(args.variants, index):
         per_step[variant].append(
             count(args.workload, variant, args.steps, work_dir, index))
         print(f'run {index + 1}: {variant:<8} '
               f'{per_step[variant][-1] / 1e6:8.2f} M instructions/step',
               flush=True)
-  reference = args.variants[-1]
-  print(f'\n{args.workload}, {args.steps} steps per run, {args.runs} runs')
-  for variant in args.variants:
-    values = per_step[variant]
-    line = (f'{variant:<8} median {statistics.median(values) / 1e6:8.2f} M '
-            f'(min {min(values) / 1e6:.2f}, max {max(values) / 1e6:.2f})')
-    if variant != reference:
-      ratio = statistics.median(values) / statistics.median(per_step[reference])
-      ratio_min = min(values) / min(per_step[reference])
-      line += (f'  / {reference}: median {ratio:.3f}, of minima '
-               f'{ratio_min:.3f}')
-    print(line)
-
+  print(f'\n{args.workload}, {args.steps} steps per run, {args.runs} runs: '
+        'instructions per step')
+  run.print_spread(per_step, 'M', scale=1e6)
 
 if __name__ == '__main__':
   main()

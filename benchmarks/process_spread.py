@@ -49,13 +49,14 @@ def main(argv=None):
   if args.child:
     _child(args.child[0], args.child[1], int(args.child[2]))
     return
+  sys.path.insert(0, HERE)
+  import run  # pylint: disable=g-import-not-at-top
   medians = {v: [] for v in args.variants}
   with tempfile.TemporaryDirectory(prefix='jax-cache-') as cache:
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
     for index in range(args.runs):
-      shift = index % len(args.variants)
-      for variant in args.variants[shift:] + args.variants[:shift]:
+      for variant in run.rotated(args.variants, index):
         out = subprocess.run(
             [sys.executable, os.path.abspath(__file__), '--child',
              args.workload, variant, str(args.steps)],
@@ -64,17 +65,7 @@ def main(argv=None):
         print(f'process {index + 1}: {variant:<8} '
               f'{medians[variant][-1]:8.2f} ms/step', flush=True)
   print(f'\n{args.workload}: median step time of each process')
-  reference = args.variants[-1]
-  for variant in args.variants:
-    values = medians[variant]
-    line = (f'{variant:<8} {statistics.median(values):7.2f} ms '
-            f'(processes range {min(values):.2f}-{max(values):.2f}: '
-            f'x{max(values) / min(values):.2f})')
-    if variant != reference:
-      line += (f'  {variant}/{reference} of medians: '
-               f'{statistics.median(values) / statistics.median(medians[reference]):.3f}')
-    print(line)
-
+  run.print_spread(medians, 'ms')
 
 if __name__ == '__main__':
   main()

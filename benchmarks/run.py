@@ -110,6 +110,32 @@ def warmed_up_step(workload, variant, warmup_steps):
   return state, jitted, grads
 
 
+
+def rotated(names, index):
+  """``names`` rotated by ``index``, so that no variant always runs first."""
+  shift = index % len(names)
+  return list(names[shift:]) + list(names[:shift])
+
+
+def print_spread(values, unit, scale=1.0):
+  """One line per variant: median, range and spread over its processes.
+
+  ``values`` maps each variant to its per-process figures (in order; the last
+  variant is the reference). Other variants also get their ratio to the
+  reference: of the medians and of the minima.
+  """
+  reference = list(values)[-1]
+  for variant, figures in values.items():
+    line = (f'{variant:<8} median {statistics.median(figures) / scale:8.2f} '
+            f'{unit} (range {min(figures) / scale:.2f}-'
+            f'{max(figures) / scale:.2f}: x{max(figures) / min(figures):.2f})')
+    if variant != reference:
+      ref = values[reference]
+      line += (f'  {variant}/{reference}: median '
+               f'{statistics.median(figures) / statistics.median(ref):.3f}, '
+               f'of minima {min(figures) / min(ref):.3f}')
+    print(line)
+
 @contextlib.contextmanager
 def _timing():
   """Times the block with the garbage collector paused, as ``timeit`` does.
@@ -184,7 +210,7 @@ def jitted_steps(params, grads, rounds, steps, compile_repeats,
   per_step = {v: [] for v in runners}
   names = list(runners)
   for r in range(rounds):
-    order = names[r % len(names):] + names[:r % len(names)]
+    order = rotated(names, r)
     # Fresh buffers every round, allocated in this round's order: where the
     # kernel places large arrays (huge pages, alignment) moves a memory-bound
     # step by several percent, and must not favour one variant throughout.
