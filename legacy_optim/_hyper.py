@@ -21,6 +21,11 @@ def apply_overrides(hyper_params: Any, overrides: dict[str, Any],
   """``hyper_params.replace(**overrides)`` with an error that lists names."""
   if not overrides:
     return hyper_params
+  if not dataclasses.is_dataclass(hyper_params):
+    raise TypeError(
+        f'{owner}: cannot override {", ".join(map(repr, sorted(overrides)))}'
+        f' because its hyper_params is a {type(hyper_params).__name__}, not a'
+        ' dataclass (pass hyper_params=... to replace them all).')
   valid = field_names(hyper_params)
   unknown = sorted(set(overrides) - set(valid))
   if unknown:
@@ -31,7 +36,13 @@ def apply_overrides(hyper_params: Any, overrides: dict[str, Any],
 
 
 def resolve(hyper_params: Any, count: Any) -> Any:
-  """Evaluates schedule-valued fields at ``count``; other fields unchanged."""
+  """Evaluates schedule-valued fields at ``count``; other fields unchanged.
+
+  A user's OptimizerDef may hold anything as hyper_params (flax.optim only
+  looked inside them for overrides); only dataclass fields can be schedules.
+  """
+  if not dataclasses.is_dataclass(hyper_params):
+    return hyper_params
   scheduled = {
       f.name: getattr(hyper_params, f.name)(count)
       for f in dataclasses.fields(hyper_params)

@@ -10,6 +10,7 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
+from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -21,7 +22,7 @@ class _AdadeltaHyperParams:
   weight_decay: float
 
 
-@struct.dataclass
+@_state.per_param_state
 class _AdadeltaParamState:
   sq_avg: np.ndarray
   acc_delta: np.ndarray

@@ -10,6 +10,7 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
+from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -20,7 +21,7 @@ class _AdagradHyperParams:
   eps: float
 
 
-@struct.dataclass
+@_state.per_param_state
 class _AdagradParamState:
   """Adagrad per-parameter state: the sum of squared gradients."""
   G: np.ndarray  # pylint: disable=invalid-name

@@ -26,14 +26,10 @@ from legacy_optim import _eager
 from legacy_optim import _hyper
 from legacy_optim import _layout
 from legacy_optim import _restore
+from legacy_optim import _state
 from legacy_optim import deprecation
 
-
-@struct.dataclass
-class OptimizerState:
-  """Legacy optimizer state: the step count and per-parameter states."""
-  step: jax.Array
-  param_states: Any
+OptimizerState = _state.OptimizerState
 
 
 def _overrides(cls, name: str) -> bool:

@@ -10,6 +10,7 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
+from legacy_optim import _state
 from legacy_optim import adam
 from legacy_optim import base
 
@@ -23,7 +24,7 @@ class _LAMBHyperParams:
   eps: np.ndarray
 
 
-@struct.dataclass
+@_state.per_param_state
 class _LAMBParamState:
   grad_ema: np.ndarray
   grad_sq_ema: np.ndarray

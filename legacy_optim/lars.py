@@ -9,6 +9,7 @@ import optax
 from flax import struct
 
 from legacy_optim import _hyper
+from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -22,7 +23,7 @@ class _LARSHyperParams:
   nesterov: bool = struct.field(pytree_node=False)
 
 
-@struct.dataclass
+@_state.per_param_state
 class _LARSParamState:
   momentum: np.ndarray
 

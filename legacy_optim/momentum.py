@@ -6,6 +6,7 @@ import optax
 from flax import struct
 
 from legacy_optim import _hyper
+from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -17,7 +18,7 @@ class _MomentumHyperParams:
   nesterov: bool = struct.field(pytree_node=False)
 
 
-@struct.dataclass
+@_state.per_param_state
 class _MomentumParamState:
   momentum: np.ndarray
 

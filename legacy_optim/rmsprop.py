@@ -10,6 +10,7 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
+from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -22,7 +23,7 @@ class _RMSPropHyperParams:
   centered: bool = struct.field(pytree_node=False)
 
 
-@struct.dataclass
+@_state.per_param_state
 class _RMSPropParamState:
   """RMSProp per-parameter state; ``mg`` is None unless centered."""
   v: np.ndarray

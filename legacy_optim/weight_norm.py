@@ -16,6 +16,7 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _layout
+from legacy_optim import _state
 from legacy_optim import base
 
 Array = Any
@@ -31,7 +32,7 @@ class _WeightNormHyperParams:
   wn_eps: Array
 
 
-@struct.dataclass
+@_state.per_param_state
 class _WeightNormParamState:
   direction_state: Any  # the wrapped optimizer's state for ``direction``.
   scale_state: Any  # the wrapped optimizer's state for ``scale`` (or ()).
