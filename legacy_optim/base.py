@@ -3,7 +3,8 @@
 ``OptimizerDef`` is the recipe (hyper-parameters and update rule),
 ``Optimizer`` the pytree that holds the target and the optimizer state in the
 legacy layout (``OptimizerState(step, param_states)``), exactly as flax <= 0.5.3
-laid it out, so old code and old checkpoints keep working.
+laid it out, so old code and old checkpoints keep working. (As a pytree the
+state is stored column-wise, like Optax's; see ``_state.py``.)
 
 Every update goes through an ``optax.GradientTransformation``:
 ``OptimizerDef.to_optax()``. Built-in algorithms provide a native transform
