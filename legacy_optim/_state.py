@@ -28,6 +28,8 @@ import jax
 from flax import serialization
 from flax import struct
 
+from legacy_optim import _layout
+
 # Per-parameter state classes that may be stored column-wise: class -> fields.
 _COLUMNAR_CLASSES: dict[type, tuple[str, ...]] = {}
 
@@ -68,18 +70,15 @@ def _to_columns(param_states) -> Optional[tuple[_ColumnLayout, tuple]]:
   if cls not in _COLUMNAR_CLASSES or any(type(o) is not cls for o in objects):
     return None
   fields = _COLUMNAR_CLASSES[cls]
-  columns = tuple(treedef.unflatten([getattr(o, name) for o in objects])
-                  for name in fields)
-  return _ColumnLayout(cls, fields, treedef), columns
+  by_field = _layout.fields_of(treedef, objects, fields)
+  return (_ColumnLayout(cls, fields, treedef),
+          tuple(by_field[name] for name in fields))
 
 
 def _from_columns(layout: _ColumnLayout, columns) -> Any:
-  treedef = layout.params_treedef
-  flat = [treedef.flatten_up_to(column) for column in columns]
-  return treedef.unflatten([
-      layout.per_param_class(**dict(zip(layout.fields, values)))
-      for values in zip(*flat)
-  ])
+  return _layout.states_from_fields(
+      layout.params_treedef, dict(zip(layout.fields, columns)),
+      layout.per_param_class)
 
 
 _UNSET = object()
@@ -152,9 +151,10 @@ def _flatten(state):
 
 
 def _unflatten(layout, children):
+  # pylint: disable=protected-access
   if layout is None:
-    return OptimizerState._assemble(children[0], None, children[1])  # pylint: disable=protected-access
-  return OptimizerState._assemble(children[0], layout, tuple(children[1:]))  # pylint: disable=protected-access
+    return OptimizerState._assemble(children[0], None, children[1])
+  return OptimizerState._assemble(children[0], layout, tuple(children[1:]))
 
 
 jax.tree_util.register_pytree_with_keys(
