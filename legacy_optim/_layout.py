@@ -17,12 +17,7 @@ def split_param_states(
     param_states: Any, params: Any, fields: Sequence[str]) -> dict[str, Any]:
   """Per-leaf state objects -> one params-shaped tree per field."""
   treedef = jax.tree_util.tree_structure(params)
-  return fields_of(treedef, treedef.flatten_up_to(param_states), fields)
-
-
-def fields_of(treedef, flat_states: Sequence[Any],
-              fields: Sequence[str]) -> dict[str, Any]:
-  """The per-leaf objects ``flat_states`` of ``treedef`` -> a tree per field."""
+  flat_states = treedef.flatten_up_to(param_states)
   return {
       name: treedef.unflatten([getattr(s, name) for s in flat_states])
       for name in fields
@@ -33,14 +28,7 @@ def merge_param_states(
     field_trees: Mapping[str, Any], params: Any,
     make_state: Callable[..., Any]) -> Any:
   """One params-shaped tree per field -> per-leaf state objects."""
-  return states_from_fields(jax.tree_util.tree_structure(params), field_trees,
-                            make_state)
-
-
-def states_from_fields(treedef, field_trees: Mapping[str, Any],
-                       make_state: Callable[..., Any]) -> Any:
-  """One tree per field (each ``treedef`` down to its leaves) -> per-leaf
-  objects ``make_state(**fields)`` in ``treedef``."""
+  treedef = jax.tree_util.tree_structure(params)
   columns = {name: treedef.flatten_up_to(tree)
              for name, tree in field_trees.items()}
   flat_states = [

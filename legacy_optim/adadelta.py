@@ -10,7 +10,6 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
-from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -22,7 +21,7 @@ class _AdadeltaHyperParams:
   weight_decay: float
 
 
-@_state.per_param_state
+@struct.dataclass
 class _AdadeltaParamState:
   sq_avg: np.ndarray
   acc_delta: np.ndarray

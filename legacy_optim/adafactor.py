@@ -15,7 +15,6 @@ import optax
 from flax import struct
 
 from legacy_optim import _hyper
-from legacy_optim import _state
 from legacy_optim import base
 
 Dtype = Any
@@ -42,7 +41,7 @@ class _AdafactorHyperParams:
   epsilon2: float
 
 
-@_state.per_param_state
+@struct.dataclass
 class _AdafactorParamState:
   v_row: np.ndarray  # factored leaves: row means of squared gradients.
   v_col: np.ndarray  # factored leaves: column means of squared gradients.

@@ -10,7 +10,6 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
-from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -21,7 +20,7 @@ class _AdagradHyperParams:
   eps: float
 
 
-@_state.per_param_state
+@struct.dataclass
 class _AdagradParamState:
   """Adagrad per-parameter state: the sum of squared gradients."""
   G: np.ndarray  # pylint: disable=invalid-name

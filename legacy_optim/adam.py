@@ -11,7 +11,6 @@ from jax import lax
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
-from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -24,7 +23,7 @@ class _AdamHyperParams:
   weight_decay: np.ndarray
 
 
-@_state.per_param_state
+@struct.dataclass
 class _AdamParamState:
   grad_ema: np.ndarray
   grad_sq_ema: np.ndarray

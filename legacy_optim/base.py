@@ -3,8 +3,9 @@
 ``OptimizerDef`` is the recipe (hyper-parameters and update rule),
 ``Optimizer`` the pytree that holds the target and the optimizer state in the
 legacy layout (``OptimizerState(step, param_states)``), exactly as flax <= 0.5.3
-laid it out, so old code and old checkpoints keep working. (As a pytree the
-state is stored column-wise, like Optax's; see ``_state.py``.)
+laid it out (same pytree key paths, leaf order and node types), so old code
+and old checkpoints keep working. Optax's column-wise layout (one tree per
+state field) exists only inside the transforms.
 
 Every update goes through an ``optax.GradientTransformation``:
 ``OptimizerDef.to_optax()``. Built-in algorithms provide a native transform
@@ -27,10 +28,14 @@ from legacy_optim import _eager
 from legacy_optim import _hyper
 from legacy_optim import _layout
 from legacy_optim import _restore
-from legacy_optim import _state
 from legacy_optim import deprecation
 
-OptimizerState = _state.OptimizerState
+
+@struct.dataclass
+class OptimizerState:
+  """Legacy optimizer state: the step count and per-parameter states."""
+  step: jax.Array
+  param_states: Any
 
 
 def _overrides(cls, name: str) -> bool:

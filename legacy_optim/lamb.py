@@ -10,7 +10,6 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
-from legacy_optim import _state
 from legacy_optim import adam
 from legacy_optim import base
 
@@ -24,7 +23,7 @@ class _LAMBHyperParams:
   eps: np.ndarray
 
 
-@_state.per_param_state
+@struct.dataclass
 class _LAMBParamState:
   grad_ema: np.ndarray
   grad_sq_ema: np.ndarray

@@ -9,7 +9,6 @@ import optax
 from flax import struct
 
 from legacy_optim import _hyper
-from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -23,7 +22,7 @@ class _LARSHyperParams:
   nesterov: bool = struct.field(pytree_node=False)
 
 
-@_state.per_param_state
+@struct.dataclass
 class _LARSParamState:
   momentum: np.ndarray
 

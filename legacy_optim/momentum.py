@@ -6,7 +6,6 @@ import optax
 from flax import struct
 
 from legacy_optim import _hyper
-from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -18,7 +17,7 @@ class _MomentumHyperParams:
   nesterov: bool = struct.field(pytree_node=False)
 
 
-@_state.per_param_state
+@struct.dataclass
 class _MomentumParamState:
   momentum: np.ndarray
 

@@ -10,7 +10,6 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _transforms_adaptive as _adaptive
-from legacy_optim import _state
 from legacy_optim import base
 
 
@@ -23,7 +22,7 @@ class _RMSPropHyperParams:
   centered: bool = struct.field(pytree_node=False)
 
 
-@_state.per_param_state
+@struct.dataclass
 class _RMSPropParamState:
   """RMSProp per-parameter state; ``mg`` is None unless centered."""
   v: np.ndarray

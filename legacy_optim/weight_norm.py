@@ -16,7 +16,6 @@ from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _layout
-from legacy_optim import _state
 from legacy_optim import base
 
 Array = Any
@@ -32,7 +31,7 @@ class _WeightNormHyperParams:
   wn_eps: Array
 
 
-@_state.per_param_state
+@struct.dataclass
 class _WeightNormParamState:
   direction_state: Any  # the wrapped optimizer's state for ``direction``.
   scale_state: Any  # the wrapped optimizer's state for ``scale`` (or ()).
