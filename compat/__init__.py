@@ -16,6 +16,8 @@ _EXPORTS = {
     # Checkpoints.
     'load_legacy_checkpoint': 'compat.checkpoints',
     'convert_checkpoint': 'compat.checkpoints',
+    'read_checkpoint': 'compat.checkpoints',
+    'restore_checkpoint': 'compat.checkpoints',
     # Sharding.
     'state_shardings': 'compat.sharding',
     # Source scanner.

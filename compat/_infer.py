@@ -49,15 +49,10 @@ def flatten(tree, prefix=()) -> list[tuple[tuple[str, ...], Any]]:
   return [(prefix, tree)]
 
 
-MISSING = object()  # lookup's answer for a path the tree does not have.
-
-
-def lookup(tree, path):
-  for key in path:
-    if not isinstance(tree, dict) or key not in tree:
-      return MISSING
-    tree = tree[key]
-  return tree
+# lookup(tree, path): the node at ``path`` (a tuple of keys) of nested dicts,
+# or MISSING for a path the tree does not have.
+MISSING = _restore.MISSING
+lookup = _restore.lookup
 
 
 def param_leaves(target) -> list[tuple[tuple[str, ...], Any]]:

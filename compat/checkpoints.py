@@ -39,13 +39,16 @@ import sys
 import warnings
 from typing import Any, Optional, Union
 
+import jax
 import numpy as np
+from flax import serialization
 
 from compat import _atomic
 from compat import _infer
 from compat import _legacy_layout
 from compat import _safe_msgpack
 from compat import _spec
+from legacy_optim import _restore
 
 FORMAT = 'flax-optim-compat/converted-checkpoint/1'
 MODERN = ('train_state', 'optax', 'nnx')
@@ -124,6 +127,20 @@ def _find_optimizers(tree, path=()) -> list[tuple]:
   return []
 
 
+def _latest(path: pathlib.Path, prefix: str, accept, what: str) -> pathlib.Path:
+  """The ``<prefix><step>`` entry of directory ``path`` with the largest
+  step, among the entries ``accept`` takes."""
+  steps = []
+  for child in path.iterdir():
+    match = re.fullmatch(re.escape(prefix) + r'([-+]?\d+(?:\.\d*)?)',
+                         child.name)
+    if match and accept(child):
+      steps.append((float(match.group(1)), child))
+  if not steps:
+    raise FileNotFoundError(f'No {prefix}<step> {what} in {path}.')
+  return max(steps)[1]
+
+
 def checkpoint_file(path: PathLike, prefix: str = 'checkpoint_') -> pathlib.Path:
   """``path`` itself, or the latest ``<prefix><step>`` file in directory."""
   path = pathlib.Path(path)
@@ -131,17 +148,9 @@ def checkpoint_file(path: PathLike, prefix: str = 'checkpoint_') -> pathlib.Path
     if not path.exists():
       raise FileNotFoundError(f'No checkpoint at {path}.')
     return path
-  steps = []
-  for child in path.iterdir():
-    match = re.fullmatch(re.escape(prefix) + r'([-+]?\d+(?:\.\d*)?)',
-                         child.name)
-    if match and child.is_file():
-      steps.append((float(match.group(1)), child))
-  if not steps:
-    raise FileNotFoundError(
-        f'No {prefix}<step> file in {path} (is it an Orbax checkpoint? '
-        'Convert it with --to legacy).')
-  return max(steps)[1]
+  return _latest(path, prefix, pathlib.Path.is_file,
+                 'file (is it an Orbax checkpoint? Convert it with --to '
+                 'legacy)')
 
 
 def _read(path: pathlib.Path, progress: _atomic.Progress) -> bytearray:
@@ -251,6 +260,133 @@ def _restore_optimizer(ckpt: LegacyCheckpoint, opt_def):
     template = opt_def.create(jax.tree_util.tree_map(np.asarray,
                                                      opt_sd['target']))
     return serialization.from_state_dict(template, opt_sd)
+
+
+# ------------------------------------------------------ strict restoring
+
+
+def is_orbax_checkpoint(path: pathlib.Path) -> bool:
+  """True for a directory Orbax wrote one checkpoint (item) into."""
+  return path.is_dir() and any(
+      (path / name).is_file()
+      for name in ('_CHECKPOINT_METADATA', '_METADATA', 'checkpoint'))
+
+
+def _checkpoint_entry(path: PathLike, step, prefix: str) -> pathlib.Path:
+  """The msgpack file or Orbax directory flax's restore_checkpoint reads."""
+  path = pathlib.Path(path)
+  if not path.exists():
+    raise FileNotFoundError(f'No checkpoint at {path}.')
+  if step is not None:
+    entry = path / f'{prefix}{step}'
+    if not entry.exists():
+      raise FileNotFoundError(f'No checkpoint at {entry}.')
+    return entry
+  if path.is_file() or is_orbax_checkpoint(path):
+    return path
+  return _latest(path, prefix,
+                 lambda p: p.is_file() or is_orbax_checkpoint(p),
+                 'file or Orbax checkpoint')
+
+
+def _read_orbax(path: pathlib.Path):
+  """An Orbax checkpoint as a state dict of numpy arrays, no template."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  checkpointer = ocp.PyTreeCheckpointer()
+  on_disk = checkpointer.metadata(path)
+  on_disk = getattr(on_disk, 'item_metadata', on_disk)
+  on_disk = getattr(on_disk, 'tree', on_disk)
+  # Read as numpy: no device placement taken from the file's shardings.
+  as_numpy = jax.tree_util.tree_map(
+      lambda _: ocp.RestoreArgs(restore_type=np.ndarray), on_disk)
+  restored = checkpointer.restore(
+      path, args=ocp.args.PyTreeRestore(restore_args=as_numpy))
+  return _restore.as_state_dict(restored)
+
+
+def read_checkpoint(path: PathLike, *, step=None,
+                    prefix: str = 'checkpoint_'):
+  """Any checkpoint flax's ``save_checkpoint`` wrote, as a state dict.
+
+  Reads without a template: a msgpack file (decoded strictly, nothing is
+  unpickled) or an Orbax checkpoint directory, or the latest (or ``step``'s)
+  ``<prefix><step>`` entry of a directory of them. Leaves are numpy arrays.
+  """
+  entry = _checkpoint_entry(path, step, prefix)
+  if entry.is_dir():
+    return _read_orbax(entry)
+  return _safe_msgpack.decode(entry.read_bytes())
+
+
+def _optimizer_paths(template, path=()):
+  """Where a legacy Optimizer sits in a state dict (its key set)."""
+  found = [path] if _is_optimizer_node(template) else []
+  if isinstance(template, dict):
+    for key, value in template.items():
+      found += _optimizer_paths(value, path + (key,))
+  return found
+
+
+def _in_legacy_layout(tree, template):
+  """``tree`` with every column-wise Optimizer state (an earlier
+  flax-optim-compat's Orbax checkpoints) put in flax.optim's layout."""
+  for path in _optimizer_paths(template):
+    node = _infer.lookup(tree, path)
+    if not (isinstance(node, dict) and isinstance(node.get('target'), dict) and
+            _restore.column_fields(node.get('state'))):
+      continue
+    converted = dict(node, state=_restore.param_states_from_columns(
+        node['state'], node['target']))
+    if not path:
+      return converted
+    tree = _replaced(tree, path, converted)
+  return tree
+
+
+def _replaced(tree, path, value):
+  if not path:
+    return value
+  return dict(tree, **{path[0]: _replaced(tree[path[0]], path[1:], value)})
+
+
+def restore_checkpoint(path: PathLike, target, *, step=None,
+                       prefix: str = 'checkpoint_'):
+  """``flax.training.checkpoints.restore_checkpoint``, checked strictly.
+
+  Reads the checkpoint without a template (``read_checkpoint``), compares
+  every path, shape and dtype with ``target`` and restores only an exact
+  match; Orbax checkpoints of an earlier flax-optim-compat, which held the
+  optimizer state column-wise, are converted to flax.optim's layout first.
+  Use it instead of flax's ``restore_checkpoint``, whose Orbax backend fills
+  what the checkpoint lacks from the target and casts dtypes to the target's.
+
+  Args:
+    path: a checkpoint file or Orbax checkpoint directory, or a directory of
+      ``<prefix><step>`` entries (the latest is read unless ``step`` is given).
+    target: the template: a legacy ``Optimizer``, or any flax-serializable
+      tree holding one (or none).
+    step: read ``<prefix><step>`` in directory ``path``.
+    prefix: the entries' name prefix.
+
+  Returns:
+    ``target`` with the checkpoint's values (numpy arrays).
+
+  Raises:
+    FileNotFoundError: no checkpoint there.
+    RestoreMismatchError (a ValueError): the checkpoint's structure, shapes or
+      dtypes differ from ``target``'s; every differing path is listed.
+  """
+  expected = serialization.to_state_dict(target)
+  found = _in_legacy_layout(read_checkpoint(path, step=step, prefix=prefix),
+                            expected)
+  listed = _restore.find_differences(expected, found, exact_dtypes=True)
+  if listed:
+    name = type(getattr(target, 'optimizer_def', target)).__name__
+    raise _restore.RestoreMismatchError(listed, name, '\n'.join(filter(None, (
+        _restore.mismatch_hint(_infer.lookup(expected, p + ('state',)),
+                               _infer.lookup(found, p + ('state',)), name)
+        for p in _optimizer_paths(expected)))))
+  return serialization.from_state_dict(target, found)
 
 
 # ----------------------------------------------------------- conversions

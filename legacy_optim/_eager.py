@@ -28,6 +28,11 @@ The cache is bypassed (the rule runs inline, exactly as before) when
   (``init_param_state``/``apply_param_gradient`` or an overridden
   ``apply_gradient``): such rules may have Python side effects that must run
   at every step, as they did in flax.optim;
+* a target, state or gradient leaf is a Python number, or a NumPy value
+  of a dtype JAX would narrow (float64, int64): flax.optim computed on those
+  with NumPy, op by op, and returned NumPy/Python values and an ``int`` step
+  (see ``_inputs``). NumPy float32 leaves (a restored checkpoint) still
+  compile, and come back as ``jax.Array``;
 * a static override value is not hashable, or the rule needs a concrete value
   of a numeric override (it raised a concretization error while tracing).
 
@@ -51,6 +56,7 @@ import jax
 import numpy as np
 
 from legacy_optim import _hyper
+from legacy_optim import _inputs
 
 # Whether eager calls use compiled steps (see the module docstring).
 ENABLED = os.environ.get('LEGACY_OPTIM_EAGER_JIT', '1') != '0'
@@ -97,7 +103,7 @@ def _inner_defs(opt_def):
 
 def _runs_builtin_rules(opt_def) -> bool:
   """True when every rule involved is a built-in Optax transform."""
-  if not opt_def._uses_native_rule():  # pylint: disable=protected-access
+  if not opt_def._runs_library_code_only():  # pylint: disable=protected-access
     return False
   return all(_runs_builtin_rules(inner) for inner in _inner_defs(opt_def))
 
@@ -122,7 +128,7 @@ def _contains_tracer(tree) -> bool:
              for leaf in jax.tree_util.tree_leaves(tree))
 
 
-def _under_a_trace(tree) -> bool:
+def under_a_trace(tree) -> bool:
   """True inside jit/pmap/grad/vmap tracing (O(1) where jax tells us)."""
   try:
     from jax._src import core  # pylint: disable=g-import-not-at-top
@@ -181,7 +187,8 @@ def apply_gradient(opt_def, target, state, grads,
     return None
   split = _Overrides(overrides)
   if (_contains_tracer(split.dynamic) or
-      _under_a_trace((target, state, grads))):
+      under_a_trace((target, state, grads)) or
+      _inputs.needs_host_step(target, state, grads)):
     return None
   hp_leaves, hp_treedef = jax.tree_util.tree_flatten(opt_def.hyper_params)
   # Ids are safe: the entry keeps the def and its hyper-param leaves alive.

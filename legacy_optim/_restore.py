@@ -19,11 +19,14 @@ algorithm wrote a checkpoint when it does not match the template.
 """
 
 import dataclasses
+import sys
 from typing import Any, Optional
 
 import jax
 import numpy as np
 from flax import serialization
+
+from legacy_optim import deprecation
 
 # Per-parameter state field names each algorithm writes (the checkpoint
 # format of flax <= 0.5.3). A leaf no sub-optimizer of a MultiOptimizer owns
@@ -40,6 +43,12 @@ PARAM_STATE_FIELDS = {
     'RMSProp': ('v', 'mg'),
     'Adafactor': ('v_row', 'v_col', 'v', 'm'),
     'WeightNorm': ('direction_state', 'scale_state', 'direction', 'scale'),
+}
+
+# Per-parameter layouts an older flax wrote that today's class converts when
+# it restores them: algorithm -> (the flax versions, the field names).
+OLDER_PARAM_STATE_FIELDS = {
+    'WeightNorm': ('flax <= 0.3.6', ('direction_state', 'scale_state', 'mult')),
 }
 
 MAX_LISTED = 40
@@ -82,11 +91,22 @@ class RestoreMismatchError(ValueError):
 
 
 def _is_array(x) -> bool:
-  return isinstance(x, (np.ndarray, np.generic, jax.Array))
+  # ShapeDtypeStruct: an array described by a checkpoint's metadata.
+  return isinstance(x, (np.ndarray, np.generic, jax.Array,
+                        jax.ShapeDtypeStruct))
 
 
 def _is_scalar(x) -> bool:
   return isinstance(x, (bool, int, float, complex))
+
+
+def _number_kind(x) -> str:
+  """'bool', 'integer', 'floating' or 'complex' for an array or number."""
+  dtype = x.dtype if _is_array(x) else np.result_type(x)
+  for kind in (np.bool_, np.integer, np.floating, np.complexfloating):
+    if jax.numpy.issubdtype(dtype, kind):  # bfloat16 is floating here too.
+      return kind.__name__.rstrip('_')
+  return np.dtype(dtype).name
 
 
 def _describe(x) -> str:
@@ -100,8 +120,14 @@ def _describe(x) -> str:
   return type(x).__name__
 
 
-def _compare(expected, found, path: str, out: list[Difference]) -> None:
-  """Appends to ``out`` every difference between two state dicts."""
+def _compare(expected, found, path: str, out: list[Difference],
+             exact_dtypes: bool) -> None:
+  """Appends to ``out`` every difference between two state dicts.
+
+  ``exact_dtypes``: arrays must have the expected dtype, not only the same
+  kind of number (a route that would cast the file's values to the
+  template's dtype, as Orbax does, must not narrow them silently).
+  """
   here = path or '<root>'
   if isinstance(expected, dict):
     if not isinstance(found, dict):
@@ -112,7 +138,7 @@ def _compare(expected, found, path: str, out: list[Difference]) -> None:
       if key not in found:
         out.append(Difference(sub, _describe(expected[key]), 'no entry'))
       else:
-        _compare(expected[key], found[key], sub, out)
+        _compare(expected[key], found[key], sub, out, exact_dtypes)
     for key in found:
       if key not in expected:
         sub = f'{path}/{key}' if path else str(key)
@@ -121,13 +147,15 @@ def _compare(expected, found, path: str, out: list[Difference]) -> None:
     if found is not None:
       out.append(Difference(here, 'None', _describe(found)))
   elif _is_array(expected):
-    # flax wrote every array leaf as an array: a Python number in its place
-    # would change the leaf's dtype (a float32 param restored as an int).
-    if not _is_array(found):
-      out.append(Difference(here, _describe(expected), _describe(found)))
-    elif _is_array(found) and (
+    # Structure, shape and the kind of number must match; unless
+    # exact_dtypes, the precision may differ (float64 arrays written by NumPy
+    # code fit a float32 leaf, a Python int step fits int32[]), as flax <=
+    # 0.5.3 restored such values (keeping the file's precision).
+    if not (_is_array(found) or _is_scalar(found)) or (
         np.shape(expected) != np.shape(found) or
-        np.dtype(expected.dtype) != np.dtype(found.dtype)):
+        _number_kind(expected) != _number_kind(found) or
+        (exact_dtypes and _is_array(found) and
+         np.dtype(expected.dtype) != np.dtype(found.dtype))):
       out.append(Difference(here, _describe(expected), _describe(found)))
   elif _is_scalar(expected):
     # A Python number in the template (weak type): any number fits.
@@ -142,6 +170,8 @@ def _field_sets(param_states) -> set[tuple[str, ...]]:
   found = set()
 
   known = {tuple(sorted(fields)) for fields in PARAM_STATE_FIELDS.values()}
+  known |= {tuple(sorted(fields))
+            for _, fields in OLDER_PARAM_STATE_FIELDS.values()}
 
   def visit(node):
     if not isinstance(node, dict) or not node:
@@ -161,7 +191,11 @@ def _algorithm_hint(expected_states, found_states, template: str) -> str:
   got = _field_sets(found_states)
   if not got or got == _field_sets(expected_states):
     return ''
-  names = sorted({a for fields in got for a in algorithms_for_fields(fields)})
+  names = sorted({a for fields in got for a in algorithms_for_fields(fields)} |
+                 {f'{a} (the layout of {versions})'
+                  for fields in got
+                  for a, (versions, older) in OLDER_PARAM_STATE_FIELDS.items()
+                  if set(older) == set(fields)})
   if not names:
     return ''
   written_by = (', '.join(names[:-1]) + ' or ' + names[-1]
@@ -184,8 +218,10 @@ def check_state_dict(opt_target, opt_state, state_dict, *,
   """
   expected = {'target': serialization.to_state_dict(opt_target),
               'state': serialization.to_state_dict(opt_state)}
+  # First the file: what flax's Orbax route passes on is already filled in.
+  _check_flax_restore_call(expected, template)
   differences: list[Difference] = []
-  _compare(expected, state_dict, '', differences)
+  _compare(expected, state_dict, '', differences, exact_dtypes=False)
   hint = ''
   if isinstance(state_dict, dict) and isinstance(state_dict.get('state'), dict):
     step = state_dict['state'].get('step')
@@ -193,7 +229,182 @@ def check_state_dict(opt_target, opt_state, state_dict, *,
         np.asarray(step).dtype, np.integer) and np.any(np.asarray(step) < 0):
       differences.append(Difference(
           'state/step', 'a non-negative step', f'{np.asarray(step).tolist()}'))
-    hint = _algorithm_hint(expected['state'].get('param_states'),
-                           state_dict['state'].get('param_states'), template)
+    hint = mismatch_hint(expected['state'], state_dict['state'], template)
   if differences:
     raise RestoreMismatchError(differences, template, hint)
+
+
+# ----------------------------------------------------------------------------
+# The column-wise state of an earlier flax-optim-compat.
+#
+# Between commits 7f643a7 and ea025cc this library stored a state whose
+# per-parameter objects were all of one built-in class column-wise, as its
+# pytree: ``.state.grad_ema['w']`` instead of flax.optim's
+# ``.state.param_states['w'].grad_ema``. msgpack files were written in
+# flax.optim's layout, but Orbax saves pytrees by key path, so Orbax
+# checkpoints of that release hold ``state/<field>/<param path>``.
+
+_KNOWN_FIELDS = frozenset(
+    f for fields in PARAM_STATE_FIELDS.values() for f in fields)
+MISSING = object()  # lookup's answer for a path the tree does not have.
+
+
+def column_fields(state) -> tuple[str, ...]:
+  """The state fields of a column-wise OptimizerState state dict, or ()."""
+  if not isinstance(state, dict) or 'param_states' in state or (
+      'step' not in state):
+    return ()
+  fields = tuple(key for key in state if key != 'step')
+  return fields if fields and set(fields) <= _KNOWN_FIELDS else ()
+
+
+def column_layout_hint(state) -> str:
+  fields = column_fields(state)
+  if not fields:
+    return ''
+  return (
+      'The checkpoint holds the optimizer state column-wise (state/'
+      f'{{{",".join(fields)}}}/<param path>), as an earlier flax-optim-compat '
+      "wrote it through Orbax; compat.restore_checkpoint(path, target) "
+      "converts it to flax.optim's state/param_states/<param path>/<field>.")
+
+
+def mismatch_hint(expected_state, found_state, template: str) -> str:
+  """Which algorithm or layout wrote ``found_state`` (an OptimizerState's
+  state dict), when that explains why it does not fit ``expected_state``."""
+  found_param_states = (found_state.get('param_states')
+                        if isinstance(found_state, dict) else None)
+  return '\n'.join(filter(None, (
+      _algorithm_hint(expected_state.get('param_states'), found_param_states,
+                      template),
+      column_layout_hint(found_state))))
+
+
+def find_differences(expected, found, path: str = '', *,
+                     exact_dtypes: bool = False) -> list[Difference]:
+  """Every path where state dict ``found`` does not fit ``expected``."""
+  out: list[Difference] = []
+  _compare(expected, found, path, out, exact_dtypes)
+  return out
+
+
+def lookup(tree, path):
+  """The node at ``path`` (a tuple of keys) of nested dicts, or MISSING."""
+  for key in path:
+    if not isinstance(tree, dict) or key not in tree:
+      return MISSING
+    tree = tree[key]
+  return tree
+
+
+def param_states_from_columns(state, target) -> dict:
+  """flax.optim's layout of a column-wise OptimizerState state dict.
+
+  Args:
+    state: ``{'step': ..., <field>: <params-shaped tree>, ...}``.
+    target: the Optimizer's target as a state dict (gives the param paths).
+
+  Returns:
+    ``{'step': ..., 'param_states': <params-shaped tree of {field: value}>}``;
+    a param with None in every column (one no sub-optimizer owns) gets None.
+    Entries a column lacks stay absent, so the template check names them.
+  """
+  fields = column_fields(state)
+  if not fields:
+    raise ValueError('not a column-wise optimizer state: keys '
+                     f'{sorted(state) if isinstance(state, dict) else state}')
+
+  def per_param(node, path):
+    if isinstance(node, dict) and node:
+      return {k: per_param(v, path + (k,)) for k, v in node.items()}
+    values = {f: lookup(state[f], path) for f in fields}
+    if all(v is None for v in values.values()):
+      return None
+    return {f: v for f, v in values.items() if v is not MISSING}
+
+  return {'step': state['step'], 'param_states': per_param(target, ())}
+
+
+# ----------------------------------------------------------------------------
+# flax.training.checkpoints.restore_checkpoint(dir, target=optimizer).
+#
+# Its Orbax backend restores by key path with the target as the fallback:
+# entries the checkpoint lacks keep the target's values, dtypes are cast to
+# the target's, extra entries are dropped. The state dict that reaches
+# restore_state then always fits the template, so it is the file itself that
+# must be checked. flax calls serialization.from_state_dict(target, ...)
+# inside restore_checkpoint; that call is recognised on the stack (nothing of
+# flax is patched) and the file's metadata (shapes and dtypes, no values) is
+# compared with the template.
+
+_FLAX_CHECKPOINTS = 'flax.training.checkpoints'
+
+
+def _flax_restore_frame():
+  """flax's restore_checkpoint frame when it is restoring us, else None."""
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None:
+    if (frame.f_code.co_name == 'restore_checkpoint' and
+        frame.f_globals.get('__name__') == _FLAX_CHECKPOINTS):
+      return frame
+    frame = frame.f_back
+  return None
+
+
+def as_state_dict(tree):
+  """An Orbax tree (restored values or metadata) in state-dict form.
+
+  Orbax gives tuples as lists and empty nodes as ``()``; flax's state dicts
+  have ``{'0': ...}`` and ``{}``. Metadata leaves become ShapeDtypeStructs.
+  """
+  if isinstance(tree, dict):
+    return {str(k): as_state_dict(v) for k, v in tree.items()}
+  if isinstance(tree, (list, tuple)):
+    return {str(i): as_state_dict(v) for i, v in enumerate(tree)}
+  if tree is None or _is_array(tree) or _is_scalar(tree):
+    return tree
+  if hasattr(tree, 'shape') and hasattr(tree, 'dtype'):
+    return jax.ShapeDtypeStruct(tuple(tree.shape), tree.dtype)
+  return tree
+
+
+def orbax_metadata(checkpointer, path):
+  """The state-dict form of an Orbax checkpoint's tree metadata, or None."""
+  try:
+    metadata = checkpointer.metadata(path)
+  except Exception:  # pylint: disable=broad-except
+    return None  # Unreadable metadata: the restore itself reports it.
+  metadata = getattr(metadata, 'item_metadata', metadata)
+  return as_state_dict(getattr(metadata, 'tree', metadata))
+
+
+def _check_flax_restore_call(expected, template: str) -> None:
+  frame = _flax_restore_frame()
+  if frame is None:
+    return
+  deprecation.warn_legacy_use('restore_checkpoint')
+  local = frame.f_locals
+  if not local.get('is_orbax') or local.get('orbax_transforms') is not None:
+    return  # msgpack: the state dict was the file. Transforms: a remapping.
+  on_disk = orbax_metadata(local.get('orbax_checkpointer'),
+                           local.get('ckpt_path'))
+  if on_disk is None:
+    return
+  # from_state_dict names the root '.': './opt' for {'opt': optimizer}.
+  keys = tuple(k for k in serialization.current_path().split('/')
+               if k not in ('', '.'))
+  where = '/'.join(keys)
+  found = lookup(on_disk, keys)
+  if found is MISSING:
+    listed = [Difference(where, _describe(expected), 'no entry')]
+  else:
+    # Orbax casts the file's values to the target's dtypes: exact dtypes.
+    listed = find_differences(expected, found, where, exact_dtypes=True)
+  if listed:
+    state = found.get('state') if isinstance(found, dict) else None
+    raise RestoreMismatchError(listed, template, '\n'.join(filter(None, (
+        mismatch_hint(expected['state'], state, template),
+        f'(Read from the Orbax checkpoint {local.get("ckpt_path")}: '
+        "flax's restore_checkpoint would have filled what it lacks from the "
+        "target and cast dtypes to the target's. compat.restore_checkpoint("
+        'path, target) restores only what matches exactly.)'))))

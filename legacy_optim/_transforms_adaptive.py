@@ -12,7 +12,8 @@ flax 0.5.3 did:
   written so that today's XLA rounds them as the XLA of flax 0.5.3's days
   did (see below);
 * ``descent``: turns the legacy ``p - s - (lr * wd) * p`` (two roundings)
-  into Optax updates that ``optax.apply_updates`` turns into the same value;
+  into Optax updates that ``optax.apply_updates`` turns into the same value
+  (``update_to`` does it for any new value);
 * ``CountAndFieldsMapping``: the legacy layout <-> Optax state mapping for a
   state ``NamedTuple(count, <one field per legacy per-parameter field>)``.
 """
@@ -32,10 +33,11 @@ from legacy_optim import _hyper
 #
 # * ``x / c`` for a traced scalar ``c`` was a true division; today's XLA
 #   turns ``x / broadcast(c)`` into ``x * (1 / c)``. ``divide_by_scalar`` adds
-#   ``0 * x`` to the divisor (not an identity for inf/nan, so the simplifier
-#   keeps it), which keeps the division elementwise and correctly rounded.
-#   Only an infinite ``x`` gives another result (nan instead of inf; the
-#   rules using it produce nan from such a moment either way).
+#   ``0 * sign(x)`` to the divisor: zero for every finite or infinite ``x``
+#   (nan for a nan ``x``, whose quotient is nan anyway), but not provably so,
+#   so the simplifier keeps the division elementwise and correctly rounded.
+#   (``0 * x`` would do the same for finite ``x`` but turn an overflowed,
+#   infinite moment into nan where flax.optim kept inf.)
 # * ``x / sqrt(y)`` (``sqrt`` with no other user) became ``x * (1 / sqrt(y))``
 #   with a correctly rounded reciprocal; today's XLA uses an approximate
 #   reciprocal square root. ``divide_by_root`` spells out the old form.
@@ -54,7 +56,7 @@ def _rewritten_by_old_xla(dtype) -> bool:
 
 def divide_by_scalar(x: jax.Array, scalar: jax.Array) -> jax.Array:
   """``x / scalar`` rounded as one elementwise division (see above)."""
-  return x / (scalar + 0. * x)
+  return x / (scalar + 0. * jnp.sign(x))
 
 
 def divide_by_root(x: jax.Array, root: jax.Array) -> jax.Array:
@@ -118,7 +120,17 @@ def descent(steps: Any, params: Any, learning_rate: Any, weight_decay: Any,
   _hyper.require_params(params, f'{owner} with weight_decay')
   decay = learning_rate * weight_decay
   return jax.tree_util.tree_map(
-      lambda p, s: ((p - s) - decay * p) - p, params, steps)
+      lambda p, s: update_to((p - s) - decay * p, p), params, steps)
+
+
+def update_to(new_param: jax.Array, param: jax.Array) -> jax.Array:
+  """The update ``u`` with ``param + u == new_param`` (see ``descent``).
+
+  ``new_param - param``, except where ``param`` is infinite: there the legacy
+  rules can only give the same infinity or nan, which ``param + new_param``
+  reproduces, while the difference would be nan for both.
+  """
+  return jnp.where(jnp.isfinite(param), new_param - param, new_param)
 
 
 def init_state(state_cls: Any, params: Any, fields: tuple[str, ...]) -> Any:

@@ -15,6 +15,7 @@ import optax
 from flax import struct
 
 from legacy_optim import _hyper
+from legacy_optim import _transforms_adaptive as _adaptive
 from legacy_optim import base
 
 Dtype = Any
@@ -208,7 +209,8 @@ def scale_by_legacy_adafactor(
         step = hp.beta1 * m + (1.0 - hp.beta1) * step
         new['m'] = step.astype(dtype_momentum)
       if hp.weight_decay_rate is not None:
-        update = ((1.0 - hp.weight_decay_rate) * param - step) - param
+        update = _adaptive.update_to(
+            (1.0 - hp.weight_decay_rate) * param - step, param)
       else:
         update = -step
       slots = tuple(_unused_slot() if new[k] is None else new[k]
@@ -241,6 +243,7 @@ class Adafactor(base.OptimizerDef):
   """
 
   _param_state_fields = _SLOTS
+  _keeps_integer_params = True
 
   def __init__(self,
                learning_rate: Optional[float] = None,

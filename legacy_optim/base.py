@@ -26,6 +26,7 @@ from flax import struct
 
 from legacy_optim import _eager
 from legacy_optim import _hyper
+from legacy_optim import _inputs
 from legacy_optim import _layout
 from legacy_optim import _restore
 from legacy_optim import deprecation
@@ -41,6 +42,25 @@ class OptimizerState:
 def _overrides(cls, name: str) -> bool:
   """True when ``cls`` replaces OptimizerDef's own ``name``."""
   return getattr(cls, name) is not getattr(OptimizerDef, name)
+
+
+# flax.optim's hooks, in two groups: what one leaf sees and what the tree sees.
+PER_LEAF_HOOKS = ('init_param_state', 'apply_param_gradient')
+TREE_HOOKS = ('init_state', 'apply_gradient')
+
+
+def _library_class(cls) -> type:
+  """The nearest class of ``cls``'s MRO defined in this package."""
+  return next(c for c in cls.__mro__
+              if c.__module__.partition('.')[0] == __name__.partition('.')[0])
+
+
+def user_overrides(opt_def, names) -> bool:
+  """True when a user's subclass replaces one of the methods ``names``."""
+  cls = type(opt_def)
+  library = _library_class(cls)
+  return any(getattr(cls, name) is not getattr(library, name)
+             for name in names)
 
 
 class OptimizerDef:
@@ -59,6 +79,12 @@ class OptimizerDef:
 
   # Names of the legacy per-parameter state fields, in layout order.
   _param_state_fields: tuple[str, ...] = ()
+  # flax.optim's rule used only + - * / on the leaves, so Python numbers and
+  # NumPy arrays stayed Python/NumPy (float64) there; see ``_inputs``.
+  _host_arithmetic: bool = False
+  # flax.optim's rule cast new params back to their dtype (integers too);
+  # other rules promoted integer params to float.
+  _keeps_integer_params: bool = False
 
   def __init__(self, hyper_params):
     self.hyper_params = hyper_params
@@ -93,14 +119,21 @@ class OptimizerDef:
     tree-level ``init_state``/``apply_gradient``) gets the generic transform
     around its own methods instead.
     """
+    return self._native_rule_runs(PER_LEAF_HOOKS + TREE_HOOKS)
+
+  def _native_rule_runs(self, hooks) -> bool:
+    """True when the class defining the native transform also defines
+    every method in ``hooks`` that this object uses."""
     cls = type(self)
     owner = next(c for c in cls.__mro__ if '_native_transform' in vars(c))
     if owner is OptimizerDef:
       return False
-    return all(
-        getattr(cls, name) is getattr(owner, name)
-        for name in ('init_param_state', 'apply_param_gradient', 'init_state',
-                     'apply_gradient'))
+    return all(getattr(cls, name) is getattr(owner, name) for name in hooks)
+
+  def _runs_library_code_only(self) -> bool:
+    """True when no method a step calls is a user's (see ``_eager``)."""
+    return self._uses_native_rule() and not user_overrides(
+        self, ('update_hyper_params',))
 
   # ------------------------------------------------------- per-leaf API
   def init_param_state(self, param):
@@ -123,8 +156,9 @@ class OptimizerDef:
     opt_state = self._pack_optax_state(jnp.asarray(step, jnp.int32), fields)
     updates, new_opt_state = tx.update(grad, opt_state, param)
     _, new_fields = self._unpack_optax_state(new_opt_state)
-    return optax.apply_updates(param, updates), self._make_param_state(
-        **new_fields)
+    new_param = _inputs.add_updates(param, updates,
+                                    self._keeps_integer_params)
+    return new_param, self._make_param_state(**new_fields)
 
   # ------------------------------------------------------------ Optax API
   def transform_for(self, hyper_params) -> optax.GradientTransformation:
@@ -154,38 +188,63 @@ class OptimizerDef:
       return LegacyRuleState(
           count=jnp.asarray(state.step, jnp.int32),
           param_states=state.param_states)
-    fields = _layout.split_param_states(
-        state.param_states, params, self._param_state_fields)
-    return self._pack_optax_state(state.step, fields)
+    return self._to_native_state(state, params)
 
   def from_optax_state(self, opt_state, params) -> OptimizerState:
     """The state of ``to_optax()``'s transform -> legacy ``OptimizerState``."""
     if not self._uses_native_rule():
       return OptimizerState(opt_state.count, opt_state.param_states)
+    return self._from_native_state(opt_state, params)
+
+  def _to_native_state(self, state: OptimizerState, params) -> Any:
+    """Legacy ``OptimizerState`` -> the state of ``_native_transform``."""
+    fields = _layout.split_param_states(
+        state.param_states, params, self._param_state_fields)
+    return self._pack_optax_state(state.step, fields)
+
+  def _from_native_state(self, opt_state, params) -> OptimizerState:
+    """The state of ``_native_transform`` -> legacy ``OptimizerState``."""
     step, fields = self._unpack_optax_state(opt_state)
     param_states = _layout.merge_param_states(
         fields, params, self._make_param_state)
     return OptimizerState(step, param_states)
 
   # ---------------------------------------------------------- tree API
+  # flax.optim's tree methods run this class's own rule. They never go
+  # through ``transform_for``: a user's override of them calling ``super()``
+  # (as flax.optim allowed) would otherwise be called back by the generic
+  # transform.
   def init_state(self, params) -> OptimizerState:
-    if not self._uses_native_rule():
+    if not self._native_rule_runs(PER_LEAF_HOOKS):
       return _legacy_init_state(self, params)
-    tx = self.transform_for(self.hyper_params)
-    return self.from_optax_state(tx.init(params), params)
+    tx = self._native_transform(self.hyper_params)
+    return self._from_native_state(tx.init(params), params)
 
   def apply_gradient(self, hyper_params, params, state, grads):
     """Applies ``grads``; returns ``(new_params, new_state)``.
 
-    Runs ``transform_for(hyper_params)``: ``update`` then
-    ``optax.apply_updates``, converting the legacy state on the way in and out.
+    Built-in rules run their Optax transform: ``update`` then
+    ``optax.apply_updates``, converting the legacy state on the way in and
+    out. A user's per-leaf rule runs leaf by leaf, as in flax.optim. Eager
+    calls also take what flax.optim took besides arrays (Python numbers,
+    NumPy arrays, an ``int`` step) and give back what it gave (``_inputs``).
     """
     _layout.check_same_structure(params, grads, 'target', 'grads')
-    tx = self.transform_for(hyper_params)
-    opt_state = self.to_optax_state(state, params)
+    if not self._native_rule_runs(PER_LEAF_HOOKS):
+      return _legacy_apply_per_leaf(self, hyper_params, params, state, grads)
+    if _eager.under_a_trace((params, state, grads)):
+      return self._apply_native(hyper_params, params, state, grads)
+    return _inputs.apply_eagerly(self._apply_native, self._host_arithmetic,
+                                 hyper_params, params, state, grads)
+
+  def _apply_native(self, hyper_params, params, state, grads):
+    """One step of ``_native_transform``, in the legacy state layout."""
+    tx = self._native_transform(hyper_params)
+    opt_state = self._to_native_state(state, params)
     updates, new_opt_state = tx.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    return new_params, self.from_optax_state(new_opt_state, params)
+    new_params = _inputs.add_updates(params, updates,
+                                     self._keeps_integer_params)
+    return new_params, self._from_native_state(new_opt_state, params)
 
   def update_hyper_params(self, **hyper_param_overrides):
     """Hyper-params with overrides applied (``hyper_params=`` replaces all)."""
@@ -262,13 +321,9 @@ def legacy_rule_transform(
   are within a factor of two of each other (Sterbenz), i.e. for any ordinary
   step, and otherwise to within one rounding of the update.
   """
-  cls = type(opt_def)
 
   def init_fn(params):
-    if _overrides(cls, 'init_state'):
-      state = opt_def.init_state(params)
-    else:
-      state = _legacy_init_state(opt_def, params)
+    state = opt_def.init_state(params)
     return LegacyRuleState(state.step, state.param_states)
 
   def update_fn(updates, state, params=None):
@@ -277,13 +332,8 @@ def legacy_rule_transform(
           f'{opt_def._name}.to_optax() needs params: call '
           'tx.update(grads, opt_state, params).')
     hp = _hyper.resolve(hyper_params, state.count)
-    legacy_state = OptimizerState(state.count, state.param_states)
-    if _overrides(cls, 'apply_gradient'):
-      new_params, new_state = opt_def.apply_gradient(
-          hp, params, legacy_state, updates)
-    else:
-      new_params, new_state = _legacy_apply_per_leaf(
-          opt_def, hp, params, legacy_state, updates)
+    new_params, new_state = opt_def.apply_gradient(
+        hp, params, OptimizerState(state.count, state.param_states), updates)
     deltas = jax.tree_util.tree_map(lambda new, old: new - old, new_params,
                                     params)
     return deltas, LegacyRuleState(

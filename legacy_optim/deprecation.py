@@ -338,6 +338,15 @@ _SIMPLE = {
         'jax.grad(loss_fn)(state.params); state = '
         'state.apply_gradients(grads=grads) on a TrainState.',
         rep.SECTION_LOOP),
+    'restore_checkpoint': (
+        'flax.training.checkpoints.restore_checkpoint(dir, target=optimizer) '
+        'restores a flax.optim Optimizer (served by legacy_optim). Its Orbax '
+        'backend fills what the checkpoint lacks from the target and casts '
+        "dtypes to the target's; restore with compat.restore_checkpoint(dir, "
+        'target) instead: it checks every path, shape and dtype against the '
+        'file and raises naming each difference. To leave flax.optim, '
+        'convert the checkpoint once (python -m compat convert SRC DST --to '
+        'train_state).', rep.SECTION_CHECKPOINTS),
     'replicate': (
         'Optimizer.replicate() is deprecated. Replicate the TrainState with '
         'flax.jax_utils.replicate(state) and average gradients inside '

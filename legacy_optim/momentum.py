@@ -37,6 +37,7 @@ class Momentum(base.OptimizerDef):
   """
 
   _param_state_fields = ('momentum',)
+  _host_arithmetic = True
 
   def __init__(self, learning_rate=None, beta=0.9, weight_decay=0,
                nesterov=False):

@@ -5,9 +5,11 @@ is ``optax.partition`` with one label per sub-optimizer and ``set_to_zero`` for
 leaves no traversal selects (their legacy state is ``None``; they never change).
 """
 
+import dataclasses
 from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from legacy_optim import _hyper
@@ -24,38 +26,66 @@ def sub_label(index: int) -> str:
   return str(index)
 
 
-class _LeafProbe:
-  """Stands in for a leaf while traversals run; remembers its position.
+# pylint: disable=protected-access  # _ShapeDtype keeps flax.optim's names.
 
-  Attribute access goes to the real value, so filters like
-  ``lambda path, value: value.ndim > 1`` keep working.
+
+@dataclasses.dataclass
+class _ShapeDtype:
+  """Stands in for a leaf while traversals select leaves, as in flax.optim.
+
+  flax.optim's MultiOptimizer showed traversals (and their filters) this very
+  object: ``shape``, ``dtype``, the leaf as ``_value`` and ``_indices``, the
+  sub-optimizers that selected it. Other attributes read the leaf, so filters
+  like ``lambda path, value: value.ndim > 1`` work too.
   """
+  shape: Any
+  dtype: Any
+  _value: Any
+  _indices: list[int]
 
-  __slots__ = ('index', 'value')
-
-  def __init__(self, index, value):
-    self.index = index
-    self.value = value
+  @classmethod
+  def create(cls, value) -> '_ShapeDtype':
+    value = jnp.asarray(value)
+    return cls(shape=value.shape, dtype=value.dtype, _value=value, _indices=[])
 
   def __getattr__(self, name):
-    return getattr(self.value, name)
+    if name.startswith('_'):  # fields not set yet (copy, pickle)
+      raise AttributeError(name)
+    return getattr(self._value, name)
 
-  def __repr__(self):
-    return f'_LeafProbe({self.index})'
+
+def _unselected_to_none(tree):
+  """Leaves no traversal selected (still ``_ShapeDtype``) become ``None``."""
+  return jax.tree_util.tree_map(
+      lambda x: None if isinstance(x, _ShapeDtype) else x, tree)
 
 
-def _selected_indices(traversal, params) -> list[int]:
-  flat, treedef = jax.tree_util.tree_flatten(params)
-  probes = treedef.unflatten([_LeafProbe(i, v) for i, v in enumerate(flat)])
-  picked = []
-  for item in traversal.iterate(probes):
-    if not isinstance(item, _LeafProbe):
-      raise TypeError(
-          f'{type(traversal).__name__} selected a {type(item).__name__} '
-          'instead of a parameter leaf; MultiOptimizer traversals must select '
-          'leaves (e.g. end a traversal over containers with .tree()).')
-    picked.append(item.index)
-  return picked
+def _match_leaves(params, traversals):
+  """``params`` as ``_ShapeDtype`` leaves, each listing the traversals that
+  select it; raises ``ValueError`` naming every leaf selected more than once.
+  """
+  shapes = jax.tree_util.tree_map(_ShapeDtype.create, params)
+  for k, traversal in enumerate(traversals):
+    for item in traversal.iterate(shapes):
+      if not isinstance(item, _ShapeDtype):
+        raise TypeError(
+            f'{type(traversal).__name__} selected a {type(item).__name__} '
+            'instead of a parameter leaf; MultiOptimizer traversals must '
+            'select leaves (e.g. end a traversal over containers with '
+            '.tree()).')
+      item._indices.append(k)  # pylint: disable=protected-access
+  flat_with_path, treedef = jax.tree_util.tree_flatten_with_path(params)
+  owners = [s._indices for s in treedef.flatten_up_to(shapes)]
+  overlaps = [(jax.tree_util.keystr(path), owners[i])
+              for i, (path, _) in enumerate(flat_with_path)
+              if len(owners[i]) > 1]
+  if overlaps:
+    listed = '; '.join(f'{path} (optimizers {ks})' for path, ks in overlaps)
+    # flax.optim printed the whole tree of matches; code may parse it.
+    matches = treedef.unflatten(owners)
+    raise ValueError(f'Multiple optimizers match the same leaves: {listed}. '
+                     f'Optimizers matching each leaf: {matches}')
+  return shapes
 
 
 def traversal_labels(params: Any, traversals: Sequence[Any]) -> Any:
@@ -65,19 +95,12 @@ def traversal_labels(params: Any, traversals: Sequence[Any]) -> Any:
   ``FROZEN_LABEL`` when none does. Raises ``ValueError`` naming every leaf
   that more than one traversal selects.
   """
-  flat_with_path, treedef = jax.tree_util.tree_flatten_with_path(params)
-  owners: list[list[int]] = [[] for _ in flat_with_path]
-  for k, traversal in enumerate(traversals):
-    for i in _selected_indices(traversal, params):
-      owners[i].append(k)
-  overlaps = [(jax.tree_util.keystr(path), owners[i])
-              for i, (path, _) in enumerate(flat_with_path)
-              if len(owners[i]) > 1]
-  if overlaps:
-    listed = '; '.join(f'{path} (optimizers {ks})' for path, ks in overlaps)
-    raise ValueError(f'Multiple optimizers match the same leaves: {listed}')
-  return treedef.unflatten(
-      [sub_label(o[0]) if o else FROZEN_LABEL for o in owners])
+  shapes = _match_leaves(params, traversals)
+  treedef = jax.tree_util.tree_structure(params)
+  return treedef.unflatten([
+      sub_label(s._indices[0]) if s._indices else FROZEN_LABEL
+      for s in treedef.flatten_up_to(shapes)
+  ])
 
 
 def _mask(labels, label):
@@ -129,6 +152,8 @@ class MultiOptimizer(base.OptimizerDef):
       raise ValueError(
           f'MultiOptimizer has {len(self.sub_optimizers)} sub-optimizers but '
           f'hyper_params has {len(hps)} entries.')
+    if not hyper_param_overrides:
+      return hps
     return [
         _hyper.apply_overrides(hp, dict(hyper_param_overrides), opt._name)
         for hp, opt in zip(hps, self.sub_optimizers)
@@ -136,6 +161,50 @@ class MultiOptimizer(base.OptimizerDef):
 
   def labels(self, params):
     return traversal_labels(params, self.traversals)
+
+  # ------------------------------------------------------------ tree API
+  def _walks_traversals(self) -> bool:
+    """True when user code could tell the Optax partition from flax.optim's
+    walk: a traversal of the user's own class (it sees every ``iterate`` and
+    ``update`` call) or a sub-optimizer whose tree methods the user wrote
+    (flax.optim gave them tuples of the selected leaves)."""
+    return (not all(map(traverse_util.is_builtin, self.traversals)) or
+            any(base.user_overrides(opt, base.TREE_HOOKS)
+                for opt in self.sub_optimizers))
+
+  def _uses_native_rule(self) -> bool:
+    return super()._uses_native_rule() and not self._walks_traversals()
+
+  def init_state(self, params):
+    if not self._walks_traversals():
+      return super().init_state(params)
+    # flax.optim's walk: each sub-optimizer initialises the leaves it selects.
+    states = _match_leaves(params, self.traversals)
+    for traversal, opt in zip(self.traversals, self.sub_optimizers):
+      states = traversal.update(
+          lambda leaf, opt=opt: opt.init_param_state(leaf._value), states)
+    return base.OptimizerState(
+        jnp.asarray(0, dtype=jnp.int32), _unselected_to_none(states))
+
+  def apply_gradient(self, hyper_params, params, state, grads):
+    if not self._walks_traversals():
+      return super().apply_gradient(hyper_params, params, state, grads)
+    # flax.optim's walk: each sub-optimizer steps the tuple of its leaves.
+    new_params = params
+    new_states = jax.tree_util.tree_map(_ShapeDtype.create, params)
+    for traversal, opt, hp in zip(self.traversals, self.sub_optimizers,
+                                  hyper_params):
+      # In flax.optim's order: user traversals may record their calls.
+      sub_params = tuple(traversal.iterate(params))
+      sub_grads = tuple(traversal.iterate(grads))
+      sub_state = base.OptimizerState(
+          state.step, tuple(traversal.iterate(state.param_states)))
+      sub_params, sub_state = opt.apply_gradient(hp, sub_params, sub_state,
+                                                 sub_grads)
+      new_params = traversal.set(list(sub_params), new_params)
+      new_states = traversal.set(list(sub_state.param_states), new_states)
+    return new_params, base.OptimizerState(state.step + 1,
+                                           _unselected_to_none(new_states))
 
   def _native_transform(self, hyper_params):
     transforms = {
@@ -145,7 +214,7 @@ class MultiOptimizer(base.OptimizerDef):
     transforms[FROZEN_LABEL] = optax.set_to_zero()
     return optax.partition(transforms, self.labels)
 
-  def to_optax_state(self, state, params):
+  def _to_native_state(self, state, params):
     labels = self.labels(params)
     inner = {}
     for k, opt in enumerate(self.sub_optimizers):
@@ -157,7 +226,7 @@ class MultiOptimizer(base.OptimizerDef):
     inner[FROZEN_LABEL] = optax.MaskedState(optax.EmptyState())
     return optax.PartitionState(inner)
 
-  def from_optax_state(self, opt_state, params):
+  def _from_native_state(self, opt_state, params):
     labels = self.labels(params)
     treedef = jax.tree_util.tree_structure(params)
     flat_states = [None] * treedef.num_leaves

@@ -51,11 +51,11 @@ class ReplicatedOptimizer(base.OptimizerDef):
     return optax.chain(cross_replica_mean(self.axis_name),
                        self.optimizer_def.transform_for(hyper_params))
 
-  def to_optax_state(self, state, params):
+  def _to_native_state(self, state, params):
     return (optax.EmptyState(),
             self.optimizer_def.to_optax_state(state, params))
 
-  def from_optax_state(self, opt_state, params):
+  def _from_native_state(self, opt_state, params):
     return self.optimizer_def.from_optax_state(opt_state[1], params)
 
   def state_dict(self, target, state):

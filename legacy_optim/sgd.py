@@ -22,6 +22,7 @@ class GradientDescent(base.OptimizerDef):
   """
 
   _param_state_fields = ()
+  _host_arithmetic = True
 
   def __init__(self, learning_rate=None):
     """Args: learning_rate: the step size (may be given per step instead)."""

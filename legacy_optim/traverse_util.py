@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import jax
 from flax import core
+from flax import traverse_util as flax_traverse_util
 from flax.traverse_util import empty_node, flatten_dict, unflatten_dict
 
 from legacy_optim import deprecation
@@ -265,3 +266,23 @@ class ModelParamTraversal(Traversal):
 
 
 t_identity = TraverseId.__new__(TraverseId)  # built without a warning
+
+
+def _is_traversal(value) -> bool:
+  return isinstance(value, (Traversal, flax_traverse_util.Traversal))
+
+
+def is_builtin(traversal) -> bool:
+  """True when ``traversal`` and every traversal it is made of are this
+  module's or today's ``flax.traverse_util`` classes (user functions such as
+  filters may be inside). A user's Traversal subclass may depend on every
+  ``iterate``/``update`` call flax.optim made, so MultiOptimizer then makes
+  exactly those calls."""
+  if type(traversal).__module__ not in (__name__,
+                                        flax_traverse_util.__name__):
+    return False
+  for value in vars(traversal).values():
+    parts = value if isinstance(value, tuple) else (value,)
+    if any(_is_traversal(p) and not is_builtin(p) for p in parts):
+      return False
+  return True

@@ -11,11 +11,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+import numpy as np
 import optax
 from flax import struct
 
 from legacy_optim import _hyper
 from legacy_optim import _layout
+from legacy_optim import _restore
+from legacy_optim import _transforms_adaptive as _adaptive
 from legacy_optim import base
 
 Array = Any
@@ -82,6 +85,66 @@ def merge(direction, scale, eps):
   return jax.tree_util.tree_map(leaf, direction, scale)
 
 
+# flax <= 0.3.6 kept ``mult`` (= g / ||v||, shaped like g) per leaf instead of
+# ``direction`` and ``scale``, and rebuilt v and g from the param at each step.
+MULT_FIELDS = frozenset(_restore.OLDER_PARAM_STATE_FIELDS['WeightNorm'][1])
+
+
+def _direction_and_scale(param, mult):
+  """flax <= 0.3.6's ``(v, g)`` of a leaf from the param and its ``mult``."""
+  if not _is_array(mult):  # () in the checkpoint: the leaf is not normalized.
+    return param, mult
+  w = jnp.asarray(param)
+  norm = jnp.sqrt(jnp.square(w).sum(_reduced_axes(w), keepdims=True))
+  return (np.asarray(w / mult, w.dtype),
+          np.asarray(norm * jnp.sign(mult), w.dtype))
+
+
+def _is_array(x) -> bool:
+  return isinstance(x, (np.ndarray, np.generic, jax.Array))
+
+
+def _has_mult(param_states) -> bool:
+  if not isinstance(param_states, dict):
+    return False
+  return set(param_states) == MULT_FIELDS or any(
+      map(_has_mult, param_states.values()))
+
+
+def _upgrade_leaves(target, param_states):
+  if isinstance(param_states, dict) and set(param_states) == MULT_FIELDS:
+    direction, scale = _direction_and_scale(target, param_states['mult'])
+    return {'direction_state': param_states['direction_state'],
+            'scale_state': param_states['scale_state'],
+            'direction': direction, 'scale': scale}
+  if isinstance(param_states, dict) and isinstance(target, dict):
+    return {key: _upgrade_leaves(target.get(key), value)
+            for key, value in param_states.items()}
+  return param_states
+
+
+def upgrade_mult(state_dict):
+  """A WeightNorm state dict in flax <= 0.3.6's layout -> today's.
+
+  Per leaf, ``{direction_state, scale_state, mult}`` (renamed in flax 0.4.0)
+  becomes ``{direction_state, scale_state, direction, scale}`` with
+  ``direction = w / mult`` and ``scale = ||w|| * sign(mult)``, which is how
+  flax <= 0.3.6 recovered them from the param ``w`` before every step; the
+  wrapped optimizer's states (the moments) are kept as they are. Any other
+  state dict is returned as it is; the argument is never modified.
+  """
+  try:
+    target = state_dict['target']
+    param_states = state_dict['state']['param_states']
+  except (KeyError, TypeError):
+    return state_dict
+  if not _has_mult(param_states):
+    return state_dict
+  return {**state_dict, 'state': {
+      **state_dict['state'],
+      'param_states': _upgrade_leaves(target, param_states)}}
+
+
 class WeightNormState(NamedTuple):
   """State of ``weight_norm``: the parametrization and the inner state."""
   direction: Any  # params-shaped: v, or the leaf itself if not normalized.
@@ -139,7 +202,7 @@ def weight_norm(inner: optax.GradientTransformation, wn_decay: Array = 0,
         wn_params)
     new = optax.apply_updates(wn_params, inner_updates)
     new_params = merge(new['direction'], new['scale'], wn_eps)
-    deltas = jax.tree_util.tree_map(lambda n, p: n - p, new_params, params)
+    deltas = jax.tree_util.tree_map(_adaptive.update_to, new_params, params)
     return deltas, WeightNormState(new['direction'], new['scale'],
                                    inner_state)
 
@@ -183,9 +246,7 @@ class WeightNorm(base.OptimizerDef):
         hyper_params.wn_decay, hyper_params.wn_eps)
 
   # ------------------------------------------------ legacy <-> Optax state
-  def to_optax_state(self, state, params):
-    if not self._uses_native_rule():
-      return super().to_optax_state(state, params)
+  def _to_native_state(self, state, params):
     fields = _layout.split_param_states(state.param_states, params, _FIELDS)
     wn_params = {'direction': fields['direction'], 'scale': fields['scale']}
     inner = self.wrapped_optimizer.to_optax_state(
@@ -195,9 +256,7 @@ class WeightNorm(base.OptimizerDef):
         }), wn_params)
     return WeightNormState(fields['direction'], fields['scale'], inner)
 
-  def from_optax_state(self, opt_state, params):
-    if not self._uses_native_rule():
-      return super().from_optax_state(opt_state, params)
+  def _from_native_state(self, opt_state, params):
     wn_params = {'direction': opt_state.direction, 'scale': opt_state.scale}
     inner = self.wrapped_optimizer.from_optax_state(opt_state.inner_state,
                                                     wn_params)
@@ -208,6 +267,11 @@ class WeightNorm(base.OptimizerDef):
         'scale': opt_state.scale,
     }, params, _WeightNormParamState)
     return base.OptimizerState(inner.step, param_states)
+
+  def restore_state(self, opt_target, opt_state, state_dict):
+    """Restores today's layout and flax <= 0.3.6's (see ``upgrade_mult``)."""
+    return super().restore_state(opt_target, opt_state,
+                                 upgrade_mult(state_dict))
 
   # ------------------------------------------------------- per-leaf API
   def init_param_state(self, param):

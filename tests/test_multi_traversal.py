@@ -148,9 +148,12 @@ def test_overlap_error_names_each_overlapping_leaf():
                                  (biases, optim.Momentum(0.1)))
   with pytest.raises(ValueError) as e:
     opt_def.create(_params())
-  msg = str(e.value)
-  assert "['Dense_0']['bias']" in msg and "['Dense_1']['bias']" in msg
-  assert 'kernel' not in msg
+  overlapping, _, matches = str(e.value).partition('. ')
+  assert "['Dense_0']['bias']" in overlapping
+  assert "['Dense_1']['bias']" in overlapping
+  assert 'kernel' not in overlapping
+  # Then flax.optim's own tree of the optimizers matching each leaf.
+  assert "'Dense_0': {'bias': [0, 1], 'kernel': [0]}" in matches
 
 
 def test_value_based_filters_see_the_real_leaves():

@@ -23,7 +23,6 @@ warnings.simplefilter('ignore', FutureWarning)
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
 
-import flax
 from flax import optim
 from flax import traverse_util
 
@@ -42,21 +41,15 @@ def _existing_results() -> dict:
     case = cases.CASES_BY_NAME.get(name)
     if case is None or entry['spec_digest'] != store.spec_digest(case):
       continue  # dropped or edited since: not carried over.
-    result = runner.Result(
-        initial={}, final=golden.params(name), state=golden.state(name),
-        params_digest=entry['params_digest'],
-        grads_digest=entry['grads_digest'])
-    out[name] = (case, result)
+    out[name] = (case, runner.stored_result(golden, name))
   return out
 
 
 def main(argv) -> int:
-  if flax.__version__ != '0.5.3':
-    print(f'generate_oracle.py needs flax 0.5.3, found {flax.__version__} '
-          f'({sys.executable}).', file=sys.stderr)
+  problem = runner.oracle_version_error('generate_oracle.py')
+  if problem:
+    print(problem, file=sys.stderr)
     return 2
-  # flax.optim's __init__ installed an 'always' filter for its warnings.
-  warnings.simplefilter('ignore', DeprecationWarning)
   selected = cases.select(argv)
   results = _existing_results() if argv else {}
 

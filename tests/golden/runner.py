@@ -8,6 +8,8 @@ Only the ``optim``/``traverse_util`` modules passed in differ.
 
 import dataclasses
 import platform
+import sys
+import warnings
 from typing import Any, Optional
 
 import flax
@@ -17,6 +19,7 @@ import numpy as np
 from flax import serialization
 
 from golden import cases
+from golden import edge_cases
 
 
 @dataclasses.dataclass
@@ -105,6 +108,82 @@ def run_case(optim_module, traverse_module, case,
       state=flatten_state_dict(serialization.to_state_dict(optimizer.state)),
       params_digest=params_digest.hexdigest(),
       grads_digest=grads_digest.hexdigest())
+
+
+def edge_inputs() -> tuple:
+  """``(params, [grads of each step])`` of the edge cases, as trees."""
+  values = {path: (dtype, params, grads)
+            for path, dtype, params, grads in edge_cases.leaves()}
+
+  def tree(pick):
+    return cases.unflatten(edge_cases.tree(), {
+        path: jnp.asarray(edge_cases.as_dtype(pick(v), v[0]))
+        for path, v in values.items()})
+
+  return tree(lambda v: v[1]), [tree(lambda v, t=t: v[2][t])
+                                for t in range(edge_cases.STEPS)]
+
+
+def edge_initial_params() -> dict:
+  """The edge cases' params before the first step, flat."""
+  return _flat_params(edge_inputs()[0])
+
+
+def run_edge_case(optim_module, traverse_module, case, jit: bool) -> Result:
+  """Runs an ``edge_cases`` case: ``edge_cases.STEPS`` steps, jitted or not.
+
+  ``final`` holds the params after every step (``'step<k>/<path>'``) and
+  ``state`` the optimizer state dict after the last one.
+  """
+  params, grad_steps = edge_inputs()
+  params_digest = cases.Digest()
+  for path, value in sorted(_flat_params(params).items()):
+    params_digest.update(path, value)
+  opt_def = cases.build_optimizer_def(optim_module, traverse_module, case)
+  optimizer = opt_def.create(params)
+  step_fn = lambda opt, grads: opt.apply_gradient(grads)
+  if jit:
+    step_fn = jax.jit(step_fn)
+  grads_digest = cases.Digest()
+  final = {}
+  for t, grads in enumerate(grad_steps):
+    for path, g in sorted(_flat_params(grads).items()):
+      grads_digest.update(f'{t}/{path}', g)
+    optimizer = step_fn(optimizer, grads)
+    final.update(edge_step_params(t, optimizer.target))
+  return Result(
+      initial=_flat_params(params), final=final,
+      state=flatten_state_dict(serialization.to_state_dict(optimizer.state)),
+      params_digest=params_digest.hexdigest(),
+      grads_digest=grads_digest.hexdigest())
+
+
+def edge_step_params(t: int, params) -> dict:
+  """The params after step ``t`` (0-based) as ``{'step<t+1>/<path>': ...}``."""
+  return {f'step{t + 1}/{path}': value
+          for path, value in _flat_params(params).items()}
+
+
+def stored_result(golden, name: str) -> Result:
+  """An entry of a ``store.Golden`` as a Result (to merge a partial run)."""
+  entry = golden.entries[name]
+  return Result(initial={}, final=golden.params(name),
+                state=golden.state(name),
+                params_digest=entry['params_digest'],
+                grads_digest=entry['grads_digest'])
+
+
+def oracle_version_error(script: str) -> Optional[str]:
+  """Why ``script`` cannot write golden data here (None under flax 0.5.3).
+
+  Also silences the deprecation warnings flax.optim's ``__init__`` turned
+  to 'always' (one per OptimizerDef).
+  """
+  warnings.simplefilter('ignore', DeprecationWarning)
+  if flax.__version__ == '0.5.3':
+    return None
+  return (f'{script} needs flax 0.5.3, found {flax.__version__} '
+          f'({sys.executable}).')
 
 
 def environment() -> dict:

@@ -27,6 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ORACLE_NPZ = os.path.join(HERE, 'oracle.npz')
 ORACLE_JSON = os.path.join(HERE, 'oracle.json')
 FLOORS_JSON = os.path.join(HERE, 'floors.json')
+# Edge cases (edge_cases.py): packed golden data and per-leaf ulp floors.
+EDGES_NPZ = os.path.join(HERE, 'edges.npz')
+EDGES_JSON = os.path.join(HERE, 'edges.json')
+EDGE_FLOORS_JSON = os.path.join(HERE, 'edge_floors.json')
 
 ABSOLUTE_BOUND = 1e-6
 FLOOR_FACTOR = 1.5
@@ -71,47 +75,77 @@ def layout(flat: dict) -> dict:
 
 
 # ---------------------------------------------------------------- files
-def save_oracle(results: dict, meta: dict) -> None:
-  """``results``: {case name: (case, runner.Result)}."""
+def save_oracle(results: dict, meta: dict, npz_path: str = ORACLE_NPZ,
+                json_path: str = ORACLE_JSON, packed: bool = False) -> None:
+  """``results``: {case name: (case, runner.Result)}.
+
+  ``packed``: one byte array per case and kind instead of one array per leaf
+  (the zip entry of each array costs more than a tiny leaf's data); the
+  shapes then go to the JSON file.
+  """
   arrays = {}
   entries = {}
   for name, (case, result) in sorted(results.items()):
-    for kind, flat in (('params', result.final), ('state', result.state)):
-      for path, value in flat.items():
-        if isinstance(value, np.ndarray):
-          arrays[f'{name}|{kind}|{path}'] = encode(value)
     entries[name] = {
         'spec_digest': spec_digest(case),
         'params_digest': result.params_digest,
         'grads_digest': result.grads_digest,
-        'params': layout(result.final),
-        'state': layout(result.state),
     }
-  np.savez_compressed(ORACLE_NPZ, **arrays)
-  with open(ORACLE_JSON, 'w') as f:
+    for kind, flat in (('params', result.final), ('state', result.state)):
+      entries[name][kind] = layout(flat)
+      leaves = {path: encode(flat[path]) for path in sorted(flat)
+                if isinstance(flat[path], np.ndarray)}
+      if not packed:
+        arrays.update({f'{name}|{kind}|{path}': value
+                       for path, value in leaves.items()})
+        continue
+      entries[name][f'{kind}_shapes'] = {
+          path: list(value.shape) for path, value in leaves.items()}
+      arrays[f'{name}|{kind}'] = np.concatenate(
+          [np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+           for value in leaves.values()] or [np.zeros(0, np.uint8)])
+  np.savez_compressed(npz_path, **arrays)
+  with open(json_path, 'w') as f:
     json.dump({'generator': meta, 'cases': entries}, f, indent=1,
               sort_keys=True)
     f.write('\n')
 
 
-class Golden:
-  """Read access to the oracle's results."""
+def _unpack(data: np.ndarray, dtypes: dict, shapes: dict) -> dict:
+  """The leaves of a packed byte array (packed in sorted path order)."""
+  out, offset = {}, 0
+  for path in sorted(shapes):
+    shape = shapes[path]
+    stored = np.dtype(np.uint16 if dtypes[path] == 'bfloat16' else
+                      dtypes[path])
+    size = stored.itemsize * int(np.prod(shape, dtype=np.int64))
+    out[path] = data[offset:offset + size].view(stored).reshape(shape)
+    offset += size
+  return out
 
-  def __init__(self):
-    with open(ORACLE_JSON) as f:
+
+class Golden:
+  """Read access to the oracle's results (per-leaf or packed files)."""
+
+  def __init__(self, npz_path: str = ORACLE_NPZ,
+               json_path: str = ORACLE_JSON):
+    with open(json_path) as f:
       data = json.load(f)
     self.meta = data['generator']
     self.entries = data['cases']
-    self._npz = np.load(ORACLE_NPZ)
+    self._npz = np.load(npz_path)
 
   def _flat(self, name: str, kind: str) -> dict:
-    out = {}
-    for path, dtype in self.entries[name][kind].items():
-      if dtype is None or dtype == 'empty':
-        out[path] = dtype
-      else:
-        out[path] = decode(self._npz[f'{name}|{kind}|{path}'], dtype)
-    return out
+    entry = self.entries[name]
+    if f'{kind}_shapes' in entry:
+      stored = _unpack(self._npz[f'{name}|{kind}'], entry[kind],
+                       entry[f'{kind}_shapes'])
+    else:
+      stored = {path: self._npz[f'{name}|{kind}|{path}']
+                for path, dtype in entry[kind].items()
+                if dtype not in (None, 'empty')}
+    return {path: (decode(stored[path], dtype) if path in stored else dtype)
+            for path, dtype in entry[kind].items()}
 
   def params(self, name: str) -> dict:
     return self._flat(name, 'params')
