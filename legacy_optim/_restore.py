@@ -90,7 +90,7 @@ class RestoreMismatchError(ValueError):
     super().__init__(message)
 
 
-def _is_array(x) -> bool:
+def is_array(x) -> bool:
   # ShapeDtypeStruct: an array described by a checkpoint's metadata.
   return isinstance(x, (np.ndarray, np.generic, jax.Array,
                         jax.ShapeDtypeStruct))
@@ -102,7 +102,7 @@ def _is_scalar(x) -> bool:
 
 def _number_kind(x) -> str:
   """'bool', 'integer', 'floating' or 'complex' for an array or number."""
-  dtype = x.dtype if _is_array(x) else np.result_type(x)
+  dtype = x.dtype if is_array(x) else np.result_type(x)
   for kind in (np.bool_, np.integer, np.floating, np.complexfloating):
     if jax.numpy.issubdtype(dtype, kind):  # bfloat16 is floating here too.
       return kind.__name__.rstrip('_')
@@ -110,7 +110,7 @@ def _number_kind(x) -> str:
 
 
 def _describe(x) -> str:
-  if _is_array(x):
+  if is_array(x):
     return f'{np.dtype(x.dtype).name}{list(np.shape(x))}'
   if isinstance(x, dict):
     keys = ', '.join(sorted(map(str, x)))
@@ -146,20 +146,20 @@ def _compare(expected, found, path: str, out: list[Difference],
   elif expected is None:
     if found is not None:
       out.append(Difference(here, 'None', _describe(found)))
-  elif _is_array(expected):
+  elif is_array(expected):
     # Structure, shape and the kind of number must match; unless
     # exact_dtypes, the precision may differ (float64 arrays written by NumPy
     # code fit a float32 leaf, a Python int step fits int32[]), as flax <=
     # 0.5.3 restored such values (keeping the file's precision).
-    if not (_is_array(found) or _is_scalar(found)) or (
+    if not (is_array(found) or _is_scalar(found)) or (
         np.shape(expected) != np.shape(found) or
         _number_kind(expected) != _number_kind(found) or
-        (exact_dtypes and _is_array(found) and
+        (exact_dtypes and is_array(found) and
          np.dtype(expected.dtype) != np.dtype(found.dtype))):
       out.append(Difference(here, _describe(expected), _describe(found)))
   elif _is_scalar(expected):
     # A Python number in the template (weak type): any number fits.
-    if not (_is_scalar(found) or (_is_array(found) and not np.shape(found))):
+    if not (_is_scalar(found) or (is_array(found) and not np.shape(found))):
       out.append(Difference(here, _describe(expected), _describe(found)))
   elif type(found) is not type(expected):
     out.append(Difference(here, _describe(expected), _describe(found)))
@@ -176,7 +176,7 @@ def _field_sets(param_states) -> set[tuple[str, ...]]:
   def visit(node):
     if not isinstance(node, dict) or not node:
       return
-    if tuple(sorted(node)) in known or any(_is_array(v) for v in node.values()):
+    if tuple(sorted(node)) in known or any(is_array(v) for v in node.values()):
       found.add(tuple(sorted(node)))
       return
     for v in node.values():
@@ -225,7 +225,7 @@ def check_state_dict(opt_target, opt_state, state_dict, *,
   hint = ''
   if isinstance(state_dict, dict) and isinstance(state_dict.get('state'), dict):
     step = state_dict['state'].get('step')
-    if (_is_array(step) or isinstance(step, int)) and np.issubdtype(
+    if (is_array(step) or isinstance(step, int)) and np.issubdtype(
         np.asarray(step).dtype, np.integer) and np.any(np.asarray(step) < 0):
       differences.append(Difference(
           'state/step', 'a non-negative step', f'{np.asarray(step).tolist()}'))
@@ -361,7 +361,7 @@ def as_state_dict(tree):
     return {str(k): as_state_dict(v) for k, v in tree.items()}
   if isinstance(tree, (list, tuple)):
     return {str(i): as_state_dict(v) for i, v in enumerate(tree)}
-  if tree is None or _is_array(tree) or _is_scalar(tree):
+  if tree is None or is_array(tree) or _is_scalar(tree):
     return tree
   if hasattr(tree, 'shape') and hasattr(tree, 'dtype'):
     return jax.ShapeDtypeStruct(tuple(tree.shape), tree.dtype)

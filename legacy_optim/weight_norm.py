@@ -92,16 +92,13 @@ MULT_FIELDS = frozenset(_restore.OLDER_PARAM_STATE_FIELDS['WeightNorm'][1])
 
 def _direction_and_scale(param, mult):
   """flax <= 0.3.6's ``(v, g)`` of a leaf from the param and its ``mult``."""
-  if not _is_array(mult):  # () in the checkpoint: the leaf is not normalized.
+  # () in the checkpoint: the leaf is not normalized.
+  if not _restore.is_array(mult):
     return param, mult
   w = jnp.asarray(param)
   norm = jnp.sqrt(jnp.square(w).sum(_reduced_axes(w), keepdims=True))
   return (np.asarray(w / mult, w.dtype),
           np.asarray(norm * jnp.sign(mult), w.dtype))
-
-
-def _is_array(x) -> bool:
-  return isinstance(x, (np.ndarray, np.generic, jax.Array))
 
 
 def _has_mult(param_states) -> bool:
