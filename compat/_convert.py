@@ -6,8 +6,12 @@ checkpoint holds exactly the state those produce in memory. Modern -> legacy
 restores the Orbax state without a template, puts it back into the shape of
 ``optimizer_def.to_optax().init(params)`` and goes through
 ``compat.from_optax``.
+
+``compat.checkpoints`` calls into this module (never the other way round):
+what both need, the Orbax item names and the ``ConversionReport``, is here.
 """
 
+import dataclasses
 import pathlib
 import warnings
 from typing import Any
@@ -15,12 +19,40 @@ from typing import Any
 import numpy as np
 
 from compat import _atomic
-from compat import _legacy_layout
+from compat import _file_skeleton
 from compat import _safe_msgpack
 from compat import _spec
-from compat import checkpoints
+from compat import optax_bridge
 
 _VALUE = 'value'  # How an nnx Variable's array is stored by Orbax.
+# The Orbax items of a converted checkpoint (see compat.checkpoints).
+STATE_ITEM, EXTRAS_ITEM, META_ITEM = 'state', 'extras', 'conversion'
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionReport:
+  """What ``convert_checkpoint`` did (also printed by the CLI)."""
+  src: str
+  dst: str
+  to: str
+  optimizer: str
+  step: int
+  num_params: int
+  num_values: int
+  bytes_read: int
+  bytes_written: int
+
+  def __str__(self):
+    return (f'Converted {self.src} -> {self.dst} ({self.to}): optimizer '
+            f'{self.optimizer}, step {self.step}, {self.num_params} params '
+            f'({self.num_values} values), read {self.bytes_read} bytes, wrote '
+            f'{self.bytes_written} bytes.')
+
+
+def disk_size(path: pathlib.Path) -> int:
+  if path.is_file():
+    return path.stat().st_size
+  return sum(p.stat().st_size for p in path.rglob('*') if p.is_file())
 
 
 def _mirror_module(params):
@@ -56,9 +88,8 @@ def _state_only_overrides(optimizer) -> dict[str, Any]:
   loop passed it per step), so a placeholder schedule that raises if it is
   ever evaluated stands in for it.
   """
-  from compat import optax_bridge  # pylint: disable=g-import-not-at-top
   opt_def = optimizer.optimizer_def
-  if optax_bridge._lacks_learning_rate(opt_def.hyper_params):  # pylint: disable=protected-access
+  if optax_bridge.lacks_learning_rate(opt_def.hyper_params):
     return {'learning_rate': _learning_rate_not_stored}
   return {}
 
@@ -67,7 +98,6 @@ def _modern_item(to: str, optimizer, model, path_map) -> Any:
   """The in-memory modern state continuing ``optimizer``."""
   overrides = _state_only_overrides(optimizer)
   if to == 'optax':
-    from compat import optax_bridge  # pylint: disable=g-import-not-at-top
     _, opt_state = optax_bridge.to_optax(optimizer, **overrides)
     return {'params': optimizer.target, 'opt_state': opt_state}
   if to == 'train_state':
@@ -90,12 +120,12 @@ def write_modern(tmp: pathlib.Path, to: str, optimizer, meta: dict, extras,
   if to != 'nnx' and (model is not None or path_map is not None):
     raise ValueError('model= and path_map= only apply to to="nnx".')
   items = {
-      checkpoints.STATE_ITEM: ocp.args.StandardSave(
+      STATE_ITEM: ocp.args.StandardSave(
           _modern_item(to, optimizer, model, path_map)),
-      checkpoints.META_ITEM: ocp.args.JsonSave(meta),
+      META_ITEM: ocp.args.JsonSave(meta),
   }
   if extras is not None:
-    items[checkpoints.EXTRAS_ITEM] = ocp.args.StandardSave(extras)
+    items[EXTRAS_ITEM] = ocp.args.StandardSave(extras)
   checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
   checkpointer.save(tmp, ocp.args.Composite(**items))
 
@@ -107,11 +137,11 @@ def _read_modern(src: pathlib.Path):
   """(state tree, extras or None, conversion record or None), no template."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   try:
-    if (src / checkpoints.STATE_ITEM).is_dir():
+    if (src / STATE_ITEM).is_dir():
       restored = ocp.Checkpointer(ocp.CompositeCheckpointHandler()).restore(src)
-      return (restored[checkpoints.STATE_ITEM],
-              restored.get(checkpoints.EXTRAS_ITEM),
-              restored.get(checkpoints.META_ITEM))
+      return (restored[STATE_ITEM],
+              restored.get(EXTRAS_ITEM),
+              restored.get(META_ITEM))
     return ocp.StandardCheckpointer().restore(src), None, None
   except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
     raise ValueError(f'{src} is not a readable Orbax checkpoint: {e}') from e
@@ -224,9 +254,9 @@ def fill_template(template, raw):
 
 def to_legacy(src: pathlib.Path, dst: pathlib.Path, dst_is_dir: bool,
               optimizer, force: bool,
-              progress=None) -> 'checkpoints.ConversionReport':
+              progress=None) -> ConversionReport:
   """An Orbax TrainState/optax/nnx checkpoint -> a legacy msgpack file."""
-  bar = _atomic.Progress(checkpoints.disk_size(src), 'restore', progress)
+  bar = _atomic.Progress(disk_size(src), 'restore', progress)
   try:
     bar.phase('restore')
     return _to_legacy(src, dst, dst_is_dir, optimizer, force, bar)
@@ -238,7 +268,6 @@ def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
   import jax  # pylint: disable=g-import-not-at-top
   import legacy_optim  # pylint: disable=g-import-not-at-top
   from flax import serialization  # pylint: disable=g-import-not-at-top
-  from compat import optax_bridge  # pylint: disable=g-import-not-at-top
   tree, extras, meta = _read_modern(src)
   bar.complete()
   kind = meta['to'] if meta else _detect_kind(tree)
@@ -265,7 +294,7 @@ def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
   # In the legacy key order ('target' first): tree_map would sort the keys.
   opt_sd = serialization.to_state_dict(restored)
   if meta and meta.get('layout'):
-    state_dict = _legacy_layout.rebuild(meta['layout'], opt_sd, extras)
+    state_dict = _file_skeleton.rebuild(meta['layout'], opt_sd, extras)
   else:
     state_dict = opt_sd
   data = _safe_msgpack.encode(state_dict)
@@ -275,9 +304,9 @@ def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
     _atomic.write_bytes(tmp, data)
   bar.complete()
   leaves = jax.tree_util.tree_leaves(params)
-  return checkpoints.ConversionReport(
+  return ConversionReport(
       str(src), str(dst_file), 'legacy',
       str(optimizer) if not isinstance(optimizer, legacy_optim.OptimizerDef)
       else type(optimizer).__name__, step, len(leaves),
-      sum(int(np.size(x)) for x in leaves), checkpoints.disk_size(src),
+      sum(int(np.size(x)) for x in leaves), disk_size(src),
       len(data))

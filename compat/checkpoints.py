@@ -44,8 +44,9 @@ import numpy as np
 from flax import serialization
 
 from compat import _atomic
+from compat import _convert
+from compat import _file_skeleton
 from compat import _infer
-from compat import _legacy_layout
 from compat import _safe_msgpack
 from compat import _spec
 from legacy_optim import _restore
@@ -53,7 +54,9 @@ from legacy_optim import _restore
 FORMAT = 'flax-optim-compat/converted-checkpoint/1'
 MODERN = ('train_state', 'optax', 'nnx')
 TARGETS = MODERN + ('legacy',)
-STATE_ITEM, EXTRAS_ITEM, META_ITEM = 'state', 'extras', 'conversion'
+# What convert_checkpoint returns, and a helper its callers use.
+ConversionReport = _convert.ConversionReport
+disk_size = _convert.disk_size
 _READ_CHUNK = 8 << 20
 
 PathLike = Union[str, os.PathLike]
@@ -327,7 +330,7 @@ def _optimizer_paths(template, path=()):
   return found
 
 
-def _in_legacy_layout(tree, template):
+def _with_per_leaf_states(tree, template):
   """``tree`` with every column-wise Optimizer state (an earlier
   flax-optim-compat's Orbax checkpoints) put in flax.optim's layout."""
   for path in _optimizer_paths(template):
@@ -377,7 +380,7 @@ def restore_checkpoint(path: PathLike, target, *, step=None,
       dtypes differ from ``target``'s; every differing path is listed.
   """
   expected = serialization.to_state_dict(target)
-  found = _in_legacy_layout(read_checkpoint(path, step=step, prefix=prefix),
+  found = _with_per_leaf_states(read_checkpoint(path, step=step, prefix=prefix),
                             expected)
   listed = _restore.find_differences(expected, found, exact_dtypes=True)
   if listed:
@@ -390,32 +393,6 @@ def restore_checkpoint(path: PathLike, target, *, step=None,
 
 
 # ----------------------------------------------------------- conversions
-
-
-@dataclasses.dataclass(frozen=True)
-class ConversionReport:
-  """What ``convert_checkpoint`` did (also printed by the CLI)."""
-  src: str
-  dst: str
-  to: str
-  optimizer: str
-  step: int
-  num_params: int
-  num_values: int
-  bytes_read: int
-  bytes_written: int
-
-  def __str__(self):
-    return (f'Converted {self.src} -> {self.dst} ({self.to}): optimizer '
-            f'{self.optimizer}, step {self.step}, {self.num_params} params '
-            f'({self.num_values} values), read {self.bytes_read} bytes, wrote '
-            f'{self.bytes_written} bytes.')
-
-
-def disk_size(path: pathlib.Path) -> int:
-  if path.is_file():
-    return path.stat().st_size
-  return sum(p.stat().st_size for p in path.rglob('*') if p.is_file())
 
 
 def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
@@ -450,14 +427,13 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
   if to not in TARGETS:
     raise ValueError(f'to must be one of {", ".join(TARGETS)}, got {to!r}.')
   src, dst = pathlib.Path(src).absolute(), pathlib.Path(dst).absolute()
-  if to == 'legacy' and dst.is_dir() and not (dst / STATE_ITEM).exists():
+  if to == 'legacy' and dst.is_dir() and not (dst / _convert.STATE_ITEM).exists():
     dst_is_dir = True
   else:
     dst_is_dir = False
   _check_paths(src, dst)
   if not dst_is_dir:
     _atomic.refuse_existing(dst, force)
-  from compat import _convert  # pylint: disable=g-import-not-at-top
   if to == 'legacy':
     return _convert.to_legacy(src, dst, dst_is_dir, optimizer, force,
                               progress)
@@ -472,11 +448,11 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
       'algorithms': list(ckpt.algorithms),
       'step': ckpt.step,
       'optimizer_path': list(ckpt.optimizer_path),
-      'layout': _legacy_layout.record(ckpt.state_dict, ckpt.optimizer_path),
+      'layout': _file_skeleton.record(ckpt.state_dict, ckpt.optimizer_path),
       'source': {'path': ckpt.path, 'bytes': ckpt.nbytes,
                  'sha256': _sha256(pathlib.Path(ckpt.path))},
   }
-  extras = _legacy_layout.extras(ckpt.state_dict, ckpt.optimizer_path)
+  extras = _file_skeleton.extras(ckpt.state_dict, ckpt.optimizer_path)
   bar = _atomic.Progress(ckpt.nbytes, 'write', progress)
   try:
     bar.phase('write')

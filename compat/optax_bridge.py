@@ -26,7 +26,7 @@ import jax
 import numpy as np
 import optax
 
-from legacy_optim import _layout
+from legacy_optim import _inputs
 from legacy_optim import base
 from legacy_optim import multi
 from legacy_optim import replicated
@@ -55,15 +55,15 @@ def optax_state(optimizer: base.Optimizer) -> Any:
       optimizer.state, optimizer.target)
 
 
-def _lacks_learning_rate(hyper_params) -> bool:
+def lacks_learning_rate(hyper_params) -> bool:
   """True when some (possibly nested) hyper-params have learning_rate=None."""
   if isinstance(hyper_params, (list, tuple)):
-    return any(_lacks_learning_rate(hp) for hp in hyper_params)
+    return any(lacks_learning_rate(hp) for hp in hyper_params)
   if not dataclasses.is_dataclass(hyper_params):
     return False
   return any(
       (field.name == 'learning_rate' and value is None) or
-      _lacks_learning_rate(value)
+      lacks_learning_rate(value)
       for field in dataclasses.fields(hyper_params)
       for value in [getattr(hyper_params, field.name)])
 
@@ -78,7 +78,7 @@ def transform(optimizer: base.Optimizer,
   """
   check_convertible(optimizer)
   opt_def = optimizer.optimizer_def
-  if _lacks_learning_rate(opt_def.update_hyper_params(**hyper_param_overrides)):
+  if lacks_learning_rate(opt_def.update_hyper_params(**hyper_param_overrides)):
     raise ValueError(
         f'{opt_def._name} has no learning rate: the legacy loop passed one to '
         'every apply_gradient(grads, learning_rate=...). Give it when '
@@ -114,7 +114,7 @@ def to_optax(optimizer: base.Optimizer, **hyper_param_overrides):
 def _check_matches_template(opt_def, params, opt_state) -> None:
   """Checks ``opt_state`` against what ``opt_def.to_optax().init`` builds."""
   template = jax.eval_shape(opt_def.to_optax().init, params)
-  _layout.check_same_structure(template, opt_state,
+  _inputs.check_same_structure(template, opt_state,
                                f'{opt_def._name}.to_optax() state', 'opt_state')
   expected = jax.tree_util.tree_flatten_with_path(template)[0]
   found = jax.tree_util.tree_leaves(opt_state)

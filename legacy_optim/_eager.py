@@ -91,23 +91,6 @@ def cache_size() -> int:
     return len(_cache)
 
 
-def _inner_defs(opt_def):
-  """OptimizerDefs that ``opt_def`` wraps (MultiOptimizer, WeightNorm...)."""
-  from legacy_optim import base  # pylint: disable=g-import-not-at-top
-  for value in vars(opt_def).values():
-    items = value if isinstance(value, (list, tuple)) else (value,)
-    for item in items:
-      if isinstance(item, base.OptimizerDef):
-        yield item
-
-
-def _runs_builtin_rules(opt_def) -> bool:
-  """True when every rule involved is a built-in Optax transform."""
-  if not opt_def._runs_library_code_only():  # pylint: disable=protected-access
-    return False
-  return all(_runs_builtin_rules(inner) for inner in _inner_defs(opt_def))
-
-
 def _is_dynamic(leaf) -> bool:
   """Numeric values other than static zeros become traced arguments."""
   if isinstance(leaf, (bool, np.bool_)) or _hyper.is_static_zero(leaf):
@@ -183,7 +166,8 @@ def apply_gradient(opt_def, target, state, grads,
   None means "not cached here": the caller runs the rule inline (see the
   module docstring for when that happens).
   """
-  if not ENABLED or not _runs_builtin_rules(opt_def):
+  # User code (in the def or a def it wraps) runs at every step: inline.
+  if not ENABLED or opt_def._user_hooks():  # pylint: disable=protected-access
     return None
   split = _Overrides(overrides)
   if (_contains_tracer(split.dynamic) or

@@ -13,6 +13,9 @@ flax 0.5.3 (``tests/golden/generate_inputs.py``):
 
 Only eager calls (nothing traced) can see such leaves: under ``jax.jit``
 they are tracers already, so none of this runs in a traced step.
+
+Also here: the check that a tree handed in (grads, an Optax state) has the
+structure it must have, with an error naming the differing paths.
 """
 
 from typing import Any, Callable
@@ -123,3 +126,46 @@ def apply_eagerly(step_fn: Callable[..., Any], host_arithmetic: bool,
   if isinstance(state.step, int):
     new_state = new_state.replace(step=int(new_state.step))
   return new_params, new_state
+
+
+def _describe_path(path) -> str:
+  return jax.tree_util.keystr(tuple(path)) or '<root>'
+
+
+def _leaf_paths(tree) -> list[str]:
+  return [_describe_path(p)
+          for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def check_same_structure(expected: Any, found: Any, expected_name: str,
+                         found_name: str, shown: int = 5) -> None:
+  """Raises TypeError naming both structures and the paths that differ."""
+  expected_def = jax.tree_util.tree_structure(expected)
+  found_def = jax.tree_util.tree_structure(found)
+  if expected_def == found_def:
+    return
+  expected_paths, found_paths = _leaf_paths(expected), _leaf_paths(found)
+  found_set, expected_set = set(found_paths), set(expected_paths)
+  missing = [p for p in expected_paths if p not in found_set]
+  extra = [p for p in found_paths if p not in expected_set]
+  details = []
+  if missing:
+    details.append(f'missing from {found_name}: '
+                   + ', '.join(missing[:shown])
+                   + (f' (+{len(missing) - shown} more)'
+                      if len(missing) > shown else ''))
+  if extra:
+    details.append(f'unexpected in {found_name}: '
+                   + ', '.join(extra[:shown])
+                   + (f' (+{len(extra) - shown} more)'
+                      if len(extra) > shown else ''))
+  if not details:
+    first = next((a for a, b in zip(expected_paths, found_paths) if a != b),
+                 None)
+    details.append('same leaf paths but different container types'
+                   + (f' (first at {first})' if first else ''))
+  raise TypeError(
+      f'{found_name} must have the same tree structure as {expected_name}; '
+      + '; '.join(details) + '.\n'
+      f'  {expected_name}: {expected_def}\n'
+      f'  {found_name}: {found_def}')

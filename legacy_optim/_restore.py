@@ -258,7 +258,7 @@ def column_fields(state) -> tuple[str, ...]:
   return fields if fields and set(fields) <= _KNOWN_FIELDS else ()
 
 
-def column_layout_hint(state) -> str:
+def column_wise_state_hint(state) -> str:
   fields = column_fields(state)
   if not fields:
     return ''
@@ -277,7 +277,7 @@ def mismatch_hint(expected_state, found_state, template: str) -> str:
   return '\n'.join(filter(None, (
       _algorithm_hint(expected_state.get('param_states'), found_param_states,
                       template),
-      column_layout_hint(found_state))))
+      column_wise_state_hint(found_state))))
 
 
 def find_differences(expected, found, path: str = '', *,

@@ -8,13 +8,20 @@ and old checkpoints keep working. Optax's column-wise layout (one tree per
 state field) exists only inside the transforms.
 
 Every update goes through an ``optax.GradientTransformation``:
-``OptimizerDef.to_optax()``. Built-in algorithms provide a native transform
-(``_native_transform``) plus the mapping between their legacy per-parameter
-state and the transform's state; a user subclass that only implements the
-legacy per-leaf API (``init_param_state``/``apply_param_gradient``) gets a
-generic transform that calls that API leaf by leaf.
+``OptimizerDef.to_optax()``. Built-in algorithms build a native transform
+(``_native_transform``) and map their legacy per-parameter state to the
+transform's state; a user subclass that only implements the legacy per-leaf
+API (``init_param_state``/``apply_param_gradient``) gets a generic transform
+that calls that API leaf by leaf. Which of the two runs is decided in one
+place: ``OptimizerDef._user_hooks()``.
+
+``MultiOptimizer`` and ``ReplicatedOptimizer`` (which ``create(focus=...)``
+and ``Optimizer.replicate`` build) live in modules that import this one; they
+register here when imported (``register_wrapper``), so this module never
+imports them and the import graph has no cycle.
 """
 
+import functools
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -25,11 +32,15 @@ from flax import serialization
 from flax import struct
 
 from legacy_optim import _eager
+from legacy_optim import _field_trees
 from legacy_optim import _hyper
 from legacy_optim import _inputs
-from legacy_optim import _layout
 from legacy_optim import _restore
 from legacy_optim import deprecation
+from legacy_optim import traverse_util
+
+# flax.optim.base exported it.
+ModelParamTraversal = traverse_util.ModelParamTraversal
 
 
 @struct.dataclass
@@ -39,42 +50,88 @@ class OptimizerState:
   param_states: Any
 
 
-def _overrides(cls, name: str) -> bool:
-  """True when ``cls`` replaces OptimizerDef's own ``name``."""
-  return getattr(cls, name) is not getattr(OptimizerDef, name)
+# The hooks flax.optim let subclasses override that decide how a step runs:
+# what one leaf sees, what the whole tree sees, and the hyper-param merge.
+PER_LEAF_HOOKS = frozenset({'init_param_state', 'apply_param_gradient'})
+TREE_HOOKS = frozenset({'init_state', 'apply_gradient'})
+STEP_HOOKS = PER_LEAF_HOOKS | TREE_HOOKS | {'update_hyper_params'}
+# A user's code in one of these makes ``to_optax()`` wrap the def's methods.
+_OWN_RULE_HOOKS = PER_LEAF_HOOKS | TREE_HOOKS
+
+_WRAPPERS: dict[str, type] = {}
 
 
-# flax.optim's hooks, in two groups: what one leaf sees and what the tree sees.
-PER_LEAF_HOOKS = ('init_param_state', 'apply_param_gradient')
-TREE_HOOKS = ('init_state', 'apply_gradient')
+def register_wrapper(cls: type) -> type:
+  """Makes ``cls`` (MultiOptimizer, ReplicatedOptimizer) known to this module.
+
+  Their modules import this one and call this when imported;
+  ``legacy_optim/__init__`` imports them, so they are registered before any
+  ``Optimizer`` exists.
+  """
+  _WRAPPERS[cls.__name__] = cls
+  return cls
 
 
 def _library_class(cls) -> type:
   """The nearest class of ``cls``'s MRO defined in this package."""
+  package = __name__.partition('.')[0]
   return next(c for c in cls.__mro__
-              if c.__module__.partition('.')[0] == __name__.partition('.')[0])
+              if c.__module__.partition('.')[0] == package)
 
 
-def user_overrides(opt_def, names) -> bool:
-  """True when a user's subclass replaces one of the methods ``names``."""
-  cls = type(opt_def)
+@functools.lru_cache(maxsize=None)
+def _class_user_hooks(cls) -> frozenset[str]:
+  """The step hooks of ``cls`` whose code a user wrote (see ``_user_hooks``)."""
   library = _library_class(cls)
-  return any(getattr(cls, name) is not getattr(library, name)
-             for name in names)
+  hooks = {name for name in STEP_HOOKS
+           if getattr(cls, name) is not getattr(library, name)}
+  if cls._native_transform is OptimizerDef._native_transform:
+    # No built-in rule: the per-leaf rule is the user's to write.
+    hooks |= PER_LEAF_HOOKS
+  return frozenset(hooks)
+
+
+def _wrapped_defs(opt_def):
+  """``(attribute, def)`` for each OptimizerDef that ``opt_def`` holds."""
+  for attribute, value in vars(opt_def).items():
+    if isinstance(value, OptimizerDef):
+      yield attribute, value
+    elif isinstance(value, (list, tuple)):
+      for i, item in enumerate(value):
+        if isinstance(item, OptimizerDef):
+          yield f'{attribute}[{i}]', item
 
 
 class OptimizerDef:
   """Base class of an optimizer definition: hyper-params and update rule.
 
-  Subclasses written against flax.optim implement the per-leaf API,
-  ``init_param_state(param)`` and
-  ``apply_param_gradient(step, hyper_params, param, state, grad)``; they get a
-  working ``to_optax()`` for free.
+  Hooks a subclass may override, as in flax.optim (flax <= 0.5.3), with the
+  arguments it passed:
 
-  Built-in algorithms implement ``_native_transform(hyper_params)`` and the
-  state mapping hooks (``_pack_optax_state``/``_unpack_optax_state`` with
-  ``_param_state_fields``/``_make_param_state``); their per-leaf API is then
-  derived from the transform.
+  * ``init_param_state(param)``: one parameter's initial state.
+  * ``apply_param_gradient(step, hyper_params, param, state, grad)``: one
+    parameter's update; returns ``(new_param, new_state)``.
+  * ``init_state(params)``: the ``OptimizerState`` of the whole tree
+    (default: ``init_param_state`` on every leaf).
+  * ``apply_gradient(hyper_params, params, state, grads)``: the whole
+    tree's update; returns ``(new_params, new_state)`` (default:
+    ``apply_param_gradient`` on every leaf).
+  * ``update_hyper_params(**overrides)``: the hyper-params one step uses.
+  * ``state_dict(target, state)`` / ``restore_state(target, state,
+    state_dict)``: serialization (checkpoints).
+  * ``create(target, focus=None)``: the ``Optimizer``.
+
+  A subclass that implements the two per-leaf hooks is a complete optimizer
+  and gets a working ``to_optax()``. Built-in algorithms instead build an
+  Optax transform (``_native_transform``; with the state mapping
+  ``_pack_optax_state``/``_unpack_optax_state``/``_make_param_state``), and
+  their per-leaf hooks are derived from it, so a subclass of a built-in may
+  override a per-leaf hook and call ``super()``.
+
+  Which code runs is decided in one place, ``_user_hooks()``: the built-in
+  transform runs as long as no per-leaf or tree hook is a user's; otherwise
+  the tree methods run leaf by leaf as in flax.optim (per-leaf hooks) or the
+  user's own way (tree hooks), and ``to_optax()`` wraps them.
   """
 
   # Names of the legacy per-parameter state fields, in layout order.
@@ -95,10 +152,33 @@ class OptimizerDef:
   def _name(self) -> str:
     return type(self).__name__
 
+  # --------------------------------------------------- which code runs
+  def _user_hooks(self) -> frozenset[str]:
+    """The step hooks whose user-written code runs when this def steps.
+
+    Plain names (``'apply_param_gradient'``) are this def's own hooks: its
+    class overrides the library class it derives from, or, without a
+    built-in rule, the per-leaf hooks (the user's to write). A wrapped def's
+    hooks appear under its attribute (``'sub_optimizers[0].init_state'``).
+    Computed per class, plus the wrapped defs; it decides every path:
+
+    * a per-leaf hook here: the tree methods run it leaf by leaf;
+    * a per-leaf or tree hook here: ``to_optax()`` wraps the def's own tree
+      methods (``LegacyRuleState``) instead of the built-in transform;
+    * anything at all: eager steps run inline, never from a compiled cache
+      (user code may have side effects at every step; see ``_eager``).
+    """
+    hooks = set(_class_user_hooks(type(self)))
+    for attribute, inner in _wrapped_defs(self):
+      hooks.update(f'{attribute}.{name}' for name in inner._user_hooks())
+    return frozenset(hooks)
+
   # ------------------------------------------------- native transform hooks
   def _native_transform(self, hyper_params) -> optax.GradientTransformation:
-    """The Optax transform implementing this def's rule (built-ins only)."""
-    raise NotImplementedError
+    """The Optax transform of the built-in rule (what built-ins override)."""
+    raise NotImplementedError(
+        f'{self._name} must implement init_param_state(param) and '
+        'apply_param_gradient(step, hyper_params, param, state, grad).')
 
   def _pack_optax_state(self, step, fields: dict[str, Any]) -> Any:
     """(step, one params-shaped tree per state field) -> Optax state."""
@@ -112,45 +192,15 @@ class OptimizerDef:
     """Builds the legacy per-parameter state object from its fields."""
     raise NotImplementedError
 
-  def _uses_native_rule(self) -> bool:
-    """True when the built-in transform is exactly this object's rule.
-
-    A user subclass of a built-in that overrides the per-leaf API (or the
-    tree-level ``init_state``/``apply_gradient``) gets the generic transform
-    around its own methods instead.
-    """
-    return self._native_rule_runs(PER_LEAF_HOOKS + TREE_HOOKS)
-
-  def _native_rule_runs(self, hooks) -> bool:
-    """True when the class defining the native transform also defines
-    every method in ``hooks`` that this object uses."""
-    cls = type(self)
-    owner = next(c for c in cls.__mro__ if '_native_transform' in vars(c))
-    if owner is OptimizerDef:
-      return False
-    return all(getattr(cls, name) is getattr(owner, name) for name in hooks)
-
-  def _runs_library_code_only(self) -> bool:
-    """True when no method a step calls is a user's (see ``_eager``)."""
-    return self._uses_native_rule() and not user_overrides(
-        self, ('update_hyper_params',))
-
   # ------------------------------------------------------- per-leaf API
   def init_param_state(self, param):
     """Returns the initial legacy state for one parameter."""
-    if not _has_native_transform(self):
-      raise NotImplementedError(
-          f'{self._name} must implement init_param_state(param).')
     tx = self._native_transform(self.hyper_params)
     _, fields = self._unpack_optax_state(tx.init(param))
     return self._make_param_state(**fields)
 
   def apply_param_gradient(self, step, hyper_params, param, state, grad):
     """Applies one parameter's gradient; returns (new_param, new_state)."""
-    if not _has_native_transform(self):
-      raise NotImplementedError(
-          f'{self._name} must implement apply_param_gradient(step, '
-          'hyper_params, param, state, grad).')
     tx = self._native_transform(hyper_params)
     fields = {name: getattr(state, name) for name in self._param_state_fields}
     opt_state = self._pack_optax_state(jnp.asarray(step, jnp.int32), fields)
@@ -161,11 +211,12 @@ class OptimizerDef:
     return new_param, self._make_param_state(**new_fields)
 
   # ------------------------------------------------------------ Optax API
-  def transform_for(self, hyper_params) -> optax.GradientTransformation:
-    """The Optax transform of this def's rule with the given hyper-params."""
-    if self._uses_native_rule():
-      return self._native_transform(hyper_params)
-    return legacy_rule_transform(self, hyper_params)
+  def _transform(self, hyper_params) -> optax.GradientTransformation:
+    """``to_optax()`` for given hyper-params (wrappers call it on the defs
+    they wrap); not to be overridden: override ``_native_transform``."""
+    if self._user_hooks() & _OWN_RULE_HOOKS:
+      return _legacy_rule_transform(self, hyper_params)
+    return self._native_transform(hyper_params)
 
   def to_optax(self, **hyper_param_overrides) -> optax.GradientTransformation:
     """This optimizer as an ``optax.GradientTransformation``.
@@ -180,11 +231,11 @@ class OptimizerDef:
       converted to and from the legacy layout with ``to_optax_state`` and
       ``from_optax_state``.
     """
-    return self.transform_for(self.update_hyper_params(**hyper_param_overrides))
+    return self._transform(self.update_hyper_params(**hyper_param_overrides))
 
   def to_optax_state(self, state: OptimizerState, params) -> Any:
     """Legacy ``OptimizerState`` -> the state of ``to_optax()``'s transform."""
-    if not self._uses_native_rule():
+    if self._user_hooks() & _OWN_RULE_HOOKS:
       return LegacyRuleState(
           count=jnp.asarray(state.step, jnp.int32),
           param_states=state.param_states)
@@ -192,30 +243,30 @@ class OptimizerDef:
 
   def from_optax_state(self, opt_state, params) -> OptimizerState:
     """The state of ``to_optax()``'s transform -> legacy ``OptimizerState``."""
-    if not self._uses_native_rule():
+    if self._user_hooks() & _OWN_RULE_HOOKS:
       return OptimizerState(opt_state.count, opt_state.param_states)
     return self._from_native_state(opt_state, params)
 
   def _to_native_state(self, state: OptimizerState, params) -> Any:
     """Legacy ``OptimizerState`` -> the state of ``_native_transform``."""
-    fields = _layout.split_param_states(
+    fields = _field_trees.split_param_states(
         state.param_states, params, self._param_state_fields)
     return self._pack_optax_state(state.step, fields)
 
   def _from_native_state(self, opt_state, params) -> OptimizerState:
     """The state of ``_native_transform`` -> legacy ``OptimizerState``."""
     step, fields = self._unpack_optax_state(opt_state)
-    param_states = _layout.merge_param_states(
+    param_states = _field_trees.merge_param_states(
         fields, params, self._make_param_state)
     return OptimizerState(step, param_states)
 
   # ---------------------------------------------------------- tree API
   # flax.optim's tree methods run this class's own rule. They never go
-  # through ``transform_for``: a user's override of them calling ``super()``
+  # through ``_transform``: a user's override of them calling ``super()``
   # (as flax.optim allowed) would otherwise be called back by the generic
   # transform.
   def init_state(self, params) -> OptimizerState:
-    if not self._native_rule_runs(PER_LEAF_HOOKS):
+    if self._user_hooks() & PER_LEAF_HOOKS:
       return _legacy_init_state(self, params)
     tx = self._native_transform(self.hyper_params)
     return self._from_native_state(tx.init(params), params)
@@ -229,8 +280,8 @@ class OptimizerDef:
     calls also take what flax.optim took besides arrays (Python numbers,
     NumPy arrays, an ``int`` step) and give back what it gave (``_inputs``).
     """
-    _layout.check_same_structure(params, grads, 'target', 'grads')
-    if not self._native_rule_runs(PER_LEAF_HOOKS):
+    _inputs.check_same_structure(params, grads, 'target', 'grads')
+    if self._user_hooks() & PER_LEAF_HOOKS:
       return _legacy_apply_per_leaf(self, hyper_params, params, state, grads)
     if _eager.under_a_trace((params, state, grads)):
       return self._apply_native(hyper_params, params, state, grads)
@@ -256,8 +307,7 @@ class OptimizerDef:
     deprecation.warn_legacy_use('create', self, focus=focus)
     opt_def = self
     if focus:
-      from legacy_optim import multi  # pylint: disable=g-import-not-at-top
-      opt_def = multi.MultiOptimizer((focus, opt_def))
+      opt_def = _WRAPPERS['MultiOptimizer']((focus, opt_def))
     return Optimizer(opt_def, opt_def.init_state(target), target)
 
   def state_dict(self, target, state):
@@ -277,10 +327,6 @@ class OptimizerDef:
     opt_target = serialization.from_state_dict(opt_target, state_dict['target'])
     opt_state = serialization.from_state_dict(opt_state, state_dict['state'])
     return opt_target, opt_state
-
-
-def _has_native_transform(opt_def: OptimizerDef) -> bool:
-  return _overrides(type(opt_def), '_native_transform')
 
 
 # ----------------------------------------------------------------------------
@@ -312,7 +358,7 @@ def _legacy_apply_per_leaf(opt_def, hyper_params, params, state, grads):
   return new_params, OptimizerState(state.step + 1, new_states)
 
 
-def legacy_rule_transform(
+def _legacy_rule_transform(
     opt_def: OptimizerDef, hyper_params) -> optax.GradientTransformation:
   """An Optax transform running ``opt_def``'s own (legacy) methods.
 
@@ -402,18 +448,16 @@ class Optimizer(struct.PyTreeNode):
   def replicate(self, devices=None, axis_name='batch') -> 'Optimizer':
     """Deprecated: replicates for pmap; gradients get averaged over devices."""
     deprecation.warn_legacy_use('replicate', self.optimizer_def)
-    from legacy_optim import replicated  # pylint: disable=g-import-not-at-top
     if devices is None:
       devices = jax.local_devices()
-    opt_def = replicated.ReplicatedOptimizer(
+    opt_def = _WRAPPERS['ReplicatedOptimizer'](
         self.optimizer_def, devices, axis_name)
     return jax_utils.replicate(self, devices=devices).replace(
         optimizer_def=opt_def)
 
   def unreplicate(self) -> 'Optimizer':
     """Deprecated: the first replica's copy, with the inner definition."""
-    from legacy_optim import replicated  # pylint: disable=g-import-not-at-top
-    if not isinstance(self.optimizer_def, replicated.ReplicatedOptimizer):
+    if not isinstance(self.optimizer_def, _WRAPPERS['ReplicatedOptimizer']):
       raise ValueError(
           'Cannot unreplicate an optimizer that is not replicated (its '
           f'optimizer_def is {type(self.optimizer_def).__name__}, not '
@@ -435,11 +479,7 @@ serialization.register_serialization_state(
 
 
 def __getattr__(name):
-  # flax.optim.base exported these too; imported lazily to avoid a cycle.
-  if name in ('MultiOptimizer', 'ModelParamTraversal'):
-    from legacy_optim import multi  # pylint: disable=g-import-not-at-top
-    return getattr(multi, name)
-  if name == 'ReplicatedOptimizer':
-    from legacy_optim import replicated  # pylint: disable=g-import-not-at-top
-    return replicated.ReplicatedOptimizer
+  # flax.optim.base exported these too; they register when imported.
+  if name in _WRAPPERS:
+    return _WRAPPERS[name]
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -117,6 +117,7 @@ def _masked(tree, params, mask):
   ])
 
 
+@base.register_wrapper
 class MultiOptimizer(base.OptimizerDef):
   """Applies a separate optimizer to each traversal's subset of the params.
 
@@ -169,11 +170,14 @@ class MultiOptimizer(base.OptimizerDef):
     ``update`` call) or a sub-optimizer whose tree methods the user wrote
     (flax.optim gave them tuples of the selected leaves)."""
     return (not all(map(traverse_util.is_builtin, self.traversals)) or
-            any(base.user_overrides(opt, base.TREE_HOOKS)
+            any(opt._user_hooks() & base.TREE_HOOKS
                 for opt in self.sub_optimizers))
 
-  def _uses_native_rule(self) -> bool:
-    return super()._uses_native_rule() and not self._walks_traversals()
+  def _user_hooks(self) -> frozenset[str]:
+    # Walking the traversals, the tree methods run the user's code.
+    if self._walks_traversals():
+      return super()._user_hooks() | base.TREE_HOOKS
+    return super()._user_hooks()
 
   def init_state(self, params):
     if not self._walks_traversals():
@@ -208,7 +212,7 @@ class MultiOptimizer(base.OptimizerDef):
 
   def _native_transform(self, hyper_params):
     transforms = {
-        sub_label(k): opt.transform_for(hp)
+        sub_label(k): opt._transform(hp)
         for k, (opt, hp) in enumerate(zip(self.sub_optimizers, hyper_params))
     }
     transforms[FROZEN_LABEL] = optax.set_to_zero()

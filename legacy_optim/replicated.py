@@ -28,6 +28,7 @@ def cross_replica_mean(axis_name: str) -> optax.GradientTransformation:
   return optax.GradientTransformation(init_fn, update_fn)
 
 
+@base.register_wrapper
 class ReplicatedOptimizer(base.OptimizerDef):
   """Wraps an OptimizerDef so gradients are averaged across replicas.
 
@@ -49,7 +50,7 @@ class ReplicatedOptimizer(base.OptimizerDef):
 
   def _native_transform(self, hyper_params):
     return optax.chain(cross_replica_mean(self.axis_name),
-                       self.optimizer_def.transform_for(hyper_params))
+                       self.optimizer_def._transform(hyper_params))
 
   def _to_native_state(self, state, params):
     return (optax.EmptyState(),

@@ -15,8 +15,8 @@ import numpy as np
 import optax
 from flax import struct
 
+from legacy_optim import _field_trees
 from legacy_optim import _hyper
-from legacy_optim import _layout
 from legacy_optim import _restore
 from legacy_optim import _transforms_adaptive as _adaptive
 from legacy_optim import base
@@ -239,12 +239,12 @@ class WeightNorm(base.OptimizerDef):
   def _native_transform(self, hyper_params):
     _hyper.require_constant(hyper_params, ('wn_decay', 'wn_eps'), self._name)
     return weight_norm(
-        self.wrapped_optimizer.transform_for(hyper_params.inner),
+        self.wrapped_optimizer._transform(hyper_params.inner),
         hyper_params.wn_decay, hyper_params.wn_eps)
 
   # ------------------------------------------------ legacy <-> Optax state
   def _to_native_state(self, state, params):
-    fields = _layout.split_param_states(state.param_states, params, _FIELDS)
+    fields = _field_trees.split_param_states(state.param_states, params, _FIELDS)
     wn_params = {'direction': fields['direction'], 'scale': fields['scale']}
     inner = self.wrapped_optimizer.to_optax_state(
         base.OptimizerState(state.step, {
@@ -257,7 +257,7 @@ class WeightNorm(base.OptimizerDef):
     wn_params = {'direction': opt_state.direction, 'scale': opt_state.scale}
     inner = self.wrapped_optimizer.from_optax_state(opt_state.inner_state,
                                                     wn_params)
-    param_states = _layout.merge_param_states({
+    param_states = _field_trees.merge_param_states({
         'direction_state': inner.param_states['direction'],
         'scale_state': inner.param_states['scale'],
         'direction': opt_state.direction,

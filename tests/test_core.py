@@ -10,6 +10,7 @@ from flax import serialization
 from flax import struct
 
 import legacy_optim as optim
+from legacy_optim import _eager
 from legacy_optim import base
 
 
@@ -312,8 +313,90 @@ def test_subclass_of_builtin_overriding_rule_uses_its_own_rule():
       _params(), [jax.tree_util.tree_map(lambda x: jnp.clip(x, -.1, .1), g)],
       [1.0])
   chex.assert_trees_all_close(_np(clipped.target), expected, rtol=1e-6)
-  assert not ClippedMomentum(1.0)._uses_native_rule()
-  assert optim.Momentum(1.0)._uses_native_rule()
+  assert ClippedMomentum(1.0)._user_hooks() == {'apply_param_gradient'}
+  assert not optim.Momentum(1.0)._user_hooks()
+
+
+class _HalvedGradAdam(optim.Adam):
+  """A user's Adam that halves every gradient, then runs Adam's own rule."""
+
+  calls = 0
+
+  def apply_param_gradient(self, step, hyper_params, param, state, grad):
+    type(self).calls += 1
+    return super().apply_param_gradient(step, hyper_params, param, state,
+                                        grad / 2)
+
+
+def _adam_reference(params, grads_seq, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+  f32 = np.float32
+  p = _np(params)
+  m = jax.tree_util.tree_map(np.zeros_like, p)
+  v = jax.tree_util.tree_map(np.zeros_like, p)
+  for t, g in enumerate(grads_seq, start=1):
+    g = _np(g)
+    m = jax.tree_util.tree_map(lambda a, b: f32(beta1) * a + f32(1 - beta1) * b,
+                               m, g)
+    v = jax.tree_util.tree_map(
+        lambda a, b: f32(beta2) * a + f32(1 - beta2) * b * b, v, g)
+    p = jax.tree_util.tree_map(
+        lambda x, mm, vv: x - f32(lr) * (mm / f32(1 - beta1**t)) / (
+            np.sqrt(vv / f32(1 - beta2**t)) + f32(eps)), p, m, v)
+  return p
+
+
+def test_builtin_subclass_overriding_a_per_leaf_hook_agrees_on_every_path():
+  # Such a def both has a built-in transform (its super() calls run it on one
+  # leaf) and must not run it on the tree: every path takes the per-leaf
+  # route, runs the user's method at every step, and gives the same numbers.
+  opt_def = _HalvedGradAdam(learning_rate=0.1)
+  assert opt_def._user_hooks() == {'apply_param_gradient'}
+  params = _params()
+  leaves = len(jax.tree_util.tree_leaves(params))
+  grads_seq = [_grads(0), _grads(1)]
+  halved = [jax.tree_util.tree_map(lambda g: g / 2, g) for g in grads_seq]
+  expected = _adam_reference(params, halved, 0.1)
+
+  # Eager steps: never from the compiled cache, the user's method each time.
+  _HalvedGradAdam.calls = 0
+  cache_size = _eager.cache_size()
+  eager = opt_def.create(params)
+  for g in grads_seq:
+    eager = eager.apply_gradient(g)
+  assert _HalvedGradAdam.calls == 2 * leaves
+  assert _eager.cache_size() == cache_size
+  chex.assert_trees_all_close(_np(eager.target), expected, rtol=1e-5,
+                              atol=1e-5)
+
+  # A jitted step and a MultiOptimizer holding it take the same route.
+  jitted = opt_def.create(params)
+  for g in grads_seq:
+    jitted = jax.jit(lambda o, g: o.apply_gradient(g))(jitted, g)
+  chex.assert_trees_all_close(_np(jitted.target), expected, rtol=1e-5,
+                              atol=1e-5)
+  multi = optim.MultiOptimizer(
+      (optim.ModelParamTraversal(lambda path, _: True), opt_def))
+  assert multi._user_hooks() == {'sub_optimizers[0].apply_param_gradient'}
+  _HalvedGradAdam.calls = 0
+  multi_opt = multi.create(params)
+  for g in grads_seq:
+    multi_opt = multi_opt.apply_gradient(g)
+  assert _HalvedGradAdam.calls == 2 * leaves
+  chex.assert_trees_all_close(_np(multi_opt.target), expected, rtol=1e-5,
+                              atol=1e-5)
+
+  # to_optax() wraps the user's methods, and its state is the legacy one.
+  tx = opt_def.to_optax()
+  state = opt_def.to_optax_state(eager.state, eager.target)
+  assert isinstance(state, optim.LegacyRuleState)
+  assert isinstance(tx.init(params), optim.LegacyRuleState)
+  p, s = params, tx.init(params)
+  for g in grads_seq:
+    u, s = tx.update(g, s, p)
+    p = optax.apply_updates(p, u)
+  chex.assert_trees_all_equal(p, eager.target)
+  chex.assert_trees_all_equal(
+      opt_def.from_optax_state(s, p).param_states, eager.state.param_states)
 
 
 def test_optimizer_def_without_rule_says_what_to_implement():

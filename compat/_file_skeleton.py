@@ -1,4 +1,4 @@
-"""The layout of a legacy checkpoint file, recorded so it can be rebuilt.
+"""The skeleton of a legacy checkpoint file, recorded so it can be rebuilt.
 
 Converting a legacy file to Orbax keeps everything it held: the Optimizer
 becomes the modern state, the container's other arrays (an EMA, a
