@@ -380,8 +380,8 @@ def restore_checkpoint(path: PathLike, target, *, step=None,
       dtypes differ from ``target``'s; every differing path is listed.
   """
   expected = serialization.to_state_dict(target)
-  found = _with_per_leaf_states(read_checkpoint(path, step=step, prefix=prefix),
-                            expected)
+  found = _with_per_leaf_states(
+      read_checkpoint(path, step=step, prefix=prefix), expected)
   listed = _restore.find_differences(expected, found, exact_dtypes=True)
   if listed:
     name = type(getattr(target, 'optimizer_def', target)).__name__
@@ -427,10 +427,8 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
   if to not in TARGETS:
     raise ValueError(f'to must be one of {", ".join(TARGETS)}, got {to!r}.')
   src, dst = pathlib.Path(src).absolute(), pathlib.Path(dst).absolute()
-  if to == 'legacy' and dst.is_dir() and not (dst / _convert.STATE_ITEM).exists():
-    dst_is_dir = True
-  else:
-    dst_is_dir = False
+  dst_is_dir = (to == 'legacy' and dst.is_dir() and
+                not (dst / _convert.STATE_ITEM).exists())
   _check_paths(src, dst)
   if not dst_is_dir:
     _atomic.refuse_existing(dst, force)
