@@ -146,7 +146,9 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact'):
     old = ''.join(cell.get('source', []))
     if body != old:
       cell['source'] = body.splitlines(keepends=True)
-  text = json.dumps(notebook, indent=1, ensure_ascii=False) + '\n'
+  # Jupyter's own layout (nbformat writes it so), so only the cells change.
+  text = json.dumps(notebook, indent=1, sort_keys=True,
+                    ensure_ascii=False) + '\n'
   return text.encode('utf-8'), plan
 
 

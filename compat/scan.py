@@ -302,11 +302,17 @@ class _Visitor(ast.NodeVisitor):
       target = node.args[position]
     if target is None:
       return
-    confidence = self.module.optimizer_confidence(target)
-    if confidence is None and isinstance(target, ast.Call):
+    candidates = [target]
+    if isinstance(target, (ast.Tuple, ast.List, ast.Set)):
+      candidates = list(target.elts)  # save_checkpoint(d, (optimizer, ema))
+    elif isinstance(target, ast.Dict):
+      candidates = list(target.values)
+    elif isinstance(target, ast.Call):
       # e.g. jax_utils.unreplicate(optimizer)
-      confidence = next((self.module.optimizer_confidence(a)
-                         for a in target.args), None)
+      candidates = [target] + list(target.args)
+    found = [self.module.optimizer_confidence(c) for c in candidates]
+    confidence = ('certain' if 'certain' in found else
+                  'likely' if 'likely' in found else None)
     if confidence is not None:
       self.add(node, 'checkpoint', confidence=confidence)
 
