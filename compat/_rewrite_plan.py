@@ -34,12 +34,14 @@ from typing import NamedTuple, Optional
 
 from compat import _scan_flow
 from compat import _scan_names
+from compat import _scan_removals
 
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
 FLOW_CONSTRUCTS = frozenset((
     'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
     'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
-    'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use'))
+    'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
+    'optimizer_def'))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 
@@ -179,6 +181,7 @@ class Planner:
         self.removed.append((module, 'optim', None))
       self._plan_import_removals()
     self._plan_class_references()
+    self._plan_removals()
     return Plan(sorted(self.edits), sorted(set(self.leftovers)),
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
@@ -378,6 +381,23 @@ class Planner:
         else:
           self.leave(node, 'annotation', 'flax.optim.Optimizer stays while '
                      'the file keeps legacy optimizers')
+
+
+  def _plan_removals(self):
+    """Neighbouring removals (``jax.tree_map``...): the mechanical ones."""
+    for node in ast.walk(self.tree):
+      removal = _scan_removals.match(node, self.names)
+      if removal is None:
+        continue
+      if removal.rewrite is None:
+        self.leave(node, removal.construct, removal.replacement)
+        continue
+      target = node.value if isinstance(node, ast.Assign) else node
+      self.edit(target, removal.rewrite.replace('{', '{{').replace(
+          '}', '}}'), removal.construct)
+      module = _scan_removals.needed_import(removal.rewrite)
+      if module and not isinstance(node, ast.ImportFrom):
+        self.imports.append((module, None, None))
 
 
 def _is_none(value) -> bool:

@@ -252,3 +252,14 @@ def test_notebook_code_cells_are_migrated(tmp_path):
   assert all(l in new.splitlines() for l in kept)
   again, _ = migrate.migrate_notebook(new, 'notebook_like.ipynb')
   assert again == new
+
+
+def test_neighbouring_removals_are_rewritten_and_run(tmp_path):
+  path, new = migrated_copy(tmp_path, 'removals_like.py')
+  assert b'# was tree_multimap' in new  # the comment stays
+  module = load_module(str(path), 'removals_like_migrated')
+  trees = [{'a': jnp.ones(2)}, {'a': jnp.full(2, 3.)}]
+  assert_same_bits(module.average(trees), {'a': jnp.full(2, 2.)})
+  assert module.is_array(jnp.ones(1)) and module.count(trees) == 2
+  model_state, params = module.split({'params': 1, 'batch_stats': 2})
+  assert (model_state, params) == ({'batch_stats': 2}, 1)
