@@ -18,7 +18,8 @@ import ast
 from typing import Optional
 
 _ANY = object()  # an element of a returned tuple that is not an optimizer
-_WRAPPERS = ('jax.jit', 'jax.pmap', 'jax.named_call', 'functools.wraps')
+# Decorators that keep a function's callers as they are.
+_WRAPPERS = ('jax.jit', 'jax.named_call')
 
 
 def _simple_name_bindings(target, value, out):
@@ -53,6 +54,7 @@ class OptimizerFlow:
     self.calls: dict[str, list] = {}  # function name -> [(call, scope)]
     self.fields: dict[str, bool] = {}  # dataclass field -> is an optimizer
     self._scope_of: dict[ast.AST, _Scope] = {}
+    self._loads: list[ast.Name] = []  # every name read: escape candidates
     self._collect(tree, None)
     self._solve()
 
@@ -128,7 +130,7 @@ class OptimizerFlow:
     if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
       self.calls.setdefault(child.func.id, []).append((child, scope))
     if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
-      self._note_escape(child)
+      self._loads.append(child)
 
   def _collect_lambda(self, node, parent):
     scope = _Scope(node, parent)
@@ -160,11 +162,6 @@ class OptimizerFlow:
     return [n.id for t in targets if t is not None for n in ast.walk(t)
             if isinstance(n, ast.Name)]
 
-  def _note_escape(self, name: ast.Name):
-    """Marks a function referenced other than as ``f(...)`` or a wrapper."""
-    self._pending_escapes = getattr(self, '_pending_escapes', [])
-    self._pending_escapes.append(name)
-
   def _is_optimizer_annotation(self, node) -> bool:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
       try:
@@ -180,7 +177,7 @@ class OptimizerFlow:
       for node in ast.walk(scope.node):
         for child in ast.iter_child_nodes(node):
           parents.setdefault(child, node)
-    for name in getattr(self, '_pending_escapes', []):
+    for name in self._loads:
       parent = parents.get(name)
       if not (isinstance(parent, ast.Call) and parent.func is name):
         self.escaped.add(name.id)  # e.g. functools.partial(step, ...)
