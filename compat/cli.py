@@ -13,6 +13,8 @@ COMMANDS = {
     'scan': ('compat.scan', 'Find flax.optim usages in source files.'),
     'convert': ('compat.checkpoints', 'Convert a flax.optim checkpoint to '
                 'Optax/TrainState/nnx (Orbax) or back.'),
+    'migrate': ('compat.migrate', 'Rewrite flax.optim code to Optax/'
+                'TrainState code (--diff, --write, --out DIR).'),
 }
 
 

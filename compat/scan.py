@@ -44,7 +44,9 @@ import os
 import sys
 from typing import Iterable, NamedTuple, Optional
 
+from compat import _scan_flow
 from compat import _scan_names
+from compat import _scan_removals
 
 
 def _load_without_package(package: str, name: str):
@@ -165,11 +167,19 @@ _FIXED = {
 }
 
 
+_ANNOTATIONS = {
+    'Optimizer': 'flax.training.train_state.TrainState',
+    'DynamicScale': 'flax.training.dynamic_scale.DynamicScale',
+    'OptimizerDef': 'optax.GradientTransformation',
+}
+
+
 class _Visitor(ast.NodeVisitor):
   """Reports legacy constructs of one parsed file."""
 
   def __init__(self, path: str, module: _scan_names.ModuleNames, lines: list):
     self.path, self.module, self.lines = path, module, lines
+    self.flow = _scan_flow.OptimizerFlow(module.tree, module)
     self.findings: list[Finding] = []
 
   def add(self, node, construct, replacement=None, section=None,
@@ -187,7 +197,18 @@ class _Visitor(ast.NodeVisitor):
     for alias in node.names:
       self._check_import(node, alias.name)
 
+  def _check_removal(self, node):
+    removal = _scan_removals.match(node, self.module)
+    if removal is not None:
+      self.add(node, removal.construct, removal.replacement,
+               rep.SECTION_FIND)
+
+  def visit_Assign(self, node):
+    self._check_removal(node)
+    self.generic_visit(node)
+
   def visit_ImportFrom(self, node):
+    self._check_removal(node)
     if node.module and not node.level:
       if node.module == 'flax':
         for alias in node.names:
@@ -212,6 +233,7 @@ class _Visitor(ast.NodeVisitor):
 
   # -- attribute chains: flax.optim.X after `import flax`, traversals
   def visit_Attribute(self, node):
+    self._check_removal(node)
     if (node.attr == 'optim' and isinstance(node.value, ast.Name) and
         self.module.bindings.get(node.value.id) == 'flax'):
       self.add(node, 'import')
@@ -222,6 +244,24 @@ class _Visitor(ast.NodeVisitor):
           self.module.bindings.get(node.value.id) == 'compat'):
       self.add(node, 'shim')
     self.generic_visit(node)
+
+  # -- annotations: `optimizer: optim.Optimizer` (a NameError once the import
+  # goes, though nothing is called)
+  def visit_AnnAssign(self, node):
+    self._check_annotation(node.annotation)
+    self.generic_visit(node)
+
+  def visit_arg(self, node):
+    if node.annotation is not None:
+      self._check_annotation(node.annotation)
+    self.generic_visit(node)
+
+  def _check_annotation(self, annotation):
+    path = self.module.resolve(annotation)
+    if path and path.startswith('flax.optim.'):
+      name = path.rsplit('.', 1)[1]
+      self.add(annotation, 'annotation', _ANNOTATIONS.get(
+          name, f'the Optax counterpart of {name}'), rep.SECTION_LOOP)
 
   # -- class definitions
   def visit_ClassDef(self, node):
@@ -281,7 +321,8 @@ class _Visitor(ast.NodeVisitor):
       return
     if method == 'replicate' and module.resolve(receiver) is not None:
       return  # jax_utils.replicate(...) and other module functions
-    confidence = module.optimizer_confidence(receiver)
+    confidence = ('certain' if self.flow.is_optimizer(receiver) else
+                  module.optimizer_confidence(receiver))
     if method == 'apply_gradient' and confidence is None:
       confidence = 'likely'  # the method name is flax.optim's alone
     if confidence is None:
@@ -302,11 +343,17 @@ class _Visitor(ast.NodeVisitor):
       target = node.args[position]
     if target is None:
       return
-    confidence = self.module.optimizer_confidence(target)
-    if confidence is None and isinstance(target, ast.Call):
+    candidates = [target]
+    if isinstance(target, (ast.Tuple, ast.List, ast.Set)):
+      candidates = list(target.elts)  # save_checkpoint(d, (optimizer, ema))
+    elif isinstance(target, ast.Dict):
+      candidates = list(target.values)
+    elif isinstance(target, ast.Call):
       # e.g. jax_utils.unreplicate(optimizer)
-      confidence = next((self.module.optimizer_confidence(a)
-                         for a in target.args), None)
+      candidates = [target] + list(target.args)
+    found = [self.module.optimizer_confidence(c) for c in candidates]
+    confidence = ('certain' if 'certain' in found else
+                  'likely' if 'likely' in found else None)
     if confidence is not None:
       self.add(node, 'checkpoint', confidence=confidence)
 

@@ -1,0 +1,459 @@
+"""What ``compat migrate`` changes in one module, decided from scan's findings.
+
+Stdlib only: ``compat.scan`` finds the usages, this module turns each finding
+(and each use of an object the scanner proved to be an ``Optimizer``) into a
+source edit or a leftover with its reason. ``compat.migrate`` applies the
+edits (LibCST) and writes the report. One table, ``_ALGORITHMS``, says which
+definitions have an exact Optax spelling.
+
+The exact tier carries the optimizer as a
+``flax.training.train_state.TrainState`` under the user's own names, so every
+flow the old object took (arguments, return values, tuples, dataclass fields,
+checkpoints, ``jax.tree_util`` maps) keeps working; only the places that ask
+the object something change:
+
+  opt_def = optim.Momentum(lr, beta)    -> opt_def = optax.sgd(...)
+  opt_def.create(params)                -> TrainState.create(apply_fn=None,
+                                             params=params, tx=opt_def)
+  optimizer.target                      -> optimizer.params
+  optimizer.state.step                  -> optimizer.step
+  optimizer.apply_gradient(g)           -> optimizer.apply_gradients(grads=g)
+  optimizer.apply_gradient(g, learning_rate=lr)
+      -> optimizer.replace(opt_state=optax.tree_utils.tree_set(
+             optimizer.opt_state, learning_rate=lr)).apply_gradients(grads=g)
+         (the definitions are then ``optax.inject_hyperparams``-wrapped)
+  optim.Optimizer / optim.DynamicScale  -> TrainState / flax's DynamicScale
+
+A module is rewritten only as a whole: if one optimizer usage in it cannot be
+rewritten with certainty, none of its optimizer usages is (a half-migrated
+file would mix the two kinds of object) and all are listed.
+"""
+
+import ast
+from typing import NamedTuple, Optional
+
+from compat import _scan_flow
+from compat import _scan_names
+from compat import _scan_removals
+
+# Constructs that are part of an optimizer's flow: all or none get rewritten.
+FLOW_CONSTRUCTS = frozenset((
+    'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
+    'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
+    'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
+    'optimizer_def'))
+# Findings that need no code change once the optimizer is a TrainState.
+NOTE_CONSTRUCTS = frozenset(('checkpoint',))
+
+CHECKPOINT_NOTE = (
+    'the checkpoint now holds a TrainState (step, params, opt_state); '
+    'convert files written by the old code with `flax-optim-compat convert '
+    'SRC DST --to train_state`')
+
+
+class Edit(NamedTuple):
+  """Replace bytes ``[start, end)`` by ``template`` filled with ``parts``.
+
+  A part is a ``(start, end)`` span of the original source (rendered with the
+  edits inside it applied) or a literal string.
+  """
+  start: int
+  end: int
+  template: str
+  parts: tuple  # ((name, (start, end) | str), ...)
+  line: int
+  construct: str
+
+
+class Leftover(NamedTuple):
+  line: int
+  construct: str
+  code: str
+  reason: str
+
+
+class Plan(NamedTuple):
+  edits: list
+  leftovers: list
+  notes: list  # Leftover-shaped: line, construct, code, note
+  imports: list  # (module, name or None, asname or None) to add
+  removed_imports: list  # (module, name or None, asname) to drop if unused
+
+
+class _Algorithm(NamedTuple):
+  factory: str  # the stock Optax call, hyper-params mapped by _map
+  static: tuple  # hyper-params that stay Python values under injection
+
+
+def _momentum(values):
+  return {'learning_rate': values['learning_rate'],
+          'momentum': values['beta'], 'nesterov': values['nesterov']}
+
+
+def _gradient_descent(values):
+  return {'learning_rate': values['learning_rate']}
+
+
+# flax.optim definition -> its exact stock Optax spelling. Measured
+# bit-identical (tests/test_migrate.py trains both for several steps); the
+# decay term is kept only for a non-zero literal, as flax.optim skipped it.
+_ALGORITHMS = {
+    'Momentum': (_Algorithm('optax.sgd', ('momentum', 'nesterov')),
+                 _momentum),
+    'GradientDescent': (_Algorithm('optax.sgd', ()), _gradient_descent),
+}
+_NO_EXACT_RULE = (
+    'no stock Optax transform reproduces flax.optim\'s {name} bit for bit; '
+    'the exact tier does not rewrite it yet: use `{name}(...).to_optax()` '
+    'from the shim meanwhile (same numbers)')
+
+
+def _line_offsets(source: bytes) -> list:
+  offsets, total = [0], 0
+  for line in source.splitlines(keepends=True):
+    total += len(line)
+    offsets.append(total)
+  return offsets
+
+
+class Planner:
+  """Builds the ``Plan`` of one module from its scan findings."""
+
+  def __init__(self, source: bytes, tree: ast.Module, names, findings,
+               tier: str = 'exact'):
+    self.source, self.tree, self.names = source, tree, names
+    self.findings, self.tier = findings, tier
+    self.flow = _scan_flow.OptimizerFlow(tree, names)
+    self._offsets = _line_offsets(source)
+    self.edits, self.leftovers, self.notes = [], [], []
+    self.imports, self.removed = [], []
+    self._parents = {}
+    for node in ast.walk(tree):
+      for child in ast.iter_child_nodes(node):
+        self._parents[child] = node
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    bound |= {n.name for n in ast.walk(tree) if isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    bound |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    self._taken = bound
+
+  # ------------------------------------------------------------- helpers
+  def span(self, node) -> tuple:
+    start = self._offsets[node.lineno - 1] + node.col_offset
+    end = self._offsets[node.end_lineno - 1] + node.end_col_offset
+    return start, end
+
+  def text(self, node) -> str:
+    start, end = self.span(node)
+    return self.source[start:end].decode('utf-8')
+
+  def _free_name(self, preferred: str, fallback: str) -> str:
+    return preferred if preferred not in self._taken else fallback
+
+  def edit(self, node, template, construct, **parts):
+    start, end = self.span(node)
+    spans = tuple((k, self.span(v) if isinstance(v, ast.AST) else v)
+                  for k, v in parts.items())
+    self.edits.append(Edit(start, end, template, spans, node.lineno,
+                           construct))
+
+  def leave(self, node, construct, reason):
+    line = self.source.splitlines()[node.lineno - 1].decode(
+        'utf-8', 'replace').strip()
+    self.leftovers.append(Leftover(node.lineno, construct, line, reason))
+
+  # ---------------------------------------------------------------- plan
+  def plan(self) -> Plan:
+    flow_edits, flow_leftovers = self._plan_flow()
+    if flow_leftovers:
+      self.leftovers += flow_leftovers
+      self.edits = [e for e in self.edits if e not in flow_edits]
+      for edit in flow_edits:
+        self.leftovers.append(Leftover(
+            edit.line, edit.construct, self.source.splitlines()[
+                edit.line - 1].decode('utf-8', 'replace').strip(),
+            'not rewritten: another optimizer usage in this file could not '
+            'be (see above); the file is migrated as a whole or not at all'))
+      self.imports = [i for i in self.imports if i[0] != 'optax' and
+                      i[1] != 'train_state']
+    else:
+      for module in ('flax', 'legacy_optim'):
+        self.removed.append((module, 'optim', None))
+      self._plan_import_removals()
+    self._plan_class_references()
+    self._plan_removals()
+    return Plan(sorted(self.edits), sorted(set(self.leftovers)),
+                sorted(set(self.notes)), sorted(set(self.imports),
+                                                key=str),
+                self.removed)
+
+  def _plan_import_removals(self):
+    for node in ast.walk(self.tree):
+      if isinstance(node, ast.Import):
+        for alias in node.names:
+          if alias.name in ('flax.optim', 'legacy_optim'):
+            self.removed.append((alias.name, None, alias.asname))
+      elif isinstance(node, ast.ImportFrom) and node.module and (
+          node.module.startswith(('flax.optim', 'legacy_optim'))):
+        for alias in node.names:
+          self.removed.append((node.module, alias.name, alias.asname))
+
+  def _plan_flow(self):
+    before = len(self.edits)
+    leftovers = []
+    overrides = [f for f in self.findings
+                 if f.construct == 'apply_gradient_overrides']
+    self.inject = bool(overrides)
+    handled = set()
+    for node in ast.walk(self.tree):
+      if isinstance(node, ast.Call):
+        name = self.names.legacy_class(node.func)
+        if name in _ALGORITHMS or (name and name in _scan_names.ALGORITHMS):
+          handled.add(node.lineno)
+          reason = self._plan_algorithm(node, name)
+          if reason:
+            leftovers.append(self._leftover(node, 'algorithm', reason))
+        elif isinstance(node.func, ast.Attribute) and (
+            node.func.attr == 'create' and self.flow.is_def(node.func.value)):
+          handled.add(node.lineno)
+          reason = self._plan_create(node)
+          if reason:
+            leftovers.append(self._leftover(node, 'create', reason))
+      if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
+          node.value):
+        handled.add(node.lineno)
+        reason = self._plan_use(node)
+        if reason:
+          leftovers.append(self._leftover(node, 'optimizer_use', reason))
+    for finding in self.findings:
+      if finding.construct in NOTE_CONSTRUCTS:
+        self.notes.append(Leftover(finding.line, finding.construct,
+                                   finding.code, CHECKPOINT_NOTE))
+      elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
+          finding):
+        leftovers.append(Leftover(
+            finding.line, finding.construct, finding.code,
+            'not rewritten: the object is not provably a flax.optim '
+            'Optimizer/OptimizerDef here (its flow leaves what this file '
+            'shows); ' + finding.replacement))
+    return self.edits[before:], leftovers
+
+  def _covered(self, finding) -> bool:
+    return any(e.line == finding.line for e in self.edits)
+
+  def _leftover(self, node, construct, reason):
+    line = self.source.splitlines()[node.lineno - 1].decode(
+        'utf-8', 'replace').strip()
+    return Leftover(node.lineno, construct, line, reason)
+
+  def _require_tx_imports(self):
+    self.imports.append(('optax', None, None))
+
+  def _train_state_name(self):
+    name = self._free_name('train_state', 'flax_train_state')
+    self.imports.append(('flax.training', 'train_state',
+                         None if name == 'train_state' else name))
+    return name
+
+  def _plan_algorithm(self, node, name) -> Optional[str]:
+    if name not in _ALGORITHMS:
+      return _NO_EXACT_RULE.format(name=name)
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(
+        k.arg is None for k in node.keywords):
+      return 'arguments passed with * or ** cannot be mapped with certainty'
+    algorithm, mapping = _ALGORITHMS[name]
+    params = [p for p, _ in _scan_names.legacy_signatures()[name]]
+    given = {p: a for p, a in zip(params, node.args)}
+    given.update({k.arg: k.value for k in node.keywords})
+    defaults = dict(_scan_names.legacy_signatures()[name])
+    values = {p: given.get(p, defaults[p]) for p in params}
+    decay = values.get('weight_decay')
+    decay_literal = None
+    if decay is not None:
+      if isinstance(decay, ast.AST):
+        try:
+          decay_literal = ast.literal_eval(decay)
+        except ValueError:
+          return ('weight_decay is not a literal number: flax.optim skipped '
+                  'a zero decay term, so the rewrite must know it')
+      else:
+        decay_literal = ast.literal_eval(decay)
+    missing_rate = _is_none(values['learning_rate'])
+    if missing_rate and not self.inject:
+      return ('no learning rate in the definition and none passed to '
+              'apply_gradient in this file')
+    if missing_rate:
+      values['learning_rate'] = '0.0'  # set before every step (tree_set)
+    parts, args = {}, []
+    for key, value in mapping(values).items():
+      if value == 'False':
+        continue  # optax's default too
+      if isinstance(value, ast.AST):
+        parts[key] = value
+        args.append(f'{key}={{{key}}}')
+      else:
+        args.append(f'{key}={value}')
+    call = algorithm.factory + '(' + ', '.join(args) + ')'
+    if self.inject:
+      static = (f', static_args={algorithm.static!r}' if algorithm.static
+                else '')
+      call = (f'optax.inject_hyperparams({algorithm.factory}{static})(' +
+              ', '.join(args) + ')')
+    if decay_literal:
+      call = f'optax.chain(optax.add_decayed_weights({decay_literal!r}), {call})'
+    self._require_tx_imports()
+    self.edit(node, call, 'algorithm', **parts)
+    return None
+
+  def _plan_create(self, node) -> Optional[str]:
+    if node.keywords or len(node.args) != 1:
+      return ('create(..., focus=...) selects parameters: use optax.partition '
+              'with compat.traversal_labels (not rewritten automatically)')
+    name = self._train_state_name()
+    self.edit(node, f'{name}.TrainState.create(apply_fn=None, '
+              'params={params}, tx={tx})', 'create', params=node.args[0],
+              tx=node.func.value)
+    return None
+
+  def _plan_use(self, node) -> Optional[str]:
+    """``optimizer.<attr>`` where ``optimizer`` is certainly an Optimizer."""
+    parent = self._parents.get(node)
+    receiver = node.value
+    if node.attr == 'target':
+      self.edit(node, '{receiver}.params', 'optimizer_use',
+                receiver=receiver)
+      return None
+    if node.attr == 'state' and isinstance(parent, ast.Attribute) and (
+        parent.attr == 'step'):
+      self.edit(parent, '{receiver}.step', 'optimizer_use', receiver=receiver)
+      return None
+    if node.attr == 'apply_gradient' and isinstance(parent, ast.Call) and (
+        parent.func is node):
+      return self._plan_apply_gradient(parent, receiver)
+    if node.attr == 'replace' and isinstance(parent, ast.Call) and all(
+        k.arg == 'target' for k in parent.keywords) and not parent.args:
+      self.edit(parent, '{receiver}.replace(params={value})', 'optimizer_use',
+                receiver=receiver, value=parent.keywords[0].value)
+      return None
+    return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
+            'TrainState counterpart here')
+
+  def _plan_apply_gradient(self, call, receiver) -> Optional[str]:
+    if len(call.args) != 1 or any(isinstance(a, ast.Starred)
+                                  for a in call.args):
+      return 'apply_gradient takes the gradients as its one positional argument'
+    extra = [k.arg for k in call.keywords]
+    if not extra:
+      self.edit(call, '{receiver}.apply_gradients(grads={grads})',
+                'apply_gradient', receiver=receiver, grads=call.args[0])
+      return None
+    if extra != ['learning_rate']:
+      return (f'overrides {", ".join(str(e) for e in extra)}: only '
+              'learning_rate is injected mechanically')
+    if not _is_pure(receiver):
+      return ('the optimizer expression is evaluated twice by the rewrite; '
+              'bind it to a name first')
+    self._require_tx_imports()
+    self.edit(call, '{receiver}.replace(opt_state=optax.tree_utils.tree_set('
+              '{receiver}.opt_state, learning_rate={rate})).apply_gradients('
+              'grads={grads})', 'apply_gradient_overrides',
+              receiver=receiver, rate=call.keywords[0].value,
+              grads=call.args[0])
+    return None
+
+  def _plan_class_references(self):
+    """``optim.Optimizer`` / ``optim.DynamicScale`` anywhere (annotations)."""
+    flow_ok = not any(l.construct in FLOW_CONSTRUCTS for l in self.leftovers)
+    for node in ast.walk(self.tree):
+      if not isinstance(node, (ast.Name, ast.Attribute)):
+        continue
+      if isinstance(self._parents.get(node), ast.Attribute):
+        continue  # only whole references
+      path = self.names.resolve(node)
+      if path == 'flax.optim.DynamicScale':
+        name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
+        self.imports.append(('flax.training', 'dynamic_scale', name))
+        self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
+      elif path == 'flax.optim.Optimizer':
+        if flow_ok:
+          name = self._train_state_name()
+          self.edit(node, f'{name}.TrainState', 'annotation')
+        else:
+          self.leave(node, 'annotation', 'flax.optim.Optimizer stays while '
+                     'the file keeps legacy optimizers')
+
+
+  def _plan_removals(self):
+    """Neighbouring removals (``jax.tree_map``...): the mechanical ones."""
+    for node in ast.walk(self.tree):
+      removal = _scan_removals.match(node, self.names)
+      if removal is None:
+        continue
+      if removal.rewrite is None:
+        self.leave(node, removal.construct, removal.replacement)
+        continue
+      target = node.value if isinstance(node, ast.Assign) else node
+      self.edit(target, removal.rewrite.replace('{', '{{').replace(
+          '}', '}}'), removal.construct)
+      module = _scan_removals.needed_import(removal.rewrite)
+      if module and not isinstance(node, ast.ImportFrom):
+        self.imports.append((module, None, None))
+
+
+def _is_none(value) -> bool:
+  if isinstance(value, ast.Constant):
+    return value.value is None
+  return value in (None, 'None')
+
+
+def _is_pure(node) -> bool:
+  """A name or attribute chain: evaluating it twice is harmless."""
+  while isinstance(node, ast.Attribute):
+    node = node.value
+  return isinstance(node, ast.Name)
+
+
+def render(source: bytes, edits) -> bytes:
+  """``source`` with ``edits`` applied; nested edits compose inside out.
+
+  Edits that overlap without nesting: the later one is dropped and returned
+  in the second value.
+  """
+  ordered = sorted(set(edits), key=lambda e: (e.start, -e.end))
+  top, dropped = [], []
+  for edit in ordered:
+    if top and edit.start < top[-1].end:
+      outer = top[-1]
+      if edit.end <= outer.end:
+        continue  # nested: rendered inside its outer edit
+      dropped.append(edit)
+      continue
+    top.append(edit)
+
+  def fill(start, end, inner_edits, current=None):
+    """Source bytes [start, end) with the edits inside them applied."""
+    out, position, covered = [], start, start
+    level = sorted((e for e in inner_edits if e is not current and
+                    start <= e.start and e.end <= end),
+                   key=lambda e: (e.start, -e.end))
+    for e in level:
+      if e.start < covered:
+        continue  # nested in an edit of this level: applied by it
+      out.append(source[position:e.start])
+      out.append(apply(e, inner_edits))
+      position = covered = e.end
+    out.append(source[position:end])
+    return b''.join(out)
+
+  def apply(edit, inner_edits):
+    values = {}
+    for name, value in edit.parts:
+      if isinstance(value, tuple):
+        values[name] = fill(value[0], value[1], inner_edits,
+                            current=edit).decode('utf-8')
+      else:
+        values[name] = value
+    return edit.template.format(**values).encode('utf-8')
+
+  kept = [e for e in ordered if e not in dropped]
+  return fill(0, len(source), kept), dropped

@@ -1,0 +1,265 @@
+"""``flax-optim-compat migrate``: rewritten code trains bit-identically.
+
+The fixtures (tests/fixtures/migrate) are small modules written here in the
+shape of flax v0.3.3's examples. Each is run as is (through the shim) and,
+migrated, on plain Optax/TrainState; every parameter and optimizer-state leaf
+must be equal bit for bit after several steps.
+"""
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from compat import migrate
+
+FIXTURES = os.path.join(os.path.dirname(__file__), 'fixtures', 'migrate')
+STEPS = 6
+
+
+def fixture(name):
+  return os.path.join(FIXTURES, name)
+
+
+def load_module(path, name):
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def migrated_copy(tmp_path, name):
+  with open(fixture(name), 'rb') as f:
+    source = f.read()
+  new, plan = migrate.migrate_source(source, name)
+  assert not plan.leftovers, plan.leftovers
+  path = tmp_path / name
+  path.write_bytes(new)
+  return path, new
+
+
+def imported_modules(source: bytes) -> set:
+  names = set()
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import):
+      names |= {a.name for a in node.names}
+    elif isinstance(node, ast.ImportFrom):
+      names |= {f'{node.module}.{a.name}' for a in node.names}
+  return names
+
+
+def assert_no_legacy_import(source: bytes):
+  for name in imported_modules(source):
+    assert not name.startswith(('flax.optim', 'legacy_optim', 'compat')), name
+
+
+def assert_same_bits(a, b):
+  leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+  assert len(leaves_a) == len(leaves_b)
+  for i, (x, y) in enumerate(zip(leaves_a, leaves_b)):
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.dtype == y.dtype and x.shape == y.shape, i
+    assert x.tobytes() == y.tobytes(), (i, x, y)
+
+
+def batches(kind):
+  rng = np.random.RandomState(0)
+  out = []
+  for step in range(STEPS):
+    if kind == 'mnist':
+      out.append({'image': jnp.asarray(rng.randn(8, 4), jnp.float32),
+                  'label': jnp.asarray(rng.randint(0, 3, 8))})
+    else:
+      y = rng.randn(8, 2).astype(np.float32)
+      if step == 3:
+        y[0, 0] = 3e38  # overflows the loss: DynamicScale skips the step
+      out.append({'x': jnp.asarray(rng.randn(8, 4), jnp.float32),
+                  'y': jnp.asarray(y)})
+  return out
+
+
+def test_mnist_like_trains_bit_identically(tmp_path):
+  original = load_module(fixture('mnist_like.py'), 'mnist_like_original')
+  path, new = migrated_copy(tmp_path, 'mnist_like.py')
+  assert_no_legacy_import(new)
+  rewritten = load_module(str(path), 'mnist_like_migrated')
+  params = original.init_params(jax.random.PRNGKey(0))
+  old = original.train(params, batches('mnist'))
+  state = rewritten.train(params, batches('mnist'))
+  assert_same_bits(old.target, state.params)
+  assert int(old.state.step) == int(state.step) == STEPS
+  # Momentum's only per-parameter field: the leaves are the momenta.
+  assert_same_bits(old.state.param_states, state.opt_state[0].trace)
+
+
+def test_imagenet_like_trains_bit_identically(tmp_path):
+  original = load_module(fixture('imagenet_like.py'), 'imagenet_like_original')
+  path, new = migrated_copy(tmp_path, 'imagenet_like.py')
+  assert_no_legacy_import(new)
+  rewritten = load_module(str(path), 'imagenet_like_migrated')
+  params = original.init_params(jax.random.PRNGKey(1))
+  old = original.train(params, batches('imagenet'))
+  state = rewritten.train(params, batches('imagenet'))
+  assert_same_bits(old.optimizer.target, state.optimizer.params)
+  assert_same_bits(old.dynamic_scale, state.dynamic_scale)
+  # The overflowing batch was skipped: one step fewer than batches.
+  assert int(old.optimizer.state.step) == STEPS - 1
+  assert int(state.optimizer.step) == STEPS - 1
+  assert_same_bits(old.optimizer.state.param_states,
+                   state.optimizer.opt_state.inner_state[0].trace)
+
+
+# ---------------------------------------------------------------------------
+# The command line: diff, write, out, report, exit codes.
+
+
+def run_cli(args, cwd):
+  env = dict(os.environ)
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env['PYTHONPATH'] = root + os.pathsep + env.get('PYTHONPATH', '')
+  return subprocess.run([sys.executable, '-m', 'compat', 'migrate', *args],
+                        cwd=cwd, env=env, capture_output=True, text=True,
+                        check=False)
+
+
+def git(args, cwd):
+  subprocess.run(['git', *args], cwd=cwd, check=True, capture_output=True,
+                 env={**os.environ, 'GIT_AUTHOR_NAME': 't',
+                      'GIT_AUTHOR_EMAIL': 't@t', 'GIT_COMMITTER_NAME': 't',
+                      'GIT_COMMITTER_EMAIL': 't@t'})
+
+
+@pytest.fixture
+def repo(tmp_path):
+  """A git work tree holding a committed copy of the fixtures."""
+  root = tmp_path / 'repo'
+  shutil.copytree(FIXTURES, root / 'src')
+  git(['init', '-q'], root)
+  git(['add', '.'], root)
+  git(['commit', '-qm', 'old code'], root)
+  return root
+
+
+def test_diff_applies_with_git_apply_and_changes_nothing(repo):
+  before = {p: p.read_bytes() for p in (repo / 'src').iterdir()}
+  result = run_cli(['--diff', 'src'], repo)
+  assert result.returncode == 1, result.stderr  # Adam is left
+  assert '+import optax' in result.stdout
+  assert {p: p.read_bytes() for p in (repo / 'src').iterdir()} == before
+  (repo / 'fix.patch').write_text(result.stdout)
+  check = subprocess.run(['git', 'apply', '--check', 'fix.patch'], cwd=repo,
+                         capture_output=True, text=True, check=False)
+  assert check.returncode == 0, check.stderr
+  git(['apply', 'fix.patch'], repo)
+  again = run_cli(['--diff', 'src'], repo)
+  assert again.stdout == ''  # idempotent: nothing more to change
+
+
+def test_untouched_lines_stay_byte_identical():
+  with open(fixture('mnist_like.py'), 'rb') as f:
+    old = f.read()
+  new, _ = migrate.migrate_source(old, 'mnist_like.py')
+  old_lines, new_lines = old.splitlines(), new.splitlines()
+  changed = {b'from flax import optim', b'optimizer.target',
+             b'apply_gradient', b'optim.Momentum', b'beta=beta)',
+             b'.create(params)'}
+  kept = [l for l in old_lines if not any(c in l for c in changed)]
+  assert kept == [l for l in new_lines if l in kept]
+  assert all(l in new_lines for l in kept)
+  assert b'# as in the example' in new  # comments of rewritten lines too
+  again, plan = migrate.migrate_source(new, 'mnist_like.py')
+  assert again == new and not plan.edits
+
+
+def test_write_refuses_uncommitted_files_and_edits_clean_ones(repo):
+  mnist = repo / 'src' / 'mnist_like.py'
+  mnist.write_bytes(mnist.read_bytes() + b'# local edit\n')
+  before = mnist.read_bytes()
+  result = run_cli(['--write', 'src/mnist_like.py'], repo)
+  assert result.returncode == 2
+  assert 'uncommitted changes' in result.stderr
+  assert 'src/mnist_like.py' in result.stderr
+  assert mnist.read_bytes() == before
+  git(['checkout', '--', 'src/mnist_like.py'], repo)
+  result = run_cli(['--write', 'src/mnist_like.py'], repo)
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert b'optax.sgd(' in mnist.read_bytes()
+
+
+def test_write_refuses_outside_a_git_work_tree(tmp_path):
+  target = tmp_path / 'mnist_like.py'
+  shutil.copy(fixture('mnist_like.py'), target)
+  result = run_cli(['--write', str(target)], tmp_path)
+  assert result.returncode == 2
+  assert 'not inside a git work tree' in result.stderr
+
+
+def test_out_writes_a_copy_and_never_overwrites(repo, tmp_path):
+  out = tmp_path / 'migrated'
+  result = run_cli(['--out', str(out), 'src'], repo)
+  assert result.returncode == 1  # Adam is left, in the copy too
+  assert (out / 'requirements.txt').exists()
+  assert b'optax.sgd(' in (out / 'mnist_like.py').read_bytes()
+  assert b'from flax import optim' in (repo / 'src' / 'mnist_like.py'
+                                      ).read_bytes()
+  again = run_cli(['--out', str(out), 'src'], repo)
+  assert again.returncode == 2 and 'exists' in again.stderr
+  inside = run_cli(['--out', 'src/copy', 'src'], repo)
+  assert inside.returncode == 2 and 'inside the source' in inside.stderr
+  assert not (repo / 'src' / 'copy').exists()
+
+
+def test_exit_codes_and_report(repo, tmp_path):
+  report = tmp_path / 'report.md'
+  result = run_cli(['src', '--report', str(report)], repo)
+  assert result.returncode == 1
+  text = report.read_text()
+  assert "flax.optim's Adam" in text  # left, with the reason
+  assert 'flax-optim-compat convert' in text  # checkpoint of a tuple
+  assert 'requirements.txt:2' in text  # the pin
+  assert '- old: `optimizer = optimizer.apply_gradient(grad)`' in text
+  assert run_cli(['--write', 'src/mnist_like.py'], repo).returncode == 0
+  assert run_cli(['src/mnist_like.py'], repo).returncode == 0
+  assert run_cli(['--bogus', 'src'], repo).returncode == 2
+  assert run_cli(['missing.py'], repo).returncode == 2
+
+
+def test_notebook_code_cells_are_migrated(tmp_path):
+  with open(fixture('notebook_like.ipynb'), 'rb') as f:
+    raw = f.read()
+  new, plan = migrate.migrate_notebook(raw, 'notebook_like.ipynb')
+  assert not plan.leftovers
+  old_cells, new_cells = (json.loads(raw)['cells'], json.loads(new)['cells'])
+  assert old_cells[0] == new_cells[0]  # markdown untouched
+  code = ''.join(new_cells[2]['source'])
+  assert 'optax.sgd(learning_rate=0.1)' in code
+  assert '# plain SGD' in code
+  first = ''.join(new_cells[1]['source'])
+  assert '%matplotlib inline' in first and 'from flax import optim' not in first
+  # Unchanged lines of the notebook file stay as they were (the cell's new
+  # last line, once its old last line is gone, loses its newline).
+  kept = [l for l in raw.splitlines() if b'optim' not in l and
+          b'apply_gradient' not in l and b'target' not in l and
+          b'import jax' not in l]
+  assert all(l in new.splitlines() for l in kept)
+  again, _ = migrate.migrate_notebook(new, 'notebook_like.ipynb')
+  assert again == new
+
+
+def test_neighbouring_removals_are_rewritten_and_run(tmp_path):
+  path, new = migrated_copy(tmp_path, 'removals_like.py')
+  assert b'# was tree_multimap' in new  # the comment stays
+  module = load_module(str(path), 'removals_like_migrated')
+  trees = [{'a': jnp.ones(2)}, {'a': jnp.full(2, 3.)}]
+  assert_same_bits(module.average(trees), {'a': jnp.full(2, 2.)})
+  assert module.is_array(jnp.ones(1)) and module.count(trees) == 2
+  model_state, params = module.split({'params': 1, 'batch_stats': 2})
+  assert (model_state, params) == ({'batch_stats': 2}, 1)
