@@ -1,17 +1,20 @@
 """The optimizer configurations that ``python -m compat check`` and the tests
 run through the legacy path and every new path.
 
-Each entry builds its ``OptimizerDef`` lazily, so the table can name every
-algorithm even while one of them is unavailable (its row then reports the
-error instead of aborting the run).
+One or more rows per built-in rule (``legacy_optim.catalogue``), then the
+wrappers. Each entry builds its ``OptimizerDef`` lazily, so the table can
+name every algorithm even while one of them is unavailable (its row then
+reports the error instead of aborting the run).
 """
 
 import dataclasses
+import functools
 from typing import Any, Callable, Optional
 
 import optax
 
 import legacy_optim as optim
+from legacy_optim import catalogue
 from legacy_optim import traverse_util
 
 
@@ -62,26 +65,19 @@ class Config:
 
 _COSINE = optax.cosine_decay_schedule(0.1, decay_steps=8, alpha=0.1)
 
+
+def _algorithm_rows():
+  """The catalogue's rows, one or more per built-in rule."""
+  for algorithm in catalogue.RULES:
+    for check in algorithm.checks:
+      yield Config(
+          algorithm.name + check.label,
+          functools.partial(getattr(optim, algorithm.name), **check.kwargs),
+          schedule=_COSINE if check.schedule else None)
+
+
 CONFIGS = (
-    Config('GradientDescent', lambda: optim.GradientDescent(0.1)),
-    Config('Momentum', lambda: optim.Momentum(0.1, beta=0.9)),
-    Config('Momentum(nesterov, wd)', lambda: optim.Momentum(
-        0.1, beta=0.8, weight_decay=1e-2, nesterov=True)),
-    Config('Momentum + lr schedule', lambda: optim.Momentum(beta=0.9),
-           schedule=_COSINE),
-    Config('Adam', lambda: optim.Adam(0.01, beta2=0.99, weight_decay=1e-3)),
-    Config('AdaBelief', lambda: optim.AdaBelief(0.01, weight_decay=1e-3)),
-    Config('Adadelta', lambda: optim.Adadelta(1.0, weight_decay=1e-3)),
-    Config('Adafactor', lambda: optim.Adafactor(0.01)),
-    Config('Adafactor(factored, beta1)', lambda: optim.Adafactor(
-        0.01, beta1=0.9, min_dim_size_to_factor=2, weight_decay_rate=1e-3)),
-    Config('Adagrad', lambda: optim.Adagrad(0.1)),
-    Config('LAMB', lambda: optim.LAMB(0.01, weight_decay=1e-3)),
-    Config('LARS', lambda: optim.LARS(0.1, weight_decay=1e-3)),
-    Config('LARS(nesterov)', lambda: optim.LARS(
-        0.1, weight_decay=1e-3, eps=1e-6, nesterov=True)),
-    Config('RMSProp', lambda: optim.RMSProp(0.01)),
-    Config('RMSProp(centered)', lambda: optim.RMSProp(0.01, centered=True)),
+    *_algorithm_rows(),
     Config('WeightNorm(Momentum)', lambda: optim.WeightNorm(
         optim.Momentum(0.1), wn_decay=1e-3)),
     Config('MultiOptimizer', lambda: optim.MultiOptimizer(

@@ -2,7 +2,7 @@
 
 A checkpoint stores the step, the target and per-parameter states, never the
 optimizer definition. The state's field names identify the algorithm family
-(``legacy_optim._restore.PARAM_STATE_FIELDS``) and the state's shapes its
+(``legacy_optim.catalogue``) and the state's shapes its
 layout-relevant static configuration (RMSProp ``centered``; Adafactor
 ``factored``/``min_dim_size_to_factor``/momentum). Hyper-parameter values
 (learning rate, betas...) are not stored anywhere.
@@ -10,7 +10,7 @@ layout-relevant static configuration (RMSProp ``centered``; Adafactor
 ``infer`` turns that into a *layout-equivalent* spec (``compat._spec``): an
 optimizer definition whose state has exactly the checkpoint's structure,
 shapes and dtypes. It refuses to guess between algorithms with the same
-fields (Adam, AdaBelief and LAMB; Momentum and LARS).
+fields (the Adam family; Momentum and LARS).
 """
 
 import dataclasses
@@ -20,6 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from legacy_optim import _restore
+from legacy_optim import catalogue
 
 WEIGHT_NORM = 'WeightNorm'
 _NO_STATE = ()  # GradientDescent.
@@ -76,7 +77,7 @@ def _group_spec(name: str, states: list[dict], params: list[Any]):
     if len(inner_fields) != 1:
       return None, 'WeightNorm leaves hold different inner optimizer states'
     (fields,) = inner_fields
-    candidates = _restore.algorithms_for_fields(fields or ())
+    candidates = catalogue.algorithms_for_fields(fields or ())
     if len(candidates) != 1:
       return None, (f'WeightNorm wraps one of {", ".join(candidates)} '
                     f'(inner state fields {list(fields or ())})')
@@ -140,7 +141,7 @@ def infer(optimizer_state_dict: dict) -> Inference:
       raise ValueError(f'state/param_states/{shown}: {e}.') from None
     leaf_fields[shown] = fields
     leaf_algorithms[shown] = (
-        () if fields is None else _restore.algorithms_for_fields(fields))
+        () if fields is None else catalogue.algorithms_for_fields(fields))
     if fields is not None and not leaf_algorithms[shown]:
       notes.append(f'{shown}: unknown per-parameter state fields {list(fields)}')
     if any(is_array(v) and v.dtype.kind in 'fc' and not np.all(np.isfinite(v))
@@ -152,7 +153,7 @@ def infer(optimizer_state_dict: dict) -> Inference:
   owned = {f: g for f, g in groups.items() if f is not None}
   specs = {}
   for fields, members in owned.items():
-    candidates = _restore.algorithms_for_fields(fields)
+    candidates = catalogue.algorithms_for_fields(fields)
     if len(candidates) != 1:
       specs[fields] = None
       if candidates:
@@ -169,7 +170,7 @@ def infer(optimizer_state_dict: dict) -> Inference:
   if len(owned) == 1 and None not in groups:
     (fields,) = owned
     return Inference(leaf_fields, leaf_algorithms,
-                     _restore.algorithms_for_fields(fields), specs[fields],
+                     catalogue.algorithms_for_fields(fields), specs[fields],
                      tuple(notes))
   if not owned:
     notes.append('no parameter has optimizer state')

@@ -14,8 +14,10 @@ import os
 import re
 from typing import Optional
 
-ALGORITHMS = ('AdaBelief', 'Adadelta', 'Adafactor', 'Adagrad', 'Adam',
-              'GradientDescent', 'LAMB', 'LARS', 'Momentum', 'RMSProp')
+from compat import _lazy
+
+ALGORITHMS = _lazy.module_without_package('legacy_optim',
+                                          'catalogue').RULE_NAMES
 TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
               'TraverseCompose', 'TraverseEach', 'TraverseFilter',
               'TraverseId', 'TraverseItem', 'TraverseMerge', 'TraverseTree',

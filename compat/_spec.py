@@ -22,9 +22,11 @@ import dataclasses
 import re
 from typing import Any
 
-ALGORITHMS = (
-    'AdaBelief', 'Adadelta', 'Adafactor', 'Adagrad', 'Adam', 'GradientDescent',
-    'LAMB', 'LARS', 'Momentum', 'MultiOptimizer', 'RMSProp', 'WeightNorm')
+from compat import _lazy
+
+ALGORITHMS = tuple(sorted([
+    *_lazy.module_without_package('legacy_optim', 'catalogue').BY_NAME,
+    'MultiOptimizer']))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,35 +38,18 @@ found but some files could not be parsed (they are listed, never fatal).
 import argparse
 import ast
 import fnmatch
-import importlib.util
 import json
 import os
 import sys
 from typing import Iterable, NamedTuple, Optional
 
+from compat import _lazy
 from compat import _scan_flow
 from compat import _scan_names
 from compat import _scan_removals
 
 
-def _load_without_package(package: str, name: str):
-  """``package.name`` without running ``package/__init__`` (it imports jax).
-
-  Used for ``legacy_optim._replacements``, which is stdlib-only; when
-  legacy_optim is already imported its own module is returned.
-  """
-  if package in sys.modules:
-    return importlib.import_module(f'{package}.{name}')
-  origin = importlib.util.find_spec(package).origin
-  spec = importlib.util.spec_from_file_location(
-      f'_compat_scan_{name}', os.path.join(os.path.dirname(origin),
-                                           f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-rep = _load_without_package('legacy_optim', '_replacements')
+rep = _lazy.module_without_package('legacy_optim', 'catalogue')
 
 BRIDGES = ('to_optax', 'from_optax', 'traversal_labels', 'to_train_state',
            'to_nnx_optimizer', 'load_legacy_checkpoint', 'convert_checkpoint',
@@ -123,48 +106,7 @@ def _algorithm_replacement(name: str, call: ast.Call) -> str:
   return text + (f'; note: {stock.note}' if stock.note else '')
 
 
-_FIXED = {
-    'import': ('import optax (the shim serves this import until step 5)',
-               rep.SECTION_ALGORITHMS),
-    'shim': ('remove once migrated: uninstall flax-optim-compat',
-             rep.SECTION_STRICT),
-    'optimizer_def_subclass': (
-        'port the rule to an optax.GradientTransformation (init/update); '
-        'meanwhile MyDef(...).to_optax() runs it unchanged',
-        rep.SECTION_ALGORITHMS),
-    'multi_optimizer': (
-        "optax.partition({'0': tx0, ..., 'frozen': optax.set_to_zero()}, "
-        'compat.traversal_labels(params, traversal0, ...))',
-        rep.SECTION_TRAVERSALS),
-    'traversal': (
-        'optax.partition labels: compat.traversal_labels(params, traversal) or '
-        'flax.traverse_util.path_aware_map(lambda path, _: ..., params)',
-        rep.SECTION_TRAVERSALS),
-    'weight_norm': (
-        'no Optax counterpart: WeightNorm(...).to_optax(), or reparameterise '
-        'the model with flax.linen.WeightNorm', rep.SECTION_WEIGHT_NORM),
-    'create': (
-        'tx = opt_def.to_optax(); state = TrainState.create(apply_fn=..., '
-        'params=params, tx=tx)  (existing: compat.to_train_state(optimizer, '
-        'apply_fn))', rep.SECTION_LOOP),
-    'apply_gradient': ('state = state.apply_gradients(grads=grads)',
-                       rep.SECTION_LOOP),
-    'apply_gradient_overrides': (
-        'a schedule: opt_def.to_optax(learning_rate=schedule), or '
-        'optax.inject_hyperparams and opt_state.hyperparams[...]',
-        rep.SECTION_OVERRIDES),
-    'compute_gradient': ('loss, grads = jax.value_and_grad(loss_fn)(params)',
-                         rep.SECTION_LOOP),
-    'optimize': ('grads = jax.grad(loss_fn)(state.params); state = '
-                 'state.apply_gradients(grads=grads)', rep.SECTION_LOOP),
-    'replicate': (
-        'flax.jax_utils.replicate(state) and jax.lax.pmean(grads, axis_name) '
-        'in the pmapped step, or jax.sharding', rep.SECTION_REPLICATION),
-    'checkpoint': (
-        'checkpoint the TrainState (Orbax); convert old files with python -m '
-        'compat convert SRC DST --to train_state (compat.convert_checkpoint)',
-        rep.SECTION_CHECKPOINTS),
-}
+_FIXED = rep.REPLACEMENTS
 
 
 _ANNOTATIONS = {
@@ -295,8 +237,7 @@ class _Visitor(ast.NodeVisitor):
       args = ', '.join(ast.unparse(a) for a in node.args) or ', '.join(
           f'{k.arg}={ast.unparse(k.value)}' for k in node.keywords if k.arg)
       self.add(node, 'dynamic_scale',
-               f'flax.training.dynamic_scale.DynamicScale({args})',
-               rep.SECTION_DYNAMIC_SCALE)
+               _FIXED['dynamic_scale'].text.format(args=args))
       return
     path = module.resolve(node.func)
     if path and path.startswith('flax.traverse_util.') and (

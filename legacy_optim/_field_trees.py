@@ -13,6 +13,33 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 
 
+def _is_named_tuple(node) -> bool:
+  return isinstance(node, tuple) and hasattr(node, '_fields')
+
+
+def optax_state_values(opt_state) -> dict[str, Any]:
+  """Attribute -> value of every NamedTuple in an Optax state or a chain's
+  tuple of them (``count``, ``trace``, ``grad_ema``...)."""
+  if _is_named_tuple(opt_state):
+    return opt_state._asdict()
+  values = {}
+  if isinstance(opt_state, tuple):
+    for inner in opt_state:
+      values.update(optax_state_values(inner))
+  return values
+
+
+def fill_optax_state(template, values: Mapping[str, Any]):
+  """``template`` with every NamedTuple attribute named in ``values``
+  replaced by its value (the inverse of ``optax_state_values``)."""
+  if _is_named_tuple(template):
+    return template._replace(**{name: values[name] for name in template._fields
+                                if name in values})
+  if isinstance(template, tuple):
+    return tuple(fill_optax_state(inner, values) for inner in template)
+  return template
+
+
 def split_param_states(
     param_states: Any, params: Any, fields: Sequence[str]) -> dict[str, Any]:
   """Per-leaf state objects -> one params-shaped tree per field."""

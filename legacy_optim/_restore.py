@@ -14,8 +14,8 @@ optimizer or model on purpose, read it without a template
 ``flax.serialization.from_state_dict(template, edited)``.
 
 The per-parameter state field names of each algorithm are part of the
-checkpoint format (see ``PARAM_STATE_FIELDS``); they let the error say which
-algorithm wrote a checkpoint when it does not match the template.
+checkpoint format (``catalogue.Algorithm.state_fields``); they let the error
+say which algorithm wrote a checkpoint when it does not match the template.
 """
 
 import dataclasses
@@ -26,39 +26,10 @@ import jax
 import numpy as np
 from flax import serialization
 
+from legacy_optim import catalogue
 from legacy_optim import deprecation
 
-# Per-parameter state field names each algorithm writes (the checkpoint
-# format of flax <= 0.5.3). A leaf no sub-optimizer of a MultiOptimizer owns
-# holds None.
-PARAM_STATE_FIELDS = {
-    'GradientDescent': (),
-    'Momentum': ('momentum',),
-    'LARS': ('momentum',),
-    'Adam': ('grad_ema', 'grad_sq_ema'),
-    'AdaBelief': ('grad_ema', 'grad_sq_ema'),
-    'LAMB': ('grad_ema', 'grad_sq_ema'),
-    'Adagrad': ('G',),
-    'Adadelta': ('sq_avg', 'acc_delta'),
-    'RMSProp': ('v', 'mg'),
-    'Adafactor': ('v_row', 'v_col', 'v', 'm'),
-    'WeightNorm': ('direction_state', 'scale_state', 'direction', 'scale'),
-}
-
-# Per-parameter layouts an older flax wrote that today's class converts when
-# it restores them: algorithm -> (the flax versions, the field names).
-OLDER_PARAM_STATE_FIELDS = {
-    'WeightNorm': ('flax <= 0.3.6', ('direction_state', 'scale_state', 'mult')),
-}
-
 MAX_LISTED = 40
-
-
-def algorithms_for_fields(fields) -> tuple[str, ...]:
-  """The algorithms whose per-parameter state has exactly these fields."""
-  fields = set(fields)
-  return tuple(sorted(name for name, known in PARAM_STATE_FIELDS.items()
-                      if set(known) == fields))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,13 +136,20 @@ def _compare(expected, found, path: str, out: list[Difference],
     out.append(Difference(here, _describe(expected), _describe(found)))
 
 
+def _layouts():
+  """(name, fields) of every per-parameter layout a checkpoint may hold."""
+  for algorithm in catalogue.BUILT_INS:
+    yield algorithm.name, algorithm.state_fields
+    if algorithm.older_state_fields:
+      versions, fields = algorithm.older_state_fields
+      yield f'{algorithm.name} (the layout of {versions})', fields
+
+
 def _field_sets(param_states) -> set[tuple[str, ...]]:
   """The distinct per-leaf field-name tuples of a param_states state dict."""
   found = set()
 
-  known = {tuple(sorted(fields)) for fields in PARAM_STATE_FIELDS.values()}
-  known |= {tuple(sorted(fields))
-            for _, fields in OLDER_PARAM_STATE_FIELDS.values()}
+  known = {tuple(sorted(fields)) for _, fields in _layouts()}
 
   def visit(node):
     if not isinstance(node, dict) or not node:
@@ -191,11 +169,8 @@ def _algorithm_hint(expected_states, found_states, template: str) -> str:
   got = _field_sets(found_states)
   if not got or got == _field_sets(expected_states):
     return ''
-  names = sorted({a for fields in got for a in algorithms_for_fields(fields)} |
-                 {f'{a} (the layout of {versions})'
-                  for fields in got
-                  for a, (versions, older) in OLDER_PARAM_STATE_FIELDS.items()
-                  if set(older) == set(fields)})
+  names = sorted({name for fields in got for name, known in _layouts()
+                  if set(known) == set(fields)})
   if not names:
     return ''
   written_by = (', '.join(names[:-1]) + ' or ' + names[-1]
@@ -245,7 +220,7 @@ def check_state_dict(opt_target, opt_state, state_dict, *,
 # checkpoints of that release hold ``state/<field>/<param path>``.
 
 _KNOWN_FIELDS = frozenset(
-    f for fields in PARAM_STATE_FIELDS.values() for f in fields)
+    f for algorithm in catalogue.BUILT_INS for f in algorithm.state_fields)
 MISSING = object()  # lookup's answer for a path the tree does not have.
 
 

@@ -1,4 +1,4 @@
-"""Arithmetic shared by the adaptive legacy rules (Adam, AdaBelief, LAMB, ...).
+"""Arithmetic shared by the adaptive legacy rules (Adam, LAMB, Adadelta...).
 
 Each adaptive algorithm's transform lives in its own module; the pieces they
 have in common live here, written once in flax.optim's floating-point
@@ -14,10 +14,11 @@ flax 0.5.3 did:
 * ``descent``: turns the legacy ``p - s - (lr * wd) * p`` (two roundings)
   into Optax updates that ``optax.apply_updates`` turns into the same value
   (``update_to`` does it for any new value);
-* ``CountAndFieldsMapping``: the legacy layout <-> Optax state mapping for a
-  state ``NamedTuple(count, <one field per legacy per-parameter field>)``.
+* ``state_class``/``init_state``: the transforms' state, ``NamedTuple(count,
+  <one tree per field of the legacy per-parameter dataclass>)``.
 """
 
+import collections
 from typing import Any
 
 import jax
@@ -133,37 +134,24 @@ def update_to(new_param: jax.Array, param: jax.Array) -> jax.Array:
   return jnp.where(jnp.isfinite(param), new_param - param, new_param)
 
 
-def init_state(state_cls: Any, params: Any, fields: tuple[str, ...]) -> Any:
+def state_class(name: str, param_state_cls: type, doc: str) -> type:
+  """The Optax state ``NamedTuple`` ``name(count, <one field per field of
+  param_state_cls>)``, defined in ``param_state_cls``'s module.
+
+  ``count`` is the int32 step (the legacy ``step``); each other field is a
+  params-shaped tree holding that legacy field of every parameter.
+  """
+  fields = ('count',) + _hyper.field_names(param_state_cls)
+  cls = collections.namedtuple(name, fields,
+                               module=param_state_cls.__module__)
+  cls.__doc__ = doc
+  return cls
+
+
+def init_state(state_cls: Any, params: Any) -> Any:
   """``state_cls(count=0, **{field: zeros like params})``, as flax.optim
   initialised its step and per-parameter state."""
   return state_cls(
       count=jnp.zeros([], jnp.int32),
       **{name: jax.tree_util.tree_map(jnp.zeros_like, params)
-         for name in fields})
-
-
-class CountAndFieldsMapping:
-  """Mixin: the state hooks of an OptimizerDef whose Optax state is a
-  ``NamedTuple`` of ``count`` plus one params-shaped tree per legacy field,
-  named as the legacy fields.
-
-  Set ``_optax_state_cls`` (that NamedTuple), ``_param_state_cls`` (the
-  legacy per-parameter dataclass) and ``_param_state_fields``. Packing and
-  unpacking only regroup references, so the round trip is bit-exact.
-  """
-
-  _optax_state_cls: Any = None
-  _param_state_cls: Any = None
-  _param_state_fields: tuple[str, ...] = ()
-
-  def _pack_optax_state(self, step, fields):
-    return self._optax_state_cls(
-        count=jnp.asarray(step, jnp.int32),
-        **{name: fields[name] for name in self._param_state_fields})
-
-  def _unpack_optax_state(self, opt_state):
-    return opt_state.count, {
-        name: getattr(opt_state, name) for name in self._param_state_fields}
-
-  def _make_param_state(self, **fields):
-    return self._param_state_cls(**fields)
+         for name in state_cls._fields[1:]})

@@ -1,6 +1,6 @@
 """AdaBelief: Adam with the second moment of the gradient's surprise."""
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
@@ -29,14 +29,10 @@ class _AdaBeliefParamState:
   grad_sq_ema: np.ndarray
 
 
-class LegacyAdaBeliefState(NamedTuple):
-  """State of ``legacy_adabelief``."""
-  count: jax.Array  # int32 scalar: steps taken (the legacy ``step``).
-  grad_ema: optax.Updates  # params-shaped, params' dtypes: EMA of g.
-  grad_sq_ema: optax.Updates  # params-shaped: EMA of (g - m)**2, plus eps.
-
-
-_FIELDS = ('grad_ema', 'grad_sq_ema')
+LegacyAdaBeliefState = _adaptive.state_class(
+    'LegacyAdaBeliefState', _AdaBeliefParamState,
+    'State of ``legacy_adabelief``: the step ``count``, the EMA of g and the '
+    'EMA of (g - m)**2 plus eps (params-shaped, params\' dtypes).')
 
 
 def legacy_adabelief(hyper_params: Any,
@@ -73,7 +69,7 @@ def legacy_adabelief(hyper_params: Any,
   """
 
   def init_fn(params):
-    return _adaptive.init_state(LegacyAdaBeliefState, params, _FIELDS)
+    return _adaptive.init_state(LegacyAdaBeliefState, params)
 
   def update_fn(updates, state, params=None):
     hp = _hyper.resolve(hyper_params, state.count)
@@ -96,7 +92,7 @@ def legacy_adabelief(hyper_params: Any,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-class AdaBelief(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
+class AdaBelief(base.OptimizerDef):
   """AdaBelief (Zhuang et al. 2020), with flax.optim's weight decay.
 
   See ``legacy_adabelief`` for the rule: Adam whose second moment tracks
@@ -107,9 +103,7 @@ class AdaBelief(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
   nearest stock rule but not bit-identical.
   """
 
-  _param_state_fields = _FIELDS
   _param_state_cls = _AdaBeliefParamState
-  _optax_state_cls = LegacyAdaBeliefState
 
   def __init__(self, learning_rate=None, beta1=0.9, beta2=0.999, eps=1e-16,
                weight_decay=0.0):

@@ -1,6 +1,6 @@
 """Adadelta with flax.optim's learning rate and weight decay."""
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -27,14 +27,10 @@ class _AdadeltaParamState:
   acc_delta: np.ndarray
 
 
-class LegacyAdadeltaState(NamedTuple):
-  """State of ``legacy_adadelta``."""
-  count: jax.Array  # int32 scalar: steps taken (the legacy ``step``).
-  sq_avg: optax.Updates  # params-shaped, params' dtypes: EMA of g**2.
-  acc_delta: optax.Updates  # params-shaped: EMA of the squared deltas.
-
-
-_FIELDS = ('sq_avg', 'acc_delta')
+LegacyAdadeltaState = _adaptive.state_class(
+    'LegacyAdadeltaState', _AdadeltaParamState,
+    'State of ``legacy_adadelta``: the step ``count``, the EMA of g**2 and '
+    'the EMA of the squared deltas (params-shaped, params\' dtypes).')
 
 
 def legacy_adadelta(hyper_params: Any,
@@ -74,7 +70,7 @@ def legacy_adadelta(hyper_params: Any,
   """
 
   def init_fn(params):
-    return _adaptive.init_state(LegacyAdadeltaState, params, _FIELDS)
+    return _adaptive.init_state(LegacyAdadeltaState, params)
 
   def update_fn(updates, state, params=None):
     hp = _hyper.resolve(hyper_params, state.count)
@@ -97,7 +93,7 @@ def legacy_adadelta(hyper_params: Any,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-class Adadelta(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
+class Adadelta(base.OptimizerDef):
   """Adadelta (Zeiler 2012), with a learning rate and decoupled weight decay.
 
   See ``legacy_adadelta`` for the rule. Optax form:
@@ -105,9 +101,7 @@ class Adadelta(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
   decay to the gradient instead.
   """
 
-  _param_state_fields = _FIELDS
   _param_state_cls = _AdadeltaParamState
-  _optax_state_cls = LegacyAdadeltaState
 
   def __init__(self, learning_rate: Optional[float] = None, rho: float = 0.9,
                eps: float = 1e-6, weight_decay: float = 0.0):

@@ -6,7 +6,7 @@ gradient; other leaves keep the full average. Unused legacy slots of the
 per-parameter state hold zeros of shape ``(1,)``, as in flax.optim.
 """
 
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +22,6 @@ Dtype = Any
 
 # Static fields that fix the shapes of the per-parameter state.
 _LAYOUT_FIELDS = ('factored', 'min_dim_size_to_factor')
-
-# The legacy per-parameter state fields, in layout order.
-_SLOTS = ('v_row', 'v_col', 'v', 'm')
-
 
 @struct.dataclass
 class _AdafactorHyperParams:
@@ -85,13 +81,14 @@ def decay_rate_pow(i, exponent: float = 0.8):
   return 1.0 - t**(-exponent)
 
 
-class LegacyAdafactorState(NamedTuple):
-  """State of ``scale_by_legacy_adafactor`` (one tree per legacy field)."""
-  count: jax.Array  # int32 scalar: the legacy step.
-  v_row: Any  # params-shaped; float32 row statistics or (1,) zeros.
-  v_col: Any  # params-shaped; float32 column statistics or (1,) zeros.
-  v: Any  # params-shaped; float32 second moments or (1,) zeros.
-  m: Any  # params-shaped; dtype_momentum momentum or (1,) zeros.
+LegacyAdafactorState = _adaptive.state_class(
+    'LegacyAdafactorState', _AdafactorParamState,
+    'State of ``scale_by_legacy_adafactor``: the step ``count`` and one '
+    'params-shaped tree per ``_AdafactorParamState`` field (float32 '
+    'statistics, ``dtype_momentum`` momentum, or (1,) zeros where unused).')
+
+# The per-parameter state fields, in layout order.
+_SLOTS = LegacyAdafactorState._fields[1:]
 
 
 def scale_by_legacy_adafactor(
@@ -169,8 +166,7 @@ def scale_by_legacy_adafactor(
       return jax.tree_util.tree_map(lambda p: slot(p, name), params)
 
     return LegacyAdafactorState(
-        count=jnp.zeros([], jnp.int32), v_row=field('v_row'),
-        v_col=field('v_col'), v=field('v'), m=field('m'))
+        jnp.zeros([], jnp.int32), *map(field, _SLOTS))
 
   def update_fn(updates, state, params=None):
     _hyper.require_params(params, owner)
@@ -242,7 +238,7 @@ class Adafactor(base.OptimizerDef):
   ``multiply_by_parameter_scale`` is honoured (flax.optim ignored it).
   """
 
-  _param_state_fields = _SLOTS
+  _param_state_cls = _AdafactorParamState
   _keeps_integer_params = True
 
   def __init__(self,
@@ -309,14 +305,3 @@ class Adafactor(base.OptimizerDef):
   def _native_transform(self, hyper_params):
     return scale_by_legacy_adafactor(hyper_params, self.dtype_momentum,
                                      self._name, self._decay_rate_pow)
-
-  def _pack_optax_state(self, step, fields):
-    return LegacyAdafactorState(count=jnp.asarray(step, jnp.int32), **fields)
-
-  def _unpack_optax_state(self, opt_state):
-    fields = {name: getattr(opt_state, name)
-              for name in self._param_state_fields}
-    return opt_state.count, fields
-
-  def _make_param_state(self, v_row, v_col, v, m):
-    return _AdafactorParamState(v_row, v_col, v, m)

@@ -1,6 +1,6 @@
 """Adagrad with flax.optim's accumulator and epsilon placement."""
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -26,13 +26,10 @@ class _AdagradParamState:
   G: np.ndarray  # pylint: disable=invalid-name
 
 
-class LegacyAdagradState(NamedTuple):
-  """State of ``legacy_adagrad``."""
-  count: jax.Array  # int32 scalar: steps taken (the legacy ``step``).
-  G: optax.Updates  # params-shaped, params' dtypes: sum of g**2 so far.
-
-
-_FIELDS = ('G',)
+LegacyAdagradState = _adaptive.state_class(
+    'LegacyAdagradState', _AdagradParamState,
+    'State of ``legacy_adagrad``: the step ``count`` and ``G``, the sum of '
+    'g**2 so far (params-shaped, params\' dtypes).')
 
 
 def legacy_adagrad(hyper_params: Any,
@@ -65,7 +62,7 @@ def legacy_adagrad(hyper_params: Any,
   """
 
   def init_fn(params):
-    return _adaptive.init_state(LegacyAdagradState, params, _FIELDS)
+    return _adaptive.init_state(LegacyAdagradState, params)
 
   def update_fn(updates, state, params=None):
     del params
@@ -82,7 +79,7 @@ def legacy_adagrad(hyper_params: Any,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-class Adagrad(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
+class Adagrad(base.OptimizerDef):
   """Adagrad (Duchi et al. 2011): steps scaled by the root of past squares.
 
   See ``legacy_adagrad`` for the rule. Optax form:
@@ -90,9 +87,7 @@ class Adagrad(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
   accumulator's start value and in where ``eps`` goes.
   """
 
-  _param_state_fields = _FIELDS
   _param_state_cls = _AdagradParamState
-  _optax_state_cls = LegacyAdagradState
 
   def __init__(self, learning_rate: Optional[float] = None, eps=1e-8):
     """Args:

@@ -1,6 +1,6 @@
 """Adam with flax.optim's learning-rate-scaled weight decay."""
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -29,14 +29,10 @@ class _AdamParamState:
   grad_sq_ema: np.ndarray
 
 
-class LegacyAdamState(NamedTuple):
-  """State of ``legacy_adam`` (and ``legacy_lamb``)."""
-  count: jax.Array  # int32 scalar: steps taken (the legacy ``step``).
-  grad_ema: optax.Updates  # params-shaped, params' dtypes: EMA of g.
-  grad_sq_ema: optax.Updates  # params-shaped, params' dtypes: EMA of g**2.
-
-
-_FIELDS = ('grad_ema', 'grad_sq_ema')
+LegacyAdamState = _adaptive.state_class(
+    'LegacyAdamState', _AdamParamState,
+    'State of ``legacy_adam`` (and ``legacy_lamb``): the step ``count`` and '
+    'the EMAs of g and g**2 (params-shaped, params\' dtypes).')
 
 
 def update_moments(grads, state: LegacyAdamState, beta1, beta2):
@@ -106,12 +102,12 @@ def legacy_adam(hyper_params: Any,
         optax.safe_int32_increment(state.count), grad_ema, grad_sq_ema)
 
   def init_fn(params):
-    return _adaptive.init_state(LegacyAdamState, params, _FIELDS)
+    return _adaptive.init_state(LegacyAdamState, params)
 
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-class Adam(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
+class Adam(base.OptimizerDef):
   r"""Adam (Kingma & Ba 2014), with flax.optim's weight decay.
 
   See ``legacy_adam`` for the rule. The weight decay is ``(eta * lambda) p``
@@ -124,9 +120,7 @@ class Adam(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
   stock rule but not bit-identical.
   """
 
-  _param_state_fields = _FIELDS
   _param_state_cls = _AdamParamState
-  _optax_state_cls = LegacyAdamState
 
   def __init__(self, learning_rate=None, beta1=0.9, beta2=0.999, eps=1e-8,
                weight_decay=0.0):

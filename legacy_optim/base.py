@@ -22,7 +22,7 @@ imports them and the import graph has no cycle.
 """
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -132,10 +132,19 @@ class OptimizerDef:
   transform runs as long as no per-leaf or tree hook is a user's; otherwise
   the tree methods run leaf by leaf as in flax.optim (per-leaf hooks) or the
   user's own way (tree hooks), and ``to_optax()`` wraps them.
+
+  Built-in algorithms implement ``_native_transform(hyper_params)`` and name
+  their per-parameter state dataclass (``_param_state_cls``); their per-leaf
+  API is then derived from the transform. The transform's state holds the
+  step as ``count`` and each legacy field as an attribute of the same name
+  (or of the name ``_optax_field_names`` gives), in a NamedTuple or a chain
+  of them; ``_pack_optax_state``/``_unpack_optax_state`` map between the two.
   """
 
-  # Names of the legacy per-parameter state fields, in layout order.
-  _param_state_fields: tuple[str, ...] = ()
+  # The legacy per-parameter state dataclass; None: the empty tuple ``()``.
+  _param_state_cls: Optional[type] = None
+  # Legacy field -> the Optax state attribute holding it, where they differ.
+  _optax_field_names: Mapping[str, str] = {}
   # flax.optim's rule used only + - * / on the leaves, so Python numbers and
   # NumPy arrays stayed Python/NumPy (float64) there; see ``_inputs``.
   _host_arithmetic: bool = False
@@ -180,17 +189,32 @@ class OptimizerDef:
         f'{self._name} must implement init_param_state(param) and '
         'apply_param_gradient(step, hyper_params, param, state, grad).')
 
-  def _pack_optax_state(self, step, fields: dict[str, Any]) -> Any:
-    """(step, one params-shaped tree per state field) -> Optax state."""
-    raise NotImplementedError
+  @property
+  def _param_state_fields(self) -> tuple[str, ...]:
+    """The legacy per-parameter state fields, in layout order."""
+    cls = self._param_state_cls
+    return () if cls is None else _hyper.field_names(cls)
+
+  def _pack_optax_state(self, tx, step, fields: dict[str, Any]) -> Any:
+    """(step, one params-shaped tree per state field) -> ``tx``'s state."""
+    values = {self._optax_field_names.get(name, name): tree
+              for name, tree in fields.items()}
+    values['count'] = jnp.asarray(step, jnp.int32)
+    # The transform's state for no params: its structure, with empty trees.
+    return _field_trees.fill_optax_state(tx.init({}), values)
 
   def _unpack_optax_state(self, opt_state) -> tuple[Any, dict[str, Any]]:
     """Optax state -> (step, one params-shaped tree per state field)."""
-    raise NotImplementedError
+    values = _field_trees.optax_state_values(opt_state)
+    return values['count'], {
+        name: values[self._optax_field_names.get(name, name)]
+        for name in self._param_state_fields}
 
   def _make_param_state(self, **fields):
     """Builds the legacy per-parameter state object from its fields."""
-    raise NotImplementedError
+    if self._param_state_cls is None:
+      return ()
+    return self._param_state_cls(**fields)
 
   # ------------------------------------------------------- per-leaf API
   def init_param_state(self, param):
@@ -203,7 +227,7 @@ class OptimizerDef:
     """Applies one parameter's gradient; returns (new_param, new_state)."""
     tx = self._native_transform(hyper_params)
     fields = {name: getattr(state, name) for name in self._param_state_fields}
-    opt_state = self._pack_optax_state(jnp.asarray(step, jnp.int32), fields)
+    opt_state = self._pack_optax_state(tx, step, fields)
     updates, new_opt_state = tx.update(grad, opt_state, param)
     _, new_fields = self._unpack_optax_state(new_opt_state)
     new_param = _inputs.add_updates(param, updates,
@@ -251,7 +275,8 @@ class OptimizerDef:
     """Legacy ``OptimizerState`` -> the state of ``_native_transform``."""
     fields = _field_trees.split_param_states(
         state.param_states, params, self._param_state_fields)
-    return self._pack_optax_state(state.step, fields)
+    return self._pack_optax_state(
+        self._native_transform(self.hyper_params), state.step, fields)
 
   def _from_native_state(self, opt_state, params) -> OptimizerState:
     """The state of ``_native_transform`` -> legacy ``OptimizerState``."""

@@ -28,7 +28,7 @@ import threading
 import warnings
 from typing import Any, NamedTuple
 
-from legacy_optim import _replacements as rep
+from legacy_optim import catalogue as rep
 
 STRICT_ENV_VAR = 'LEGACY_OPTIM_STRICT'
 _TRUE_VALUES = ('1', 'true', 'yes', 'on')
@@ -165,17 +165,18 @@ def warn_legacy_use(feature, obj=None, **details):
 # ----------------------------------------------------------------------------
 # What: the messages.
 
-_ALGORITHMS = frozenset((
-    'GradientDescent', 'Momentum', 'Adam', 'AdaBelief', 'Adadelta', 'Adagrad',
-    'RMSProp', 'LAMB', 'LARS', 'Adafactor'))
+# The built-ins without a stock replacement -> the catalogue's replacement;
+# '' stands for a user's own OptimizerDef.
+_NO_STOCK = {'ReplicatedOptimizer': 'replicate',
+             'MultiOptimizer': 'multi_optimizer',
+             'WeightNorm': 'weight_norm', '': 'optimizer_def_subclass'}
 
 
 def _builtin_base(obj) -> str:
-  """The legacy_optim algorithm ``obj`` is (or derives from), or ''."""
+  """The legacy_optim built-in ``obj`` is (or derives from), or ''."""
   for cls in type(obj).__mro__:
     if cls.__module__.startswith('legacy_optim.') and (
-        cls.__name__ in _ALGORITHMS or cls.__name__ in (
-            'MultiOptimizer', 'ReplicatedOptimizer', 'WeightNorm')):
+        cls.__name__ in rep.BY_NAME or cls.__name__ in _NO_STOCK):
       return cls.__name__
   return ''
 
@@ -206,6 +207,14 @@ def _see(section: str) -> str:
   return f'See {rep.guide_ref(section)}.'
 
 
+def _replace(head: str, feature: str, example: str = '', **values) -> str:
+  """``head`` + 'Replace it with <the catalogue's text>.' + ``example``."""
+  text, section = rep.REPLACEMENTS[feature]
+  if values:
+    text = text.format(**values)
+  return f'{head} Replace it with {text}.{example} ' + _see(section)
+
+
 def _optimizer_def_message(obj) -> str:
   name = type(obj).__name__
   base = _builtin_base(obj)
@@ -213,31 +222,8 @@ def _optimizer_def_message(obj) -> str:
       f'{name} (a flax.optim.{base} subclass)' if base else
       f'{name} (a custom flax.optim.OptimizerDef)')
   head = f'{legacy} is deprecated (served by legacy_optim).'
-  if base == 'MultiOptimizer':
-    return (
-        f'{head} Replace it with optax.partition: labels = '
-        'compat.traversal_labels(params, traversal0, traversal1, ...); tx = '
-        "optax.partition({'0': tx0, '1': tx1, 'frozen': optax.set_to_zero()}, "
-        'labels). Same numbers: opt_def.to_optax(). '
-        + _see(rep.SECTION_TRAVERSALS))
-  if base == 'ReplicatedOptimizer':
-    return (
-        f'{head} Average gradients yourself inside jax.pmap '
-        '(grads = jax.lax.pmean(grads, axis_name)) and replicate the '
-        'TrainState with flax.jax_utils.replicate, or shard it with jax.jit '
-        'and jax.sharding (compat.state_shardings). '
-        + _see(rep.SECTION_REPLICATION))
-  if base == 'WeightNorm':
-    return (
-        f'{head} Optax has no counterpart. Same numbers: opt_def.to_optax(); '
-        'the modern way is to reparameterise the model '
-        '(flax.linen.WeightNorm). ' + _see(rep.SECTION_WEIGHT_NORM))
-  if not base:
-    return (
-        f'{head} It keeps working through opt_def.to_optax() (a transform '
-        'that calls your per-leaf methods); port the rule to an '
-        'optax.GradientTransformation when you can. '
-        + _see(rep.SECTION_ALGORITHMS))
+  if base in _NO_STOCK:
+    return _replace(head, _NO_STOCK[base])
   values = rep.hyper_param_values(obj.hyper_params)
   faithful = (_call(f'legacy_optim.{base}', obj, values) if base == name
               else 'opt_def') + '.to_optax()'
@@ -262,19 +248,12 @@ def _optimizer_def_message(obj) -> str:
 def _create_message(obj, focus=None, **unused) -> str:
   del unused
   name = type(obj).__name__ if obj is not None else 'OptimizerDef'
-  text = (
-      f'{name}.create(target) is deprecated. Replace optimizer = '
-      'opt_def.create(params) with tx = opt_def.to_optax(); opt_state = '
-      'tx.init(params) (same numbers), or state = flax.training.train_state.'
-      'TrainState.create(apply_fn=..., params=params, tx=tx). An existing '
-      'Optimizer converts with tx, opt_state = compat.to_optax(optimizer), '
-      'compat.to_train_state(optimizer, apply_fn) or '
-      'compat.to_nnx_optimizer(optimizer, model).')
+  text = _replace(f'{name}.create(target) is deprecated.', 'create')
   if focus:
     text += (' focus= becomes optax.partition labels (compat.traversal_labels'
              '(params, focus)), with optax.set_to_zero() for the rest. '
              + _see(rep.SECTION_TRAVERSALS))
-  return text + ' ' + _see(rep.SECTION_LOOP)
+  return text
 
 
 def _overrides_message(obj, overrides=None, **unused) -> str:
@@ -282,62 +261,37 @@ def _overrides_message(obj, overrides=None, **unused) -> str:
   overrides = dict(overrides or {})
   names = ', '.join(f'{k}={rep.literal(v)}' for k, v in overrides.items())
   stock = rep.StockReplacement(None, None, None)
-  if obj is not None and _builtin_base(obj) in _ALGORITHMS:
+  if obj is not None and _builtin_base(obj) in rep.BY_NAME:
     stock = rep.stock_optax(_builtin_base(obj),
                             rep.hyper_param_values(obj.hyper_params))
-  injected = ''
+  example = ''
   if stock.expression and stock.expression.startswith('optax.') and (
       not stock.expression.startswith('optax.chain')):
     alias, _, args = stock.expression[len('optax.'):].partition('(')
-    injected = (f', e.g. tx = optax.inject_hyperparams(optax.{alias})({args} '
-                "then set opt_state.hyperparams['learning_rate'] before each "
-                'update')
-  return (
-      f'Optimizer.apply_gradient(grads, {names}) overrides are deprecated. '
-      'Bake per-step values into the transform as a schedule (a function of '
-      'the step count), e.g. opt_def.to_optax(learning_rate='
-      'optax.cosine_decay_schedule(...)) or tx, opt_state = '
-      'compat.to_optax(optimizer, learning_rate=schedule); or make them '
-      f'settable with optax.inject_hyperparams{injected}. '
-      + _see(rep.SECTION_OVERRIDES))
+    example = (f' E.g. tx = optax.inject_hyperparams(optax.{alias})({args} '
+               "then set opt_state.hyperparams['learning_rate'] before each "
+               'update.')
+  return _replace(
+      f'Optimizer.apply_gradient(grads, {names}) overrides are deprecated.',
+      'apply_gradient_overrides', example)
 
 
-def _traversal_message(obj, **unused) -> str:
-  del unused
-  name = type(obj).__name__ if obj is not None else 'Traversal'
-  return (
-      f'flax.traverse_util.{name} (legacy traversals) is deprecated. Label '
-      'the params instead: labels = compat.traversal_labels(params, '
-      "traversal0, ...) and optax.partition({'0': tx0, 'frozen': "
-      'optax.set_to_zero()}, labels), or build labels with '
-      'flax.traverse_util.path_aware_map(lambda path, _: ..., params). '
-      + _see(rep.SECTION_TRAVERSALS))
+def _dynamic_scale_args(obj) -> str:
+  if obj is None:
+    return ''
+  return ', '.join(
+      f'{k}={rep.literal(getattr(obj, k))}'
+      for k in ('growth_factor', 'backoff_factor', 'growth_interval')
+      if hasattr(obj, k))
 
 
-def _dynamic_scale_message(obj, **unused) -> str:
-  del unused
-  args = ''
-  if obj is not None:
-    args = ', '.join(
-        f'{k}={rep.literal(getattr(obj, k))}'
-        for k in ('growth_factor', 'backoff_factor', 'growth_interval')
-        if hasattr(obj, k))
-  return (
-      'flax.optim.DynamicScale is deprecated. Replace it with '
-      f'flax.training.dynamic_scale.DynamicScale({args}) (same algorithm and '
-      'value_and_grad API). ' + _see(rep.SECTION_DYNAMIC_SCALE))
-
-
-_SIMPLE = {
+# feature -> (the legacy use, the catalogue's replacement).
+_HEADS = {
     'compute_gradient': (
-        'Optimizer.compute_gradient(loss_fn) is deprecated. Replace it with '
-        'loss, grads = jax.value_and_grad(loss_fn)(params) (has_aux=True '
-        'when loss_fn returns (loss, aux)).', rep.SECTION_LOOP),
-    'optimize': (
-        'Optimizer.optimize(loss_fn) is deprecated. Replace it with grads = '
-        'jax.grad(loss_fn)(state.params); state = '
-        'state.apply_gradients(grads=grads) on a TrainState.',
-        rep.SECTION_LOOP),
+        'Optimizer.compute_gradient(loss_fn) is deprecated.',
+        'compute_gradient'),
+    'optimize': ('Optimizer.optimize(loss_fn) is deprecated.', 'optimize'),
+    'replicate': ('Optimizer.replicate() is deprecated.', 'replicate'),
     'restore_checkpoint': (
         'flax.training.checkpoints.restore_checkpoint(dir, target=optimizer) '
         'restores a flax.optim Optimizer (served by legacy_optim). Its Orbax '
@@ -345,13 +299,7 @@ _SIMPLE = {
         "dtypes to the target's; restore with compat.restore_checkpoint(dir, "
         'target) instead: it checks every path, shape and dtype against the '
         'file and raises naming each difference. To leave flax.optim, '
-        'convert the checkpoint once (python -m compat convert SRC DST --to '
-        'train_state).', rep.SECTION_CHECKPOINTS),
-    'replicate': (
-        'Optimizer.replicate() is deprecated. Replicate the TrainState with '
-        'flax.jax_utils.replicate(state) and average gradients inside '
-        'jax.pmap with jax.lax.pmean(grads, axis_name), or shard with jax.jit '
-        'and jax.sharding (compat.state_shardings).', rep.SECTION_REPLICATION),
+        'convert the checkpoint once.', 'checkpoint'),
 }
 
 
@@ -364,11 +312,13 @@ def describe(feature: str, obj=None, **details) -> str:
   if feature == 'apply_gradient_overrides':
     return _overrides_message(obj, **details)
   if feature == 'Traversal':
-    return _traversal_message(obj, **details)
+    name = type(obj).__name__ if obj is not None else 'Traversal'
+    return _replace(f'flax.traverse_util.{name} (legacy traversals) is '
+                    'deprecated.', 'traversal')
   if feature == 'DynamicScale':
-    return _dynamic_scale_message(obj, **details)
-  if feature in _SIMPLE:
-    text, section = _SIMPLE[feature]
-    return f'{text} {_see(section)}'
+    return _replace('flax.optim.DynamicScale is deprecated.', 'dynamic_scale',
+                    args=_dynamic_scale_args(obj))
+  if feature in _HEADS:
+    return _replace(*_HEADS[feature])
   return (f'flax.optim {feature} is deprecated (served by legacy_optim). '
           + _see(rep.SECTION_ALGORITHMS))

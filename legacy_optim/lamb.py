@@ -29,9 +29,6 @@ class _LAMBParamState:
   grad_sq_ema: np.ndarray
 
 
-_FIELDS = ('grad_ema', 'grad_sq_ema')
-
-
 def trust_ratio(param_norm: jax.Array, update_norm: jax.Array) -> jax.Array:
   """``|p| / |u|``, or 1 when both norms are zero (flax.optim's rule).
 
@@ -82,7 +79,7 @@ def legacy_lamb(hyper_params: Any,
   """
 
   def init_fn(params):
-    return _adaptive.init_state(adam.LegacyAdamState, params, _FIELDS)
+    return _adaptive.init_state(adam.LegacyAdamState, params)
 
   def update_fn(updates, state, params=None):
     _hyper.require_params(params, owner)
@@ -111,7 +108,7 @@ def legacy_lamb(hyper_params: Any,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-class LAMB(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
+class LAMB(base.OptimizerDef):
   """Layer-wise adaptive moments (You et al. 2019).
 
   See ``legacy_lamb`` for the rule. Optax form: ``legacy_lamb(hyper_params)``
@@ -119,9 +116,7 @@ class LAMB(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
   cases and rounds differently.
   """
 
-  _param_state_fields = _FIELDS
   _param_state_cls = _LAMBParamState
-  _optax_state_cls = adam.LegacyAdamState
 
   def __init__(self, learning_rate=None, beta1=0.9, beta2=0.999,
                weight_decay=0, eps=1e-6):

@@ -146,7 +146,8 @@ class LARS(base.OptimizerDef):
     https://arxiv.org/abs/1708.03888
   """
 
-  _param_state_fields = ('momentum',)
+  _param_state_cls = _LARSParamState
+  _optax_field_names = {'momentum': 'trace'}  # legacy_trace's TraceState
 
   def __init__(self, learning_rate=None, beta=0.9, weight_decay=0,
                trust_coefficient=0.001, eps=0, nesterov=False):
@@ -169,14 +170,3 @@ class LARS(base.OptimizerDef):
         scale_by_legacy_lars(hyper_params, self._name),
         legacy_trace(hyper_params.beta, nesterov),
         optax.scale(-1.0))
-
-  def _pack_optax_state(self, step, fields):
-    return (ScaleByLegacyLarsState(count=jnp.asarray(step, jnp.int32)),
-            optax.TraceState(trace=fields['momentum']), optax.EmptyState())
-
-  def _unpack_optax_state(self, opt_state):
-    lars_state, trace_state, _ = opt_state
-    return lars_state.count, {'momentum': trace_state.trace}
-
-  def _make_param_state(self, momentum):
-    return _LARSParamState(momentum)

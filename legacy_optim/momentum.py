@@ -1,6 +1,5 @@
 """Heavy-ball and Nesterov momentum with L2 weight decay."""
 
-import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
@@ -36,7 +35,8 @@ class Momentum(base.OptimizerDef):
   optax.scale_by_learning_rate(lr))``.
   """
 
-  _param_state_fields = ('momentum',)
+  _param_state_cls = _MomentumParamState
+  _optax_field_names = {'momentum': 'trace'}  # optax.TraceState
   _host_arithmetic = True
 
   def __init__(self, learning_rate=None, beta=0.9, weight_decay=0,
@@ -65,14 +65,3 @@ class Momentum(base.OptimizerDef):
         optax.scale_by_learning_rate(
             _hyper.learning_rate_schedule(hyper_params.learning_rate,
                                           self._name)))
-
-  def _pack_optax_state(self, step, fields):
-    return (optax.EmptyState(), optax.TraceState(trace=fields['momentum']),
-            optax.ScaleByScheduleState(count=jnp.asarray(step, jnp.int32)))
-
-  def _unpack_optax_state(self, opt_state):
-    _, trace_state, schedule_state = opt_state
-    return schedule_state.count, {'momentum': trace_state.trace}
-
-  def _make_param_state(self, momentum):
-    return _MomentumParamState(momentum)

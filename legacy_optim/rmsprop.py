@@ -1,6 +1,6 @@
 """RMSProp (optionally centered) with flax.optim's epsilon placement."""
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,15 +29,11 @@ class _RMSPropParamState:
   mg: np.ndarray
 
 
-class LegacyRMSPropState(NamedTuple):
-  """State of ``legacy_rmsprop``."""
-  count: jax.Array  # int32 scalar: steps taken (the legacy ``step``).
-  v: optax.Updates  # params-shaped, params' dtypes: EMA of g**2.
-  # params-shaped: EMA of g when centered; a tree of None otherwise.
-  mg: optax.Updates
-
-
-_FIELDS = ('v', 'mg')
+LegacyRMSPropState = _adaptive.state_class(
+    'LegacyRMSPropState', _RMSPropParamState,
+    'State of ``legacy_rmsprop``: the step ``count``, ``v`` the EMA of g**2 '
+    'and ``mg`` the EMA of g when centered, a tree of None otherwise '
+    '(params-shaped, params\' dtypes).')
 
 
 def legacy_rmsprop(hyper_params: Any,
@@ -75,7 +71,7 @@ def legacy_rmsprop(hyper_params: Any,
   centered = _hyper.static_bool(hyper_params.centered, 'centered', owner)
 
   def init_fn(params):
-    state = _adaptive.init_state(LegacyRMSPropState, params, _FIELDS)
+    state = _adaptive.init_state(LegacyRMSPropState, params)
     if centered:
       return state
     return state._replace(mg=jax.tree_util.tree_map(lambda _: None, params))
@@ -106,7 +102,7 @@ def legacy_rmsprop(hyper_params: Any,
   return optax.GradientTransformation(init_fn, update_fn)
 
 
-class RMSProp(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
+class RMSProp(base.OptimizerDef):
   """RMSProp (Tieleman & Hinton 2012), optionally centered (Graves 2013).
 
   See ``legacy_rmsprop`` for the rule. Optax form:
@@ -115,9 +111,7 @@ class RMSProp(_adaptive.CountAndFieldsMapping, base.OptimizerDef):
   the root.
   """
 
-  _param_state_fields = _FIELDS
   _param_state_cls = _RMSPropParamState
-  _optax_state_cls = LegacyRMSPropState
 
   def __init__(self, learning_rate: Optional[float] = None, beta2=0.9,
                eps=1e-8, centered=False):

@@ -1,6 +1,5 @@
 """Plain gradient descent: ``p <- p - learning_rate * g``."""
 
-import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
@@ -21,7 +20,6 @@ class GradientDescent(base.OptimizerDef):
   per-parameter state is the empty tuple ``()``.
   """
 
-  _param_state_fields = ()
   _host_arithmetic = True
 
   def __init__(self, learning_rate=None):
@@ -31,13 +29,3 @@ class GradientDescent(base.OptimizerDef):
   def _native_transform(self, hyper_params):
     return optax.scale_by_learning_rate(
         _hyper.learning_rate_schedule(hyper_params.learning_rate, self._name))
-
-  def _pack_optax_state(self, step, fields):
-    del fields
-    return optax.ScaleByScheduleState(count=jnp.asarray(step, jnp.int32))
-
-  def _unpack_optax_state(self, opt_state):
-    return opt_state.count, {}
-
-  def _make_param_state(self):
-    return ()

@@ -20,11 +20,9 @@ from legacy_optim import _hyper
 from legacy_optim import _restore
 from legacy_optim import _transforms_adaptive as _adaptive
 from legacy_optim import base
+from legacy_optim import catalogue
 
 Array = Any
-
-# Field order of _WeightNormParamState.
-_FIELDS = ('direction_state', 'scale_state', 'direction', 'scale')
 
 
 @struct.dataclass
@@ -87,7 +85,7 @@ def merge(direction, scale, eps):
 
 # flax <= 0.3.6 kept ``mult`` (= g / ||v||, shaped like g) per leaf instead of
 # ``direction`` and ``scale``, and rebuilt v and g from the param at each step.
-MULT_FIELDS = frozenset(_restore.OLDER_PARAM_STATE_FIELDS['WeightNorm'][1])
+MULT_FIELDS = frozenset(catalogue.WEIGHT_NORM.older_state_fields[1])
 
 
 def _direction_and_scale(param, mult):
@@ -244,7 +242,9 @@ class WeightNorm(base.OptimizerDef):
 
   # ------------------------------------------------ legacy <-> Optax state
   def _to_native_state(self, state, params):
-    fields = _field_trees.split_param_states(state.param_states, params, _FIELDS)
+    fields = _field_trees.split_param_states(
+        state.param_states, params,
+        _hyper.field_names(_WeightNormParamState))
     wn_params = {'direction': fields['direction'], 'scale': fields['scale']}
     inner = self.wrapped_optimizer.to_optax_state(
         base.OptimizerState(state.step, {

@@ -6,7 +6,8 @@ twice:
 
 * real ``flax.optim`` from flax 0.5.3, in the oracle venv (a subprocess);
 * the nearest stock Optax expression, in this venv; the expression is exactly
-  the one the deprecation warnings print (``legacy_optim._replacements``).
+  the one the deprecation warnings print (``legacy_optim.catalogue``, which
+  also lists what is measured).
 
 and reports the relative error of the accumulated update,
 ``|(p_100 - p_0)_optax - (p_100 - p_0)_flax| / |(p_100 - p_0)_flax|`` per leaf,
@@ -20,6 +21,7 @@ Run (about a minute)::
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -31,9 +33,8 @@ import numpy as np
 SEED = 0
 STEPS = 100
 ORACLE_PYTHON = '/opt/venvs/oracle/bin/python'
-DEFAULT_OUT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    'legacy_optim', 'stock_optax_deviation.json')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(ROOT, 'legacy_optim', 'stock_optax_deviation.json')
 
 # A few leaves (flax 0.5.3 compiles per leaf): a small dense layer and a
 # matrix large enough for Adafactor to factor (both dims >= 128).
@@ -43,43 +44,36 @@ SHAPES = {
     'Embed_0/embedding': (128, 136),
 }
 
-# (result key, legacy class, constructor kwargs, leaves initialised to zero).
-# The key is the variant name used by legacy_optim._replacements.
-CONFIGS = (
-    ('sgd', 'GradientDescent', {'learning_rate': 0.1}, ()),
-    ('momentum', 'Momentum', {'learning_rate': 0.1, 'beta': 0.9}, ()),
-    ('momentum_wd', 'Momentum', {'learning_rate': 0.1, 'beta': 0.9,
-                                 'weight_decay': 1e-4, 'nesterov': True}, ()),
-    ('adam', 'Adam', {'learning_rate': 1e-3}, ()),
-    ('adam_wd', 'Adam', {'learning_rate': 1e-3, 'weight_decay': 1e-4}, ()),
-    ('adabelief', 'AdaBelief', {'learning_rate': 1e-3}, ()),
-    ('adabelief_wd', 'AdaBelief', {'learning_rate': 1e-3,
-                                   'weight_decay': 1e-4}, ()),
-    ('adadelta', 'Adadelta', {'learning_rate': 1.0}, ()),
-    ('adadelta_wd', 'Adadelta', {'learning_rate': 1.0,
-                                 'weight_decay': 1e-4}, ()),
-    ('adagrad', 'Adagrad', {'learning_rate': 0.1}, ()),
-    ('rmsprop', 'RMSProp', {'learning_rate': 1e-3}, ()),
-    ('rmsprop_centered', 'RMSProp', {'learning_rate': 1e-3,
-                                     'centered': True}, ()),
-    ('lamb', 'LAMB', {'learning_rate': 1e-3, 'weight_decay': 1e-2}, ()),
-    ('lamb_zero_bias', 'LAMB', {'learning_rate': 1e-3, 'weight_decay': 1e-2},
-     ('Dense_0/bias',)),
-    ('lars', 'LARS', {'learning_rate': 0.1}, ()),
-    ('lars_wd', 'LARS', {'learning_rate': 0.1, 'weight_decay': 5e-4}, ()),
-    ('adafactor', 'Adafactor', {'learning_rate': 1e-2}, ()),
-)
+# The bias that ``Stock.zero_bias`` measurements start at exactly 0.
+ZERO_BIAS = 'Dense_0/bias'
+
+
+def configs():
+  """(result key, legacy class, constructor kwargs, leaves set to zero) of
+  every measurement that ``legacy_optim.catalogue`` lists."""
+  rows = []
+  for algorithm in _catalogue().RULES:
+    for stock in algorithm.stock:
+      kwargs = dict(stock.measured_with)
+      rows.append((stock.variant, algorithm.name, kwargs, ()))
+      if stock.zero_bias:
+        rows.append((f'{stock.variant}_zero_bias', algorithm.name, kwargs,
+                     (ZERO_BIAS,)))
+  return tuple(rows)
+
+
+def _catalogue():
+  """legacy_optim.catalogue (stdlib only, so the oracle venv can read it)."""
+  spec = importlib.util.spec_from_file_location(
+      '_catalogue', os.path.join(ROOT, 'legacy_optim', 'catalogue.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
 
 # Gradient sequences: name -> factor applied to the 'typical' sequence
 # (per-entry std about 0.05).
 GRAD_SCALES = {'typical': 1.0, 'small': 2e-3}
-
-NO_STOCK_ALIAS = {
-    'weight_norm': ('WeightNorm(wrapped_optimizer)',
-                    'no Optax counterpart: keep WeightNorm(...).to_optax() or '
-                    'reparameterise the model with flax.linen.WeightNorm'),
-}
-
 
 def make_data(steps: int):
   """Initial params and one fixed gradient sequence per gradient scale.
@@ -132,7 +126,7 @@ def run_oracle(data_path: str, out_path: str) -> None:
   params = {k: data['p/' + k] for k in SHAPES}
   final, hyper = {}, {}
   step_fn = jax.jit(lambda opt, g: opt.apply_gradient(g))
-  for key, cls, kwargs, zero_leaves in CONFIGS:
+  for key, cls, kwargs, zero_leaves in configs():
     opt_def = getattr(optim, cls)(**kwargs)
     for scale in GRAD_SCALES:
       opt = opt_def.create(nest(initial_params(params, zero_leaves)))
@@ -194,11 +188,6 @@ def relative_error(p0, flax_final, optax_final) -> float:
   return worst
 
 
-def legacy_call(cls, hp):
-  args = ', '.join(f'{k}={v!r}' for k, v in hp.items())
-  return f'{cls}({args})'
-
-
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--oracle-python', default=ORACLE_PYTHON)
@@ -213,7 +202,7 @@ def main(argv=None) -> int:
 
   import jax  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
-  from legacy_optim import _replacements  # pylint: disable=g-import-not-at-top
+  catalogue = _catalogue()
 
   params, grads = make_data(args.steps)
   with tempfile.TemporaryDirectory() as tmp:
@@ -229,9 +218,9 @@ def main(argv=None) -> int:
       oracle = json.load(f)
 
   results = {}
-  for key, cls, _, zero_leaves in CONFIGS:
+  for key, cls, _, zero_leaves in configs():
     hp = oracle['hyper_params'][key]
-    stock = _replacements.stock_optax(cls, hp)
+    stock = catalogue.stock_optax(cls, hp)
     p0 = initial_params(params, zero_leaves)
     per_scale = {}
     for scale in GRAD_SCALES:
@@ -241,17 +230,19 @@ def main(argv=None) -> int:
           p0, {k: flax_final[f'{key}/{scale}/{k}'] for k in SHAPES},
           optax_final)
     results[key] = {
-        'legacy': legacy_call(cls, hp),
+        'hyper_params': hp,
         'stock': stock.expression,
         'rel_err': max(per_scale.values()),
         'rel_err_by_grad_scale': per_scale,
         'note': stock.note,
         'zero_initialised': list(zero_leaves),
     }
-  for key, (legacy, note) in NO_STOCK_ALIAS.items():
-    results[key] = {'legacy': legacy, 'stock': None, 'rel_err': None,
-                    'rel_err_by_grad_scale': None, 'note': note,
-                    'zero_initialised': []}
+  for algorithm in catalogue.BUILT_INS:
+    if not algorithm.stock:
+      results[algorithm.module] = {
+          'hyper_params': None, 'stock': None, 'rel_err': None,
+          'rel_err_by_grad_scale': None, 'zero_initialised': [],
+          'note': catalogue.REPLACEMENTS[algorithm.module].text}
 
   report = {
       'description': (

@@ -39,6 +39,7 @@ from compat import _atomic  # pylint: disable=g-import-not-at-top,wrong-import-p
 from compat import _convert as convert_impl  # pylint: disable=g-import-not-at-top,wrong-import-position
 from compat import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
 from legacy_optim import _restore  # pylint: disable=g-import-not-at-top,wrong-import-position
+from legacy_optim import catalogue  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
@@ -188,7 +189,7 @@ def test_load_legacy_checkpoint_reports_what_the_file_holds(name):
     (algorithm,) = algorithms
     assert algorithm in ckpt.algorithms
     for fields in ckpt.leaf_fields.values():
-      assert set(fields) == set(_restore.PARAM_STATE_FIELDS[algorithm])
+      assert set(fields) == set(catalogue.BY_NAME[algorithm].state_fields)
 
 
 INFERRED = {
@@ -683,16 +684,6 @@ def test_cli_progress_flag_draws_a_bar(tmp_path, capsys):
 
 
 # ------------------------------------------------------------- details
-
-
-@pytest.mark.parametrize('algorithm', sorted(
-    set(_restore.PARAM_STATE_FIELDS) - {'WeightNorm'}))
-def test_checkpoint_field_table_matches_each_algorithm(algorithm):
-  # The table the reader infers from is the format flax 0.5.3 wrote (checked
-  # against the fixtures above); each class must lay its state out the same.
-  cls = getattr(legacy_optim, algorithm)
-  assert tuple(cls._param_state_fields) == (  # pylint: disable=protected-access
-      _restore.PARAM_STATE_FIELDS[algorithm])
 
 
 def test_chunked_arrays_are_reassembled():

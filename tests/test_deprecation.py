@@ -16,13 +16,13 @@ import optax
 import pytest
 
 import legacy_optim as lo
-from legacy_optim import _replacements
+from legacy_optim import catalogue
 from legacy_optim import deprecation
 
 THIS_FILE = os.path.abspath(__file__)
 GUIDE = os.path.join(os.path.dirname(os.path.dirname(THIS_FILE)),
                      'migration_guide.md')
-with open(_replacements.DEVIATION_FILE, encoding='utf-8') as _f:
+with open(catalogue.DEVIATION_FILE, encoding='utf-8') as _f:
   DEVIATIONS = json.load(_f)['results']
 
 
@@ -289,7 +289,7 @@ def test_algorithm_message_names_replacements_with_user_values(
     assert 'bit-identical to flax 0.5.3' in message
   else:
     assert f'deviates up to {row["rel_err"]:.2g} from flax 0.5.3' in message
-  assert f'section "{_replacements.SECTION_ALGORITHMS}"' in message
+  assert f'section "{catalogue.SECTION_ALGORITHMS}"' in message
   # The expression is real Optax code that updates these params.
   tx = eval(stock, {'optax': optax})  # pylint: disable=eval-used
   p = params()
@@ -355,5 +355,5 @@ def test_weight_norm_and_replicated_messages():
 def test_every_cited_guide_section_exists():
   with open(GUIDE, encoding='utf-8') as f:
     headings = {l.lstrip('#').strip() for l in f if l.startswith('#')}
-  assert set(_replacements.SECTIONS) <= headings, sorted(
-      set(_replacements.SECTIONS) - headings)
+  assert set(catalogue.SECTIONS) <= headings, sorted(
+      set(catalogue.SECTIONS) - headings)

@@ -29,6 +29,8 @@ import pathlib
 
 import pytest
 
+from legacy_optim import catalogue
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ('legacy_optim', 'compat')
 _IMPORT_FUNCTIONS = ('import_module', '__import__')
@@ -39,9 +41,12 @@ COMPUTED_IMPORTS = {
     'compat._lazy': set(),
     # Resolves its own COMMANDS table (read as edges above).
     'compat.cli': set(),
-    # Loads legacy_optim._replacements (by file when jax is not imported).
-    'compat.scan': {'legacy_optim._replacements'},
+    # Imports every built-in algorithm's module the catalogue lists.
+    'legacy_optim': {f'legacy_optim.{algorithm.module}'
+                     for algorithm in catalogue.BUILT_INS},
 }
+# ``_lazy.module_without_package(package, name)`` loads ``package.name``.
+_LOAD_WITHOUT_PACKAGE = 'module_without_package'
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -97,6 +102,10 @@ def _imports(module: str, path: pathlib.Path, known: set[str]) -> set[str]:
       found.update(item.value for value in node.values
                    for item in ast.walk(value)
                    if isinstance(item, ast.Constant) and item.value in known)
+    elif (isinstance(node, ast.Call)
+          and _called_name(node) == _LOAD_WITHOUT_PACKAGE
+          and all(isinstance(arg, ast.Constant) for arg in node.args[:2])):
+      found.add('.'.join(arg.value for arg in node.args[:2]))
     elif isinstance(node, ast.Call) and _called_name(node) in _IMPORT_FUNCTIONS:
       argument = node.args[0] if node.args else None
       if isinstance(argument, ast.Constant):
@@ -160,6 +169,11 @@ def test_graph_sees_the_hidden_kinds_of_import():
   assert 'compat.train_state' in graph['compat._convert']
   # The CLI's command table.
   assert 'compat.checkpoints' in graph['compat.cli']
+  # A stdlib-only module loaded by file (the scanner reads the catalogue
+  # without running legacy_optim/__init__).
+  assert 'legacy_optim.catalogue' in graph['compat.scan']
+  # The algorithm modules the package imports by the catalogue's names.
+  assert 'legacy_optim.adam' in graph['legacy_optim']
 
 
 @pytest.mark.parametrize('graph, cycle', [

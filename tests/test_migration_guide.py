@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 
-from legacy_optim import _replacements
+from legacy_optim import catalogue
 from legacy_optim import deprecation
 
 GUIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -84,7 +84,7 @@ def _format(value):
 
 
 def test_deviation_table_matches_the_measured_results():
-  with open(_replacements.DEVIATION_FILE, encoding='utf-8') as f:
+  with open(catalogue.DEVIATION_FILE, encoding='utf-8') as f:
     results = json.load(f)['results']
   rows = re.findall(r'^\| `(\w+)` \| [^|]+ \| `(optax\.[^`]+)` \| ([^|]+) \| '
                     r'([^|]+) \|$', read_guide(), re.MULTILINE)
@@ -101,5 +101,5 @@ def test_deviation_table_matches_the_measured_results():
 def test_every_section_the_code_cites_is_a_heading():
   headings = {line.lstrip('#').strip() for line in read_guide().splitlines()
               if line.startswith('#')}
-  assert set(_replacements.SECTIONS) <= headings, sorted(
-      set(_replacements.SECTIONS) - headings)
+  assert set(catalogue.SECTIONS) <= headings, sorted(
+      set(catalogue.SECTIONS) - headings)
