@@ -516,7 +516,7 @@ def _sha256(path: pathlib.Path) -> str:
 def main(argv=None) -> int:
   """``python -m compat convert SRC DST --to ...``."""
   parser = argparse.ArgumentParser(
-      prog='python -m compat convert',
+      prog='flax-optim-compat convert',
       description='Convert a flax.optim checkpoint to an Orbax checkpoint '
       '(TrainState, Optax or nnx layout), or such a checkpoint back to a '
       'legacy file flax <= 0.5.3 restores. The source is never modified; the '

@@ -345,7 +345,7 @@ _SIMPLE = {
         "dtypes to the target's; restore with compat.restore_checkpoint(dir, "
         'target) instead: it checks every path, shape and dtype against the '
         'file and raises naming each difference. To leave flax.optim, '
-        'convert the checkpoint once (python -m compat convert SRC DST --to '
+        'convert the checkpoint once (flax-optim-compat convert SRC DST --to '
         'train_state).', rep.SECTION_CHECKPOINTS),
     'replicate': (
         'Optimizer.replicate() is deprecated. Replicate the TrainState with '
