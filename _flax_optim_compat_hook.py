@@ -1,7 +1,7 @@
 """Serves the removed ``flax.optim`` (flax <= 0.5.3) from ``legacy_optim``.
 
 At interpreter start ``flax_optim_compat.pth`` installs a lazy stub
-(``_flax_optim_compat_startup``) that loads this module at the first ``flax*``
+(``_flax_optim_compat_startup``) that loads this module at the first ``flax``
 import, so ``from flax import optim``, ``import flax.optim.adam`` and
 ``import flax; flax.optim.Adam`` work with no change to old code; ``import
 legacy_optim`` activates it too. The public face is ``compat.importer``.

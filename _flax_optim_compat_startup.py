@@ -3,7 +3,8 @@
 ``flax_optim_compat.pth`` runs :func:`activate` in every interpreter, so this
 module is all that start-up pays for: it puts a lazy finder first on
 ``sys.meta_path``, which loads the real one (``_flax_optim_compat_hook``) at
-the first import whose name starts with ``flax`` and steps aside.
+the first import of ``flax`` or a ``flax.`` submodule and steps aside (other
+names, ``flaxformer`` or ``flax_optim_compat``, pass straight through).
 ``LEGACY_OPTIM_IMPORT_HOOK=0`` (or false/no/off) keeps it out.
 (Imported before pytest starts: PYTEST_DONT_REWRITE.)
 """
@@ -21,10 +22,10 @@ def enabled_by_environment(environ=None) -> bool:
 
 
 class LazyFinder:
-  """Stands in for the real finder until something named flax* is imported."""
+  """Stands in for the real finder until flax is imported."""
 
   def find_spec(self, fullname, path=None, target=None):
-    if not fullname.startswith('flax'):
+    if fullname != 'flax' and not fullname.startswith('flax.'):
       return None
     import _flax_optim_compat_hook  # pylint: disable=g-import-not-at-top
     _flax_optim_compat_hook.install()  # replaces this stub

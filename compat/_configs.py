@@ -1,4 +1,4 @@
-"""The optimizer configurations that ``python -m compat check`` and the tests
+"""The optimizer configurations that ``flax-optim-compat check`` and the tests
 run through the legacy path and every new path.
 
 One or more rows per built-in rule (``legacy_optim.catalogue``), then the

@@ -1,4 +1,4 @@
-"""``python -m compat check``: old path = new path, for every optimizer.
+"""``flax-optim-compat check``: old path = new path, for every optimizer.
 
 Trains a small built-in model (a two-layer linen MLP on synthetic regression
 data) with every configuration of ``compat._configs``: ``2K`` steps through the
@@ -322,7 +322,7 @@ def _cell(comparison: Comparison, notes: list[str], name: str) -> tuple[str,
 
 def _parse_args(argv):
   parser = argparse.ArgumentParser(
-      prog='python -m compat check',
+      prog='flax-optim-compat check',
       description=(
           'Train a tiny linen MLP with every optimizer configuration through '
           'the legacy flax.optim path and through each new path (raw Optax '

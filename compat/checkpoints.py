@@ -9,7 +9,7 @@ installed (``flax.training.checkpoints.restore_checkpoint(dir, target=opt)``,
   (``compat._safe_msgpack``; nothing is ever unpickled) and reports what it
   can infer: the step, each param's state fields, the candidate algorithms
   and a layout-equivalent optimizer spec.
-* ``convert_checkpoint(src, dst, to=...)`` and ``python -m compat convert``:
+* ``convert_checkpoint(src, dst, to=...)`` and ``flax-optim-compat convert``:
   legacy msgpack -> an Orbax checkpoint that modern code restores directly
   (``to='train_state'``, ``'optax'`` or ``'nnx'``), and such an Orbax
   checkpoint -> a legacy file flax 0.5.3 itself restores (``to='legacy'``).
@@ -488,9 +488,9 @@ def _sha256(path: pathlib.Path) -> str:
 
 
 def main(argv=None) -> int:
-  """``python -m compat convert SRC DST --to ...``."""
+  """``flax-optim-compat convert SRC DST --to ...``."""
   parser = argparse.ArgumentParser(
-      prog='python -m compat convert',
+      prog='flax-optim-compat convert',
       description='Convert a flax.optim checkpoint to an Orbax checkpoint '
       '(TrainState, Optax or nnx layout), or such a checkpoint back to a '
       'legacy file flax <= 0.5.3 restores. The source is never modified; the '

@@ -1,11 +1,23 @@
-"""Command line: ``python -m compat COMMAND ...`` (also ``flax-optim-compat``).
+"""Command line: ``flax-optim-compat COMMAND ...``.
 
-Each command lives in its own module as ``main(argv) -> exit status``; this
-module only dispatches, so ``--help`` and the commands stay cheap to start.
+Also ``python -m flax_optim_compat COMMAND ...``, which finds the same
+modules (see ``flax_optim_compat.__main__``); ``python -m compat`` still
+works but runs a project's own ``compat`` instead when the current directory
+has one. Each command lives in its own module as ``main(argv) -> exit
+status``; this module only dispatches, so ``--help``, ``--version`` and the
+commands stay cheap to start.
 """
 
 import importlib
+import importlib.metadata
+import os
 import sys
+
+PROG = 'flax-optim-compat'
+DISTRIBUTION = 'flax-optim-compat'
+
+# What a process killed by SIGPIPE reports to the shell (128 + 13).
+EXIT_BROKEN_PIPE = 141
 
 COMMANDS = {
     'check': ('compat.check', 'Train a small model through the legacy path '
@@ -15,21 +27,32 @@ COMMANDS = {
                 'Optax/TrainState/nnx (Orbax) or back.'),
     'migrate': ('compat.migrate', 'Rewrite flax.optim code to Optax/'
                 'TrainState code (--diff, --write, --out DIR).'),
+    'guide': ('compat.guide', 'Print the migration guide (or where it is).'),
 }
 
 
+def version() -> str:
+  """The installed distribution's version."""
+  try:
+    return importlib.metadata.version(DISTRIBUTION)
+  except importlib.metadata.PackageNotFoundError:
+    return 'unknown (not installed)'
+
+
 def _usage() -> str:
-  lines = ['usage: python -m compat COMMAND [ARGS...]', '', 'commands:']
+  lines = [f'usage: {PROG} [--version] COMMAND [ARGS...]', '', 'commands:']
   lines += [f'  {name:<8} {doc}' for name, (_, doc) in COMMANDS.items()]
-  lines += ['', 'Run "python -m compat COMMAND --help" for its options.']
+  lines += ['', f'Run "{PROG} COMMAND --help" for its options.']
   return '\n'.join(lines)
 
 
-def main(argv=None) -> int:
-  argv = list(sys.argv[1:] if argv is None else argv)
+def _dispatch(argv) -> int:
   if not argv or argv[0] in ('-h', '--help'):
     print(_usage())
     return 0 if argv else 2
+  if argv[0] in ('-V', '--version'):
+    print(f'{PROG} {version()}')
+    return 0
   name, rest = argv[0], argv[1:]
   if name not in COMMANDS:
     print(f'unknown command {name!r}; expected one of: '
@@ -37,3 +60,17 @@ def main(argv=None) -> int:
     return 2
   module = importlib.import_module(COMMANDS[name][0])
   return int(module.main(rest) or 0)
+
+
+def main(argv=None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    status = _dispatch(argv)
+    sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    return status
+  except BrokenPipeError:
+    # The reader went away (`... | head`): stop quietly, as `cat` does.
+    # Python would flush stdout again at exit and report the same error, so
+    # point it at devnull first.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE

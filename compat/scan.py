@@ -1,4 +1,4 @@
-"""``python -m compat scan PATH...``: find flax.optim usages, running nothing.
+"""``flax-optim-compat scan PATH...``: find flax.optim usages, running nothing.
 
 Parses every ``*.py`` file under the given paths with Python's own parser
 (``ast``) and reports each legacy construct with its replacement and the
@@ -309,8 +309,27 @@ def scan_source(source, path: str = '<string>') -> list:
   return sorted(set(visitor.findings))
 
 
+def _excluded(path: str, patterns) -> bool:
+  """True when a glob matches ``path``, or its tail, or its last name.
+
+  As with flake8's and ruff's ``--exclude``: ``build`` skips every file or
+  directory named build at any depth, ``*_pb2.py`` every such file, and
+  ``src/gen`` or ``*/gen/*`` the paths they match.
+  """
+  shown = path.replace(os.sep, '/')
+  name = shown.rstrip('/').rsplit('/', 1)[-1]
+  for pattern in patterns:
+    pattern = pattern.replace(os.sep, '/').rstrip('/')
+    if (fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(shown, pattern) or
+        fnmatch.fnmatch(shown, '*/' + pattern)):
+      return True
+  return False
+
+
 def iter_python_files(paths: Iterable[str], exclude=()) -> Iterable[str]:
-  """Every .py file under ``paths``, sorted, skipping hidden/cache dirs."""
+  """Every .py file under ``paths``, sorted, skipping hidden/cache dirs and
+  whatever ``exclude`` matches (see ``_excluded``); files named in ``paths``
+  are always read."""
   for root_path in paths:
     if os.path.isfile(root_path):
       yield root_path
@@ -318,11 +337,10 @@ def iter_python_files(paths: Iterable[str], exclude=()) -> Iterable[str]:
     found = []
     for root, dirs, files in os.walk(root_path):
       dirs[:] = [d for d in dirs if not d.startswith('.') and
-                 d not in SKIP_DIRS]
+                 d not in SKIP_DIRS and
+                 not _excluded(os.path.join(root, d), exclude)]
       found += [os.path.join(root, f) for f in files if f.endswith('.py')]
-    for path in sorted(found):
-      if not any(fnmatch.fnmatch(path, pattern) for pattern in exclude):
-        yield path
+    yield from sorted(p for p in found if not _excluded(p, exclude))
 
 
 def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
@@ -382,14 +400,16 @@ def format_table(result: ScanResult) -> str:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
-      prog='python -m compat scan',
+      prog='flax-optim-compat scan',
       description='Find flax.optim usages in Python sources (no code runs).')
   parser.add_argument('paths', nargs='+', metavar='PATH',
                       help='files or directories to scan')
   parser.add_argument('--format', choices=('table', 'json'), default='table')
   parser.add_argument('--exclude', action='append', default=[],
-                      metavar='GLOB', help='skip files matching GLOB '
-                      '(repeatable)')
+                      metavar='NAME_OR_GLOB',
+                      help='skip files and directories whose name or path '
+                      'matches (e.g. build, "*_pb2.py", "src/gen"; '
+                      'repeatable)')
   try:
     args = parser.parse_args(argv)
   except SystemExit as e:

@@ -5,7 +5,7 @@ module, its per-parameter state fields (the checkpoint format), the nearest
 stock Optax expression per variant with the constructor values its deviation
 from flax 0.5.3 was measured with (``scripts/stock_optax_deviation.py``,
 results in ``stock_optax_deviation.json``), and the rows it gets in
-``python -m compat check``. ``REPLACEMENTS`` holds the replacement text of
+``flax-optim-compat check``. ``REPLACEMENTS`` holds the replacement text of
 every other legacy feature. The package's exports, the restore hints, the
 deprecation warnings, the source scanner, the optimizer specs and ``check``
 all read this module; ``tests/test_catalogue.py`` checks it against the
@@ -21,7 +21,8 @@ import math
 import os
 from typing import Any, Mapping, NamedTuple, Optional
 
-GUIDE = 'migration_guide.md'
+# The guide ships with the package; the command prints it (or --path).
+GUIDE = 'the migration guide (flax-optim-compat guide)'
 
 # Section headings of migration_guide.md (tests check that each exists).
 SECTION_INSTALL = 'Step 0: Install and run unchanged'
@@ -73,7 +74,7 @@ class Stock(NamedTuple):
 
 
 class Check(NamedTuple):
-  """One row of ``python -m compat check``: ``name + label``."""
+  """One row of ``flax-optim-compat check``: ``name + label``."""
   label: str
   kwargs: Mapping[str, Any]
   # The learning rate follows a schedule: the legacy loop passes it per
@@ -268,8 +269,9 @@ REPLACEMENTS = {
         'in the pmapped step, or jax.jit with jax.sharding '
         '(compat.state_shardings)', SECTION_REPLICATION),
     'checkpoint': Replacement(
-        'checkpoint the TrainState (Orbax); convert old files with python -m '
-        'compat convert SRC DST --to train_state (compat.convert_checkpoint)',
+        'checkpoint the TrainState (Orbax); convert old files with '
+        'flax-optim-compat convert SRC DST --to train_state '
+        '(compat.convert_checkpoint)',
         SECTION_CHECKPOINTS),
     'dynamic_scale': Replacement(
         'flax.training.dynamic_scale.DynamicScale({args}) (same algorithm and '

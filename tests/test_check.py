@@ -114,7 +114,7 @@ def test_help_through_the_cli():
       [sys.executable, '-m', 'compat', 'check', '--help'],
       capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 0, result.stderr
-  assert result.stdout.startswith('usage: python -m compat check')
+  assert result.stdout.startswith('usage: flax-optim-compat check')
   for option in ('--steps', '--only', '--eager', '--jobs', '--list',
                  '--no-progress'):
     assert option in result.stdout

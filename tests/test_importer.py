@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import types
+import zipfile
 
 import pytest
 
@@ -347,8 +348,23 @@ def test_regular_wheel_install(tmp_path):
   with open(os.path.join(venv_site, 'deps.pth'), 'w', encoding='utf-8') as f:
     f.write('\n'.join(deps) + '\n')
   wheel = next(wheel_dir.glob('flax_optim_compat-*.whl'))
-  subprocess.run([py, '-m', 'pip', 'install', '--no-deps', '-q', str(wheel)],
+  with zipfile.ZipFile(wheel) as archive:
+    names = archive.namelist()
+    entry_points = archive.read(next(
+        n for n in names if n.endswith('.dist-info/entry_points.txt')))
+  # The wheel carries the license and the guide, and no pytest plugin entry.
+  assert any(n.endswith('.dist-info/licenses/LICENSE') for n in names), names
+  assert 'compat/migration_guide.md' in names, names
+  assert b'pytest11' not in entry_points, entry_points
+  # --ignore-installed: the deps' site-packages may hold an install of ours.
+  subprocess.run([py, '-m', 'pip', 'install', '--no-deps', '--ignore-installed',
+                  '-q', str(wheel)],
                  check=True)
+  guide = subprocess.run([venv / 'bin' / 'flax-optim-compat', 'guide',
+                          '--path'], cwd=tmp_path, env=_clean_env(),
+                         capture_output=True, text=True, check=True)
+  assert guide.stdout.strip() == os.path.join(
+      venv_site, 'compat', 'migration_guide.md'), guide.stdout
   result = subprocess.run(
       [py, '-c', _PRELUDE + 'from flax import optim\n'
        'assert optim.__file__.startswith(%r), optim.__file__\n' % venv_site

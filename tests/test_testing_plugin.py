@@ -1,8 +1,8 @@
 """The compat.testing pytest plugin, driven through pytester.
 
-Inner runs load the plugin explicitly (``-p compat.testing.plugin``) with
-entry-point autoloading off, so they test this checkout whether or not the
-installed metadata already carries the ``pytest11`` entry point.
+The plugin is opt-in: inner runs load it as users do (``-p
+flax_optim_compat.pytest_plugin``), with entry-point autoloading off so that a
+stale install's metadata cannot load a second copy.
 """
 
 import configparser
@@ -16,6 +16,7 @@ import pytest
 pytest_plugins = ['pytester']
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+PLUGIN = 'flax_optim_compat.pytest_plugin'
 
 # A tiny training run: GradientDescent on two leaves, fixed gradients. The
 # learning rate comes from the LR file so a later run can change it.
@@ -56,8 +57,7 @@ def _project(pytester, monkeypatch):
 
 
 def _run(pytester, *args):
-  return pytester.runpytest('-p', 'compat.testing.plugin', '-q', '-W',
-                            'ignore', *args)
+  return pytester.runpytest('-p', PLUGIN, '-q', '-W', 'ignore', *args)
 
 
 def _files(root: pathlib.Path):
@@ -129,19 +129,27 @@ def test_help_lists_the_option(project):
   result.stdout.fnmatch_lines(['*--record-trajectories*', '*trajectory_dir*'])
 
 
-def test_entry_point_is_declared():
+def test_earlier_module_name_still_loads_the_plugin(project):
+  result = project.runpytest('-p', 'compat.testing.plugin', '-q', '-W',
+                             'ignore', '--record-trajectories',
+                             'test_train.py::test_train')
+  result.assert_outcomes(passed=1)
+
+
+def test_no_entry_point_loads_it_into_other_projects():
   config = configparser.ConfigParser()
   config.read(REPO / 'setup.cfg')
-  entries = config['options.entry_points']['pytest11'].strip().splitlines()
-  assert 'compat_testing = compat.testing.plugin' in [
-      e.strip() for e in entries]
+  assert 'pytest11' not in config['options.entry_points']
 
 
 def test_plugin_and_package_import_nothing_heavy():
-  """Loaded into every pytest run: must not import jax or flax."""
-  code = ('import sys, compat.testing, compat.testing.plugin; '
+  """Loading the plugin must not import jax, flax, or even compat."""
+  code = ('import sys, flax_optim_compat.pytest_plugin; '
+          'early = [m for m in ("jax", "flax", "numpy", "compat") '
+          'if m in sys.modules]; '
+          'import compat.testing, compat.testing.plugin; '
           'heavy = [m for m in ("jax", "flax", "numpy") if m in sys.modules]; '
-          'print(heavy); sys.exit(bool(heavy))')
+          'print(early, heavy); sys.exit(bool(early or heavy))')
   result = subprocess.run([sys.executable, '-c', code], cwd=REPO,
                           capture_output=True, text=True, check=False)
   assert result.returncode == 0, result.stdout + result.stderr

@@ -8,7 +8,7 @@
 * ``record_trajectory(...)`` writes the params of a run on the old path (it
   also runs under real flax 0.5.3); ``assert_matches_trajectory(...)`` later
   checks the new path against that file. Format: ``_record_core``.
-* A pytest plugin (``compat.testing.plugin``, registered as ``pytest11``):
+* An opt-in pytest plugin (``pytest -p flax_optim_compat.pytest_plugin``):
   the ``trajectory`` fixture records with ``--record-trajectories`` and
   asserts otherwise.
 
