@@ -36,10 +36,16 @@ Kernels are cached by value, so equal definitions share them:
 * the group (shapes, dtypes, state structure, sub-optimizer) and the number
   of leaves per call.
 
-At most ``MAX_ENTRIES`` kernels are kept, least recently used first out (one
-compiled program each: about 0.1-0.3 MB of memory for small leaves). A
-``MultiOptimizer``'s leaf-to-sub-optimizer assignment is cached next to them.
-``legacy_optim.eager.clear_cache()`` frees all of it.
+At most ``MAX_ENTRIES`` kernels are kept, least recently used first out. A
+kernel holds one compiled XLA program: about 4 MB of memory (measured with
+16 leaves of 16 x 16 on CPU; mostly XLA's code and buffers), so the cache
+holds at most about 0.5 GB; a ResNet-50 needs 11 kernels, a tree of
+thousands of alike leaves one or two. A ``MultiOptimizer``'s
+leaf-to-sub-optimizer assignment is cached next to them.
+``legacy_optim.eager.clear_cache()`` frees all of it (to the allocator,
+which reuses it for the next kernels). A tree whose step needs more kernels
+than ``MAX_ENTRIES`` (more than 2,000 leaves of all different shapes)
+compiles some of them again at every step: raise ``MAX_ENTRIES`` then.
 
 The cache is bypassed (the rule runs inline, exactly as before) when
 
@@ -91,8 +97,9 @@ from legacy_optim import _layout
 # Whether eager calls use compiled steps (see the module docstring).
 ENABLED = os.environ.get('LEGACY_OPTIM_EAGER_JIT', '1') != '0'
 
-# At most this many kernels (and MultiOptimizer label trees) are kept.
-MAX_ENTRIES = 512
+# At most this many kernels (and MultiOptimizer label trees) are kept:
+# about 4 MB each (see the module docstring).
+MAX_ENTRIES = 128
 
 # Small leaves of one group stepped per kernel call. More leaves per call
 # dispatch less often but compile a larger program.
