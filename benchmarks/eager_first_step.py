@@ -8,8 +8,8 @@ optimizer package, builds the workload's params and gradients
 ``apply_gradient(grads)`` without jit (the first step as a notebook sees
 it), then the calls after it. It reports its peak RSS (``getrusage``'s
 ``ru_maxrss``, read in the child; the parent imports no jax, so the child's
-figure is its own), its RSS after the step, its RSS before building the
-params (imports and backend only), the bytes of params plus optimizer state,
+figure is its own), its RSS after the step (also after ``malloc_trim``: without the
+freed memory glibc keeps), its RSS before building the params (imports and backend only), the bytes of params plus optimizer state,
 and the XLA compilations counted by ``jax.monitoring``. The shim runs with
 this interpreter, flax 0.5.3 with ``$ORACLE_PYTHON`` (jax 0.4.13). Runs
 alternate which variant goes first; the table gives medians over runs and the
@@ -17,6 +17,7 @@ load average around them.
 """
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -94,6 +95,12 @@ def child(name, variant):
   peak_mb = _peak_mb()
   gc.collect()
   after_mb = _rss_mb()
+  # What of that is freed memory the C allocator kept (not the process's).
+  try:
+    ctypes.CDLL('libc.so.6').malloc_trim(0)
+    after_trim_mb = _rss_mb()
+  except (OSError, AttributeError):
+    after_trim_mb = None
   opt_bytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(opt))
 
   later_s = []
@@ -112,7 +119,8 @@ def child(name, variant):
   second_def_s = time.perf_counter() - start
   print(json.dumps({
       'first_s': first_s, 'later_s': later_s, 'peak_mb': peak_mb,
-      'after_mb': after_mb, 'baseline_mb': baseline_mb,
+      'after_mb': after_mb, 'after_trim_mb': after_trim_mb,
+      'baseline_mb': baseline_mb,
       'opt_mb': opt_bytes / 2**20, 'first_compiles': first_compiles,
       'second_def_compiles': (None if before is None
                               else compiles[0] - before),
@@ -138,7 +146,7 @@ def _median(runs, field):
 def report(results, config):
   print(f'# loads {config["loads"]}')
   header = ('workload  | variant | 1st step s (create+apply) | peak RSS MB '
-            '(above imports) | RSS after MB | params+state MB | call 2 / 3 / '
+            '(above imports) | RSS after MB (trimmed) | params+state MB | call 2 / 3 / '
             'median 4-7 ms | compiles 1st / 2nd equal Adam')
   print(header)
   print('-' * len(header))
@@ -156,7 +164,9 @@ def report(results, config):
             f'({firsts}) | '
             f'{_median(ok, "peak_mb"):.0f} '
             f'(+{_median(ok, "peak_mb") - _median(ok, "baseline_mb"):.0f}) | '
-            f'{_median(ok, "after_mb"):.0f} | {_median(ok, "opt_mb"):.1f} | '
+            f'{_median(ok, "after_mb"):.0f} '
+            f'({_median(ok, "after_trim_mb"):.0f}) | '
+            f'{_median(ok, "opt_mb"):.1f} | '
             f'{statistics.median(later[0]) * 1e3:.1f} / '
             f'{statistics.median(later[1]) * 1e3:.1f} / {tail * 1e3:.1f} | '
             f'{_median(ok, "first_compiles")} / '
