@@ -301,10 +301,10 @@ def _leaf_key(param, state, grad, label) -> tuple[Any, ...]:
           tuple((x.shape, x.dtype) for x in state_leaves))
 
 
-def _labels(opt_def, def_key, treedef, params, flat_params) -> list[Any]:
+def _labels(opt_def, config_key, treedef, params, flat_params) -> list[Any]:
   """Each leaf's sub-optimizer label (a MultiOptimizer's traversals)."""
   shapes = tuple((p.shape, p.dtype) for p in flat_params)
-  labels = _cached(('labels', def_key, treedef, shapes),
+  labels = _cached(('labels', config_key, treedef, shapes),
                    lambda: opt_def.labels(params))
   return treedef.flatten_up_to(labels)
 
@@ -340,7 +340,9 @@ def _step_by_groups(opt_def, def_key, split, target, state, grads):
   if not params:
     return None
   if _picks_rule_by_label(opt_def):
-    labels = _labels(opt_def, def_key, treedef, target, params)
+    # Per configuration, as a compiled whole step would trace it: traversal
+    # filters run on a configuration's first step (tests/test_subclass_hooks).
+    labels = _labels(opt_def, (def_key, split.key), treedef, target, params)
   else:
     labels = [None] * len(params)
   leaf_keys = list(map(_leaf_key, params, param_states, flat_grads, labels))
