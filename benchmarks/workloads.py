@@ -7,6 +7,8 @@ flax 0.5.3 oracle environment (numpy < 2, jax 0.4.13).
   batch-norm scales and biases, the classifier), 25.6M float32 params.
 * ``small2000``: 2,000 small leaves (0.3M params): per-leaf overheads.
 * ``big64m``: one 8192 x 8192 leaf (67.1M params): memory bandwidth.
+* ``small1k``, ``small4k``, ``small10k``: 1,000 to 10,000 leaves of 16 x 16,
+  for the first eager step.
 """
 
 import numpy as np
@@ -48,10 +50,19 @@ def big64m_shapes():
   return {'w': (8192, 8192)}
 
 
+def small_shapes(count):
+  """``count`` leaves of 16 x 16 (a notebook's many small layers)."""
+  return lambda: {f'leaf{i:05d}': (16, 16) for i in range(count)}
+
+
 SHAPES = {
     'resnet50': resnet50_shapes,
     'small2000': small2000_shapes,
     'big64m': big64m_shapes,
+    # First eager steps (``eager_first_step.py``).
+    'small1k': small_shapes(1000),
+    'small4k': small_shapes(4000),
+    'small10k': small_shapes(10000),
 }
 
 

@@ -157,6 +157,15 @@ def _map_params_shaped(tree, params_def, fn):
   """Applies ``fn`` to every outermost subtree shaped like the params."""
 
   def fits(node) -> bool:
+    # jax's error for a misfit spells out the whole node (array values
+    # included, seconds for thousands of leaves): rule out a different root
+    # container first.
+    node_def = jax.tree_util.tree_structure(node)
+    if node_def == params_def:
+      return True
+    if (params_def.num_nodes > 1 and
+        node_def.node_data() != params_def.node_data()):
+      return False
     try:
       params_def.flatten_up_to(node)
     except (ValueError, TypeError):

@@ -162,6 +162,10 @@ class OptimizerDef:
     return type(self).__name__
 
   # --------------------------------------------------- which code runs
+  def _inner_defs(self) -> list['OptimizerDef']:
+    """The OptimizerDefs this one wraps (MultiOptimizer, WeightNorm...)."""
+    return [inner for _, inner in _wrapped_defs(self)]
+
   def _user_hooks(self) -> frozenset[str]:
     """The step hooks whose user-written code runs when this def steps.
 

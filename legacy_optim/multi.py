@@ -132,6 +132,9 @@ class MultiOptimizer(base.OptimizerDef):
   may be this package's or today's ``flax.traverse_util`` ones.
   """
 
+  # Eager steps (``_eager``) run each leaf with the rule ``labels`` names.
+  _eager_rule_by_label = True
+
   def __init__(self, *traversals_and_optimizers):
     if not traversals_and_optimizers:
       raise ValueError('MultiOptimizer needs at least one (traversal, '
