@@ -360,3 +360,31 @@ def test_neighbouring_removals_are_rewritten_and_run(tmp_path):
   assert module.is_array(jnp.ones(1)) and module.count(trees) == 2
   model_state, params = module.split({'params': 1, 'batch_stats': 2})
   assert (model_state, params) == ({'batch_stats': 2}, 1)
+
+
+def test_device_put_and_replicate_keep_the_optimizer_kind():
+  source = b'''import jax
+from flax import jax_utils
+from flax import optim
+
+
+@jax.jit
+def train_step(optimizer, grad):
+  return optimizer.apply_gradient(grad)
+
+
+def train(params, grads):
+  optimizer = jax.device_put(optim.Adam(learning_rate=0.1).create(params))
+  optimizer = jax_utils.unreplicate(jax_utils.replicate(optimizer))
+  for grad in grads:
+    optimizer = train_step(optimizer, grad)
+  return optimizer.target
+'''
+  new, plan = migrate.migrate_source(source, 'device_put_like.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'return optimizer.params' in new
+  assert b'optimizer.apply_gradients(grads=grad)' in new
+  # Any other call hides what comes back: nothing is rewritten then.
+  unknown = source.replace(b'jax.device_put(', b'my_library.move(')
+  _, plan = migrate.migrate_source(unknown, 'device_put_like.py')
+  assert any(l.construct == 'apply_gradient' for l in plan.leftovers)
