@@ -3,8 +3,15 @@
 Stdlib only: ``compat.scan`` finds the usages, this module turns each finding
 (and each use of an object the scanner proved to be an ``Optimizer``) into a
 source edit or a leftover with its reason. ``compat.migrate`` applies the
-edits (LibCST) and writes the report. One table, ``_ALGORITHMS``, says which
-definitions have an exact Optax spelling.
+edits (LibCST) and writes the report.
+
+Each built-in rule gets its exact spelling: stock Optax where the catalogue
+measured the stock alias bit-identical (``_STOCK_EXACT``: GradientDescent,
+Momentum), else the keyword function of ``flax_optim_rules`` named after the
+catalogue's module (``optim.Adam(...)`` -> ``flax_optim_rules.adam(...)``),
+which builds the transform ``Adam(...).to_optax()`` builds and needs only jax
+and optax. ``--tier stock`` spells every rule with its nearest stock Optax
+alias (the catalogue's templates), annotated with the measured deviation.
 
 The exact tier carries the optimizer as a
 ``flax.training.train_state.TrainState`` under the user's own names, so every
@@ -13,6 +20,8 @@ checkpoints, ``jax.tree_util`` maps) keeps working; only the places that ask
 the object something change:
 
   opt_def = optim.Momentum(lr, beta)    -> opt_def = optax.sgd(...)
+  opt_def = optim.Adam(lr, beta2=b)     -> opt_def = flax_optim_rules.adam(
+                                             learning_rate=lr, beta2=b)
   opt_def.create(params)                -> TrainState.create(apply_fn=None,
                                              params=params, tx=opt_def)
   optimizer.target                      -> optimizer.params
@@ -21,7 +30,8 @@ the object something change:
   optimizer.apply_gradient(g, learning_rate=lr)
       -> optimizer.replace(opt_state=optax.tree_utils.tree_set(
              optimizer.opt_state, learning_rate=lr)).apply_gradients(grads=g)
-         (the definitions are then ``optax.inject_hyperparams``-wrapped)
+         (the definitions are then ``optax.inject_hyperparams``-wrapped,
+         ``flax_optim_rules.inject_learning_rate`` for the exact rules)
   optim.Optimizer / optim.DynamicScale  -> TrainState / flax's DynamicScale
 
 A module is rewritten only as a whole: if one optimizer usage in it cannot be
@@ -32,6 +42,7 @@ file would mix the two kinds of object) and all are listed.
 import ast
 from typing import NamedTuple, Optional
 
+from compat import _lazy
 from compat import _scan_flow
 from compat import _scan_names
 from compat import _scan_removals
@@ -80,6 +91,10 @@ class Plan(NamedTuple):
   removed_imports: list  # (module, name or None, asname) to drop if unused
 
 
+_CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
+RULES_MODULE = 'flax_optim_rules'
+
+
 class _Algorithm(NamedTuple):
   factory: str  # the stock Optax call, hyper-params mapped by _map
   static: tuple  # hyper-params that stay Python values under injection
@@ -94,18 +109,29 @@ def _gradient_descent(values):
   return {'learning_rate': values['learning_rate']}
 
 
-# flax.optim definition -> its exact stock Optax spelling. Measured
-# bit-identical (tests/test_migrate.py trains both for several steps); the
-# decay term is kept only for a non-zero literal, as flax.optim skipped it.
+# flax.optim definition -> its exact stock Optax spelling, for the rules
+# whose stock aliases the catalogue measured bit-identical (``_STOCK_EXACT``;
+# tests/test_migrate.py checks the two agree and trains both for several
+# steps); the decay term is kept only for a non-zero literal, as flax.optim
+# skipped it.
 _ALGORITHMS = {
     'Momentum': (_Algorithm('optax.sgd', ('momentum', 'nesterov')),
                  _momentum),
     'GradientDescent': (_Algorithm('optax.sgd', ()), _gradient_descent),
 }
-_NO_EXACT_RULE = (
-    'no stock Optax transform reproduces flax.optim\'s {name} bit for bit; '
-    'the exact tier does not rewrite it yet: use `{name}(...).to_optax()` '
-    'from the shim meanwhile (same numbers)')
+
+
+def _stock_exact() -> frozenset:
+  """The rules all of whose stock variants measured bit-identical."""
+  results = _CATALOGUE.deviations().get('results', {})
+  return frozenset(
+      a.name for a in _CATALOGUE.RULES if a.stock and all(
+          (results.get(s.variant) or {}).get('rel_err') == 0
+          for s in a.stock))
+
+
+_STOCK_EXACT = _stock_exact()
+_RULE_NAMES = frozenset(a.name for a in _CATALOGUE.RULES)
 
 
 def _line_offsets(source: bytes) -> list:
@@ -174,8 +200,8 @@ class Planner:
                 edit.line - 1].decode('utf-8', 'replace').strip(),
             'not rewritten: another optimizer usage in this file could not '
             'be (see above); the file is migrated as a whole or not at all'))
-      self.imports = [i for i in self.imports if i[0] != 'optax' and
-                      i[1] != 'train_state']
+      self.imports = [i for i in self.imports if i[0] not in (
+          'optax', RULES_MODULE) and i[1] != 'train_state']
     else:
       for module in ('flax', 'legacy_optim'):
         self.removed.append((module, 'optim', None))
@@ -208,7 +234,7 @@ class Planner:
     for node in ast.walk(self.tree):
       if isinstance(node, ast.Call):
         name = self.names.legacy_class(node.func)
-        if name in _ALGORITHMS or (name and name in _scan_names.ALGORITHMS):
+        if name in _CATALOGUE.BY_NAME:
           handled.add(node.lineno)
           reason = self._plan_algorithm(node, name)
           if reason:
@@ -255,16 +281,30 @@ class Planner:
                          None if name == 'train_state' else name))
     return name
 
-  def _plan_algorithm(self, node, name) -> Optional[str]:
-    if name not in _ALGORITHMS:
-      return _NO_EXACT_RULE.format(name=name)
+  def _given_arguments(self, node, name):
+    """``{parameter: value node}`` of a constructor call, or None."""
     if any(isinstance(a, ast.Starred) for a in node.args) or any(
         k.arg is None for k in node.keywords):
-      return 'arguments passed with * or ** cannot be mapped with certainty'
-    algorithm, mapping = _ALGORITHMS[name]
+      return None
     params = [p for p, _ in _scan_names.legacy_signatures()[name]]
     given = {p: a for p, a in zip(params, node.args)}
     given.update({k.arg: k.value for k in node.keywords})
+    return given
+
+  def _plan_algorithm(self, node, name) -> Optional[str]:
+    if name not in _RULE_NAMES:
+      return (f'{name}: {_CATALOGUE.REPLACEMENTS["weight_norm"].text}'
+              if name == _CATALOGUE.WEIGHT_NORM.name else
+              f'{name} is not a built-in rule')
+    given = self._given_arguments(node, name)
+    if given is None:
+      return 'arguments passed with * or ** cannot be mapped with certainty'
+    if self.tier == 'stock':
+      return self._plan_stock(node, name, given)
+    if name not in _STOCK_EXACT:
+      return self._plan_exact_rule(node, name, given)
+    algorithm, mapping = _ALGORITHMS[name]
+    params = [p for p, _ in _scan_names.legacy_signatures()[name]]
     defaults = dict(_scan_names.legacy_signatures()[name])
     values = {p: given.get(p, defaults[p]) for p in params}
     decay = values.get('weight_decay')
@@ -303,6 +343,68 @@ class Planner:
       call = f'optax.chain(optax.add_decayed_weights({decay_literal!r}), {call})'
     self._require_tx_imports()
     self.edit(node, call, 'algorithm', **parts)
+    return None
+
+  def _missing_rate(self, given) -> Optional[str]:
+    if not _is_none(given.get('learning_rate')) or self.inject:
+      return None
+    return ('no learning rate in the definition and none passed to '
+            'apply_gradient in this file')
+
+  def _plan_exact_rule(self, node, name, given) -> Optional[str]:
+    """``optim.Adam(...)`` -> ``flax_optim_rules.adam(...)`` (same rule)."""
+    reason = self._missing_rate(given)
+    if reason:
+      return reason
+    params = [p for p, _ in _scan_names.legacy_signatures()[name]]
+    args = [f'{p}={{{p}}}' for p in params if p in given]
+    if self.inject and _is_none(given.get('learning_rate')):
+      args = ['learning_rate=0.0'] + [a for a in args if not a.startswith(
+          'learning_rate=')]  # set before every step (tree_set)
+      given = {k: v for k, v in given.items() if k != 'learning_rate'}
+    factory = f'{RULES_MODULE}.{_CATALOGUE.BY_NAME[name].module}'
+    if self.inject:
+      factory = f'{RULES_MODULE}.inject_learning_rate({factory})'
+    self.imports.append((RULES_MODULE, None, None))
+    if self.inject:
+      self._require_tx_imports()  # optax.tree_utils.tree_set per step
+    self.edit(node, f'{factory}(' + ', '.join(args) + ')', 'algorithm',
+              **given)
+    return None
+
+  def _plan_stock(self, node, name, given) -> Optional[str]:
+    """The nearest stock Optax alias, its deviation in a comment."""
+    reason = self._missing_rate(given)
+    if reason:
+      return reason
+    if self.inject:
+      return ('--tier stock does not inject a per-step learning rate; give '
+              'the alias a schedule instead, or use the exact tier')
+    defaults = dict(_scan_names.legacy_signatures()[name])
+    texts = {p: self.text(given[p]) if p in given else (default or 'None')
+             for p, default in defaults.items()}
+    # Literal values are written out (they select the variant: a zero
+    # weight decay is no decay); expressions stay spans of the source, so
+    # edits inside them still apply.
+    values = {p: ('{%s}' % p if p in given and not isinstance(
+        given[p], ast.Constant) else _escape(text))
+              for p, text in texts.items()}
+    stock = _CATALOGUE.stock_optax(name, texts, render=str)
+    expression = _CATALOGUE.stock_optax(name, values, render=str).expression
+    statement = node
+    while not isinstance(statement, ast.stmt):
+      statement = self._parents[statement]
+    line = self.source.splitlines()[statement.lineno - 1].decode('utf-8')
+    indent = line[:len(line) - len(line.lstrip())]
+    note = f' ({stock.note})' if stock.note else ''
+    comment = (f'{indent}# stock Optax for flax.optim {name}: '
+               f'{_CATALOGUE.deviation_phrase(stock.variant)}{note}\n')
+    self._require_tx_imports()
+    self.edit(node, expression, 'algorithm_stock', **{
+        p: v for p, v in given.items() if not isinstance(v, ast.Constant)})
+    line_start = self._offsets[statement.lineno - 1]
+    self.edits.append(Edit(line_start, line_start, _escape(comment), (),
+                           node.lineno, 'algorithm_stock'))
     return None
 
   def _plan_create(self, node) -> Optional[str]:
@@ -404,6 +506,11 @@ def _is_none(value) -> bool:
   if isinstance(value, ast.Constant):
     return value.value is None
   return value in (None, 'None')
+
+
+def _escape(text: str) -> str:
+  """``text`` as a literal part of an ``Edit`` template."""
+  return text.replace('{', '{{').replace('}', '}}')
 
 
 def _is_pure(node) -> bool:

@@ -20,6 +20,10 @@ from typing import Optional
 _ANY = object()  # an element of a returned tuple that is not an optimizer
 # Decorators that keep a function's callers as they are.
 _WRAPPERS = ('jax.jit', 'jax.named_call')
+# Calls that return their first argument's kind (a pytree moved or
+# replicated across devices): an optimizer in, an optimizer out.
+_SAME_KIND = ('jax.device_put', 'flax.jax_utils.replicate',
+              'flax.jax_utils.unreplicate')
 
 
 def _simple_name_bindings(target, value, out):
@@ -301,6 +305,8 @@ class OptimizerFlow:
           return True
         if func.attr == 'apply_gradient':
           return self.is_optimizer(func.value, scope)
+      if self.names.resolve(func) in _SAME_KIND and len(node.args) == 1:
+        return self.is_optimizer(node.args[0], scope)
       return self._returned(node, scope) is True
     return False
 

@@ -400,8 +400,11 @@ def main(argv=None) -> int:
                     help='rewrite in place (clean git work tree only)')
   mode.add_argument('--out', metavar='DIR',
                     help='write a rewritten copy of the tree into DIR')
-  parser.add_argument('--tier', choices=('exact',), default='exact',
-                      help='exact: bit-identical training only (default)')
+  parser.add_argument(
+      '--tier', choices=('exact', 'stock'), default='exact',
+      help='exact (default): bit-identical training (stock Optax where it '
+      'is exact, else flax_optim_rules); stock: the nearest stock Optax '
+      'alias, each line annotated with its measured deviation')
   parser.add_argument('--report', metavar='FILE',
                       help='write a Markdown report to FILE')
   parser.add_argument('--exclude', action='append', default=[],

@@ -6,16 +6,14 @@ gradient; other leaves keep the full average. Unused legacy slots of the
 per-parameter state hold zeros of shape ``(1,)``, as in flax.optim.
 """
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import struct
 
-from legacy_optim import _hyper
-from legacy_optim import _transforms_adaptive as _adaptive
+from flax_optim_rules import _adafactor as _rules_adafactor
 from legacy_optim import base
 
 Dtype = Any
@@ -46,184 +44,12 @@ class _AdafactorParamState:
   m: np.ndarray  # with beta1: momentum of the scaled update.
 
 
-def _unused_slot():
-  # flax.optim filled unused slots with default-dtype zeros of shape (1,).
-  return jnp.zeros((1,))
-
-
-def factored_dims(shape: Sequence[int], factored: bool,
-                  min_dim_size_to_factor: int):
-  """``(d1, d0)``: the second-largest and largest axes, or None.
-
-  A leaf is factored when ``factored`` is set and its two largest dimensions
-  are both at least ``min_dim_size_to_factor``. Ties keep the lower axis
-  first (a stable order), as flax.optim's ``np.argsort`` did.
-  """
-  if not factored or len(shape) < 2:
-    return None
-  order = np.argsort(shape, kind='stable')
-  if shape[order[-2]] < min_dim_size_to_factor:
-    return None
-  return int(order[-2]), int(order[-1])
-
-
-def decay_rate_pow(i, exponent: float = 0.8):
-  r"""Second-moment decay :math:`\hat\beta_{2,t} = 1 - t^{-c}`.
-
-  :math:`t = \max(i, 0) + 1` in float32, where ``i`` is the step minus
-  ``step_offset`` and ``c`` = ``decay_rate``. flax.optim had no ``max``: a
-  step before ``step_offset`` gave NaN parameters. Here such steps use the
-  schedule's first value (:math:`\hat\beta_2 = 0`: the second moment
-  restarts from the current gradient) until ``step_offset`` is reached;
-  steps at or after it are unchanged.
-  """
-  t = jnp.asarray(jnp.maximum(i, 0), jnp.float32) + 1.0
-  return 1.0 - t**(-exponent)
-
-
-LegacyAdafactorState = _adaptive.state_class(
-    'LegacyAdafactorState', _AdafactorParamState,
-    'State of ``scale_by_legacy_adafactor``: the step ``count`` and one '
-    'params-shaped tree per ``_AdafactorParamState`` field (float32 '
-    'statistics, ``dtype_momentum`` momentum, or (1,) zeros where unused).')
-
-# The per-parameter state fields, in layout order.
-_SLOTS = LegacyAdafactorState._fields[1:]
-
-
-def scale_by_legacy_adafactor(
-    hyper_params: _AdafactorHyperParams,
-    dtype_momentum: Dtype = jnp.float32,
-    owner: str = 'Adafactor',
-    decay_schedule: Callable[..., Any] = decay_rate_pow,
-) -> optax.GradientTransformation:
-  r"""The flax.optim Adafactor update, in its operation order.
-
-  Per leaf, with :math:`G = g^2 + \epsilon_1` (``g`` cast to float32),
-  :math:`\hat\beta_2` from ``decay_rate_pow`` and step size
-  :math:`\alpha = \eta \max(\mathrm{RMS}(p), \epsilon_2)` (just :math:`\eta`
-  without ``multiply_by_parameter_scale``):
-
-  .. math::
-    \text{factored: } R \leftarrow \hat\beta_2 R + (1-\hat\beta_2)
-    \operatorname{mean}_{d_0} G,\;
-    C \leftarrow \hat\beta_2 C + (1-\hat\beta_2) \operatorname{mean}_{d_1} G,\;
-    y = g \,(R / \operatorname{mean}_{d_1} R)^{-1/2}\, C^{-1/2}
-
-    \text{otherwise: } V \leftarrow \hat\beta_2 V + (1-\hat\beta_2) G,\;
-    y = g\, V^{-1/2}
-
-  then :math:`y \leftarrow y / \max(1, \mathrm{RMS}(y)/d)` (``d`` =
-  ``clipping_threshold``), :math:`s = \alpha y`, with ``beta1``
-  :math:`m \leftarrow \beta_1 m + (1-\beta_1) s,\ s = m`, and
-  :math:`p \leftarrow (1 - w) p - s` (``w`` = ``weight_decay_rate``).
-  The transform returns the update ``-s``, or ``new_p - p`` when weight
-  decay is on, so that ``optax.apply_updates`` lands on flax.optim's value.
-
-  .. warning::
-    ``optax.adafactor`` is a different rule (other epsilon placement, decay
-    schedule and clipping); it is not interchangeable with this one.
-
-  References:
-    Shazeer & Stern, "Adafactor: Adaptive Learning Rates with Sublinear
-    Memory Cost", https://arxiv.org/abs/1804.04235
-
-  Args:
-    hyper_params: an ``_AdafactorHyperParams``; numeric fields may be traced
-      values or schedules (callables of the step count); ``None`` for
-      ``beta1``/``clipping_threshold``/``weight_decay_rate`` disables them.
-    dtype_momentum: dtype of the stored momentum.
-    owner: the optimizer name used in error messages.
-    decay_schedule: ``(step - step_offset, decay_rate) -> beta2_hat``.
-
-  Returns:
-    An ``optax.GradientTransformation`` that needs ``params`` in ``update``.
-  """
-  factored = _hyper.static_bool(hyper_params.factored, 'factored', owner)
-  scale_by_param = _hyper.static_bool(
-      hyper_params.multiply_by_parameter_scale, 'multiply_by_parameter_scale',
-      owner)
-  min_dim = hyper_params.min_dim_size_to_factor
-
-  def dims(shape):
-    return factored_dims(shape, factored, min_dim)
-
-  def init_fn(params):
-    def slot(param, name):
-      d = dims(param.shape)
-      shape = np.shape(param)
-      if name == 'v_row' and d is not None:
-        return jnp.zeros(np.delete(shape, d[1]), jnp.float32)
-      if name == 'v_col' and d is not None:
-        return jnp.zeros(np.delete(shape, d[0]), jnp.float32)
-      if name == 'v' and d is None:
-        return jnp.zeros(shape, jnp.float32)
-      if name == 'm' and hyper_params.beta1 is not None:
-        return jnp.zeros(shape, dtype_momentum)
-      return _unused_slot()
-
-    def field(name):
-      return jax.tree_util.tree_map(lambda p: slot(p, name), params)
-
-    return LegacyAdafactorState(
-        jnp.zeros([], jnp.int32), *map(field, _SLOTS))
-
-  def update_fn(updates, state, params=None):
-    _hyper.require_params(params, owner)
-    hp = _hyper.resolve(hyper_params, state.count)
-    learning_rate = _hyper.require_learning_rate(hp.learning_rate, owner)
-    decay = decay_schedule(state.count - hp.step_offset, hp.decay_rate)
-    mixing = 1.0 - decay
-
-    def leaf(grad, param, v_row, v_col, v, m):
-      grad = grad.astype(jnp.float32)
-      step_size = learning_rate
-      if scale_by_param:
-        step_size = step_size * jnp.maximum(
-            jnp.sqrt(jnp.mean(param * param)), hp.epsilon2)
-      grad_sqr = grad * grad + hp.epsilon1
-      new = dict.fromkeys(_SLOTS)
-      d = dims(param.shape)
-      if d is not None:
-        d1, d0 = d
-        new['v_row'] = decay * v_row + mixing * jnp.mean(grad_sqr, axis=d0)
-        new['v_col'] = decay * v_col + mixing * jnp.mean(grad_sqr, axis=d1)
-        row_axis = d1 - 1 if d1 > d0 else d1
-        row_mean = jnp.mean(new['v_row'], axis=row_axis, keepdims=True)
-        row_factor = (new['v_row'] / row_mean)**-0.5
-        col_factor = new['v_col']**-0.5
-        y = (grad * jnp.expand_dims(row_factor, axis=d0) *
-             jnp.expand_dims(col_factor, axis=d1))
-      else:
-        new['v'] = decay * v + mixing * grad_sqr
-        y = grad * new['v']**-0.5
-      if hp.clipping_threshold is not None:
-        y = y / jnp.maximum(
-            1.0, jnp.sqrt(jnp.mean(y * y)) / hp.clipping_threshold)
-      step = step_size * y
-      if hp.beta1 is not None:
-        step = hp.beta1 * m + (1.0 - hp.beta1) * step
-        new['m'] = step.astype(dtype_momentum)
-      if hp.weight_decay_rate is not None:
-        update = _adaptive.update_to(
-            (1.0 - hp.weight_decay_rate) * param - step, param)
-      else:
-        update = -step
-      slots = tuple(_unused_slot() if new[k] is None else new[k]
-                    for k in _SLOTS)
-      return (update,) + slots
-
-    out = jax.tree_util.tree_map(leaf, updates, params, state.v_row,
-                                 state.v_col, state.v, state.m)
-
-    def column(i):
-      return jax.tree_util.tree_map(lambda _, r: r[i], updates, out)
-
-    return column(0), LegacyAdafactorState(
-        optax.safe_int32_increment(state.count),
-        *(column(i + 1) for i in range(len(_SLOTS))))
-
-  return optax.GradientTransformation(init_fn, update_fn)
+# The rule itself lives in flax_optim_rules (jax and optax only), which
+# migrated code imports; re-exported here under its old names.
+factored_dims = _rules_adafactor.factored_dims
+decay_rate_pow = _rules_adafactor.decay_rate_pow
+LegacyAdafactorState = _rules_adafactor.LegacyAdafactorState
+scale_by_legacy_adafactor = _rules_adafactor.scale_by_legacy_adafactor
 
 
 class Adafactor(base.OptimizerDef):
@@ -271,20 +97,14 @@ class Adafactor(base.OptimizerDef):
       epsilon2: lower bound of the parameter scale.
       dtype_momentum: dtype of the stored momentum.
     """
-    factored = _hyper.static_bool(factored, 'factored', 'Adafactor')
-    multiply_by_parameter_scale = _hyper.static_bool(
-        multiply_by_parameter_scale, 'multiply_by_parameter_scale',
-        'Adafactor')
-    if isinstance(min_dim_size_to_factor, bool) or not isinstance(
-        min_dim_size_to_factor, (int, np.integer)):
-      raise TypeError(
-          'Adafactor: min_dim_size_to_factor must be a Python int, got '
-          f'{min_dim_size_to_factor!r}.')
+    factored, multiply_by_parameter_scale, min_dim_size_to_factor = (
+        _rules_adafactor.adafactor_config(
+            factored, multiply_by_parameter_scale, min_dim_size_to_factor))
     self.dtype_momentum = jax.dtypes.canonicalize_dtype(dtype_momentum)
     super().__init__(_AdafactorHyperParams(
         learning_rate, factored, multiply_by_parameter_scale, beta1,
         decay_rate, step_offset, clipping_threshold, weight_decay_rate,
-        int(min_dim_size_to_factor), epsilon1, epsilon2))
+        min_dim_size_to_factor, epsilon1, epsilon2))
 
   def update_hyper_params(self, **hyper_param_overrides):
     hp = super().update_hyper_params(**hyper_param_overrides)

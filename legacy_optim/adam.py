@@ -1,16 +1,10 @@
 """Adam with flax.optim's learning-rate-scaled weight decay."""
 
-from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import struct
-from jax import lax
 
-from legacy_optim import _hyper
-from legacy_optim import _transforms_adaptive as _adaptive
+from flax_optim_rules import _adam as _rules_adam
 from legacy_optim import base
 
 
@@ -29,82 +23,12 @@ class _AdamParamState:
   grad_sq_ema: np.ndarray
 
 
-LegacyAdamState = _adaptive.state_class(
-    'LegacyAdamState', _AdamParamState,
-    'State of ``legacy_adam`` (and ``legacy_lamb``): the step ``count`` and '
-    'the EMAs of g and g**2 (params-shaped, params\' dtypes).')
-
-
-def update_moments(grads, state: LegacyAdamState, beta1, beta2):
-  """Adam's moment updates: ``(grad_ema, grad_sq_ema)`` (legacy order)."""
-  grad_ema = _adaptive.ema(beta1, state.grad_ema, grads)
-  grad_sq_ema = _adaptive.ema(
-      beta2, state.grad_sq_ema, jax.tree_util.tree_map(lax.square, grads))
-  return grad_ema, grad_sq_ema
-
-
-def adam_steps(learning_rate, grad_ema_corr, grad_sq_ema_corr, eps):
-  """``learning_rate * m_hat / (sqrt(v_hat) + eps)``, leaf by leaf."""
-  return jax.tree_util.tree_map(
-      lambda m, v: learning_rate * m / (jnp.sqrt(v) + eps), grad_ema_corr,
-      grad_sq_ema_corr)
-
-
-def legacy_adam(hyper_params: Any,
-                owner: str = 'Adam') -> optax.GradientTransformation:
-  r"""flax.optim's Adam update rule as one Optax transform.
-
-  With :math:`t` the 1-based step (in the parameter's dtype), :math:`\eta`
-  the learning rate and :math:`\lambda` the weight decay:
-
-  .. math::
-    m \leftarrow \beta_1 m + (1 - \beta_1) g,\quad
-    v \leftarrow \beta_2 v + (1 - \beta_2) g^2,\\
-    \hat m = m / (1 - \beta_1^t),\quad \hat v = v / (1 - \beta_2^t),\\
-    p \leftarrow \Big(p - \frac{\eta \hat m}{\sqrt{\hat v} + \epsilon}\Big)
-      - (\eta\lambda)\, p
-
-  evaluated in exactly that order (``eta * m_hat`` before the division).
-
-  .. warning::
-    ``optax.adamw`` decays by ``lr * wd * p`` too but adds it to the scaled
-    update, and ``optax.chain(optax.scale_by_adam(), ...)`` divides before
-    scaling by the learning rate; both round differently from flax.optim.
-    This transform returns ``new_p - p`` as the update when the weight decay
-    is not a static zero (see ``_transforms_adaptive.descent``), so it needs
-    ``params`` in ``update`` in that case.
-
-  Args:
-    hyper_params: an ``_AdamHyperParams``; numeric fields may be traced
-      values or schedules (callables of the step count).
-    owner: the optimizer name used in error messages.
-
-  Returns:
-    An ``optax.GradientTransformation`` with ``LegacyAdamState``.
-
-  References:
-    Kingma & Ba, "Adam: A Method for Stochastic Optimization",
-    https://arxiv.org/abs/1412.6980
-  """
-
-  def update_fn(updates, state, params=None):
-    hp = _hyper.resolve(hyper_params, state.count)
-    learning_rate = _hyper.require_learning_rate(hp.learning_rate, owner)
-    grad_ema, grad_sq_ema = update_moments(updates, state, hp.beta1,
-                                           hp.beta2)
-    steps = adam_steps(
-        learning_rate,
-        _adaptive.bias_corrected(grad_ema, hp.beta1, state.count),
-        _adaptive.bias_corrected(grad_sq_ema, hp.beta2, state.count), hp.eps)
-    new_updates = _adaptive.descent(steps, params, learning_rate,
-                                    hp.weight_decay, owner)
-    return new_updates, LegacyAdamState(
-        optax.safe_int32_increment(state.count), grad_ema, grad_sq_ema)
-
-  def init_fn(params):
-    return _adaptive.init_state(LegacyAdamState, params)
-
-  return optax.GradientTransformation(init_fn, update_fn)
+# The rule itself lives in flax_optim_rules (jax and optax only), which
+# migrated code imports; re-exported here under its old names.
+LegacyAdamState = _rules_adam.LegacyAdamState
+update_moments = _rules_adam.update_moments
+adam_steps = _rules_adam.adam_steps
+legacy_adam = _rules_adam.legacy_adam
 
 
 class Adam(base.OptimizerDef):

@@ -1,10 +1,9 @@
 """Heavy-ball and Nesterov momentum with L2 weight decay."""
 
 import numpy as np
-import optax
 from flax import struct
 
-from legacy_optim import _hyper
+from flax_optim_rules import _sgd as _rules_sgd
 from legacy_optim import base
 
 
@@ -51,17 +50,4 @@ class Momentum(base.OptimizerDef):
         learning_rate, beta, weight_decay, nesterov))
 
   def _native_transform(self, hyper_params):
-    _hyper.require_constant(hyper_params, ('beta', 'weight_decay'), self._name)
-    nesterov = _hyper.static_bool(hyper_params.nesterov, 'nesterov',
-                                  self._name)
-    # flax.optim skipped the decay term for a zero coefficient; so do we, to
-    # stay bit-identical (g + 0 * p differs from g for p = inf or g = -0.0).
-    decay = (optax.identity() if _hyper.is_static_zero(
-        hyper_params.weight_decay) else optax.add_decayed_weights(
-            hyper_params.weight_decay))
-    return optax.chain(
-        decay,
-        optax.trace(decay=hyper_params.beta, nesterov=nesterov),
-        optax.scale_by_learning_rate(
-            _hyper.learning_rate_schedule(hyper_params.learning_rate,
-                                          self._name)))
+    return _rules_sgd.legacy_momentum(hyper_params, self._name)

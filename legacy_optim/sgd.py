@@ -1,10 +1,9 @@
 """Plain gradient descent: ``p <- p - learning_rate * g``."""
 
 import numpy as np
-import optax
 from flax import struct
 
-from legacy_optim import _hyper
+from flax_optim_rules import _sgd as _rules_sgd
 from legacy_optim import base
 
 
@@ -27,5 +26,4 @@ class GradientDescent(base.OptimizerDef):
     super().__init__(_GradientDescentHyperParams(learning_rate))
 
   def _native_transform(self, hyper_params):
-    return optax.scale_by_learning_rate(
-        _hyper.learning_rate_schedule(hyper_params.learning_rate, self._name))
+    return _rules_sgd.legacy_gradient_descent(hyper_params, self._name)

@@ -15,10 +15,10 @@ import numpy as np
 import optax
 from flax import struct
 
+from flax_optim_rules import _numerics
 from legacy_optim import _field_trees
 from legacy_optim import _hyper
 from legacy_optim import _restore
-from legacy_optim import _transforms_adaptive as _adaptive
 from legacy_optim import base
 from legacy_optim import catalogue
 
@@ -197,7 +197,7 @@ def weight_norm(inner: optax.GradientTransformation, wn_decay: Array = 0,
         wn_params)
     new = optax.apply_updates(wn_params, inner_updates)
     new_params = merge(new['direction'], new['scale'], wn_eps)
-    deltas = jax.tree_util.tree_map(_adaptive.update_to, new_params, params)
+    deltas = jax.tree_util.tree_map(_numerics.update_to, new_params, params)
     return deltas, WeightNormState(new['direction'], new['scale'],
                                    inner_state)
 

@@ -32,7 +32,7 @@ import pytest
 from legacy_optim import catalogue
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ('legacy_optim', 'compat')
+PACKAGES = ('legacy_optim', 'compat', 'flax_optim_rules')
 _IMPORT_FUNCTIONS = ('import_module', '__import__')
 
 # Module -> what its computed import_module() calls can import.

@@ -1,9 +1,14 @@
-"""Arithmetic shared by the adaptive legacy rules (Adam, LAMB, Adadelta...).
+"""Arithmetic and hyper-parameter handling shared by the legacy rules.
 
-Each adaptive algorithm's transform lives in its own module; the pieces they
-have in common live here, written once in flax.optim's floating-point
-operation order so that every transform built from them rounds exactly as
-flax 0.5.3 did:
+Hyper-parameters reach a rule as one object with one attribute per
+hyper-parameter: flax.optim's dataclasses (``legacy_optim``'s
+``_AdamHyperParams`` ...) or a ``HyperParams`` built from keywords (the
+public functions of this package). A value may be a number, a traced value
+(an override under ``jax.jit``, or ``optax.inject_hyperparams``) or a
+schedule: a callable of the step count.
+
+The arithmetic is written once in flax.optim's floating-point operation
+order so that every rule built from it rounds exactly as flax 0.5.3 did:
 
 * ``ema``: the moving average ``decay * avg + (1 - decay) * x``;
 * ``bias_corrected``: ``avg / (1 - decay ** t)`` with ``t = step + 1`` in the
@@ -14,17 +19,114 @@ flax 0.5.3 did:
 * ``descent``: turns the legacy ``p - s - (lr * wd) * p`` (two roundings)
   into Optax updates that ``optax.apply_updates`` turns into the same value
   (``update_to`` does it for any new value);
-* ``state_class``/``init_state``: the transforms' state, ``NamedTuple(count,
-  <one tree per field of the legacy per-parameter dataclass>)``.
+* ``init_state``: a rule's state, ``NamedTuple(count, <one params-shaped
+  tree per legacy per-parameter field>)``, as flax.optim initialised it.
+
+Needs nothing but jax (and NumPy, which comes with it).
 """
 
-import collections
-from typing import Any
+import dataclasses
+import types
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from legacy_optim import _hyper
+
+class HyperParams(types.SimpleNamespace):
+  """Hyper-parameters given as keywords: ``HyperParams(learning_rate=0.1)``."""
+
+
+def _values(hyper_params: Any) -> dict[str, Any]:
+  if isinstance(hyper_params, HyperParams):
+    return vars(hyper_params)
+  if dataclasses.is_dataclass(hyper_params):
+    return {f.name: getattr(hyper_params, f.name)
+            for f in dataclasses.fields(hyper_params)}
+  return {}
+
+
+def resolve(hyper_params: Any, count: Any) -> Any:
+  """Evaluates schedule-valued fields at ``count``; other fields unchanged.
+
+  A user's OptimizerDef may hold anything as hyper_params (flax.optim only
+  looked inside them for overrides); only the fields of a dataclass or a
+  ``HyperParams`` can be schedules.
+  """
+  scheduled = {name: value(count)
+               for name, value in _values(hyper_params).items()
+               if callable(value)}
+  if not scheduled:
+    return hyper_params
+  if isinstance(hyper_params, HyperParams):
+    return HyperParams(**{**vars(hyper_params), **scheduled})
+  return dataclasses.replace(hyper_params, **scheduled)
+
+
+def require_learning_rate(learning_rate: Any, owner: str) -> Any:
+  if learning_rate is None:
+    raise ValueError(
+        f'{owner}: no learning rate provided. Pass learning_rate=... to the '
+        f'constructor or to apply_gradient(grads, learning_rate=...).')
+  return learning_rate
+
+
+def require_params(params: Any, owner: str) -> Any:
+  """Rules that read the params need them passed to ``update``."""
+  if params is None:
+    raise ValueError(f'{owner} needs params: call '
+                     'tx.update(grads, opt_state, params).')
+  return params
+
+
+def learning_rate_schedule(learning_rate: Any, owner: str) -> Callable:
+  """A schedule (count -> rate) for a constant, traced or scheduled rate.
+
+  The missing-rate check runs when the schedule is evaluated (inside the
+  transform's update), so an optimizer can still be created without a rate
+  and receive it as an override at each step, as flax.optim allowed.
+  """
+  def schedule(count):
+    rate = require_learning_rate(learning_rate, owner)
+    return rate(count) if callable(rate) else rate
+  return schedule
+
+
+def is_static_zero(value: Any) -> bool:
+  """True only for a concrete Python/NumPy zero (never for a traced value)."""
+  if isinstance(value, (int, float)) and not isinstance(value, bool):
+    return value == 0
+  if isinstance(value, jnp.ndarray) or hasattr(value, 'aval'):
+    return False
+  try:
+    return isinstance(value, np.generic) and bool(value == 0)
+  except TypeError:
+    return False
+
+
+def static_bool(value: Any, name: str, owner: str) -> bool:
+  """A static configuration flag must be a Python bool, never traced."""
+  if isinstance(value, bool):
+    return value
+  try:
+    return bool(value)
+  except Exception as e:  # pylint: disable=broad-except
+    raise TypeError(
+        f'{owner}: {name} selects the update rule and must be a Python bool, '
+        f'not a traced value ({type(value).__name__}). Pass it to the '
+        f'constructor instead of as a traced override.') from e
+
+
+def require_constant(hyper_params: Any, names: tuple[str, ...],
+                     owner: str) -> None:
+  """Rejects schedules for fields the underlying stock Optax rule fixes."""
+  for name in names:
+    if callable(getattr(hyper_params, name)):
+      raise ValueError(
+          f'{owner}: only learning_rate may be a schedule; {name} was given '
+          'a callable. Pass a number (or a traced value) instead.')
+
 
 # Why some divisions below are written the long way.
 #
@@ -116,9 +218,9 @@ def descent(steps: Any, params: Any, learning_rate: Any, weight_decay: Any,
   arithmetic turned into a no-op) the updates are ``-s``, and ``p + (-s)``
   equals ``p - s`` exactly.
   """
-  if _hyper.is_static_zero(weight_decay):
+  if is_static_zero(weight_decay):
     return jax.tree_util.tree_map(jnp.negative, steps)
-  _hyper.require_params(params, f'{owner} with weight_decay')
+  require_params(params, f'{owner} with weight_decay')
   decay = learning_rate * weight_decay
   return jax.tree_util.tree_map(
       lambda p, s: update_to((p - s) - decay * p, p), params, steps)
@@ -132,20 +234,6 @@ def update_to(new_param: jax.Array, param: jax.Array) -> jax.Array:
   reproduces, while the difference would be nan for both.
   """
   return jnp.where(jnp.isfinite(param), new_param - param, new_param)
-
-
-def state_class(name: str, param_state_cls: type, doc: str) -> type:
-  """The Optax state ``NamedTuple`` ``name(count, <one field per field of
-  param_state_cls>)``, defined in ``param_state_cls``'s module.
-
-  ``count`` is the int32 step (the legacy ``step``); each other field is a
-  params-shaped tree holding that legacy field of every parameter.
-  """
-  fields = ('count',) + _hyper.field_names(param_state_cls)
-  cls = collections.namedtuple(name, fields,
-                               module=param_state_cls.__module__)
-  cls.__doc__ = doc
-  return cls
 
 
 def init_state(state_cls: Any, params: Any) -> Any:

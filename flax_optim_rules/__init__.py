@@ -1,0 +1,119 @@
+"""flax.optim's update rules as Optax transforms: jax and optax, nothing else.
+
+Code migrated off ``flax.optim`` (``flax-optim-compat migrate``) imports this
+package where stock Optax cannot reproduce a legacy rule bit for bit. Each
+function takes the legacy constructor's keyword hyper-parameters and returns
+exactly the transform ``<Algorithm>(...).to_optax()`` builds in
+``legacy_optim``: the same updates to the bit and the same state (legacy field
+names, e.g. ``LegacyAdamState(count, grad_ema, grad_sq_ema)``)::
+
+  tx = flax_optim_rules.adam(learning_rate=1e-3, beta1=0.9, weight_decay=1e-4)
+
+A learning rate set per step (flax.optim's ``apply_gradient(g,
+learning_rate=lr)``) is injected with ``inject_learning_rate``, which is
+``optax.inject_hyperparams`` with every other hyper-parameter static (so they
+stay the Python numbers flax.optim computed with; injected, they would become
+float32 arrays and round differently)::
+
+  tx = flax_optim_rules.inject_learning_rate(flax_optim_rules.adam)(
+      learning_rate=0.0, beta2=0.99)
+  opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=lr)
+
+``learning_rate`` may also be a schedule (a callable of the step count).
+The ``legacy_*`` transforms take all hyper-parameters as one object with
+attributes (``legacy_optim``'s dataclasses, or ``HyperParams``).
+"""
+
+import inspect
+from typing import Callable
+
+import optax
+
+from flax_optim_rules import _adabelief
+from flax_optim_rules import _adadelta
+from flax_optim_rules import _adafactor
+from flax_optim_rules import _adagrad
+from flax_optim_rules import _adam
+from flax_optim_rules import _lamb
+from flax_optim_rules import _lars
+from flax_optim_rules import _numerics
+from flax_optim_rules import _rmsprop
+from flax_optim_rules import _sgd
+
+HyperParams = _numerics.HyperParams
+LegacyAdaBeliefState = _adabelief.LegacyAdaBeliefState
+LegacyAdadeltaState = _adadelta.LegacyAdadeltaState
+LegacyAdafactorState = _adafactor.LegacyAdafactorState
+LegacyAdagradState = _adagrad.LegacyAdagradState
+LegacyAdamState = _adam.LegacyAdamState
+LegacyRMSPropState = _rmsprop.LegacyRMSPropState
+ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
+adabelief = _adabelief.adabelief
+adadelta = _adadelta.adadelta
+adafactor = _adafactor.adafactor
+adagrad = _adagrad.adagrad
+adam = _adam.adam
+lamb = _lamb.lamb
+lars = _lars.lars
+legacy_adabelief = _adabelief.legacy_adabelief
+legacy_adadelta = _adadelta.legacy_adadelta
+legacy_adagrad = _adagrad.legacy_adagrad
+legacy_adam = _adam.legacy_adam
+legacy_gradient_descent = _sgd.legacy_gradient_descent
+legacy_lamb = _lamb.legacy_lamb
+legacy_lars = _lars.legacy_lars
+legacy_momentum = _sgd.legacy_momentum
+legacy_rmsprop = _rmsprop.legacy_rmsprop
+legacy_trace = _lars.legacy_trace
+momentum = _sgd.momentum
+rmsprop = _rmsprop.rmsprop
+scale_by_legacy_adafactor = _adafactor.scale_by_legacy_adafactor
+scale_by_legacy_lars = _lars.scale_by_legacy_lars
+sgd = _sgd.sgd
+
+
+def inject_learning_rate(factory: Callable[..., optax.GradientTransformation]):
+  """``optax.inject_hyperparams(factory)`` injecting only ``learning_rate``.
+
+  Every other parameter of ``factory`` (defaults included) is a static
+  argument; set the rate per step with ``optax.tree_utils.tree_set(opt_state,
+  learning_rate=lr)``. The injected rate takes the parameters' dtype (as
+  ``optax.inject_hyperparams`` does).
+  """
+  static = tuple(name for name in inspect.signature(factory).parameters
+                 if name != 'learning_rate')
+  return optax.inject_hyperparams(factory, static_args=static)
+
+__all__ = (
+    'HyperParams',
+    'LegacyAdaBeliefState',
+    'LegacyAdadeltaState',
+    'LegacyAdafactorState',
+    'LegacyAdagradState',
+    'LegacyAdamState',
+    'LegacyRMSPropState',
+    'ScaleByLegacyLarsState',
+    'adabelief',
+    'adadelta',
+    'adafactor',
+    'adagrad',
+    'adam',
+    'inject_learning_rate',
+    'lamb',
+    'lars',
+    'legacy_adabelief',
+    'legacy_adadelta',
+    'legacy_adagrad',
+    'legacy_adam',
+    'legacy_gradient_descent',
+    'legacy_lamb',
+    'legacy_lars',
+    'legacy_momentum',
+    'legacy_rmsprop',
+    'legacy_trace',
+    'momentum',
+    'rmsprop',
+    'scale_by_legacy_adafactor',
+    'scale_by_legacy_lars',
+    'sgd',
+)
