@@ -185,12 +185,39 @@ def _with_param_metadata(tree, model_vars):
       wrap, model_vars, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
+def _param_shardings(model_params) -> Optional[list]:
+  """The params' ``NamedSharding``s in leaf order; None off a mesh."""
+  shardings = [getattr(leaf, 'sharding', None)
+               for leaf in jax.tree_util.tree_leaves(model_params)]
+  if not any(isinstance(s, jax.sharding.NamedSharding) for s in shardings):
+    return None
+  return shardings
+
+
+def _place_as(update, param_sharding):
+  """``update`` placed as its param: ZeRO-1 splits the state, not the params.
+
+  Without this, params plus updates computed from split state come out split
+  under ``nnx.jit`` (which writes them back into the model), and the next
+  step contracts over a split dimension.
+  """
+  if not isinstance(param_sharding, jax.sharding.NamedSharding):
+    return update
+  explicit = jax.sharding.AxisType.Explicit
+  if any(t == explicit for t in param_sharding.mesh.axis_types):
+    return jax.sharding.reshard(update, param_sharding)
+  return jax.lax.with_sharding_constraint(update, param_sharding)
+
+
 def relayout_transform(tx: optax.GradientTransformation,
-                       relayout: _Relayout
+                       relayout: _Relayout,
+                       param_shardings: Optional[list] = None
                       ) -> optax.GradientTransformationExtraArgs:
   """``tx`` (written for the legacy layout) on trees in the model's layout.
 
   Extra ``update`` kwargs reach ``tx``, params-shaped ones re-keyed too.
+  With ``param_shardings`` (the model's params' shardings, leaf by leaf) the
+  updates are placed as the params are.
   """
   tx = optax.with_extra_args_support(tx)
 
@@ -208,7 +235,12 @@ def relayout_transform(tx: optax.GradientTransformation,
         legacy_params,
         **_map_params_shaped(extra_args, relayout.model_def,
                              relayout.to_legacy))
-    return relayout.to_model(new_updates), relayout.state_to_model(new_state)
+    new_updates = relayout.to_model(new_updates)
+    if param_shardings is not None:
+      new_updates = relayout.model_def.unflatten([
+          _place_as(u, s) for u, s in zip(
+              relayout.model_def.flatten_up_to(new_updates), param_shardings)])
+    return new_updates, relayout.state_to_model(new_state)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
@@ -217,6 +249,16 @@ def _variable_paths(model: nnx.Module, where: Any) -> list[Path]:
   return [_segments(path) for path, _ in
           jax.tree_util.tree_flatten_with_path(
               nnx.as_pure(nnx.state(model, where)))[0]]
+
+
+def _load_target(model, relayout: _Relayout, target, model_params) -> None:
+  """Writes the legacy target into the model, placed as its params were."""
+  new_params = relayout.to_model(target)
+  if _param_shardings(model_params) is not None:
+    new_params = jax.tree_util.tree_map(
+        lambda new, old: jax.device_put(new, old.sharding), new_params,
+        model_params)
+  nnx.update(model, new_params)
 
 
 def _follow_param_shardings(opt_state, model_params):
@@ -287,7 +329,7 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
   overrides = hyper_param_overrides
   if _variable_paths(model, load) != _variable_paths(model, wrt):
     optax_bridge.transform(optimizer, **overrides)  # Refuses what cannot go.
-    nnx.update(model, relayout.to_model(target))
+    _load_target(model, relayout, target, model_params)
     tx = optax_bridge.wrapped_transform(
         lambda **hp: optax_bridge.transform(optimizer, **{**overrides, **hp}),
         wrap=wrap, inject=optax_bridge.injectable(
@@ -296,7 +338,8 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
 
   tx, new_state = optax_bridge.compose(
       lambda **hp: relayout_transform(
-          optax_bridge.transform(optimizer, **{**overrides, **hp}), relayout),
+          optax_bridge.transform(optimizer, **{**overrides, **hp}), relayout,
+          _param_shardings(model_params)),
       relayout.state_to_model(opt_state), model_params, optimizer.state.step,
       wrap=wrap, inject=optax_bridge.injectable(
           inject, optimizer.optimizer_def, overrides))
@@ -309,7 +352,7 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
         f'  converted: {jax.tree_util.tree_structure(new_state)}\n'
         f'  expected:  {expected}')
 
-  nnx.update(model, relayout.to_model(target))
+  _load_target(model, relayout, target, model_params)
   nnx_opt = nnx.Optimizer(model, tx, wrt=wrt)
   nnx.update(nnx_opt.opt_state, nnx.state(
       _follow_param_shardings(new_state, model_params)))
