@@ -27,6 +27,7 @@ import optax
 from flax import nnx
 
 from compat import optax_bridge
+from compat import sharding
 from legacy_optim import base
 
 Path = tuple[str, ...]
@@ -193,9 +194,41 @@ def _with_param_metadata(tree, model_vars):
       wrap, model_vars, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
+def _param_shardings(model_params) -> Optional[list]:
+  """The params' ``NamedSharding``s in leaf order; None off a mesh."""
+  shardings = [getattr(leaf, 'sharding', None)
+               for leaf in jax.tree_util.tree_leaves(model_params)]
+  if not any(isinstance(s, jax.sharding.NamedSharding) for s in shardings):
+    return None
+  return shardings
+
+
+def _place_as(update, param_sharding):
+  """``update`` placed as its param: ZeRO-1 splits the state, not the params.
+
+  Without this, params plus updates computed from split state come out split
+  under ``nnx.jit`` (which writes them back into the model), and the next
+  step contracts over a split dimension.
+  """
+  if not isinstance(param_sharding, jax.sharding.NamedSharding):
+    return update
+  explicit = jax.sharding.AxisType.Explicit
+  if any(t == explicit for t in param_sharding.mesh.axis_types):
+    return jax.sharding.reshard(update, param_sharding)
+  return jax.lax.with_sharding_constraint(update, param_sharding)
+
+
 def relayout_transform(tx: optax.GradientTransformation,
-                       relayout: _Relayout) -> optax.GradientTransformation:
-  """``tx`` (written for the legacy layout) on trees in the model's layout."""
+                       relayout: _Relayout,
+                       param_shardings: Optional[list] = None
+                      ) -> optax.GradientTransformationExtraArgs:
+  """``tx`` (written for the legacy layout) on trees in the model's layout.
+
+  Extra ``update`` kwargs reach ``tx``, params-shaped ones re-keyed too.
+  With ``param_shardings`` (the model's params' shardings, leaf by leaf) the
+  updates are placed as the params are.
+  """
+  tx = optax.with_extra_args_support(tx)
 
   def init_fn(params):
     pure = nnx.as_pure(params)
@@ -204,49 +237,121 @@ def relayout_transform(tx: optax.GradientTransformation,
         state, relayout.model_def,
         lambda node: _with_param_metadata(node, params))
 
-  def update_fn(updates, state, params=None):
+  def update_fn(updates, state, params=None, **extra_args):
     legacy_params = None if params is None else relayout.to_legacy(params)
     new_updates, new_state = tx.update(
         relayout.to_legacy(updates), relayout.state_to_legacy(state),
-        legacy_params)
-    return relayout.to_model(new_updates), relayout.state_to_model(new_state)
+        legacy_params,
+        **_map_params_shaped(extra_args, relayout.model_def,
+                             relayout.to_legacy))
+    new_updates = relayout.to_model(new_updates)
+    if param_shardings is not None:
+      new_updates = relayout.model_def.unflatten([
+          _place_as(u, s) for u, s in zip(
+              relayout.model_def.flatten_up_to(new_updates), param_shardings)])
+    return new_updates, relayout.state_to_model(new_state)
 
-  return optax.GradientTransformation(init_fn, update_fn)
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def _variable_paths(model: nnx.Module, where: Any) -> list[Path]:
+  return [_segments(path) for path, _ in
+          jax.tree_util.tree_flatten_with_path(
+              nnx.as_pure(nnx.state(model, where)))[0]]
+
+
+def _load_target(model, relayout: _Relayout, target, model_params) -> None:
+  """Writes the legacy target into the model, placed as its params were."""
+  new_params = relayout.to_model(target)
+  if _param_shardings(model_params) is not None:
+    new_params = jax.tree_util.tree_map(
+        lambda new, old: jax.device_put(new, old.sharding), new_params,
+        model_params)
+  nnx.update(model, new_params)
+
+
+def _follow_param_shardings(opt_state, model_params):
+  """``opt_state`` placed as its params are (when they are on a mesh).
+
+  Each state leaf shaped like its param takes the param's sharding (a
+  factored moment the param's minus the dropped axis, other leaves, e.g.
+  step counts, replicated): what ``compat.state_shardings`` gives for a
+  rule made of the params' own shardings.
+  """
+  param_shardings = jax.tree_util.tree_map(
+      lambda x: getattr(x, 'sharding', None), model_params)
+  meshes = [s.mesh for s in jax.tree_util.tree_leaves(param_shardings)
+            if isinstance(s, jax.sharding.NamedSharding)]
+  if not meshes:
+    return opt_state
+  shardings = sharding.state_shardings(opt_state, meshes[0], param_shardings,
+                                       params=model_params)
+  return jax.device_put(opt_state, shardings)
 
 
 def to_nnx_optimizer(optimizer: base.Optimizer,
                      model: nnx.Module,
                      wrt: Any = nnx.Param,
                      path_map: Optional[PathMap] = None,
+                     *,
+                     load: Any = None,
+                     wrap: Optional[optax_bridge.Wrap] = None,
+                     inject: Sequence[str] = (),
                      **hyper_param_overrides) -> nnx.Optimizer:
   """Sets ``model``'s params from ``optimizer`` and returns its nnx.Optimizer.
 
   Args:
     optimizer: a legacy ``Optimizer`` (not replicated: ``unreplicate()`` it).
-    model: the nnx model; its ``wrt`` params receive ``optimizer.target``.
+    model: the nnx model; its ``load`` variables receive ``optimizer.target``.
     wrt: the nnx filter of the trained variables (as for ``nnx.Optimizer``).
     path_map: renames legacy param paths to the model's: a mapping from a
       legacy path or path prefix (``'Dense_0'``, ``'Dense_0/kernel'`` or a
       tuple of keys) to the model's (``''`` drops a level), the longest
       matching prefix winning; or a function of the '/'-joined path.
+    load: the nnx filter of the variables that receive the legacy target;
+      default ``wrt``. When it selects other variables than ``wrt`` (load
+      the base weights, train only ``nnx.LoRAParam``), the legacy state
+      belongs to no trained variable: the optimizer starts afresh (step 0)
+      on the ``wrt`` variables with the def's rule, as ``create`` would.
+    wrap, inject: wrap the transform (``optax.chain`` with clipping in
+      front, ``MultiSteps``) and make hyper-params settable between steps,
+      the legacy state carried inside; as in ``compat.to_optax``.
     **hyper_param_overrides: as in ``compat.to_optax`` (schedules allowed).
 
   Returns:
-    ``nnx.Optimizer(model, tx, wrt=wrt)`` holding the legacy state.
+    ``nnx.Optimizer(model, tx, wrt=wrt)`` holding the legacy state, placed
+    as the model's params are (sharded params: sharded state).
+    ``nnx_opt.update(model, grads, learning_rate=lr)`` overrides a
+    hyper-param for one step, as ``apply_gradient`` did; other keywords
+    reach ``tx`` as for a stock Optax transform.
 
   Raises:
     ValueError: some param is unmatched (either side), matched twice, or has
       another shape or dtype; the message lists every such path.
   """
+  load = wrt if load is None else load
   opt_state = optax_bridge.optax_state(optimizer)
   target = optimizer.target
-  model_params = nnx.as_pure(nnx.state(model, wrt))
+  model_params = nnx.as_pure(nnx.state(model, load))
   relayout = _Relayout(target, model_params,
                        _leaf_order(target, model_params, path_map))
-  tx = relayout_transform(
-      optax_bridge.transform(optimizer, **hyper_param_overrides), relayout)
+  overrides = hyper_param_overrides
+  if _variable_paths(model, load) != _variable_paths(model, wrt):
+    optax_bridge.transform(optimizer, **overrides)  # Refuses what cannot go.
+    _load_target(model, relayout, target, model_params)
+    tx = optax_bridge.wrapped_transform(
+        lambda **hp: optax_bridge.transform(optimizer, **{**overrides, **hp}),
+        wrap=wrap, inject=optax_bridge.injectable(
+            inject, optimizer.optimizer_def, overrides))
+    return nnx.Optimizer(model, tx, wrt=wrt)
 
-  new_state = relayout.state_to_model(opt_state)
+  tx, new_state = optax_bridge.compose(
+      lambda **hp: relayout_transform(
+          optax_bridge.transform(optimizer, **{**overrides, **hp}), relayout,
+          _param_shardings(model_params)),
+      relayout.state_to_model(opt_state), model_params, optimizer.state.step,
+      wrap=wrap, inject=optax_bridge.injectable(
+          inject, optimizer.optimizer_def, overrides))
   expected = jax.tree_util.tree_structure(jax.eval_shape(tx.init,
                                                          model_params))
   if jax.tree_util.tree_structure(new_state) != expected:
@@ -256,8 +361,9 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
         f'  converted: {jax.tree_util.tree_structure(new_state)}\n'
         f'  expected:  {expected}')
 
-  nnx.update(model, relayout.to_model(target))
+  _load_target(model, relayout, target, model_params)
   nnx_opt = nnx.Optimizer(model, tx, wrt=wrt)
-  nnx.update(nnx_opt.opt_state, nnx.state(new_state))
+  nnx.update(nnx_opt.opt_state, nnx.state(
+      _follow_param_shardings(new_state, model_params)))
   nnx_opt.step[...] = jnp.asarray(optimizer.state.step, jnp.uint32)
   return nnx_opt

@@ -20,12 +20,15 @@ multiply-add), exactly as the legacy rule run op by op would.
 """
 
 import dataclasses
-from typing import Any
+import inspect
+from typing import Any, Callable, Optional, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
+from legacy_optim import _hyper
 from legacy_optim import _inputs
 from legacy_optim import base
 from legacy_optim import multi
@@ -68,9 +71,47 @@ def lacks_learning_rate(hyper_params) -> bool:
       for value in [getattr(hyper_params, field.name)])
 
 
+def hyper_param_names(hyper_params) -> frozenset[str]:
+  """The names a per-step override may set (for a list of sub-optimizers'
+  hyper-params, as in MultiOptimizer: the names all of them have)."""
+  if isinstance(hyper_params, (list, tuple)):
+    names = [hyper_param_names(hp) for hp in hyper_params]
+    return frozenset.intersection(*names) if names else frozenset()
+  if dataclasses.is_dataclass(hyper_params):
+    return frozenset(_hyper.field_names(hyper_params))
+  return frozenset()
+
+
+def _with_step_overrides(opt_def: base.OptimizerDef,
+                         overrides: dict[str, Any]
+                        ) -> optax.GradientTransformationExtraArgs:
+  """``opt_def.to_optax(**overrides)`` whose ``update`` takes extra kwargs.
+
+  A kwarg naming a hyper-param overrides it for that step, as
+  ``apply_gradient(grads, learning_rate=...)`` did (so
+  ``nnx_opt.update(model, grads, learning_rate=5e-4)`` works); the others
+  reach the rule as Optax's extra args, as for a stock transform.
+  """
+  names = hyper_param_names(opt_def.hyper_params)
+  tx = opt_def.to_optax(**overrides)
+
+  def update_fn(updates, state, params=None, **extra_args):
+    step_overrides = {k: extra_args.pop(k) for k in sorted(extra_args)
+                      if k in names}
+    step_tx = (opt_def.to_optax(**{**overrides, **step_overrides})
+               if step_overrides else tx)
+    return optax.with_extra_args_support(step_tx).update(
+        updates, state, params, **extra_args)
+
+  return optax.GradientTransformationExtraArgs(tx.init, update_fn)
+
+
 def transform(optimizer: base.Optimizer,
-              **hyper_param_overrides) -> optax.GradientTransformation:
+              **hyper_param_overrides) -> optax.GradientTransformationExtraArgs:
   """``optimizer_def.to_optax(**overrides)``, refusing what cannot convert.
+
+  Its ``update`` also takes per-step hyper-param overrides and Optax's extra
+  args as keywords (see ``_with_step_overrides``).
 
   Raises:
     ValueError: the optimizer is replicated, or it has no learning rate (the
@@ -84,31 +125,155 @@ def transform(optimizer: base.Optimizer,
         'every apply_gradient(grads, learning_rate=...). Give it when '
         'converting: learning_rate=<number>, or learning_rate=<schedule> (a '
         'function of the step count) for per-step values.')
-  return opt_def.to_optax(**hyper_param_overrides)
+  return _with_step_overrides(opt_def, hyper_param_overrides)
 
 
-def to_optax(optimizer: base.Optimizer, **hyper_param_overrides):
+Wrap = Callable[[optax.GradientTransformation], optax.GradientTransformation]
+
+# The step counters of Optax's wrappers that continue from the legacy step
+# count, by state class name (some classes are private to Optax, and their
+# modules move between versions): inject_hyperparams' and its schedules'
+# ``count``, MultiSteps' ``gradient_step``, a ``scale_by_schedule``'s count.
+_STEP_COUNTERS = {
+    'InjectHyperparamsState': 'count',
+    'InjectStatefulHyperparamsState': 'count',
+    'WrappedScheduleState': 'count',
+    'ScaleByScheduleState': 'count',
+    'MultiStepsState': 'gradient_step',
+}
+
+
+def _carry_step(tree: Any, step: Any, inner_state: Any) -> Any:
+  """``tree`` with the wrappers' step counters set to ``step``.
+
+  ``inner_state`` (the legacy state, placed in ``tree`` as is) keeps its own
+  count; so do wrappers counting something else (e.g. reduce_on_plateau).
+  """
+  if tree is inner_state:
+    return tree
+  if isinstance(tree, tuple) and hasattr(tree, '_fields'):
+    fields = {name: _carry_step(value, step, inner_state)
+              for name, value in zip(tree._fields, tree)}
+    counter = _STEP_COUNTERS.get(type(tree).__name__)
+    if counter in fields:
+      fields[counter] = jnp.asarray(step, jnp.result_type(fields[counter]))
+    return type(tree)(**fields)
+  if isinstance(tree, (list, tuple)):
+    return type(tree)(_carry_step(x, step, inner_state) for x in tree)
+  if isinstance(tree, dict):
+    return {k: _carry_step(v, step, inner_state) for k, v in tree.items()}
+  return tree
+
+
+def injectable(names: Sequence[str], opt_def: base.OptimizerDef,
+                overrides: dict[str, Any]) -> dict[str, Any]:
+  """The starting values of the hyper-params ``inject`` names."""
+  names = list(names)
+  if not names:
+    return {}
+  hyper_params = opt_def.update_hyper_params(**overrides)
+  valid = hyper_param_names(hyper_params)
+  unknown = [n for n in names if n not in valid]
+  if unknown or not dataclasses.is_dataclass(hyper_params):
+    raise ValueError(
+        f'inject: {opt_def._name} has no single hyper-parameter named '
+        f'{", ".join(map(repr, unknown or names))}; valid names are: '
+        f'{", ".join(sorted(valid)) or "none"}.')
+  return {name: getattr(hyper_params, name) for name in names}
+
+
+def wrapped_transform(make_inner: Callable[..., optax.GradientTransformation],
+                      *, wrap: Optional[Wrap] = None,
+                      inject: Optional[dict[str, Any]] = None
+                     ) -> optax.GradientTransformation:
+  """``wrap(optax.inject_hyperparams(make_inner)(**inject))``, each part
+  optional (``make_inner`` takes the injected hyper-params as keywords)."""
+  if inject:
+    def factory(**hyper_params):
+      return make_inner(**hyper_params)
+
+    factory.__signature__ = inspect.Signature([
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)
+        for name in inject])
+    tx = optax.inject_hyperparams(factory)(**inject)
+  else:
+    tx = make_inner()
+  if wrap is None:
+    return tx
+  wrapped = wrap(tx)
+  if not callable(getattr(wrapped, 'init', None)):
+    raise TypeError(
+        'wrap must return an optax.GradientTransformation, got '
+        f'{type(wrapped).__name__} (for optax.MultiSteps, return '
+        '`optax.MultiSteps(tx, k).gradient_transformation()`).')
+  return wrapped
+
+
+def compose(make_inner: Callable[..., optax.GradientTransformation],
+            inner_state: Any, params: Any, step: Any, *,
+            wrap: Optional[Wrap] = None,
+            inject: Optional[dict[str, Any]] = None):
+  """``(tx, opt_state)``: ``make_inner()`` wrapped, ``inner_state`` inside.
+
+  ``tx`` is ``wrapped_transform(make_inner, wrap, inject)``; ``opt_state``
+  its state for ``params`` with ``inner_state`` where ``make_inner()``'s
+  state goes. It is built by the wrappers' own ``init`` around an inner
+  transform whose ``init`` returns ``inner_state`` (so any wrapper works);
+  the wrappers' step counters are then set to ``step``.
+  """
+
+  def carrying(**hyper_params):
+    return optax.GradientTransformationExtraArgs(
+        lambda _: inner_state, make_inner(**hyper_params).update)
+
+  opt_state = wrapped_transform(carrying, wrap=wrap, inject=inject).init(
+      params)
+  return (wrapped_transform(make_inner, wrap=wrap, inject=inject),
+          _carry_step(opt_state, step, inner_state))
+
+
+def to_optax(optimizer: base.Optimizer, *, wrap: Optional[Wrap] = None,
+             inject: Sequence[str] = (), **hyper_param_overrides):
   """Returns ``(tx, opt_state)`` continuing ``optimizer`` on plain Optax.
 
   Args:
     optimizer: a legacy ``Optimizer`` (not replicated: call ``unreplicate()``
       first).
+    wrap: a function of the converted transform returning the transform to
+      train with, e.g. ``lambda tx: optax.chain(optax.clip_by_global_norm(1.),
+      tx)`` or ``lambda tx: optax.MultiSteps(tx, 4).gradient_transformation()``;
+      ``opt_state`` is then the wrapped transform's state with the legacy
+      state inside, and the wrappers' step counters (``count``,
+      ``gradient_step``) continue from the legacy step.
+    inject: hyper-param names to make settable between steps as
+      ``optax.inject_hyperparams`` does (``opt_state.hyperparams[name] =
+      value``; inside ``wrap``'s state when both are given).
     **hyper_param_overrides: hyper-params for ``tx``, as in
       ``apply_gradient``. A value may be a schedule (a callable of the step
       count): ``to_optax(opt, learning_rate=schedule)`` continues a loop that
       called ``apply_gradient(g, learning_rate=schedule(step))``.
 
   Returns:
-    ``tx = optimizer_def.to_optax(**overrides)`` and the optimizer's state
-    (step count included) in ``tx``'s layout; ``optimizer.target`` is the
-    params to pass along.
+    ``tx`` (``optimizer_def.to_optax(**overrides)``, wrapped as asked) and
+    the optimizer's state (step count included) in ``tx``'s layout;
+    ``optimizer.target`` is the params to pass along. ``tx.update`` takes
+    per-step overrides as keywords (``tx.update(g, s, p, learning_rate=lr)``,
+    the legacy ``apply_gradient(g, learning_rate=lr)``) and passes other
+    keywords on as Optax extra args.
 
   Raises:
-    ValueError: ``optimizer`` is replicated, or has no learning rate and none
-      is given.
+    ValueError: ``optimizer`` is replicated, has no learning rate and none
+      is given, or ``inject`` names no hyper-param of its def.
   """
   tx = transform(optimizer, **hyper_param_overrides)
-  return tx, optax_state(optimizer)
+  opt_state = optax_state(optimizer)
+  if wrap is None and not inject:
+    return tx, opt_state
+  opt_def = optimizer.optimizer_def
+  return compose(
+      lambda **hp: transform(optimizer, **{**hyper_param_overrides, **hp}),
+      opt_state, optimizer.target, optimizer.state.step, wrap=wrap,
+      inject=injectable(inject, opt_def, hyper_param_overrides))
 
 
 def _check_matches_template(opt_def, params, opt_state) -> None:

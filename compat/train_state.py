@@ -6,7 +6,7 @@ The state carries the legacy target as ``params``, the def's transform as
 The way back is ``compat.from_optax(opt_def, state.params, state.opt_state)``.
 """
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from flax.training import train_state
 
@@ -19,6 +19,8 @@ def to_train_state(optimizer: base.Optimizer,
                    *,
                    overrides: Optional[Mapping[str, Any]] = None,
                    train_state_class: type = train_state.TrainState,
+                   wrap: Optional[optax_bridge.Wrap] = None,
+                   inject: Sequence[str] = (),
                    **fields) -> train_state.TrainState:
   """Returns a ``TrainState`` continuing ``optimizer``.
 
@@ -29,6 +31,9 @@ def to_train_state(optimizer: base.Optimizer,
     overrides: hyper-param overrides for the transform, as in
       ``compat.to_optax`` (values may be schedules of the step count).
     train_state_class: ``TrainState`` or a subclass of it.
+    wrap, inject: wrap the transform (clipping in front, ``MultiSteps``) and
+      make hyper-params settable, with the legacy state carried inside; as in
+      ``compat.to_optax``.
     **fields: extra fields of ``train_state_class`` (e.g. ``batch_stats``).
 
   Returns:
@@ -39,7 +44,8 @@ def to_train_state(optimizer: base.Optimizer,
           issubclass(train_state_class, train_state.TrainState)):
     raise TypeError('train_state_class must be TrainState or a subclass, '
                     f'got {train_state_class!r}.')
-  tx, opt_state = optax_bridge.to_optax(optimizer, **dict(overrides or {}))
+  tx, opt_state = optax_bridge.to_optax(optimizer, wrap=wrap, inject=inject,
+                                        **dict(overrides or {}))
   return train_state_class(
       step=optimizer.state.step, apply_fn=apply_fn, params=optimizer.target,
       tx=tx, opt_state=opt_state, **fields)

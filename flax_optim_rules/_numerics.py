@@ -231,9 +231,13 @@ def update_to(new_param: jax.Array, param: jax.Array) -> jax.Array:
 
   ``new_param - param``, except where ``param`` is infinite: there the legacy
   rules can only give the same infinity or nan, which ``param + new_param``
-  reproduces, while the difference would be nan for both.
+  reproduces, while the difference would be nan for both. Written so the
+  select only sees ``param``: under an explicit-axis mesh with ZeRO-1 the
+  step (and so ``new_param``) is split while ``param`` is not, and a select
+  needs one sharding (``new_param - 0.0`` is ``new_param``, signed zeros and
+  nan included).
   """
-  return jnp.where(jnp.isfinite(param), new_param - param, new_param)
+  return new_param - jnp.where(jnp.isfinite(param), param, 0)
 
 
 def init_state(state_cls: Any, params: Any) -> Any:

@@ -5,12 +5,14 @@ is ``optax.partition`` with one label per sub-optimizer and ``set_to_zero`` for
 leaves no traversal selects (their legacy state is ``None``; they never change).
 """
 
+import collections.abc
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import optax
+from flax import core
 
 from legacy_optim import _hyper
 from legacy_optim import base
@@ -60,13 +62,37 @@ def _unselected_to_none(tree):
       lambda x: None if isinstance(x, _ShapeDtype) else x, tree)
 
 
+def _leaf_predicate(params) -> Optional[Callable[[Any], bool]]:
+  """What traversals see as a leaf of ``params``.
+
+  Plain and frozen dicts: the pytree leaves, exactly as in flax.optim. Any
+  other mapping (an ``nnx.State``, whose keys may be ints and whose leaves
+  may be ``nnx.Variable``s): every node that is not a mapping, so a Variable
+  is one leaf and the labels are a prefix of the params' tree.
+  """
+  if isinstance(params, collections.abc.Mapping) and not isinstance(
+      params, (dict, core.FrozenDict)):
+    return lambda node: not isinstance(node, collections.abc.Mapping)
+  return None
+
+
+def _as_nested_dict(tree):
+  """A mapping as nested plain dicts with ``str`` keys (paths like
+  ``'/layers/0/kernel'``, as traversals of nested dicts expect)."""
+  if isinstance(tree, collections.abc.Mapping):
+    return {str(key): _as_nested_dict(value) for key, value in tree.items()}
+  return tree
+
+
 def _match_leaves(params, traversals):
   """``params`` as ``_ShapeDtype`` leaves, each listing the traversals that
   select it; raises ``ValueError`` naming every leaf selected more than once.
   """
-  shapes = jax.tree_util.tree_map(_ShapeDtype.create, params)
+  is_leaf = _leaf_predicate(params)
+  shapes = jax.tree_util.tree_map(_ShapeDtype.create, params, is_leaf=is_leaf)
+  walked = shapes if is_leaf is None else _as_nested_dict(shapes)
   for k, traversal in enumerate(traversals):
-    for item in traversal.iterate(shapes):
+    for item in traversal.iterate(walked):
       if not isinstance(item, _ShapeDtype):
         raise TypeError(
             f'{type(traversal).__name__} selected a {type(item).__name__} '
@@ -74,7 +100,8 @@ def _match_leaves(params, traversals):
             'select leaves (e.g. end a traversal over containers with '
             '.tree()).')
       item._indices.append(k)  # pylint: disable=protected-access
-  flat_with_path, treedef = jax.tree_util.tree_flatten_with_path(params)
+  flat_with_path, treedef = jax.tree_util.tree_flatten_with_path(
+      params, is_leaf=is_leaf)
   owners = [s._indices for s in treedef.flatten_up_to(shapes)]
   overlaps = [(jax.tree_util.keystr(path), owners[i])
               for i, (path, _) in enumerate(flat_with_path)
@@ -93,10 +120,12 @@ def traversal_labels(params: Any, traversals: Sequence[Any]) -> Any:
 
   Leaf ``i`` gets ``sub_label(k)`` when ``traversals[k]`` selects it and
   ``FROZEN_LABEL`` when none does. Raises ``ValueError`` naming every leaf
-  that more than one traversal selects.
+  that more than one traversal selects. ``params`` may be an ``nnx.State``:
+  its Variables are leaves, and traversals see its int keys as strings.
   """
   shapes = _match_leaves(params, traversals)
-  treedef = jax.tree_util.tree_structure(params)
+  treedef = jax.tree_util.tree_structure(params,
+                                         is_leaf=_leaf_predicate(params))
   return treedef.unflatten([
       sub_label(s._indices[0]) if s._indices else FROZEN_LABEL
       for s in treedef.flatten_up_to(shapes)
