@@ -41,12 +41,16 @@ class ConversionReport:
   num_values: int
   bytes_read: int
   bytes_written: int
+  # The stock exit (stock=True): what continues the run and how far it
+  # measured from flax 0.5.3 (a compat.stock_exit.StockReport).
+  stock: Any = None
 
   def __str__(self):
-    return (f'Converted {self.src} -> {self.dst} ({self.to}): optimizer '
+    text = (f'Converted {self.src} -> {self.dst} ({self.to}): optimizer '
             f'{self.optimizer}, step {self.step}, {self.num_params} params '
             f'({self.num_values} values), read {self.bytes_read} bytes, wrote '
             f'{self.bytes_written} bytes.')
+    return text if self.stock is None else f'{text}\n{self.stock}'
 
 
 def disk_size(path: pathlib.Path) -> int:
@@ -92,6 +96,26 @@ def _state_only_overrides(optimizer) -> dict[str, Any]:
   if optax_bridge.lacks_learning_rate(opt_def.hyper_params):
     return {'learning_rate': _learning_rate_not_stored}
   return {}
+
+
+def _stock_item(to: str, optimizer, closest: bool):
+  """(the stock exit's state item, its StockReport)."""
+  from compat import stock_exit  # pylint: disable=g-import-not-at-top
+  overrides = {}
+  if optax_bridge.lacks_learning_rate(optimizer.optimizer_def.hyper_params):
+    # Only the state is written, and a constant rate lays it out like any
+    # constant the user's stock transform will have.
+    overrides['learning_rate'] = 1.0
+  tx, opt_state, report = stock_exit.to_stock_optax(
+      optimizer, closest=closest, **overrides)
+  if to == 'optax':
+    return {'params': optimizer.target, 'opt_state': opt_state}, report
+  if to != 'train_state':
+    raise ValueError(f'--stock writes optax or train_state, not {to!r}.')
+  from flax.training import train_state  # pylint: disable=g-import-not-at-top
+  return train_state.TrainState(
+      step=np.asarray(report.step, np.int32), apply_fn=None,
+      params=optimizer.target, tx=tx, opt_state=opt_state), report
 
 
 def _modern_item(to: str, optimizer, model, path_map) -> Any:
