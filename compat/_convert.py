@@ -41,6 +41,7 @@ class ConversionReport:
   num_values: int
   bytes_read: int
   bytes_written: int
+  steps: tuple = ()  # a CheckpointManager tree: every step converted
   # The stock exit (stock=True): what continues the run and how far it
   # measured from flax 0.5.3 (a compat.stock_exit.StockReport).
   stock: Any = None
@@ -50,6 +51,8 @@ class ConversionReport:
             f'{self.optimizer}, step {self.step}, {self.num_params} params '
             f'({self.num_values} values), read {self.bytes_read} bytes, wrote '
             f'{self.bytes_written} bytes.')
+    if self.steps:
+      text += f' Steps: {", ".join(map(str, self.steps))}.'
     return text if self.stock is None else f'{text}\n{self.stock}'
 
 
@@ -138,20 +141,30 @@ def _modern_item(to: str, optimizer, model, path_map) -> Any:
 
 
 def write_modern(tmp: pathlib.Path, to: str, optimizer, meta: dict, extras,
-                 model=None, path_map=None) -> None:
-  """Writes the Orbax items of a converted checkpoint at ``tmp``."""
+                 model=None, path_map=None, *, stock: bool = False,
+                 closest: bool = False):
+  """Writes the Orbax items of a converted checkpoint at ``tmp``; returns
+  the stock exit's StockReport (None without ``stock``)."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   if to != 'nnx' and (model is not None or path_map is not None):
-    raise ValueError('model= and path_map= only apply to to="nnx".')
+    raise ValueError('model= only applies to to="nnx".')
+  stock_report = None
+  if stock:
+    item, stock_report = _stock_item(to, optimizer, closest)
+    meta = dict(meta, stock=stock_report.as_json())
+  elif to == 'params':
+    item = optimizer.target
+  else:
+    item = _modern_item(to, optimizer, model, path_map)
   items = {
-      STATE_ITEM: ocp.args.StandardSave(
-          _modern_item(to, optimizer, model, path_map)),
+      STATE_ITEM: ocp.args.StandardSave(item),
       META_ITEM: ocp.args.JsonSave(meta),
   }
   if extras is not None:
     items[EXTRAS_ITEM] = ocp.args.StandardSave(extras)
   checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
   checkpointer.save(tmp, ocp.args.Composite(**items))
+  return stock_report
 
 
 # ------------------------------------------------------ modern -> legacy
@@ -295,6 +308,11 @@ def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
   tree, extras, meta = _read_modern(src)
   bar.complete()
   kind = meta['to'] if meta else _detect_kind(tree)
+  if meta and (meta.get('stock') or kind == 'params'):
+    raise ValueError(
+        f'{src} holds {"a stock Optax state" if meta.get("stock") else "params only"}'
+        ', not the legacy optimizer\'s state: convert the original legacy '
+        f'checkpoint ({meta.get("source", {}).get("path", "?")}) instead.')
   if optimizer is None:
     optimizer = meta.get('optimizer') if meta else None
     if optimizer is None:
