@@ -11,7 +11,9 @@ restores the Orbax state without a template, puts it back into the shape of
 what both need, the Orbax item names and the ``ConversionReport``, is here.
 """
 
+import contextlib
 import dataclasses
+import logging
 import pathlib
 import warnings
 from typing import Any
@@ -54,6 +56,19 @@ class ConversionReport:
     if self.steps:
       text += f' Steps: {", ".join(map(str, self.steps))}.'
     return text if self.stock is None else f'{text}\n{self.stock}'
+
+
+@contextlib.contextmanager
+def quiet_orbax():
+  """Silences Orbax's absl warnings (missing optional metadata files of
+  older checkpoints...) for the duration: the CLI reports what matters."""
+  logger = logging.getLogger('absl')
+  level = logger.level
+  logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
 
 
 def disk_size(path: pathlib.Path) -> int:
@@ -162,8 +177,9 @@ def write_modern(tmp: pathlib.Path, to: str, optimizer, meta: dict, extras,
   }
   if extras is not None:
     items[EXTRAS_ITEM] = ocp.args.StandardSave(extras)
-  checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
-  checkpointer.save(tmp, ocp.args.Composite(**items))
+  with quiet_orbax():
+    checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+    checkpointer.save(tmp, ocp.args.Composite(**items))
   return stock_report
 
 
@@ -174,12 +190,14 @@ def _read_modern(src: pathlib.Path):
   """(state tree, extras or None, conversion record or None), no template."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   try:
-    if (src / STATE_ITEM).is_dir():
-      restored = ocp.Checkpointer(ocp.CompositeCheckpointHandler()).restore(src)
-      return (restored[STATE_ITEM],
-              restored.get(EXTRAS_ITEM),
-              restored.get(META_ITEM))
-    return ocp.StandardCheckpointer().restore(src), None, None
+    with quiet_orbax():
+      if (src / STATE_ITEM).is_dir():
+        restored = ocp.Checkpointer(
+            ocp.CompositeCheckpointHandler()).restore(src)
+        return (restored[STATE_ITEM],
+                restored.get(EXTRAS_ITEM),
+                restored.get(META_ITEM))
+      return ocp.StandardCheckpointer().restore(src), None, None
   except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
     raise ValueError(f'{src} is not a readable Orbax checkpoint: {e}') from e
 

@@ -327,9 +327,10 @@ def _read_orbax_tree(path: pathlib.Path):
   step as ``{item: tree}``) as a state dict of numpy arrays."""
   path = path.absolute()
   items = _items(path)
-  if not items:
-    return _read_orbax(path)
-  return {item.name: _read_orbax(item) for item in items}
+  with _convert.quiet_orbax():
+    if not items:
+      return _read_orbax(path)
+    return {item.name: _read_orbax(item) for item in items}
 
 
 def _legacy_entry(path: pathlib.Path) -> pathlib.Path:
@@ -686,7 +687,18 @@ def main(argv=None) -> int:
                       "('bias', Momentum(0.1)))\" (regexes over '/a/b' param "
                       'paths). Default: inferred from the state layout.')
   parser.add_argument('--force', action='store_true',
-                      help='replace an existing destination')
+                      help='replace an existing destination (only one this '
+                      'tool wrote)')
+  parser.add_argument('--stock', action='store_true',
+                      help='--to optax|train_state: write the state of the '
+                      'nearest stock Optax transform (restores without this '
+                      'library); prints its measured deviation')
+  parser.add_argument('--closest', action='store_true',
+                      help='with --stock: accept the closest stock transform '
+                      'where Optax has no counterpart')
+  parser.add_argument('--path-map', metavar='OLD=NEW', action='append',
+                      help='rename a legacy param path prefix (repeatable; '
+                      "'params=' drops a level)")
   parser.add_argument('--info', action='store_true',
                       help='only print what the legacy checkpoint holds')
   bar = parser.add_mutually_exclusive_group()
@@ -701,16 +713,33 @@ def main(argv=None) -> int:
       return 0
     if args.dst is None:
       parser.error('DST is required (or use --info).')
-    to = args.to or ('legacy' if pathlib.Path(args.src).is_dir() and not any(
-        pathlib.Path(args.src).glob('checkpoint_*')) else 'train_state')
+    path_map = None
+    if args.path_map:
+      if not all('=' in entry for entry in args.path_map):
+        parser.error('--path-map takes OLD=NEW.')
+      path_map = dict(entry.split('=', 1) for entry in args.path_map)
+    to = args.to or _default_target(pathlib.Path(args.src))
     report = convert_checkpoint(args.src, args.dst, to,
                                 optimizer=args.optimizer, force=args.force,
-                                progress=args.progress)
+                                path_map=path_map, stock=args.stock,
+                                closest=args.closest, progress=args.progress)
   except (OSError, ValueError, TypeError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
   print(report)
   return 0
+
+
+def _default_target(src: pathlib.Path) -> str:
+  """'legacy' for a modern (converted) Orbax checkpoint, else 'train_state'."""
+  if is_converted_checkpoint(src):
+    return 'legacy'
+  if is_orbax_checkpoint(src) and not _items(src):
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    tree = _restore.orbax_metadata(ocp.PyTreeCheckpointer(), src.absolute())
+    if not _target_and_state_paths(tree):
+      return 'legacy'
+  return 'train_state'
 
 
 def describe(ckpt: LegacyCheckpoint) -> str:
