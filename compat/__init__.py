@@ -13,6 +13,8 @@ _EXPORTS = {
     'traversal_labels': 'compat.optax_bridge',
     'to_train_state': 'compat.train_state',
     'to_nnx_optimizer': 'compat.nnx',
+    # The stock exit: stock Optax transforms and states, no shim needed.
+    'to_stock_optax': 'compat.stock_exit',
     # Checkpoints.
     'load_legacy_checkpoint': 'compat.checkpoints',
     'convert_checkpoint': 'compat.checkpoints',

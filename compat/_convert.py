@@ -11,7 +11,9 @@ restores the Orbax state without a template, puts it back into the shape of
 what both need, the Orbax item names and the ``ConversionReport``, is here.
 """
 
+import contextlib
 import dataclasses
+import logging
 import pathlib
 import warnings
 from typing import Any
@@ -41,12 +43,32 @@ class ConversionReport:
   num_values: int
   bytes_read: int
   bytes_written: int
+  steps: tuple = ()  # a CheckpointManager tree: every step converted
+  # The stock exit (stock=True): what continues the run and how far it
+  # measured from flax 0.5.3 (a compat.stock_exit.StockReport).
+  stock: Any = None
 
   def __str__(self):
-    return (f'Converted {self.src} -> {self.dst} ({self.to}): optimizer '
+    text = (f'Converted {self.src} -> {self.dst} ({self.to}): optimizer '
             f'{self.optimizer}, step {self.step}, {self.num_params} params '
             f'({self.num_values} values), read {self.bytes_read} bytes, wrote '
             f'{self.bytes_written} bytes.')
+    if self.steps:
+      text += f' Steps: {", ".join(map(str, self.steps))}.'
+    return text if self.stock is None else f'{text}\n{self.stock}'
+
+
+@contextlib.contextmanager
+def quiet_orbax():
+  """Silences Orbax's absl warnings (missing optional metadata files of
+  older checkpoints...) for the duration: the CLI reports what matters."""
+  logger = logging.getLogger('absl')
+  level = logger.level
+  logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
 
 
 def disk_size(path: pathlib.Path) -> int:
@@ -94,6 +116,26 @@ def _state_only_overrides(optimizer) -> dict[str, Any]:
   return {}
 
 
+def _stock_item(to: str, optimizer, closest: bool):
+  """(the stock exit's state item, its StockReport)."""
+  from compat import stock_exit  # pylint: disable=g-import-not-at-top
+  overrides = {}
+  if optax_bridge.lacks_learning_rate(optimizer.optimizer_def.hyper_params):
+    # Only the state is written, and a constant rate lays it out like any
+    # constant the user's stock transform will have.
+    overrides['learning_rate'] = 1.0
+  tx, opt_state, report = stock_exit.to_stock_optax(
+      optimizer, closest=closest, **overrides)
+  if to == 'optax':
+    return {'params': optimizer.target, 'opt_state': opt_state}, report
+  if to != 'train_state':
+    raise ValueError(f'--stock writes optax or train_state, not {to!r}.')
+  from flax.training import train_state  # pylint: disable=g-import-not-at-top
+  return train_state.TrainState(
+      step=np.asarray(report.step, np.int32), apply_fn=None,
+      params=optimizer.target, tx=tx, opt_state=opt_state), report
+
+
 def _modern_item(to: str, optimizer, model, path_map) -> Any:
   """The in-memory modern state continuing ``optimizer``."""
   overrides = _state_only_overrides(optimizer)
@@ -114,20 +156,31 @@ def _modern_item(to: str, optimizer, model, path_map) -> Any:
 
 
 def write_modern(tmp: pathlib.Path, to: str, optimizer, meta: dict, extras,
-                 model=None, path_map=None) -> None:
-  """Writes the Orbax items of a converted checkpoint at ``tmp``."""
+                 model=None, path_map=None, *, stock: bool = False,
+                 closest: bool = False):
+  """Writes the Orbax items of a converted checkpoint at ``tmp``; returns
+  the stock exit's StockReport (None without ``stock``)."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   if to != 'nnx' and (model is not None or path_map is not None):
-    raise ValueError('model= and path_map= only apply to to="nnx".')
+    raise ValueError('model= only applies to to="nnx".')
+  stock_report = None
+  if stock:
+    item, stock_report = _stock_item(to, optimizer, closest)
+    meta = dict(meta, stock=stock_report.as_json())
+  elif to == 'params':
+    item = optimizer.target
+  else:
+    item = _modern_item(to, optimizer, model, path_map)
   items = {
-      STATE_ITEM: ocp.args.StandardSave(
-          _modern_item(to, optimizer, model, path_map)),
+      STATE_ITEM: ocp.args.StandardSave(item),
       META_ITEM: ocp.args.JsonSave(meta),
   }
   if extras is not None:
     items[EXTRAS_ITEM] = ocp.args.StandardSave(extras)
-  checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
-  checkpointer.save(tmp, ocp.args.Composite(**items))
+  with quiet_orbax():
+    checkpointer = ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+    checkpointer.save(tmp, ocp.args.Composite(**items))
+  return stock_report
 
 
 # ------------------------------------------------------ modern -> legacy
@@ -137,12 +190,14 @@ def _read_modern(src: pathlib.Path):
   """(state tree, extras or None, conversion record or None), no template."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   try:
-    if (src / STATE_ITEM).is_dir():
-      restored = ocp.Checkpointer(ocp.CompositeCheckpointHandler()).restore(src)
-      return (restored[STATE_ITEM],
-              restored.get(EXTRAS_ITEM),
-              restored.get(META_ITEM))
-    return ocp.StandardCheckpointer().restore(src), None, None
+    with quiet_orbax():
+      if (src / STATE_ITEM).is_dir():
+        restored = ocp.Checkpointer(
+            ocp.CompositeCheckpointHandler()).restore(src)
+        return (restored[STATE_ITEM],
+                restored.get(EXTRAS_ITEM),
+                restored.get(META_ITEM))
+      return ocp.StandardCheckpointer().restore(src), None, None
   except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
     raise ValueError(f'{src} is not a readable Orbax checkpoint: {e}') from e
 
@@ -271,6 +326,11 @@ def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
   tree, extras, meta = _read_modern(src)
   bar.complete()
   kind = meta['to'] if meta else _detect_kind(tree)
+  if meta and (meta.get('stock') or kind == 'params'):
+    raise ValueError(
+        f'{src} holds {"a stock Optax state" if meta.get("stock") else "params only"}'
+        ', not the legacy optimizer\'s state: convert the original legacy '
+        f'checkpoint ({meta.get("source", {}).get("path", "?")}) instead.')
   if optimizer is None:
     optimizer = meta.get('optimizer') if meta else None
     if optimizer is None:

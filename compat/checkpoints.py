@@ -53,7 +53,7 @@ from legacy_optim import _restore
 
 FORMAT = 'flax-optim-compat/converted-checkpoint/1'
 MODERN = ('train_state', 'optax', 'nnx')
-TARGETS = MODERN + ('legacy',)
+TARGETS = MODERN + ('params', 'legacy')
 # What convert_checkpoint returns, and a helper its callers use.
 ConversionReport = _convert.ConversionReport
 disk_size = _convert.disk_size
@@ -176,8 +176,11 @@ def load_legacy_checkpoint(path: PathLike, *,
   """Reads a flax.optim checkpoint without a template (see LegacyCheckpoint).
 
   Args:
-    path: a checkpoint file, or a directory of ``checkpoint_<step>`` files
-      (the latest is read), as written by flax's ``save_checkpoint``.
+    path: a checkpoint file or Orbax checkpoint directory, or a directory of
+      ``checkpoint_<step>`` entries (the latest is read), as written by
+      flax's ``save_checkpoint`` (msgpack with flax <= 0.5.3, Orbax today;
+      flax.optim's per-leaf state or the column-wise one of an earlier
+      flax-optim-compat), or one step of an ``ocp.CheckpointManager``.
     progress: show a progress bar (None: only for large files on a terminal).
 
   Raises:
@@ -187,17 +190,20 @@ def load_legacy_checkpoint(path: PathLike, *,
     ValueError: it holds no (or several) flax.optim Optimizers, or their
       state is inconsistent with their target.
   """
-  file = checkpoint_file(path)
-  nbytes = file.stat().st_size
-  bar = _atomic.Progress(nbytes, 'read', progress)
-  try:
-    data = _read(file, bar)
-    bar.phase('decode', len(data))
-    state_dict = _safe_msgpack.decode(data, progress=bar.advance)
-    del data
-    bar.complete()
-  finally:
-    bar.close()
+  file = _legacy_entry(pathlib.Path(path))
+  nbytes = _convert.disk_size(file)
+  if file.is_dir():
+    state_dict = _with_per_leaf_states(_read_orbax_tree(file), None)
+  else:
+    bar = _atomic.Progress(nbytes, 'read', progress)
+    try:
+      data = _read(file, bar)
+      bar.phase('decode', len(data))
+      state_dict = _safe_msgpack.decode(data, progress=bar.advance)
+      del data
+      bar.complete()
+    finally:
+      bar.close()
   found = _find_optimizers(state_dict)
   if not found:
     raise ValueError(
@@ -292,6 +298,63 @@ def _checkpoint_entry(path: PathLike, step, prefix: str) -> pathlib.Path:
                  'file or Orbax checkpoint')
 
 
+def is_converted_checkpoint(path: pathlib.Path) -> bool:
+  """True for a checkpoint ``convert_checkpoint`` wrote (its record says so)."""
+  record = path / _convert.META_ITEM
+  files = [record] if record.is_file() else (
+      sorted(record.glob('*')) if record.is_dir() else [])
+  for file in files:
+    try:
+      if FORMAT in file.read_text(encoding='utf-8', errors='replace'):
+        return True
+    except OSError:
+      continue
+  return False
+
+
+def _items(path: pathlib.Path) -> list[pathlib.Path]:
+  """The item directories of a multi-item Orbax checkpoint (a
+  CheckpointManager step), or [] for a single-item one."""
+  if (path / '_METADATA').is_file() or not path.is_dir():
+    return []
+  return sorted(child for child in path.iterdir()
+                if child.is_dir() and not child.name.startswith(('.', '_'))
+                and (child / '_METADATA').is_file())
+
+
+def _read_orbax_tree(path: pathlib.Path):
+  """An Orbax checkpoint (one item, or every item of a CheckpointManager
+  step as ``{item: tree}``) as a state dict of numpy arrays."""
+  path = path.absolute()
+  items = _items(path)
+  with _convert.quiet_orbax():
+    if not items:
+      return _read_orbax(path)
+    return {item.name: _read_orbax(item) for item in items}
+
+
+def _legacy_entry(path: pathlib.Path) -> pathlib.Path:
+  """The msgpack file or Orbax directory holding a legacy Optimizer."""
+  if is_converted_checkpoint(path):
+    raise ValueError(
+        f'{path} is a checkpoint flax-optim-compat converted; convert it back '
+        'with --to legacy (Python: to="legacy").')
+  if path.is_dir() and not is_orbax_checkpoint(path) and _manager_steps(path):
+    raise ValueError(
+        f'{path} is an orbax.checkpoint.CheckpointManager directory (steps '
+        f'{", ".join(str(s) for s, _ in _manager_steps(path))}); convert it '
+        'whole (convert SRC DST) or name one step directory.')
+  return _checkpoint_entry(path, None, 'checkpoint_')
+
+
+def _manager_steps(path: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
+  """(step, directory) of a CheckpointManager root's steps, by step."""
+  if not path.is_dir():
+    return []
+  return sorted((int(child.name), child) for child in path.iterdir()
+                if child.name.isdigit() and is_orbax_checkpoint(child))
+
+
 def _read_orbax(path: pathlib.Path):
   """An Orbax checkpoint as a state dict of numpy arrays, no template."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
@@ -332,8 +395,11 @@ def _optimizer_paths(template, path=()):
 
 def _with_per_leaf_states(tree, template):
   """``tree`` with every column-wise Optimizer state (an earlier
-  flax-optim-compat's Orbax checkpoints) put in flax.optim's layout."""
-  for path in _optimizer_paths(template):
+  flax-optim-compat's Orbax checkpoints) put in flax.optim's layout; the
+  Optimizers are where ``template`` has them (None: anywhere in ``tree``)."""
+  paths = (_optimizer_paths(template) if template is not None else
+           _target_and_state_paths(tree))
+  for path in paths:
     node = _infer.lookup(tree, path)
     if not (isinstance(node, dict) and isinstance(node.get('target'), dict) and
             _restore.column_fields(node.get('state'))):
@@ -344,6 +410,16 @@ def _with_per_leaf_states(tree, template):
       return converted
     tree = _replaced(tree, path, converted)
   return tree
+
+
+def _target_and_state_paths(tree, path=()):
+  """Paths of ``{'target', 'state'}`` nodes: Optimizers in either layout."""
+  if not isinstance(tree, dict):
+    return []
+  if set(tree) == {'target', 'state'}:
+    return [path]
+  return [p for k, v in tree.items()
+          for p in _target_and_state_paths(v, path + (k,))]
 
 
 def _replaced(tree, path, value):
@@ -397,45 +473,87 @@ def restore_checkpoint(path: PathLike, target, *, step=None,
 
 def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
                        *, optimizer=None, force: bool = False, model=None,
-                       path_map=None,
+                       path_map=None, stock: bool = False,
+                       closest: bool = False,
                        progress: Optional[bool] = None) -> ConversionReport:
   """Converts a flax.optim checkpoint to an Orbax one, or back.
 
   Args:
-    src: a legacy checkpoint file (or directory of ``checkpoint_<step>``
-      files); for ``to='legacy'``, a converted (or any TrainState/optax/nnx)
-      Orbax checkpoint directory.
+    src: a legacy checkpoint: a msgpack file or an Orbax directory
+      (``save_checkpoint(dir, optimizer_or_container, step)`` of any flax),
+      or a directory of ``checkpoint_<step>`` entries (the latest is read),
+      or an ``ocp.CheckpointManager`` root (every step is converted into
+      ``dst/<step>``); for ``to='legacy'``, a converted (or any
+      TrainState/optax/nnx) Orbax checkpoint directory.
     dst: the destination: an Orbax checkpoint directory, or for
       ``to='legacy'`` a file (an existing directory gets
       ``checkpoint_<step>`` inside it).
-    to: ``'train_state'``, ``'optax'``, ``'nnx'`` or ``'legacy'``.
+    to: ``'train_state'``, ``'optax'``, ``'nnx'``, ``'params'`` (the params
+      alone) or ``'legacy'``.
     optimizer: the optimizer definition (an ``OptimizerDef`` or a spec
       string such as ``"Adam(learning_rate=1e-3)"``). Only its state layout
-      matters; by default it is inferred from the checkpoint (legacy -> Orbax)
-      or read from the conversion record (-> legacy).
-    force: replace an existing ``dst``.
+      matters (with ``stock``, also the hyper-params that pick the stock
+      variant); by default it is inferred from the checkpoint (legacy ->
+      Orbax) or read from the conversion record (-> legacy).
+    force: replace an existing ``dst``; a directory is only replaced when it
+      is a checkpoint this function wrote.
     model: ``to='nnx'`` only: the nnx model whose params receive the target
       (default: a module mirroring the legacy params' paths).
-    path_map: ``to='nnx'`` only: renames legacy param paths to the model's
-      (see ``compat.to_nnx_optimizer``).
+    path_map: renames legacy param paths (see ``compat.to_nnx_optimizer``):
+      for ``to='nnx'`` to the model's, otherwise in the written tree.
+    stock: ``to='optax'`` or ``'train_state'``: write the state of the
+      nearest stock Optax transform (``compat.to_stock_optax``), which
+      restores where this library is not installed; the report gives the
+      transform and its measured deviation from flax 0.5.3.
+    closest: with ``stock``, accept the closest stock transform where Optax
+      has no counterpart.
     progress: show a progress bar (None: for large files on a terminal).
 
   Returns:
-    A ConversionReport. ``src`` is only read; ``dst`` appears complete or
+    A ConversionReport (for a CheckpointManager tree, of its last step, with
+    ``steps`` listing all). ``src`` is only read; ``dst`` appears complete or
     not at all.
   """
   if to not in TARGETS:
     raise ValueError(f'to must be one of {", ".join(TARGETS)}, got {to!r}.')
+  if stock and to not in ('optax', 'train_state'):
+    raise ValueError(f'stock=True (--stock) writes optax or train_state, '
+                     f'not {to!r}.')
   src, dst = pathlib.Path(src).absolute(), pathlib.Path(dst).absolute()
   dst_is_dir = (to == 'legacy' and dst.is_dir() and
                 not (dst / _convert.STATE_ITEM).exists())
   _check_paths(src, dst)
   if not dst_is_dir:
     _atomic.refuse_existing(dst, force)
+    _refuse_foreign(dst)
   if to == 'legacy':
+    if path_map is not None:
+      raise ValueError('path_map renames legacy params on the way out; '
+                       'converting back keeps the checkpoint\'s paths.')
     return _convert.to_legacy(src, dst, dst_is_dir, optimizer, force,
                               progress)
+  options = dict(to=to, optimizer=optimizer, model=model, path_map=path_map,
+                 stock=stock, closest=closest, progress=progress)
+  steps = [] if is_orbax_checkpoint(src) else _manager_steps(src)
+  with _atomic.atomic_destination(dst, force) as tmp:
+    if not steps:
+      report = _convert_one(src, tmp, **options)
+    else:
+      tmp.mkdir()
+      for step, step_dir in steps:
+        report = _convert_one(step_dir, tmp / str(step), **options)
+  return dataclasses.replace(
+      report, src=str(src), dst=str(dst), bytes_written=disk_size(dst),
+      steps=tuple(step for step, _ in steps))
+
+
+def _convert_one(src, dst, *, to, optimizer, model, path_map, stock, closest,
+                 progress) -> ConversionReport:
+  """Writes the conversion of the legacy checkpoint ``src`` at ``dst``."""
   ckpt = load_legacy_checkpoint(src, progress=progress)
+  if path_map is not None and to != 'nnx':
+    ckpt = _renamed(ckpt, path_map)
+    path_map = None
   opt_def, spec, inferred = _resolve_def(ckpt, optimizer)
   optimizer_obj = _restore_optimizer(ckpt, opt_def)
   meta = {
@@ -454,16 +572,70 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
   bar = _atomic.Progress(ckpt.nbytes, 'write', progress)
   try:
     bar.phase('write')
-    with _atomic.atomic_destination(dst, force) as tmp:
-      _convert.write_modern(tmp, to, optimizer_obj, meta, extras, model,
-                            path_map)
+    stock_report = _convert.write_modern(
+        dst, to, optimizer_obj, meta, extras, model, path_map,
+        stock=stock, closest=closest)
     bar.complete()
   finally:
     bar.close()
   return ConversionReport(
       str(src), str(dst), to,
       (spec or type(opt_def).__name__) + (' [inferred]' if inferred else ''),
-      ckpt.step, ckpt.num_params, ckpt.num_values, ckpt.nbytes, disk_size(dst))
+      ckpt.step, ckpt.num_params, ckpt.num_values, ckpt.nbytes, disk_size(dst),
+      stock=stock_report)
+
+
+def _refuse_foreign(dst: pathlib.Path) -> None:
+  """--force replaces only what this tool wrote: never a user's directory."""
+  if not dst.is_dir() or dst.is_symlink():
+    return
+  ours = is_converted_checkpoint(dst) or (
+      any(dst.iterdir()) and all(
+          child.name.isdigit() and is_converted_checkpoint(child)
+          for child in dst.iterdir() if not child.name.startswith('.')))
+  if not ours:
+    raise _atomic.DestinationExistsError(
+        f'{dst} is a directory that is not a checkpoint flax-optim-compat '
+        'converted; --force only replaces those. Choose another destination '
+        'or remove it yourself.')
+
+
+def _renamed(ckpt: LegacyCheckpoint, path_map) -> LegacyCheckpoint:
+  """``ckpt`` with its params (and their states) renamed by ``path_map``."""
+  from compat import nnx as nnx_bridge  # pylint: disable=g-import-not-at-top
+  rename = nnx_bridge._PathRenamer(path_map)  # pylint: disable=protected-access
+  opt_sd = ckpt.optimizer_state_dict
+  param_states = opt_sd['state']['param_states']
+  target, states, problems = {}, {}, []
+  for path, value in _infer.param_leaves(opt_sd['target']):
+    new = rename(path)
+    shown = f'{"/".join(path)} -> {"/".join(new) or "<root>"}'
+    if not new or _infer.lookup(target, new) is not _infer.MISSING or any(
+        not isinstance(_infer.lookup(target, new[:n]), (dict, type(
+            _infer.MISSING))) for n in range(len(new))):
+      problems.append(f'{shown}: that path is empty or already taken')
+      continue
+    for tree, leaf in ((target, value),
+                       (states, _infer.lookup(param_states, path))):
+      node = tree
+      for key in new[:-1]:
+        node = node.setdefault(key, {})
+      node[new[-1]] = leaf
+  problems += [f'path_map entry {"/".join(p)!r} matches no legacy param'
+               for p in rename.unused()]
+  if problems:
+    raise ValueError(f'path_map does not fit {ckpt.path}:\n  ' +
+                     '\n  '.join(problems))
+  renamed = dict(opt_sd, target=target,
+                 state=dict(opt_sd['state'], param_states=states))
+  inference = _infer.infer(renamed)
+  return dataclasses.replace(
+      ckpt, state_dict=_replaced(ckpt.state_dict, ckpt.optimizer_path,
+                                 renamed),
+      leaf_fields=inference.leaf_fields,
+      leaf_algorithms=inference.leaf_algorithms,
+      algorithms=inference.algorithms, spec=inference.spec,
+      notes=inference.notes)
 
 
 def _check_paths(src: pathlib.Path, dst: pathlib.Path) -> None:
@@ -477,10 +649,16 @@ def _check_paths(src: pathlib.Path, dst: pathlib.Path) -> None:
 
 
 def _sha256(path: pathlib.Path) -> str:
+  """Of a file, or of a directory's files (relative names and contents)."""
   digest = hashlib.sha256()
-  with open(path, 'rb') as f:
-    while chunk := f.read(_READ_CHUNK):
-      digest.update(chunk)
+  files = ([(path, '')] if path.is_file() else
+           [(f, str(f.relative_to(path))) for f in sorted(path.rglob('*'))
+            if f.is_file()])
+  for file, name in files:
+    digest.update(name.encode())
+    with open(file, 'rb') as f:
+      while chunk := f.read(_READ_CHUNK):
+        digest.update(chunk)
   return digest.hexdigest()
 
 
@@ -509,7 +687,18 @@ def main(argv=None) -> int:
                       "('bias', Momentum(0.1)))\" (regexes over '/a/b' param "
                       'paths). Default: inferred from the state layout.')
   parser.add_argument('--force', action='store_true',
-                      help='replace an existing destination')
+                      help='replace an existing destination (only one this '
+                      'tool wrote)')
+  parser.add_argument('--stock', action='store_true',
+                      help='--to optax|train_state: write the state of the '
+                      'nearest stock Optax transform (restores without this '
+                      'library); prints its measured deviation')
+  parser.add_argument('--closest', action='store_true',
+                      help='with --stock: accept the closest stock transform '
+                      'where Optax has no counterpart')
+  parser.add_argument('--path-map', metavar='OLD=NEW', action='append',
+                      help='rename a legacy param path prefix (repeatable; '
+                      "'params=' drops a level)")
   parser.add_argument('--info', action='store_true',
                       help='only print what the legacy checkpoint holds')
   bar = parser.add_mutually_exclusive_group()
@@ -524,16 +713,33 @@ def main(argv=None) -> int:
       return 0
     if args.dst is None:
       parser.error('DST is required (or use --info).')
-    to = args.to or ('legacy' if pathlib.Path(args.src).is_dir() and not any(
-        pathlib.Path(args.src).glob('checkpoint_*')) else 'train_state')
+    path_map = None
+    if args.path_map:
+      if not all('=' in entry for entry in args.path_map):
+        parser.error('--path-map takes OLD=NEW.')
+      path_map = dict(entry.split('=', 1) for entry in args.path_map)
+    to = args.to or _default_target(pathlib.Path(args.src))
     report = convert_checkpoint(args.src, args.dst, to,
                                 optimizer=args.optimizer, force=args.force,
-                                progress=args.progress)
+                                path_map=path_map, stock=args.stock,
+                                closest=args.closest, progress=args.progress)
   except (OSError, ValueError, TypeError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
   print(report)
   return 0
+
+
+def _default_target(src: pathlib.Path) -> str:
+  """'legacy' for a modern (converted) Orbax checkpoint, else 'train_state'."""
+  if is_converted_checkpoint(src):
+    return 'legacy'
+  if is_orbax_checkpoint(src) and not _items(src):
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    tree = _restore.orbax_metadata(ocp.PyTreeCheckpointer(), src.absolute())
+    if not _target_and_state_paths(tree):
+      return 'legacy'
+  return 'train_state'
 
 
 def describe(ckpt: LegacyCheckpoint) -> str:

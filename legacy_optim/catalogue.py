@@ -71,6 +71,9 @@ class Stock(NamedTuple):
   when: Optional[str] = None
   note: Optional[str] = None  # where the stock rule notably differs
   zero_bias: bool = False
+  # False: Optax has no counterpart of this variant; the expression is only
+  # the closest one (the stock exit asks for consent before using it).
+  counterpart: bool = True
 
 
 class Check(NamedTuple):
@@ -92,9 +95,16 @@ class Algorithm(NamedTuple):
   checks: tuple[Check, ...] = ()
   # (flax versions, fields) of older per-parameter layouts still restored.
   older_state_fields: Optional[tuple[str, tuple[str, ...]]] = None
+  # The stock exit: legacy state field -> the attribute of the stock
+  # transform's state NamedTuple(s) holding the same values ('-' prefix: the
+  # stock transform keeps it negated). A field whose attribute the stock
+  # state lacks (RMSProp's mg uncentered, Adafactor's m without beta1) must
+  # be unused (zeros or None). The step goes to every ``count``.
+  stock_state: Mapping[str, str] = {}
 
 
 _ADAM_MOMENTS = ('grad_ema', 'grad_sq_ema')
+_ADAM_STOCK_STATE = {'grad_ema': 'mu', 'grad_sq_ema': 'nu'}
 _LR = {'learning_rate': 1e-3}
 _LR_WD = {'learning_rate': 1e-3, 'weight_decay': 1e-4}
 _WD = 'weight_decay'
@@ -117,7 +127,7 @@ RULES = (
               'nesterov={nesterov}))',
               {'learning_rate': 0.1, 'beta': 0.9, 'weight_decay': 1e-4,
                'nesterov': True}, when=_WD),
-    ), checks=(
+    ), stock_state={'momentum': 'trace'}, checks=(
         Check('', {'learning_rate': 0.1, 'beta': 0.9}),
         Check('(nesterov, wd)', {'learning_rate': 0.1, 'beta': 0.8,
                                  'weight_decay': 1e-2, 'nesterov': True}),
@@ -128,7 +138,8 @@ RULES = (
         Stock('adam_wd', 'optax.adamw({learning_rate}, b1={beta1}, '
               'b2={beta2}, eps={eps}, weight_decay={weight_decay})', _LR_WD,
               when=_WD),
-    ), checks=(Check('', {'learning_rate': 0.01, 'beta2': 0.99,
+    ), stock_state=_ADAM_STOCK_STATE,
+        checks=(Check('', {'learning_rate': 0.01, 'beta2': 0.99,
                           'weight_decay': 1e-3}),)),
     Algorithm('AdaBelief', 'adabelief', _ADAM_MOMENTS, stock=(
         Stock('adabelief', 'optax.adabelief({learning_rate}, b1={beta1}, '
@@ -138,7 +149,8 @@ RULES = (
               'optax.add_decayed_weights({weight_decay}), '
               'optax.scale_by_learning_rate({learning_rate}))', _LR_WD,
               when=_WD),
-    ), checks=(Check('', {'learning_rate': 0.01, 'weight_decay': 1e-3}),)),
+    ), stock_state=_ADAM_STOCK_STATE,
+        checks=(Check('', {'learning_rate': 0.01, 'weight_decay': 1e-3}),)),
     Algorithm('Adadelta', 'adadelta', ('sq_avg', 'acc_delta'), stock=(
         Stock('adadelta', 'optax.adadelta({learning_rate}, rho={rho}, '
               'eps={eps})', {'learning_rate': 1.0}),
@@ -146,7 +158,8 @@ RULES = (
               'eps={eps}), optax.add_decayed_weights({weight_decay}), '
               'optax.scale_by_learning_rate({learning_rate}))',
               {'learning_rate': 1.0, 'weight_decay': 1e-4}, when=_WD),
-    ), checks=(Check('', {'learning_rate': 1.0, 'weight_decay': 1e-3}),)),
+    ), stock_state={'sq_avg': 'e_g', 'acc_delta': 'e_x'},
+        checks=(Check('', {'learning_rate': 1.0, 'weight_decay': 1e-3}),)),
     Algorithm('Adafactor', 'adafactor', ('v_row', 'v_col', 'v', 'm'), stock=(
         Stock('adafactor', 'optax.adafactor({learning_rate}, '
               'min_dim_size_to_factor={min_dim_size_to_factor}, '
@@ -157,7 +170,8 @@ RULES = (
               'factored={factored})', {'learning_rate': 1e-2},
               note=('optax fixes the parameter-scale floor at 1e-3 '
                     '(flax.optim: epsilon2)')),
-    ), checks=(
+    ), stock_state={'v_row': 'v_row', 'v_col': 'v_col', 'v': 'v', 'm': 'ema'},
+        checks=(
         Check('', {'learning_rate': 0.01}),
         Check('(factored, beta1)', {
             'learning_rate': 0.01, 'beta1': 0.9, 'min_dim_size_to_factor': 2,
@@ -167,8 +181,10 @@ RULES = (
               'initial_accumulator_value=0.0, eps={eps})',
               {'learning_rate': 0.1},
               note=('optax adds eps inside the square root (rsqrt(G + eps)); '
-                    'flax.optim adds it outside (sqrt(G) + eps)')),
-    ), checks=(Check('', {'learning_rate': 0.1}),)),
+                    'flax.optim adds it outside (sqrt(G) + eps)'),
+              counterpart=False),
+    ), stock_state={'G': 'sum_of_squares'},
+        checks=(Check('', {'learning_rate': 0.1}),)),
     Algorithm('LAMB', 'lamb', _ADAM_MOMENTS, stock=(
         Stock('lamb', 'optax.lamb({learning_rate}, b1={beta1}, b2={beta2}, '
               'eps={eps}, weight_decay={weight_decay})',
@@ -176,13 +192,15 @@ RULES = (
               note=('for a parameter that is exactly zero (e.g. a '
                     'zero-initialised bias) flax.optim uses trust ratio 0 (it '
                     'never moves), optax 1'), zero_bias=True),
-    ), checks=(Check('', {'learning_rate': 0.01, 'weight_decay': 1e-3}),)),
+    ), stock_state=_ADAM_STOCK_STATE,
+        checks=(Check('', {'learning_rate': 0.01, 'weight_decay': 1e-3}),)),
     Algorithm('LARS', 'lars', ('momentum',), stock=(
         Stock('lars', _LARS, {'learning_rate': 0.1}),
         Stock('lars_wd', _LARS, {'learning_rate': 0.1, 'weight_decay': 5e-4},
               when=_WD, note=('optax computes the trust ratio from '
-                              '|g + wd*p|; flax.optim from |g| + wd*|p|')),
-    ), checks=(
+                              '|g + wd*p|; flax.optim from |g| + wd*|p|'),
+              counterpart=False),
+    ), stock_state={'momentum': '-trace'}, checks=(
         Check('', {'learning_rate': 0.1, 'weight_decay': 1e-3}),
         Check('(nesterov)', {'learning_rate': 0.1, 'weight_decay': 1e-3,
                              'eps': 1e-6, 'nesterov': True}))),
@@ -190,7 +208,7 @@ RULES = (
         Stock('rmsprop', _RMSPROP, _LR),
         Stock('rmsprop_centered', _RMSPROP,
               {'learning_rate': 1e-3, 'centered': True}, when='centered'),
-    ), checks=(
+    ), stock_state={'v': 'nu', 'mg': 'mu'}, checks=(
         Check('', {'learning_rate': 0.01}),
         Check('(centered)', {'learning_rate': 0.01, 'centered': True}))),
 )
@@ -317,6 +335,17 @@ class StockReplacement(NamedTuple):
   note: Optional[str]  # where the stock alias differs, if it does notably.
 
 
+def stock_variant(algorithm: str,
+                  hyper_params: Mapping[str, Any]) -> Optional[Stock]:
+  """The ``Stock`` variant of ``algorithm`` for these hyper-params (None:
+  Optax has no counterpart)."""
+  algorithm_record = BY_NAME.get(algorithm)
+  if algorithm_record is None or not algorithm_record.stock:
+    return None
+  return [s for s in algorithm_record.stock
+          if s.when is None or _is_set(hyper_params.get(s.when))][-1]
+
+
 def stock_optax(algorithm: str, hyper_params: Mapping[str, Any],
                 render=literal) -> StockReplacement:
   """The nearest stock Optax expression for ``algorithm`` with these values.
@@ -330,11 +359,9 @@ def stock_optax(algorithm: str, hyper_params: Mapping[str, Any],
     ``StockReplacement``; ``expression`` is None for algorithms Optax has no
     counterpart of (WeightNorm).
   """
-  algorithm_record = BY_NAME.get(algorithm)
-  if algorithm_record is None or not algorithm_record.stock:
+  stock = stock_variant(algorithm, hyper_params)
+  if stock is None:
     return StockReplacement(None, None, None)
-  stock = [s for s in algorithm_record.stock
-           if s.when is None or _is_set(hyper_params.get(s.when))][-1]
   values = {k: render(v) for k, v in hyper_params.items()}
   if hyper_params.get('learning_rate', 0) in (None, 'None'):
     values['learning_rate'] = 'learning_rate'

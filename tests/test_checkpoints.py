@@ -566,13 +566,22 @@ def test_existing_destination_is_refused_and_both_stay_untouched(tmp_path):
   assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
 
 
-def test_force_replaces_the_destination(tmp_path):
+def test_force_replaces_the_destination(tmp_path, capsys):
   dst = tmp_path / 'out'
   dst.mkdir()
   (dst / 'old.txt').write_text('old')
+  # A directory this tool did not write is never deleted, even with --force.
+  assert checkpoints.main([str(fx.checkpoint_path('sgd')), str(dst),
+                           '--force']) == 1
+  assert 'not a checkpoint flax-optim-compat converted' in (
+      capsys.readouterr().err)
+  assert (dst / 'old.txt').read_text() == 'old'
+  (dst / 'old.txt').unlink()
+  dst.rmdir()
+  assert checkpoints.main([str(fx.checkpoint_path('adagrad')), str(dst)]) == 0
   assert checkpoints.main([str(fx.checkpoint_path('sgd')), str(dst),
                            '--force']) == 0
-  assert not (dst / 'old.txt').exists() and (dst / 'state').is_dir()
+  assert (dst / 'state').is_dir()  # sgd's conversion (checked below)
   legacy = tmp_path / 'legacy'
   legacy.write_bytes(b'old')
   assert checkpoints.main([str(dst), str(legacy), '--force']) == 0
