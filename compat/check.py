@@ -248,8 +248,8 @@ def max_difference(expected, actual) -> Optional[float]:
 
   Returns None when the trees do not even have the same structure or shapes.
   """
-  if (jax.tree_util.tree_structure(expected) !=
-      jax.tree_util.tree_structure(actual)):
+  expected_structure: Any = jax.tree_util.tree_structure(expected)
+  if expected_structure != jax.tree_util.tree_structure(actual):
     return None
   worst = 0.0
   for a, b in zip(jax.tree_util.tree_leaves(expected),
@@ -379,7 +379,9 @@ def _run_all(configs, problem, args, paths) -> list[dict[str, Comparison]]:
 
 def _print_table(configs, all_results, paths) -> int:
   """Prints the table and its notes; returns the number of failed cells."""
-  rows, notes, failures = [], [], 0
+  rows: list[Any] = []
+  notes: list[str] = []
+  failures = 0
   for config, results in zip(configs, all_results):
     cells = []
     for path in paths:

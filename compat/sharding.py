@@ -59,7 +59,7 @@ def zero1_spec(shape: Sequence[int], axes: tuple[str, ...],
   if axis_size == 1 or not candidates:
     return PartitionSpec()
   dim = max(candidates, key=lambda d: (shape[d], -d))
-  entries = [None] * len(shape)
+  entries: list[Any] = [None] * len(shape)
   entries[dim] = axes[0] if len(axes) == 1 else axes
   return _canonical(entries)
 
@@ -141,7 +141,8 @@ class _Planner:
 
   def _custom(self, path, leaf) -> Sharding:
     where = jax.tree_util.keystr(path) or '<root>'
-    return _as_sharding(self.rule(path, leaf), self.mesh, where)
+    rule: Any = self.rule  # a callable here (see __init__)
+    return _as_sharding(rule(path, leaf), self.mesh, where)
 
   def param(self, path, leaf, spec) -> Sharding:
     if callable(self.rule):
@@ -170,6 +171,8 @@ class _Planner:
 class _Params:
   """The params with their key paths and (rule-given) specs."""
 
+  treedef: Any  # jax's PyTreeDef (untyped for mypy)
+
   def __init__(self, planner: _Planner, params):
     flat, self.treedef = jax.tree_util.tree_flatten_with_path(params)
     self.paths = [path for path, _ in flat]
@@ -192,8 +195,9 @@ class _Params:
 
   def laid_out_like_params(self, node) -> bool:
     """A subtree holding one entry per param, as in Optax states."""
-    return jax.tree_util.tree_structure(
-        node, is_leaf=lambda x: isinstance(x, optax.MaskedNode)) == self.treedef
+    structure: Any = jax.tree_util.tree_structure(
+        node, is_leaf=lambda x: isinstance(x, optax.MaskedNode))
+    return structure == self.treedef
 
   def paired(self, planner: _Planner, prefix, per_param):
     """Shardings for a subtree with one (sub)tree per param."""
@@ -212,10 +216,11 @@ def _state_shardings(planner: _Planner, prefix, state,
         lambda p, x: planner.state(prefix + p, x), state)
   if isinstance(state, base.OptimizerState):
     # Legacy layout: param_states is params-shaped down to per-param states.
-    return base.OptimizerState(
-        planner.state(prefix + _key('step'), state.step),
+    return base.OptimizerState(  # a tree of shardings shaped like the state
+        planner.state(prefix + _key('step'), state.step),  # type: ignore[arg-type]
         params.paired(planner, prefix + _key('param_states'),
                       state.param_states))
+  treedef: Any
   flat, treedef = jax.tree_util.tree_flatten_with_path(
       state, is_leaf=params.laid_out_like_params)
   return treedef.unflatten([
@@ -276,5 +281,5 @@ def state_shardings(tree: Any, mesh: Mesh, rule: Rule = 'replicated', *,
     raise ValueError(
         'A params-shaped sharding rule needs the params to pair optimizer '
         'state with: pass params=..., or pass the Optimizer/TrainState.')
-  pinfo = None if params is None else _Params(planner, params)
-  return _state_shardings(planner, (), tree, pinfo)
+  return _state_shardings(planner, (), tree,
+                          None if params is None else _Params(planner, params))

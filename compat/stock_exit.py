@@ -66,8 +66,8 @@ class StockReport:
   @property
   def rel_err(self) -> Optional[float]:
     """The largest measured deviation of the parts (None: not measured)."""
-    errors = [p.rel_err for p in self.parts]
-    return None if None in errors else max(errors)
+    errors = [p.rel_err for p in self.parts if p.rel_err is not None]
+    return max(errors) if len(errors) == len(self.parts) else None
 
   @property
   def exact_counterpart(self) -> bool:
@@ -130,7 +130,7 @@ def _stock_part(opt_def, hyper_params, params, closest: bool,
   if stock is None:
     raise NoStockCounterpartError(
         f'{record.name}: Optax has no stock counterpart, and no closest one '
-        f'either. {catalogue.REPLACEMENTS.get("weight_norm").text}.'
+        f'either. {catalogue.REPLACEMENTS["weight_norm"].text}.'
         if record is catalogue.WEIGHT_NORM else
         f'{record.name}: Optax has no stock counterpart.')
   if values.get('learning_rate') is None:
@@ -149,9 +149,10 @@ def _stock_part(opt_def, hyper_params, params, closest: bool,
             render.namespace)
   rel_err = catalogue.deviations().get('results', {}).get(variant, {}).get(
       'rel_err')
-  part = StockPart(record.name, variant,
-                   catalogue.stock_optax(record.name, values).expression,
-                   rel_err, counterpart, stock.note, label)
+  expression = catalogue.stock_optax(record.name, values).expression
+  assert expression is not None  # ``stock`` is this same variant
+  part = StockPart(record.name, variant, expression, rel_err, counterpart,
+                   stock.note, label)
   if not counterpart and not closest:
     raise NoStockCounterpartError(
         f'{record.name}: Optax has no counterpart of this rule'
@@ -166,7 +167,7 @@ def _stock_part(opt_def, hyper_params, params, closest: bool,
 def _field_columns(param_states, params, fields, selected=None):
   """One flat list (in params leaf order) per legacy state field; leaves not
   ``selected`` (or stateless) get None."""
-  treedef = jax.tree_util.tree_structure(params)
+  treedef: Any = jax.tree_util.tree_structure(params)
   flat_states = treedef.flatten_up_to(param_states)
   return {
       name: [getattr(s, name, None)
@@ -175,7 +176,7 @@ def _field_columns(param_states, params, fields, selected=None):
       for name in fields}
 
 
-def _fill(template, step, columns, mapping, params, where: str):
+def _fill(template: Any, step, columns, mapping, params, where: str):
   """``template`` (a stock state) with the legacy values placed in it."""
   if isinstance(template, tuple) and hasattr(template, '_fields'):
     attributes = {}
@@ -197,7 +198,8 @@ def _fill(template, step, columns, mapping, params, where: str):
             'to (legacy_optim.catalogue: stock_state).')
       else:
         attributes[attribute] = value
-    return template._replace(**attributes)
+    named_tuple: Any = template
+    return named_tuple._replace(**attributes)
   if isinstance(template, tuple):
     return tuple(_fill(inner, step, columns, mapping, params, f'{where}[{i}]')
                  for i, inner in enumerate(template))
@@ -208,6 +210,7 @@ def _fill(template, step, columns, mapping, params, where: str):
 
 
 def _fill_params_tree(template, column, negate: bool, params, shown: str):
+  treedef: Any
   with_path, treedef = jax.tree_util.tree_flatten_with_path(params)
   wanted = treedef.flatten_up_to(template)
   out = []

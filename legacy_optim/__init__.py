@@ -28,7 +28,7 @@ from legacy_optim.traverse_util import ModelParamTraversal
 
 __version__ = '0.1.0'
 
-__all__ = (
+__all__: tuple[str, ...] = (
     'DynamicScale',
     'LegacyOptimDeprecationWarning',
     'LegacyRuleState',

@@ -11,7 +11,7 @@ from legacy_optim import base
 
 @struct.dataclass
 class _AdadeltaHyperParams:
-  learning_rate: float
+  learning_rate: Optional[float]  # None: given per step
   rho: float
   eps: float
   weight_decay: float

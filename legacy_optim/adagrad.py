@@ -12,7 +12,7 @@ from legacy_optim import base
 @struct.dataclass
 class _AdagradHyperParams:
   """Adagrad hyper-parameters."""
-  learning_rate: float
+  learning_rate: Optional[float]  # None: given per step
   eps: float
 
 

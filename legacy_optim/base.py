@@ -181,7 +181,7 @@ class OptimizerDef:
     * anything at all: eager steps run inline, never from a compiled cache
       (user code may have side effects at every step; see ``_eager``).
     """
-    hooks = set(_class_user_hooks(type(self)))
+    hooks = set(_class_user_hooks(type(self)))  # type: ignore[arg-type]
     for attribute, inner in _wrapped_defs(self):
       hooks.update(f'{attribute}.{name}' for name in inner._user_hooks())
     return frozenset(hooks)
@@ -364,7 +364,7 @@ class OptimizerDef:
 
 class LegacyRuleState(NamedTuple):
   """Optax state of a user-defined (per-leaf) rule: the legacy layout as is."""
-  count: jax.Array  # int32 scalar: the legacy step.
+  count: jax.Array  # type: ignore[assignment]  # int32: the legacy step.
   param_states: Any  # params-shaped tree of the rule's per-parameter states.
 
 
@@ -491,8 +491,9 @@ class Optimizer(struct.PyTreeNode):
           'Cannot unreplicate an optimizer that is not replicated (its '
           f'optimizer_def is {type(self.optimizer_def).__name__}, not '
           'ReplicatedOptimizer).')
+    replicated: Any = self.optimizer_def
     return jax_utils.unreplicate(self).replace(
-        optimizer_def=self.optimizer_def.optimizer_def)
+        optimizer_def=replicated.optimizer_def)
 
   def state_dict(self):
     return self.optimizer_def.state_dict(self.target, self.state)

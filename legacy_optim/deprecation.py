@@ -82,7 +82,7 @@ class LegacyUse(NamedTuple):
   subject: str  # the class involved, e.g. 'Adam', 'ModelParamTraversal'
   filename: str
   lineno: int
-  count: int  # how many times this process went through it
+  count: int  # type: ignore[assignment]  # times this process went through it
 
 
 class UsageReport(tuple):

@@ -124,8 +124,8 @@ def traversal_labels(params: Any, traversals: Sequence[Any]) -> Any:
   its Variables are leaves, and traversals see its int keys as strings.
   """
   shapes = _match_leaves(params, traversals)
-  treedef = jax.tree_util.tree_structure(params,
-                                         is_leaf=_leaf_predicate(params))
+  treedef: Any = jax.tree_util.tree_structure(
+      params, is_leaf=_leaf_predicate(params))
   return treedef.unflatten([
       sub_label(s._indices[0]) if s._indices else FROZEN_LABEL
       for s in treedef.flatten_up_to(shapes)

@@ -13,7 +13,7 @@ from legacy_optim import base
 @struct.dataclass
 class _RMSPropHyperParams:
   """RMSProp hyper-parameters (``centered`` is static configuration)."""
-  learning_rate: float
+  learning_rate: Optional[float]  # None: given per step
   beta2: float
   eps: float
   centered: bool = struct.field(pytree_node=False)

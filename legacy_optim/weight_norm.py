@@ -85,7 +85,8 @@ def merge(direction, scale, eps):
 
 # flax <= 0.3.6 kept ``mult`` (= g / ||v||, shaped like g) per leaf instead of
 # ``direction`` and ``scale``, and rebuilt v and g from the param at each step.
-MULT_FIELDS = frozenset(catalogue.WEIGHT_NORM.older_state_fields[1])
+_OLDER = catalogue.WEIGHT_NORM.older_state_fields or ('', ())
+MULT_FIELDS = frozenset(_OLDER[1])
 
 
 def _direction_and_scale(param, mult):
