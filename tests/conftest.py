@@ -1,0 +1,30 @@
+"""Keeps the default test run within its budget (about 4 minutes, 1.5 GB).
+
+* Every test module compiles its own small XLA programs; jax keeps them in
+  process-wide caches, which would hold some 2.7 GB by the end of the run.
+  Dropping them between modules costs a few recompiles of shared helpers.
+* The multi-device cases run in child processes (``_devices.py``); they start
+  right after collection, one at a time, and use the second core while this
+  process runs the other modules.
+"""
+
+import gc
+
+import jax
+import pytest
+
+import _devices
+
+
+@pytest.fixture(scope='module', autouse=True)
+def _drop_compiled_programs_after_each_module():
+  yield
+  jax.clear_caches()
+  gc.collect()
+
+
+def pytest_collection_finish(session):
+  """Starts the multi-device child processes the selected tests wait for."""
+  _devices.start_for({
+      str(item.path) for item in session.items
+      if 'outcomes' in getattr(item, 'fixturenames', ())})
