@@ -8,6 +8,8 @@
   process runs the other modules.
 """
 
+import ctypes
+import ctypes.util
 import gc
 
 import jax
@@ -21,6 +23,15 @@ def _drop_compiled_programs_after_each_module():
   yield
   jax.clear_caches()
   gc.collect()
+  _return_freed_memory_to_the_system()
+
+
+def _return_freed_memory_to_the_system():
+  """glibc keeps freed heap pages; without this the RSS only ever grows."""
+  libc_name = ctypes.util.find_library('c')
+  libc = ctypes.CDLL(libc_name) if libc_name else None
+  if libc is not None and hasattr(libc, 'malloc_trim'):
+    libc.malloc_trim(0)
 
 
 def pytest_collection_finish(session):
@@ -28,3 +39,4 @@ def pytest_collection_finish(session):
   _devices.start_for({
       str(item.path) for item in session.items
       if 'outcomes' in getattr(item, 'fixturenames', ())})
+
