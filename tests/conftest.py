@@ -1,8 +1,9 @@
 """Keeps the default test run within its budget (about 4 minutes, 1.5 GB).
 
-* Every test module compiles its own small XLA programs; jax keeps them in
-  process-wide caches, which would hold some 2.7 GB by the end of the run.
-  Dropping them between modules costs a few recompiles of shared helpers.
+* Every test module compiles its own small XLA programs; jax (and the eager
+  kernel cache) keep them in process-wide caches, which would hold some
+  2.7 GB by the end of the run. Dropping them between modules costs a few
+  recompiles of shared helpers.
 * The multi-device cases run in child processes (``_devices.py``); they start
   right after collection, one at a time, and use the second core while this
   process runs the other modules.
@@ -16,12 +17,14 @@ import jax
 import pytest
 
 import _devices
+from legacy_optim import eager
 
 
 @pytest.fixture(scope='module', autouse=True)
 def _drop_compiled_programs_after_each_module():
   yield
   jax.clear_caches()
+  eager.clear_cache()
   gc.collect()
   _return_freed_memory_to_the_system()
 
