@@ -16,6 +16,7 @@ flag set (``main``), and reports each case as its own pytest test::
     CASES.main()
 """
 
+from concurrent import futures
 import functools
 import json
 import os
@@ -24,6 +25,28 @@ import sys
 import traceback
 
 import pytest
+
+
+# Child processes run one at a time on a background thread, started as soon
+# as collection knows which modules need one (tests/conftest.py), so they use
+# the second core while the main process runs the other modules' tests.
+_REGISTERED: dict[str, 'Cases'] = {}
+_RUNNER = futures.ThreadPoolExecutor(max_workers=1)
+_STARTED: dict[str, futures.Future] = {}
+
+
+def start(script: str) -> futures.Future:
+  """Queues ``script``'s child process (once); its future gives the result."""
+  if script not in _STARTED:
+    _STARTED[script] = _RUNNER.submit(_REGISTERED[script].run_child, script)
+  return _STARTED[script]
+
+
+def start_for(module_paths) -> None:
+  """Queues the child process of every registered module among these."""
+  for path in module_paths:
+    if path in _REGISTERED:
+      start(path)
 
 
 class Cases:
@@ -59,23 +82,30 @@ class Cases:
         result = {'case': name, 'ok': False, 'error': traceback.format_exc()}
       print(json.dumps(result), flush=True)
 
+  def run_child(self, script: str):
+    """Runs ``script`` with the flag set: ``(results by case, process)``."""
+    env = dict(os.environ)
+    env['XLA_FLAGS'] = (
+        f'--xla_force_host_platform_device_count={self.n_devices}')
+    env['PYTHONWARNINGS'] = 'ignore'
+    out = subprocess.run([sys.executable, script], env=env,
+                         capture_output=True, text=True,
+                         timeout=self.timeout, check=False)
+    results = {}
+    for line in out.stdout.splitlines():
+      if line.startswith('{'):
+        entry = json.loads(line)
+        results[entry['case']] = entry
+    return results, out
+
   def fixture(self, script: str):
-    """A module-scoped fixture running ``script`` as the child process."""
+    """A module-scoped fixture waiting for ``script``'s child process."""
+    script = os.path.abspath(script)
+    _REGISTERED[script] = self
 
     @pytest.fixture(scope='module')
     def outcomes():
-      env = dict(os.environ)
-      env['XLA_FLAGS'] = (
-          f'--xla_force_host_platform_device_count={self.n_devices}')
-      env['PYTHONWARNINGS'] = 'ignore'
-      out = subprocess.run([sys.executable, os.path.abspath(script)], env=env,
-                           capture_output=True, text=True,
-                           timeout=self.timeout, check=False)
-      results = {}
-      for line in out.stdout.splitlines():
-        if line.startswith('{'):
-          entry = json.loads(line)
-          results[entry['case']] = entry
+      results, out = start(script).result()
       if not results:
         pytest.fail(f'child process failed (exit {out.returncode}):\n'
                     f'{out.stdout}\n{out.stderr}')
