@@ -340,7 +340,7 @@ def test_learning_rate_schedule_equals_per_step_overrides(config):
 def test_every_numeric_hyper_param_may_be_a_schedule(name):
   opt_def = SURFACE[name][0](0.1)
   schedules = {
-      k: (lambda v: lambda count: v * (1. + 0.5 * count))(v)
+      k: (lambda v: lambda count: v * (1. + 0.5 * count))(v)  # noqa: B023
       for k, v in NUMERIC[name].items()}
 
   @jax.jit

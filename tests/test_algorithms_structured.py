@@ -349,7 +349,7 @@ def test_adafactor_layout_fields_cannot_be_overridden():
     with pytest.raises(ValueError, match='fixes the shapes'):
       opt.apply_gradient(_grads(0, _params()), **override)
     with pytest.raises(ValueError, match='fixes the shapes'):
-      jax.jit(lambda o, v, k=next(iter(override)): o.apply_gradient(
+      jax.jit(lambda o, v, k=next(iter(override)): o.apply_gradient(  # noqa: B008
           _grads(0, _params()), **{k: v}))(opt, next(iter(override.values())))
   with pytest.raises(TypeError, match='multiply_by_parameter_scale'):
     jax.jit(lambda o, v: o.apply_gradient(

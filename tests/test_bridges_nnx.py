@@ -81,7 +81,8 @@ def test_state_has_nnx_optimizers_own_layout():
   assert (jax.tree_util.tree_structure(converted.opt_state) ==
           jax.tree_util.tree_structure(stock.opt_state))
   trace = converted.opt_state[1].trace
-  assert isinstance(trace['hidden']['kernel'], nnx.training.optimizer.OptVariable)
+  assert isinstance(trace['hidden']['kernel'],
+                    nnx.training.optimizer.OptVariable)
   momentum = optimizer.state.param_states
   chex.assert_trees_all_equal(
       nnx.to_pure_dict(trace),
@@ -91,7 +92,8 @@ def test_state_has_nnx_optimizers_own_layout():
   chex.assert_trees_all_equal(
       nnx.to_pure_dict(nnx.state(model, nnx.Param)),
       _to_nnx_names(optimizer.target), strict=True)
-  assert converted.step[...].dtype == jnp.uint32 and int(converted.step[...]) == 1
+  assert converted.step[...].dtype == jnp.uint32
+  assert int(converted.step[...]) == 1
 
 
 def test_bridge_model_needs_no_path_map():
@@ -180,7 +182,8 @@ def test_schedule_override_reaches_nnx_optimizer():
   optimizer = check.legacy_step(config, optimizer,
                                      problem().grads(optimizer.target, 0))
   model = problem().nnx_model()
-  nnx_opt = compat.to_nnx_optimizer(optimizer, model, **config.optax_overrides())
+  nnx_opt = compat.to_nnx_optimizer(optimizer, model,
+                                    **config.optax_overrides())
   grads = problem().grads(optimizer.target, 1)
   check.nnx_step(model, nnx_opt, grads)
   expected = check.legacy_step(config, optimizer, grads).target

@@ -289,7 +289,8 @@ def test_column_wise_checkpoint_through_flax_raises_naming_the_paths(tmp_path):
     flax_checkpoints.restore_checkpoint(str(tmp_path / 'old'),
                                         target=_template('adam'))
   message = str(raised.value)
-  assert 'state/param_states: expected a dict with keys {dense}, found no entry' in message
+  assert ('state/param_states: expected a dict with keys {dense}, found no '
+          'entry') in message
   assert 'state/grad_ema: expected no entry, found a dict' in message
   assert 'compat.restore_checkpoint(path, target) converts it' in message
 

@@ -1,4 +1,4 @@
-"""flax.optim checkpoints written by REAL flax 0.5.3: restore, continue, convert.
+"""flax.optim checkpoints written by REAL flax 0.5.3: restore, continue, convert
 
 Fixtures (tests/checkpoints/, from generate_fixtures.py in the oracle venv)
 cover every algorithm and the usual containers. Expected values are the
@@ -235,6 +235,10 @@ def _mutated(name, mutate):
   return serialization.msgpack_serialize(state_dict, in_place=True)
 
 
+def _embedding_state(state_dict):
+  return state_dict['state']['param_states']['embed']['embedding']
+
+
 MUTATIONS = {
     'transposed kernel': (
         lambda sd: sd['target']['dense'].__setitem__(
@@ -243,9 +247,8 @@ MUTATIONS = {
     # Precision may differ (flax 0.5.3 restored float64 NumPy state); the
     # kind of number may not.
     'integer state': (
-        lambda sd: sd['state']['param_states']['embed']['embedding'].__setitem__(
-            'momentum', sd['state']['param_states']['embed']['embedding'][
-                'momentum'].astype(np.int32)),
+        lambda sd: _embedding_state(sd).__setitem__(
+            'momentum', _embedding_state(sd)['momentum'].astype(np.int32)),
         ['state/param_states/embed/embedding/momentum: expected float32[5, 3], '
          'found int32[5, 3]']),
     'missing and extra entries': (

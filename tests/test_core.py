@@ -339,9 +339,10 @@ def _adam_reference(params, grads_seq, lr, beta1=0.9, beta2=0.999, eps=1e-8):
                                m, g)
     v = jax.tree_util.tree_map(
         lambda a, b: f32(beta2) * a + f32(1 - beta2) * b * b, v, g)
+    corr1, corr2 = f32(1 - beta1**t), f32(1 - beta2**t)
     p = jax.tree_util.tree_map(
-        lambda x, mm, vv: x - f32(lr) * (mm / f32(1 - beta1**t)) / (
-            np.sqrt(vv / f32(1 - beta2**t)) + f32(eps)), p, m, v)
+        lambda x, mm, vv, c1=corr1, c2=corr2: x - f32(lr) * (mm / c1) / (
+            np.sqrt(vv / c2) + f32(eps)), p, m, v)
   return p
 
 

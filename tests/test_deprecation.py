@@ -167,7 +167,7 @@ def test_library_frames_between_user_and_shim_are_skipped():
   exec(compile('def build():\n  return lo.Momentum(0.1)\n',  # pylint: disable=exec-used
                '/fake/jax/_fake_library.py', 'exec'), namespace)
   with recorded() as caught:
-    namespace['build'](); line = here()  # pylint: disable=multiple-statements
+    namespace['build'](); line = here()  # noqa: E702  (one line)
   [w] = legacy(caught)
   assert (os.path.abspath(w.filename), w.lineno) == (THIS_FILE, line)
 
@@ -189,8 +189,8 @@ def test_once_per_call_site_whatever_the_values():
 def test_usage_report_lists_feature_subject_location_and_count():
   with recorded():
     for _ in range(3):
-      lo.Adagrad(0.1); line_def = here()  # pylint: disable=multiple-statements
-    lo.ModelParamTraversal(lambda *_: True); line_t = here()  # pylint: disable=multiple-statements
+      lo.Adagrad(0.1); line_def = here()  # noqa: E702  (one line)
+    lo.ModelParamTraversal(lambda *_: True); line_t = here()  # noqa: E702
   report = lo.usage_report()
   assert [(u.feature, u.subject, os.path.abspath(u.filename), u.lineno,
            u.count) for u in report] == [

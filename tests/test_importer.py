@@ -52,7 +52,8 @@ _SAME_OBJECTS = """
 import legacy_optim
 for _name, _mod in list(sys.modules.items()):
   if _name.startswith('flax.optim.'):
-    assert _mod is sys.modules['legacy_optim' + _name[len('flax.optim'):]], _name
+    legacy_name = 'legacy_optim' + _name[len('flax.optim'):]
+    assert _mod is sys.modules[legacy_name], _name
 assert sys.modules['flax.optim'] is legacy_optim
 import flax
 assert flax.optim is legacy_optim
@@ -310,7 +311,7 @@ def test_flax_getattr_raises_attribute_error_for_unknown_names():
   module = types.ModuleType('fakeflax')
   hook._patch_flax(module)
   with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-    module.nothing  # pylint: disable=pointless-statement
+    module.nothing  # noqa: B018  (the attribute access is the test)
   assert not hasattr(module, 'nothing')
   hook._unpatch_flax(module)
   assert '__getattr__' not in vars(module)

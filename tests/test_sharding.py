@@ -461,7 +461,8 @@ def test_errors_name_the_problem():
     compat.state_shardings(opt, mesh, 'zero1', axis='model')
   with pytest.raises(TypeError, match='shaped like the params'):
     compat.state_shardings(opt, mesh, {'dense': P()})
-  with pytest.raises(TypeError, match=r"\.target\['dense'\]\['bias'\].*got int"):
+  with pytest.raises(TypeError,
+                     match=r"\.target\['dense'\]\['bias'\].*got int"):
     compat.state_shardings(opt, mesh, lambda path, leaf: 3)
   _, opt_state = compat.to_optax(opt)
   with pytest.raises(ValueError, match='pass params='):

@@ -148,7 +148,7 @@ def _legacy_runs(work: pathlib.Path, dev):
     for scale in dev.GRAD_SCALES:
       key = f'{name}_{scale}'
       cases[key] = expression
-      nested = lambda t: dev.nest(  # pylint: disable=cell-var-from-loop
+      nested = lambda t, scale=scale: dev.nest(
           {k: grads[f'{scale}/{k}'][t] for k in dev.SHAPES})
       with warnings.catch_warnings():
         warnings.simplefilter('ignore')

@@ -364,7 +364,8 @@ def test_opt_state_comparison_catches_what_params_do_not_show():
   batches = _grad_seq(('Dense_0', 'bias'))
   testing.assert_same_training(_jitted_apply, optax_step, old,
                                (old.target, shifted), batches=batches)
-  with pytest.raises(testing.TrainingDivergence, match=r'opt_state\.count') as e:
+  with pytest.raises(testing.TrainingDivergence,
+                     match=r'opt_state\.count') as e:
     testing.assert_same_training(_jitted_apply, optax_step, old,
                                  (old.target, shifted), batches=batches,
                                  compare_opt_state=True)

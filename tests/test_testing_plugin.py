@@ -100,8 +100,8 @@ def test_missing_recording_fails_with_instructions(project):
 
 def test_trajectory_dir_ini_option(project):
   project.makeini('[pytest]\ntrajectory_dir = goldens/run1\n')
-  _run(project, '--record-trajectories', 'test_train.py::test_train').assert_outcomes(
-      passed=1)
+  outcome = _run(project, '--record-trajectories', 'test_train.py::test_train')
+  outcome.assert_outcomes(passed=1)
   assert _files(project.path) == [
       'goldens/run1/test_train/test_train.traj']
   _run(project, 'test_train.py::test_train').assert_outcomes(passed=1)

@@ -57,7 +57,8 @@ def main(argv) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--python', help='the oracle interpreter (flax 0.5.3)',
                       default=os.environ.get(
-                          'ORACLE_PYTHON', generate_floor.DEFAULT_ORACLE_PYTHON))
+                          'ORACLE_PYTHON',
+                          generate_floor.DEFAULT_ORACLE_PYTHON))
   args = parser.parse_args(argv)
   optim = generate_floor.load_legacy_optim(
       generate_floor.oracle_site_packages(args.python))

@@ -65,7 +65,8 @@ class _LegacyJax(types.ModuleType):
 
 def oracle_site_packages(python: str) -> str:
   out = subprocess.run(
-      [python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+      [python, '-c',
+       'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
       check=True, capture_output=True, text=True)
   return out.stdout.strip()
 
@@ -157,7 +158,8 @@ def main(argv) -> int:
   selected = cases.select(args.cases)
   floors = {}
   if args.cases and os.path.exists(store.FLOORS_JSON):
-    floors = {name: value for name, value in store.load_floors()['cases'].items()
+    recorded = store.load_floors()['cases']
+    floors = {name: value for name, value in recorded.items()
               if name in cases.CASES_BY_NAME}
 
   start = time.perf_counter()
