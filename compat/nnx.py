@@ -18,6 +18,8 @@ keyed by the model's paths (``OptVariable``/``OptArray`` leaves). Re-keying
 moves references only; it is free under ``jax.jit``.
 """
 
+import importlib.metadata
+import inspect
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import jax
@@ -29,6 +31,42 @@ from flax import nnx
 from compat import optax_bridge
 from compat import sharding
 from legacy_optim import base
+
+# The installed nnx API, detected here and nowhere else. The bridge needs
+# flax 0.11's nnx.Optimizer: state held in Variables (``nnx.state`` returns
+# the Variables, not ``VariableState`` copies), ``wrt`` keyword-only,
+# ``update(model, grads, **kwargs)`` and an ``OptState`` step set with
+# ``step[...]``. ``nnx.pure`` was renamed ``nnx.as_pure`` later (0.12.x).
+NNX_MIN_FLAX = '0.11.0'
+_UPDATE_TAKES_MODEL = 'model' in inspect.signature(
+    nnx.Optimizer.update).parameters
+_as_pure = getattr(nnx, 'as_pure', None) or getattr(nnx, 'pure', None)
+
+
+def nnx_api_problem() -> Optional[str]:
+  """Why the installed flax cannot host the nnx bridge; None when it can."""
+  if _UPDATE_TAKES_MODEL and _as_pure is not None:
+    return None
+  return (f'compat.to_nnx_optimizer needs flax>={NNX_MIN_FLAX} (nnx.Optimizer '
+          '(model, tx, wrt=...) with update(model, grads, **kwargs) and '
+          "Variable-held state); the installed flax is "
+          f"{importlib.metadata.version('flax')}. Upgrade flax, or continue "
+          'with compat.to_optax / compat.to_train_state, which work on it.')
+
+
+def as_pure(tree):
+  """``tree`` with every nnx ``Variable`` replaced by its value."""
+  return _as_pure(tree)
+
+
+def _new_optimizer(model, tx, wrt, step, opt_state=None) -> nnx.Optimizer:
+  """``nnx.Optimizer(model, tx, wrt=wrt)`` at ``step``, holding ``opt_state``."""
+  nnx_opt = nnx.Optimizer(model, tx, wrt=wrt)
+  if opt_state is not None:
+    nnx.update(nnx_opt.opt_state, nnx.state(opt_state))
+  nnx_opt.step[...] = jnp.asarray(step, jnp.uint32)
+  return nnx_opt
+
 
 Path = tuple[str, ...]
 PathMap = Union[Mapping[Union[str, Sequence[str]], Union[str, Sequence[str]]],
@@ -231,7 +269,7 @@ def relayout_transform(tx: optax.GradientTransformation,
   tx = optax.with_extra_args_support(tx)
 
   def init_fn(params):
-    pure = nnx.as_pure(params)
+    pure = as_pure(params)
     state = relayout.state_to_model(tx.init(relayout.to_legacy(pure)))
     return _map_params_shaped(
         state, relayout.model_def,
@@ -257,7 +295,7 @@ def relayout_transform(tx: optax.GradientTransformation,
 def _variable_paths(model: nnx.Module, where: Any) -> list[Path]:
   return [_segments(path) for path, _ in
           jax.tree_util.tree_flatten_with_path(
-              nnx.as_pure(nnx.state(model, where)))[0]]
+              as_pure(nnx.state(model, where)))[0]]
 
 
 def _load_target(model, relayout: _Relayout, target, model_params) -> None:
@@ -329,10 +367,13 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
     ValueError: some param is unmatched (either side), matched twice, or has
       another shape or dtype; the message lists every such path.
   """
+  problem = nnx_api_problem()
+  if problem:
+    raise NotImplementedError(problem)
   load = wrt if load is None else load
   opt_state = optax_bridge.optax_state(optimizer)
   target = optimizer.target
-  model_params = nnx.as_pure(nnx.state(model, load))
+  model_params = as_pure(nnx.state(model, load))
   relayout = _Relayout(target, model_params,
                        _leaf_order(target, model_params, path_map))
   overrides = hyper_param_overrides
@@ -343,7 +384,7 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
         lambda **hp: optax_bridge.transform(optimizer, **{**overrides, **hp}),
         wrap=wrap, inject=optax_bridge.injectable(
             inject, optimizer.optimizer_def, overrides))
-    return nnx.Optimizer(model, tx, wrt=wrt)
+    return _new_optimizer(model, tx, wrt, 0)
 
   tx, new_state = optax_bridge.compose(
       lambda **hp: relayout_transform(
@@ -362,8 +403,5 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
         f'  expected:  {expected}')
 
   _load_target(model, relayout, target, model_params)
-  nnx_opt = nnx.Optimizer(model, tx, wrt=wrt)
-  nnx.update(nnx_opt.opt_state, nnx.state(
-      _follow_param_shardings(new_state, model_params)))
-  nnx_opt.step[...] = jnp.asarray(optimizer.state.step, jnp.uint32)
-  return nnx_opt
+  return _new_optimizer(model, tx, wrt, optimizer.state.step,
+                        _follow_param_shardings(new_state, model_params))

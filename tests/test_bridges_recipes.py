@@ -17,6 +17,7 @@ from flax import nnx
 from flax.training import dynamic_scale as dynamic_scale_lib
 
 import compat
+from compat import nnx as compat_nnx
 import legacy_optim as optim
 
 X = jnp.asarray(np.random.default_rng(0).standard_normal((6, 4)), jnp.float32)
@@ -318,9 +319,9 @@ def nnx_dynamic_scale_step(model, nnx_opt, scale, loss_scale):
 
   scale, is_finite, _, grads = scale.value_and_grad(loss)(params)
   # Snapshot the values (not the Variables, which the update changes).
-  before = nnx.as_pure(nnx.state((model, nnx_opt)))
+  before = compat_nnx.as_pure(nnx.state((model, nnx_opt)))
   nnx_opt.update(model, grads)
-  after = nnx.as_pure(nnx.state((model, nnx_opt)))
+  after = compat_nnx.as_pure(nnx.state((model, nnx_opt)))
   nnx.update((model, nnx_opt), jax.tree_util.tree_map(
       lambda new, old: jnp.where(is_finite, new, old), after, before))
   return scale
