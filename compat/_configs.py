@@ -55,7 +55,7 @@ class Config:
     return self.make_def().create(params, focus=focus)
 
   def legacy_overrides(self, step) -> dict[str, Any]:
-    """The overrides the legacy loop passes to ``apply_gradient`` at ``step``."""
+    """The overrides the legacy loop passes to ``apply_gradient`` at a step."""
     return {'learning_rate': self.schedule(step)} if self.schedule else {}
 
   def optax_overrides(self) -> dict[str, Any]:

@@ -143,7 +143,8 @@ def infer(optimizer_state_dict: dict) -> Inference:
     leaf_algorithms[shown] = (
         () if fields is None else catalogue.algorithms_for_fields(fields))
     if fields is not None and not leaf_algorithms[shown]:
-      notes.append(f'{shown}: unknown per-parameter state fields {list(fields)}')
+      notes.append(
+          f'{shown}: unknown per-parameter state fields {list(fields)}')
     if any(is_array(v) and v.dtype.kind in 'fc' and not np.all(np.isfinite(v))
            for _, v in flatten(state)) or (
                param.dtype.kind in 'fc' and not np.all(np.isfinite(param))):

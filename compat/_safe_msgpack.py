@@ -108,7 +108,8 @@ class _Decoder:
       try:
         parts = msgpack.unpackb(payload)
       except (ValueError, msgpack.UnpackException) as e:
-        raise CheckpointFormatError(f'{where}: corrupted complex ({e}).') from None
+        raise CheckpointFormatError(
+            f'{where}: corrupted complex ({e}).') from None
       if not (isinstance(parts, list) and len(parts) == 2 and all(
           isinstance(p, (int, float)) for p in parts)):
         raise CheckpointFormatError(f'{where}: invalid complex {parts!r}.')
@@ -148,7 +149,8 @@ def _indexed(node: Any, path: str, what: str) -> list:
 def _unchunk(node: dict, path: str) -> np.ndarray:
   if set(node) != {CHUNKED_MARKER, 'shape', 'chunks'} or node[
       CHUNKED_MARKER] is not True:
-    raise CheckpointFormatError(f'{path}: malformed chunked array {sorted(node)}.')
+    raise CheckpointFormatError(
+        f'{path}: malformed chunked array {sorted(node)}.')
   shape = _indexed(node['shape'], path, 'shape')
   if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
              for d in shape) or len(shape) > MAX_NDIM:

@@ -134,7 +134,8 @@ def _pair_from_node(node, text: str):
   try:
     re.compile(pattern)
   except re.error as e:
-    raise ValueError(f'Invalid regex {pattern!r} in spec {text!r}: {e}.') from None
+    raise ValueError(
+        f'Invalid regex {pattern!r} in spec {text!r}: {e}.') from None
   return (pattern, _spec_from_node(node.elts[1], text))
 
 

@@ -140,7 +140,8 @@ def _stock_part(opt_def, hyper_params, params, closest: bool,
         'learning_rate=<number or schedule>).')
   variant, counterpart = stock.variant, stock.counterpart
   if stock.zero_bias and any(
-      not np.any(np.asarray(leaf)) for leaf in jax.tree_util.tree_leaves(params)):
+      not np.any(np.asarray(leaf))
+      for leaf in jax.tree_util.tree_leaves(params)):
     variant, counterpart = f'{stock.variant}_zero_bias', False
   # The catalogue's expression is the one the warnings print and the
   # deviation script measured: evaluating it builds exactly that transform.
@@ -154,9 +155,10 @@ def _stock_part(opt_def, hyper_params, params, closest: bool,
   part = StockPart(record.name, variant, expression, rel_err, counterpart,
                    stock.note, label)
   if not counterpart and not closest:
+    which = (' for these params (a param that is exactly zero)'
+             if variant.endswith('_zero_bias') else '')
     raise NoStockCounterpartError(
-        f'{record.name}: Optax has no counterpart of this rule'
-        f'{" for these params (a param that is exactly zero)" if variant.endswith("_zero_bias") else ""}'
+        f'{record.name}: Optax has no counterpart of this rule{which}'
         f'. The closest is {part.expression}: {part.deviation}'
         f'{f" ({stock.note})" if stock.note else ""}. Pass closest=True '
         '(--closest) to continue with it anyway, or keep compat.to_optax '

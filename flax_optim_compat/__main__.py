@@ -1,4 +1,4 @@
-"""``python -m flax_optim_compat COMMAND ...``: the ``flax-optim-compat`` command.
+"""``python -m flax_optim_compat COMMAND``: the ``flax-optim-compat`` command.
 
 ``python -m`` puts the current directory first on ``sys.path``, so in a
 project with its own ``compat`` or ``legacy_optim`` those would be imported

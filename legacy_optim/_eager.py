@@ -82,6 +82,7 @@ its steps compile the whole tree as one program, cached the same way.
 import collections
 import copy
 import dataclasses
+import functools
 import math
 import os
 import threading
@@ -337,7 +338,7 @@ def _step_by_groups(opt_def, def_key, split, target, state, grads):
                      else tuple(labels[i] for i in bundle))
     kernel = _cached(
         ('kernel', def_key, split.key, tuple(leaf_keys[i] for i in bundle)),
-        lambda: _kernel(opt_def, split, bundle_labels))  # pylint: disable=cell-var-from-loop
+        functools.partial(_kernel, opt_def, split, bundle_labels))
     bundle_params, new_state = kernel(
         state.replace(param_states=[param_states[i] for i in bundle]),
         split.dynamic, [params[i] for i in bundle],

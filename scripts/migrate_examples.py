@@ -1,4 +1,4 @@
-"""``migrate --tier exact`` on flax v0.3.3's examples: what is left, per example.
+"""``migrate --tier exact`` on flax v0.3.3's examples: what is left, each.
 
 Run by ``tox -e migrate-examples``, which clones flax v0.3.3 into the env's
 temporary directory (never committed) and passes its ``examples`` directory:
@@ -41,7 +41,7 @@ def _imports_legacy(source: bytes) -> bool:
 
 
 def migrate_example(directory: str):
-  """(findings, edits, leftovers, still_legacy_files, reasons) of one example."""
+  """(findings, edits, leftovers, still_legacy_files, reasons) of an example."""
   findings = edits = left = 0
   still_legacy, reasons = [], collections.Counter()
   for path in migrate.iter_sources([directory], exclude=('*_test.py',)):

@@ -3,21 +3,20 @@
 Portable (runs under flax 0.5.3 too): flax.nnx is only consulted when the
 caller has already imported it, so this module never imports flax itself.
 
-=====================================  ==========================  =====================================
-state                                  params                      optimizer state
-=====================================  ==========================  =====================================
-legacy ``Optimizer`` (legacy_optim or  ``.target``                 ``optimizer_def.to_optax_state(
-flax.optim: has ``optimizer_def``                                   .state, .target)`` (the layout of
-and ``target``)                                                     ``to_optax()``); flax.optim's own
-                                                                    ``.state`` when there is no such
-                                                                    method
-``(model, nnx.Optimizer)`` pair,       ``nnx.state(model, wrt)``   ``optimizer.opt_state`` as plain
-``nnx.ModelAndOptimizer``              as a plain dict             arrays
-``nnx.Module`` alone                   its ``nnx.Param`` state     none
-object with ``params`` and             ``.params``                 ``.opt_state``
-``opt_state`` (``TrainState``)
-``(params, opt_state)`` tuple/list     ``[0]``                     ``[1]``
-=====================================  ==========================  =====================================
+Each kind of state, with where its params and its optimizer state are:
+
+* legacy ``Optimizer`` (legacy_optim or flax.optim: has ``optimizer_def``
+  and ``target``): params ``.target``; optimizer state
+  ``optimizer_def.to_optax_state(.state, .target)`` (the layout of
+  ``to_optax()``), or flax.optim's own ``.state`` when there is no such
+  method.
+* ``(model, nnx.Optimizer)`` pair, ``nnx.ModelAndOptimizer``: params
+  ``nnx.state(model, wrt)`` as a plain dict; ``optimizer.opt_state`` as
+  plain arrays.
+* ``nnx.Module`` alone: its ``nnx.Param`` state; no optimizer state.
+* object with ``params`` and ``opt_state`` (``TrainState``): ``.params``
+  and ``.opt_state``.
+* ``(params, opt_state)`` tuple/list: ``[0]`` and ``[1]``.
 
 nnx kinds are *stateful*: a step function updates them in place and its
 return value is ignored. Every other kind is functional: the step function
