@@ -520,7 +520,7 @@ def _is_pure(node) -> bool:
   return isinstance(node, ast.Name)
 
 
-def render(source: bytes, edits) -> bytes:
+def render(source: bytes, edits) -> tuple[bytes, list]:
   """``source`` with ``edits`` applied; nested edits compose inside out.
 
   Edits that overlap without nesting: the later one is dropped and returned

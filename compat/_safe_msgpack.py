@@ -168,7 +168,7 @@ def _unchunk(node: dict, path: str) -> np.ndarray:
   return np.concatenate(chunks).reshape(shape)
 
 
-def decode(data: bytes,
+def decode(data: bytes | bytearray,
            progress: Optional[Callable[[int], None]] = None) -> Any:
   """Decodes flax msgpack bytes into a state dict of numpy arrays.
 

@@ -606,7 +606,9 @@ def _renamed(ckpt: LegacyCheckpoint, path_map) -> LegacyCheckpoint:
   rename = nnx_bridge._PathRenamer(path_map)  # pylint: disable=protected-access
   opt_sd = ckpt.optimizer_state_dict
   param_states = opt_sd['state']['param_states']
-  target, states, problems = {}, {}, []
+  target: dict[str, Any] = {}
+  states: dict[str, Any] = {}
+  problems: list[str] = []
   for path, value in _infer.param_leaves(opt_sd['target']):
     new = rename(path)
     shown = f'{"/".join(path)} -> {"/".join(new) or "<root>"}'

@@ -107,7 +107,8 @@ def migrate_source(source: bytes, path: str = '<string>',
 
 
 def _split_magics(cell: str):
-  lines, magics = [], []
+  lines: list[str] = []
+  magics: list[str] = []
   for line in cell.splitlines():
     if _MAGIC.match(line):
       indent = line[:len(line) - len(line.lstrip())]
@@ -272,7 +273,7 @@ def _out_layout(paths) -> dict:
   """Source path -> path relative to the output directory."""
   if len(paths) == 1 and os.path.isdir(paths[0]):
     return {paths[0]: ''}
-  layout = {}
+  layout: dict[str, str] = {}
   for path in paths:
     name = os.path.basename(os.path.normpath(path))
     if name in layout.values():
@@ -447,6 +448,7 @@ def main(argv=None) -> int:
   if args.report:
     with open(args.report, 'w', encoding='utf-8') as f:
       f.write(format_report(results, pins, args.tier))
-  left = any(r.error or r.plan.leftovers for r in results)
+  left = any(r.error or (r.plan is not None and r.plan.leftovers)
+             for r in results)
   pending = bool(to_change) and not (args.write or args.out)
   return EXIT_LEFT if left or pending else EXIT_CLEAN

@@ -192,7 +192,7 @@ def wrapped_transform(make_inner: Callable[..., optax.GradientTransformation],
     def factory(**hyper_params):
       return make_inner(**hyper_params)
 
-    factory.__signature__ = inspect.Signature([
+    factory.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)
         for name in inject])
     tx = optax.inject_hyperparams(factory)(**inject)

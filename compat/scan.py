@@ -365,7 +365,7 @@ def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
 
 
 def to_json(result: ScanResult) -> dict:
-  summary = {}
+  summary: dict[str, int] = {}
   for f in result.findings:
     summary[f.construct] = summary.get(f.construct, 0) + 1
   return {
