@@ -8,20 +8,20 @@ on today's flax (``orbax_053/generate.py``); their expected values are
 ``expected.msgpack``, written by flax 0.5.3's own serialization.
 """
 
-import os
 import pathlib
 import pickle
 import sys
 import warnings
 
+import _oracle
 import flax
+from flax import serialization
+from flax.training import checkpoints as flax_checkpoints
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from flax import serialization
-from flax.training import checkpoints as flax_checkpoints
 
 HERE = pathlib.Path(__file__).resolve().parent
 FIXTURES = HERE / 'checkpoints' / 'orbax_053'
@@ -39,8 +39,7 @@ from legacy_optim._restore import RestoreMismatchError
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
 CASES = sorted(orbax_053.CASES)
-ORACLE_PYTHON = os.environ.get('ORACLE_PYTHON',
-                               '/opt/venvs/oracle/bin/python')
+ORACLE_PYTHON = _oracle.PYTHON
 
 
 def _template(name, params=None):
@@ -106,10 +105,7 @@ def test_shim_writes_the_orbax_tree_flax_0_5_3_writes(name, tmp_path):
 
 
 def _flax_0_5_3_optim():
-  if not pathlib.Path(ORACLE_PYTHON).exists() and not os.environ.get(
-      'REQUIRE_ORACLE'):
-    pytest.skip(f'flax 0.5.3 oracle interpreter not found at {ORACLE_PYTHON} '
-                '(set ORACLE_PYTHON; REQUIRE_ORACLE=1 makes this fatal)')
+  _oracle.require()
   from golden import generate_floor
   with warnings.catch_warnings():  # its __init__ installs an 'always' filter
     return generate_floor.load_legacy_optim(

@@ -13,38 +13,35 @@ import os
 import pathlib
 import subprocess
 import sys
-import warnings
 
-import chex
+import _oracle
+from flax import core
+from flax import nnx
+from flax import serialization
+from flax.training import checkpoints as flax_checkpoints
+from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
-from flax import core
-from flax import nnx
-from flax import serialization
-from flax.training import checkpoints as flax_checkpoints
-from flax.training import train_state
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent / 'checkpoints'))
+import _float16_isa  # pylint: disable=g-import-not-at-top,wrong-import-position
 import fixture_lib as fx  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-import _float16_isa  # pylint: disable=g-import-not-at-top,wrong-import-position
-
 import compat  # pylint: disable=g-import-not-at-top,wrong-import-position
-import legacy_optim  # pylint: disable=g-import-not-at-top,wrong-import-position
 from compat import _atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
 from compat import _convert as convert_impl  # pylint: disable=g-import-not-at-top,wrong-import-position
 from compat import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
+import legacy_optim  # pylint: disable=g-import-not-at-top,wrong-import-position
 from legacy_optim import _restore  # pylint: disable=g-import-not-at-top,wrong-import-position
 from legacy_optim import catalogue  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
-ORACLE_PYTHON = os.environ.get('ORACLE_PYTHON',
-                               '/opt/venvs/oracle/bin/python')
+ORACLE_PYTHON = _oracle.PYTHON
 
 
 def _continue_legacy(name, optimizer):
@@ -490,10 +487,7 @@ def _user_train_state_to_legacy(name, tmp_path) -> pathlib.Path:
 
 
 def _check_with_flax_0_5_3(names, tmp_path):
-  if not pathlib.Path(ORACLE_PYTHON).exists() and not os.environ.get(
-      'REQUIRE_ORACLE'):
-    pytest.skip(f'flax 0.5.3 oracle interpreter not found at {ORACLE_PYTHON} '
-                '(set ORACLE_PYTHON; REQUIRE_ORACLE=1 makes this fatal)')
+  _oracle.require()
   files = [f'{name}={_user_train_state_to_legacy(name, tmp_path / name)}'
            for name in names]
   script = pathlib.Path(fx.HERE) / 'oracle_restore.py'

@@ -10,25 +10,26 @@ replay on the new paths; unreadable files give clear errors.
 
 import functools
 import importlib.util
-import os
 import pathlib
+import subprocess
 
+import _oracle
 import chex
+from flax import linen as nn
+from flax import nnx
+from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import msgpack
 import numpy as np
 import optax
 import pytest
-from flax import linen as nn
-from flax import nnx
-from flax.training import train_state
 
 import compat
-import legacy_optim as optim
 from compat import testing
 from compat.testing import _compare
 from compat.testing import _record_core
+import legacy_optim as optim
 
 ORACLE_DIR = pathlib.Path(__file__).parent / 'oracle_trajectories'
 
@@ -516,10 +517,8 @@ def test_flax053_recording_replays_on_every_path(case, path_name):
 @pytest.mark.slow
 def test_oracle_recording_is_reproducible(tmp_path):
   """Re-records under the oracle env; params digests equal the committed."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  oracle = os.environ.get('ORACLE_PYTHON', '/opt/venvs/oracle/bin/python')
-  subprocess.run([oracle, str(ORACLE_DIR / 'record_flax053.py'), '--out',
-                  str(tmp_path)], check=True, capture_output=True)
+  subprocess.run([_oracle.require(), str(ORACLE_DIR / 'record_flax053.py'),
+                  '--out', str(tmp_path)], check=True, capture_output=True)
   for case in ORACLE.CASES:
     fresh = testing.read_trajectory(str(tmp_path / f'{case}.traj'))
     committed = testing.read_trajectory(str(ORACLE_DIR / f'{case}.traj'))
