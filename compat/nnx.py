@@ -36,11 +36,13 @@ from legacy_optim import base
 # flax 0.11's nnx.Optimizer: state held in Variables (``nnx.state`` returns
 # the Variables, not ``VariableState`` copies), ``wrt`` keyword-only,
 # ``update(model, grads, **kwargs)`` and an ``OptState`` step set with
-# ``step[...]``. ``nnx.pure`` was renamed ``nnx.as_pure`` later (0.12.x).
-NNX_MIN_FLAX = '0.11.0'
+# ``step[...]``; the recipes, the guide and compat.testing also need
+# ``nnx.as_pure``, which flax 0.12.7 added (0.11.0-0.12.6 call it
+# ``nnx.pure``). The oldest flax with both is what ``tox -e oldest-nnx`` tests.
+NNX_MIN_FLAX = '0.12.7'
 _UPDATE_TAKES_MODEL = 'model' in inspect.signature(
     nnx.Optimizer.update).parameters
-_as_pure = getattr(nnx, 'as_pure', None) or getattr(nnx, 'pure', None)
+_as_pure = getattr(nnx, 'as_pure', None)
 
 
 def nnx_api_problem() -> Optional[str]:
@@ -48,8 +50,8 @@ def nnx_api_problem() -> Optional[str]:
   if _UPDATE_TAKES_MODEL and _as_pure is not None:
     return None
   return (f'compat.to_nnx_optimizer needs flax>={NNX_MIN_FLAX} (nnx.Optimizer '
-          '(model, tx, wrt=...) with update(model, grads, **kwargs) and '
-          "Variable-held state); the installed flax is "
+          '(model, tx, wrt=...) with update(model, grads, **kwargs), '
+          "Variable-held state and nnx.as_pure); the installed flax is "
           f"{importlib.metadata.version('flax')}. Upgrade flax, or continue "
           'with compat.to_optax / compat.to_train_state, which work on it.')
 

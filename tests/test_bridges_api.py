@@ -1,24 +1,38 @@
 """compat's bridge API: conversions, overrides, errors, traversal labels."""
 
 import functools
+import importlib.metadata
+import re
 
 import chex
 import jax
 import jax.numpy as jnp
 import optax
 import pytest
+from flax import nnx
 from flax.training import train_state
 
 import compat
 import legacy_optim as optim
 from compat import _configs
 from compat import check
+from compat import nnx as compat_nnx
 from legacy_optim import traverse_util
 
 
 @functools.lru_cache(maxsize=None)
 def problem():
   return check.Problem(2)
+
+
+# The three ways out of a legacy Optimizer; the nnx one needs the nnx bridge.
+CONVERTERS = [
+    compat.to_optax,
+    lambda opt: compat.to_train_state(opt, None),
+    pytest.param(lambda opt: compat.to_nnx_optimizer(
+        opt, problem().nnx_model()), marks=pytest.mark.nnx),
+]
+CONVERTER_IDS = ['to_optax', 'to_train_state', 'to_nnx_optimizer']
 
 
 def _traversal(predicate):
@@ -69,14 +83,12 @@ def test_overrides_reach_the_transform():
         (_traversal(lambda p: 'bias' in p), optim.Adam())),
     lambda: optim.WeightNorm(optim.Momentum()),
 ], ids=['GradientDescent', 'MultiOptimizer', 'WeightNorm'])
-def test_a_missing_learning_rate_is_asked_for_when_converting(make_def):
+@pytest.mark.parametrize('convert', CONVERTERS, ids=CONVERTER_IDS)
+def test_a_missing_learning_rate_is_asked_for_when_converting(convert,
+                                                              make_def):
   optimizer = make_def().create(problem().params)
-  for convert in (compat.to_optax,
-                  lambda opt: compat.to_train_state(opt, None),
-                  lambda opt: compat.to_nnx_optimizer(
-                      opt, problem().nnx_model())):
-    with pytest.raises(ValueError, match=r'no learning rate.*learning_rate='):
-      convert(optimizer)
+  with pytest.raises(ValueError, match=r'no learning rate.*learning_rate='):
+    convert(optimizer)
   tx, opt_state = compat.to_optax(optimizer, learning_rate=lambda count: 0.5)
   tx.update(problem().grads(optimizer.target, 0), opt_state, optimizer.target)
 
@@ -140,11 +152,7 @@ def test_to_train_state_fields_and_subclass():
 # ------------------------------------------------------------- replicated
 
 
-@pytest.mark.parametrize('convert', [
-    compat.to_optax,
-    lambda opt: compat.to_train_state(opt, None),
-    lambda opt: compat.to_nnx_optimizer(opt, problem().nnx_model()),
-], ids=['to_optax', 'to_train_state', 'to_nnx_optimizer'])
+@pytest.mark.parametrize('convert', CONVERTERS, ids=CONVERTER_IDS)
 def test_replicated_optimizer_is_refused_until_unreplicated(convert):
   optimizer = optim.Momentum(0.1).create(problem().params)
   replicated = optimizer.replicate()
@@ -192,3 +200,28 @@ def test_partition_by_traversal_labels_matches_multi_optimizer():
   old = jax.jit(lambda opt, g: opt.apply_gradient(g).target)
   chex.assert_trees_all_equal(new(params, grads),
                               old(legacy.create(params), grads), strict=True)
+
+
+# ------------------------------------------------------------ nnx support
+
+
+def _release(version: str) -> tuple[int, ...]:
+  return tuple(int(part) for part in version.split('.')[:3])
+
+
+def test_bridge_refuses_flax_older_than_it_supports():
+  # Runs on every stack ([testenv:oldest] has flax 0.10): there the bridge
+  # must refuse with the flax it needs, from 0.12.7 on it must convert.
+  version = importlib.metadata.version('flax')
+  optimizer = optim.Adam(1e-3).create(
+      {'kernel': jnp.ones((2, 3)), 'bias': jnp.zeros((3,))})
+  model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+  if _release(version) < _release(compat_nnx.NNX_MIN_FLAX):
+    with pytest.raises(NotImplementedError,
+                       match=r'needs flax>=0\.12\.7 .* installed flax is '
+                       + re.escape(version)):
+      compat.to_nnx_optimizer(optimizer, model)
+  else:
+    assert compat_nnx.nnx_api_problem() is None
+    nnx_opt = compat.to_nnx_optimizer(optimizer, model)
+    assert int(nnx_opt.step[...]) == 0

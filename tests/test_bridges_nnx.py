@@ -1,7 +1,6 @@
 """to_nnx_optimizer: path matching, path_map on a hand-written model, layout."""
 
 import functools
-import importlib.metadata
 
 import chex
 import jax
@@ -15,7 +14,10 @@ import compat
 import legacy_optim as optim
 from compat import _configs
 from compat import check
-from compat import nnx as compat_nnx
+
+# Every test here needs the nnx bridge; its refusal on older flax is tested in
+# test_bridges_api.py.
+pytestmark = pytest.mark.nnx
 
 K = 2
 
@@ -191,24 +193,3 @@ def test_schedule_override_reaches_nnx_optimizer():
   expected = check.legacy_step(config, optimizer, grads).target
   chex.assert_trees_all_equal(nnx.to_pure_dict(nnx.state(model, nnx.Param)),
                               expected, strict=True)
-
-
-def _release(version: str) -> tuple[int, ...]:
-  return tuple(int(part) for part in version.split('.')[:3])
-
-
-def test_bridge_refuses_flax_older_than_it_supports():
-  # Runs on every stack ([testenv:oldest] has flax 0.10): there the bridge
-  # must refuse with the flax it needs, from 0.11 on it must convert.
-  installed = _release(importlib.metadata.version('flax'))
-  optimizer = optim.Adam(1e-3).create(
-      {'kernel': jnp.ones((2, 3)), 'bias': jnp.zeros((3,))})
-  model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-  if installed < _release(compat_nnx.NNX_MIN_FLAX):
-    with pytest.raises(NotImplementedError,
-                       match=r'needs flax>=0\.11\.0 .* installed flax is 0\.10'):
-      compat.to_nnx_optimizer(optimizer, model)
-  else:
-    assert compat_nnx.nnx_api_problem() is None
-    nnx_opt = compat.to_nnx_optimizer(optimizer, model)
-    assert int(nnx_opt.step[...]) == 0

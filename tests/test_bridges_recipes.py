@@ -158,6 +158,7 @@ def test_inject_names_are_checked():
 
 
 # ----------------------------------- per-step overrides, extra update kwargs
+@pytest.mark.nnx
 def test_nnx_update_takes_the_legacy_per_step_override():
   optimizer = _trained()
   model = Net(nnx.Rngs(0))
@@ -176,6 +177,7 @@ def test_nnx_update_takes_the_legacy_per_step_override():
   assert int(nnx_opt.step[...]) == 4
 
 
+@pytest.mark.nnx
 def test_extra_update_kwargs_reach_the_wrappers():
   # reduce_on_plateau needs value=...; its scale stays 1 for these losses.
   optimizer = _trained()
@@ -211,6 +213,7 @@ def test_raw_optax_update_takes_overrides_and_passes_other_kwargs():
 
 
 # ---------------------------------------------- per-parameter rates on nnx
+@pytest.mark.nnx
 def test_multi_optimizer_inside_nnx_optimizer_on_sequential_state():
   kernels = optim.ModelParamTraversal(lambda path, _: path.endswith('kernel'))
   biases = optim.ModelParamTraversal(lambda path, _: path.endswith('bias'))
@@ -248,6 +251,7 @@ class LoraNet(nnx.Module):
     return self.linear(x)
 
 
+@pytest.mark.nnx
 def test_lora_loads_the_base_weights_and_trains_only_the_adapters():
   optimizer = _trained()
   model = LoraNet(nnx.Rngs(0))
@@ -280,6 +284,7 @@ def test_lora_loads_the_base_weights_and_trains_only_the_adapters():
 
 
 # ------------------------------------------------------------------- EMA
+@pytest.mark.nnx
 def test_ema_of_the_converted_run_is_the_legacy_runs():
   optimizer = _trained()
   model = Net(nnx.Rngs(0))
@@ -331,6 +336,7 @@ def nnx_dynamic_scale_step(model, nnx_opt, scale, loss_scale):
   return scale
 
 
+@pytest.mark.nnx
 def test_dynamic_scale_recipe_skips_non_finite_steps_as_the_legacy_loop():
   optimizer = _trained()
   legacy_scale = optim.DynamicScale(growth_interval=2, scale=2.0 ** 15)

@@ -402,7 +402,12 @@ def _convert(name, to, tmp_path):
   return dst
 
 
-@pytest.mark.parametrize('to', checkpoints.MODERN)
+# The nnx target needs the nnx bridge (compat.nnx.NNX_MIN_FLAX).
+MODERN_TARGETS = [pytest.param(to, marks=pytest.mark.nnx) if to == 'nnx'
+                  else to for to in checkpoints.MODERN]
+
+
+@pytest.mark.parametrize('to', MODERN_TARGETS)
 @pytest.mark.parametrize('name', fx.CASES)
 def test_convert_restores_exact_state_and_converts_back(name, to, tmp_path):
   before = _digest(fx.checkpoint_path(name).parent)
@@ -434,10 +439,11 @@ def _check_continuation(name, to, tmp_path):
 
 # A sample that touches every layout feature (dtypes, None states, nested
 # inner states, containers) in the default run; all of them under -m slow.
-CONTINUATION_SAMPLE = [('sgd_mixed_dtypes', 'nnx'), ('multi', 'train_state'),
-                       ('weight_norm_adam', 'nnx'), ('adafactor_factored',
-                                                     'optax'),
-                       ('train_state', 'train_state')]
+CONTINUATION_SAMPLE = [
+    pytest.param('sgd_mixed_dtypes', 'nnx', marks=pytest.mark.nnx),
+    ('multi', 'train_state'),
+    pytest.param('weight_norm_adam', 'nnx', marks=pytest.mark.nnx),
+    ('adafactor_factored', 'optax'), ('train_state', 'train_state')]
 
 
 @pytest.mark.parametrize('name,to', CONTINUATION_SAMPLE)
@@ -446,7 +452,7 @@ def test_converted_checkpoint_continues_bit_identically(name, to, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('to', checkpoints.MODERN)
+@pytest.mark.parametrize('to', MODERN_TARGETS)
 @pytest.mark.parametrize('name', fx.CASES)
 def test_every_converted_checkpoint_continues_bit_identically(
     name, to, tmp_path):
@@ -509,6 +515,7 @@ def test_flax_0_5_3_restores_every_algorithm_converted_back(tmp_path):
 # ------------------------------------------- CLI, safety of the destination
 
 
+@pytest.mark.nnx
 def test_cli_prints_what_it_converted(tmp_path, capsys):
   dst = tmp_path / 'out'
   assert checkpoints.main([str(fx.checkpoint_path('sgd').parent), str(dst),

@@ -58,7 +58,13 @@ def test_guide_has_the_expected_steps_and_runnable_code():
   assert sum(len(blocks) for _, blocks in SECTIONS) >= 20
 
 
-@pytest.mark.parametrize('title', [t for t, _ in SECTIONS])
+def uses_nnx(blocks):
+  return any(re.search(r'\bnnx\b', code) for _, code in blocks)
+
+
+@pytest.mark.parametrize('title', [
+    pytest.param(title, marks=pytest.mark.nnx) if uses_nnx(blocks) else title
+    for title, blocks in SECTIONS])
 def test_section_code_runs(title, tmp_path, monkeypatch):
   if title in PENDING:
     pytest.xfail(f'pending: {PENDING[title]}')
