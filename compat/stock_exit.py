@@ -211,6 +211,10 @@ def _fill(template: Any, step, columns, mapping, params, where: str):
   return template
 
 
+def _dtype(value) -> np.dtype:
+  return value.dtype if hasattr(value, 'dtype') else np.asarray(value).dtype
+
+
 def _fill_params_tree(template, column, negate: bool, params, shown: str):
   treedef: Any
   with_path, treedef = jax.tree_util.tree_flatten_with_path(params)
@@ -223,12 +227,12 @@ def _fill_params_tree(template, column, negate: bool, params, shown: str):
     name = f'{shown}{jax.tree_util.keystr(path)}'
     if got is None:
       raise ValueError(f'{name}: the legacy state has no value for it.')
-    if np.shape(got) != np.shape(want) or np.result_type(got) != np.result_type(
-        want):
+    got_dtype, want_dtype = _dtype(got), _dtype(want)
+    if np.shape(got) != np.shape(want) or got_dtype != want_dtype:
       raise ValueError(
-          f'{name}: the stock state expects {np.result_type(want).name}'
+          f'{name}: the stock state expects {want_dtype.name}'
           f'{list(np.shape(want))}, the legacy state holds '
-          f'{np.result_type(got).name}{list(np.shape(got))}.')
+          f'{got_dtype.name}{list(np.shape(got))}.')
     out.append(-got if negate else got)
   return treedef.unflatten(out)
 
