@@ -472,11 +472,12 @@ class Planner:
       if isinstance(self._parents.get(node), ast.Attribute):
         continue  # only whole references
       path = self.names.resolve(node)
-      if path == 'flax.optim.DynamicScale':
+      if path in ('flax.optim.DynamicScale',
+                  'flax.optim.dynamic_scale.DynamicScale'):
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
         self.imports.append(('flax.training', 'dynamic_scale', name))
         self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
-      elif path == 'flax.optim.Optimizer':
+      elif path in _scan_flow.OPTIMIZER_CLASSES:
         if flow_ok:
           name = self._train_state_name()
           self.edit(node, f'{name}.TrainState', 'annotation')
