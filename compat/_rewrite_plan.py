@@ -437,6 +437,12 @@ class Planner:
       self.edit(parent, '{receiver}.replace(params={value})', 'optimizer_use',
                 receiver=receiver, value=parent.keywords[0].value)
       return None
+    if node.attr in ('replicate', 'unreplicate'):
+      return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
+              'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
+              'so the step that receives it needs a pmean the rewrite would '
+              'have to insert; which steps do is not proven here (by hand: '
+              f'{_CATALOGUE.REPLACEMENTS["replicate"].text})')
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
             'TrainState counterpart here')
 

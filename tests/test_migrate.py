@@ -464,3 +464,13 @@ def test_partial_and_wrapper_aliases_keep_the_parameter_mapping(change,
   else:
     assert any(l.construct == 'apply_gradient' for l in plan.leftovers)
     assert b'optimizer.apply_gradient(grad)' in new
+
+
+def test_replicate_is_left_with_the_pmean_it_needs():
+  source = _ALIAS_SOURCE.replace(
+      b'.create(params)\n', b'.create(params).replicate()\n')
+  new, plan = migrate.migrate_source(source, 'replicate_like.py')
+  assert new.count(b'.replicate()') == 1
+  reasons = [l.reason for l in plan.leftovers if l.construct ==
+             'optimizer_use']
+  assert reasons and 'pmean' in reasons[0] and 'apply_gradient' in reasons[0]
