@@ -22,6 +22,8 @@ results are ``step``'s results (these wrappers keep a pytree's classes).
 import ast
 from typing import NamedTuple, Optional
 
+from compat import _scan_names
+
 _ANY = object()  # an element of a returned tuple that is not an optimizer
 # Wrappers (also as decorators, also through functools.partial) whose
 # result takes the function's arguments and returns its values, pytree
@@ -91,6 +93,7 @@ class OptimizerFlow:
     self.fields: dict[str, bool] = {}  # dataclass field -> is an optimizer
     self._scope_of: dict[ast.AST, _Scope] = {}
     self._loads: list[ast.Name] = []  # every name read: escape candidates
+    self._factories_open: set = set()  # factories being checked (recursion)
     self._collect(tree, None)
     self._solve()
 
@@ -441,15 +444,32 @@ class OptimizerFlow:
 
   def is_def(self, node, scope=None) -> bool:
     """True when ``node`` is a flax.optim OptimizerDef on every path."""
+    scope = self.scope_of(node) if scope is None else scope
     if isinstance(node, ast.Call):
+      function = self._callee(node, scope)
+      if function is not None:  # a factory of this module
+        return self._returns_def(function)
+      if isinstance(node.func, ast.Name) and (
+          node.func.id in self.names.def_factories):
+        return False  # a local name shadows the factory
       return self.names.is_def(node)
     if not isinstance(node, ast.Name):
       return False
-    scope = self.scope_of(node) if scope is None else scope
-    while scope is not None:
-      values = scope.bindings.get(node.id)
-      if values is not None:
-        return all(isinstance(v, ast.Call) and self.names.is_def(v)
-                   for v in values)
-      scope = scope.parent
-    return False
+    binding = self._binding_scope(scope, node.id)
+    if binding is None:
+      return False
+    return all(isinstance(v, ast.Call) and self.is_def(v, binding)
+               for v in binding.bindings[node.id])
+
+  def _returns_def(self, function) -> bool:
+    """Every return of a module function is an OptimizerDef."""
+    if function in self._factories_open:
+      return False  # recursion proves nothing
+    self._factories_open.add(function)
+    try:
+      returns = _scan_names.own_returns(function)
+      return bool(returns) and all(
+          r is not None and self.is_def(r, self.scopes[function])
+          for r in returns)
+    finally:
+      self._factories_open.discard(function)
