@@ -52,7 +52,7 @@ FLOW_CONSTRUCTS = frozenset((
     'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
     'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
     'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
-    'optimizer_def'))
+    'optimizer_def', 'reexport'))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 
@@ -146,9 +146,10 @@ class Planner:
   """Builds the ``Plan`` of one module from its scan findings."""
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
-               tier: str = 'exact'):
+               tier: str = 'exact', exported=()):
     self.source, self.tree, self.names = source, tree, names
     self.findings, self.tier = findings, tier
+    self.exported = frozenset(exported)  # names other modules import
     self.flow = _scan_flow.OptimizerFlow(tree, names)
     self._offsets = _line_offsets(source)
     self.edits, self.leftovers, self.notes = [], [], []
@@ -223,10 +224,42 @@ class Planner:
           node.module.startswith(('flax.optim', 'legacy_optim'))):
         for alias in node.names:
           self.removed.append((node.module, alias.name, alias.asname))
+    if not self.exported:
+      return
+    # Other scanned modules import these names from here: keep them.
+    kept = [r for r in self.removed if (r[2] or r[1] or r[0]).partition(
+        '.')[0] in self.exported]
+    self.removed = [r for r in self.removed if r not in kept]
+    for node in self.tree.body:
+      if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+          (a.asname or a.name.partition('.')[0]) in self.exported
+          for a in node.names):
+        self.leave(node, 'import', 'other scanned modules import flax.optim '
+                   'through this name: kept until they import it directly '
+                   '(then delete it here)')
+
+  def _reexport_leftovers(self) -> list:
+    """Imports that reach flax.optim through another module's re-export."""
+    leftovers = []
+    for node in ast.walk(self.tree):
+      if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        continue
+      for alias in node.names:
+        local = alias.asname or alias.name.partition('.')[0]
+        raw = self.names.bindings.get(local, '')
+        path = self.names.resolve(ast.Name(id=local))
+        if path and path.startswith('flax.optim') and not (
+            _scan_names.canonical(raw).startswith('flax.optim')):
+          leftovers.append(self._leftover(
+              node, 'reexport', f'{local} is flax.optim re-exported by '
+              f'{raw}: import it from flax directly (`from flax import '
+              f'optim as {local}`) and run migrate again; this file is '
+              'not rewritten until then'))
+    return leftovers
 
   def _plan_flow(self):
     before = len(self.edits)
-    leftovers = []
+    leftovers = self._reexport_leftovers()
     overrides = [f for f in self.findings
                  if f.construct == 'apply_gradient_overrides']
     self.inject = bool(overrides)

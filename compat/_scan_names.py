@@ -117,6 +117,17 @@ def project_reexports(modules: dict) -> dict:
   return table
 
 
+def used_reexports(tree: ast.Module, reexports: dict) -> set:
+  """The keys of ``reexports`` that ``tree`` reaches (imports or uses)."""
+  names = ModuleNames(tree, reexports, collect=False)
+  for local in names.bindings:
+    names.resolve(ast.Name(id=local))
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Name, ast.Attribute)):
+      names.resolve(node)
+  return names.used_reexports
+
+
 def own_returns(function) -> list:
   """The values (None for a bare ``return``) of ``function``'s own returns,
   not those of functions or classes nested in it."""
@@ -142,6 +153,7 @@ class ModuleNames:
                collect: bool = True):
     self.tree = tree
     self.reexports = reexports or {}
+    self.used_reexports: set[str] = set()  # keys of reexports resolved
     self.bindings: dict[str, str] = {}  # local name -> dotted import path
     self.star_flax_optim = False
     self.defs: set[str] = set()  # names assigned an OptimizerDef
@@ -190,6 +202,7 @@ class ModuleNames:
     head, tail = path, ''
     while head:
       if head in self.reexports:
+        self.used_reexports.add(head)
         return self.reexports[head] + tail
       head, dot, last = head.rpartition('.')
       tail = dot + last + tail if head else tail

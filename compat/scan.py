@@ -353,14 +353,23 @@ def iter_python_files(paths: Iterable[str], exclude=()) -> Iterable[str]:
     yield from sorted(p for p in found if not _excluded(p, exclude))
 
 
-def parse_project(paths: Iterable[str], exclude=()):
-  """``(parsed, errors, reexports)`` of every .py file under ``paths``.
+class Project(NamedTuple):
+  """Every .py file under the scanned paths, read once."""
+  parsed: list  # [(shown path, source bytes, ast.Module)]
+  errors: list  # [ScanError]
+  # 'mylib.optimizers' -> 'flax.optim': names scanned modules bind to
+  # flax.optim, by every dotted name they may be imported by (a name two
+  # files could both be imported by counts for neither).
+  reexports: dict
+  # absolute path -> its local names that other scanned modules reach
+  # through ``reexports`` (``optimizers`` for mylib/__init__.py).
+  exported: dict
 
-  ``parsed``: ``[(path, source, tree)]``; ``reexports``: the names scanned
-  modules bind to flax.optim, by every dotted name they may be imported by
-  (a name two files could both be imported by counts for neither).
-  """
+
+def parse_project(paths: Iterable[str], exclude=()) -> Project:
+  """Reads and parses every .py file under ``paths`` (see ``Project``)."""
   parsed, errors, by_module, ambiguous = [], [], {}, set()
+  module_paths = {}
   for root in paths:
     for path in iter_python_files([root], exclude):
       shown = path.replace(os.sep, '/')
@@ -379,8 +388,15 @@ def parse_project(paths: Iterable[str], exclude=()):
         if name in by_module and by_module[name] is not tree:
           ambiguous.add(name)
         by_module[name] = tree
+        module_paths[name] = os.path.abspath(path)
   modules = {k: v for k, v in by_module.items() if k not in ambiguous}
-  return parsed, errors, _scan_names.project_reexports(modules)
+  reexports = _scan_names.project_reexports(modules)
+  exported = {}
+  for _, _, tree in parsed:
+    for dotted in _scan_names.used_reexports(tree, reexports):
+      module, _, local = dotted.rpartition('.')
+      exported.setdefault(module_paths[module], set()).add(local)
+  return Project(parsed, errors, reexports, exported)
 
 
 def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
@@ -390,12 +406,12 @@ def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
   (``from flax import optim as optimizers`` in mylib) is followed into the
   modules that import it (``from mylib import optimizers``).
   """
-  parsed, errors, reexports = parse_project(list(paths), exclude)
+  project = parse_project(list(paths), exclude)
   findings = []
-  for shown, source, tree in parsed:
-    findings += scan_source(source, shown, reexports, tree)
-  return ScanResult(len(parsed) + len(errors), sorted(findings),
-                    sorted(errors))
+  for shown, source, tree in project.parsed:
+    findings += scan_source(source, shown, project.reexports, tree)
+  return ScanResult(len(project.parsed) + len(project.errors),
+                    sorted(findings), sorted(project.errors))
 
 
 # ---------------------------------------------------------------------------

@@ -474,3 +474,82 @@ def test_replicate_is_left_with_the_pmean_it_needs():
   reasons = [l.reason for l in plan.leftovers if l.construct ==
              'optimizer_use']
   assert reasons and 'pmean' in reasons[0] and 'apply_gradient' in reasons[0]
+
+
+_FACTORY_SOURCE = b'''import flax.optim as fo
+import jax
+import jax.numpy as jnp
+
+
+def make_optimizer_def(learning_rate):
+  if learning_rate is None:
+    return fo.GradientDescent(learning_rate=0.1)
+  return fo.Adam(learning_rate=learning_rate, beta2=0.99)
+
+
+@jax.jit
+def train_step(optimizer, batch):
+  grad = jax.grad(lambda p: jnp.mean((batch['x'] @ p['w'] - batch['y']) ** 2))(
+      optimizer.target)
+  return optimizer.apply_gradient(grad)
+
+
+def train(params, batches):
+  optimizer = make_optimizer_def(0.01).create(params)
+  for batch in batches:
+    optimizer = train_step(optimizer, batch)
+  return optimizer
+'''
+
+
+def test_import_alias_and_def_factory_train_bit_identically(tmp_path):
+  new, plan = migrate.migrate_source(_FACTORY_SOURCE, 'factory_like.py')
+  assert not plan.leftovers, plan.leftovers
+  assert_no_legacy_import(new)
+  assert b'tx=make_optimizer_def(0.01)' in new
+  (tmp_path / 'old.py').write_bytes(_FACTORY_SOURCE)
+  (tmp_path / 'new.py').write_bytes(new)
+  original = load_module(str(tmp_path / 'old.py'), 'factory_old')
+  rewritten = load_module(str(tmp_path / 'new.py'), 'factory_new')
+  params = {'w': jnp.asarray(np.random.RandomState(5).randn(4, 3),
+                             jnp.float32)}
+  old = original.train(params, _rule_batches())
+  state = rewritten.train(params, _rule_batches())
+  assert_same_bits(old.target, state.params)
+  assert_same_bits(optax_bridge.optax_state(old), state.opt_state)
+  # A function that may return something else is no factory.
+  maybe = _FACTORY_SOURCE.replace(b'    return fo.GradientDescent(',
+                                  b'    return None\n    fo.GradientDescent(')
+  _, plan = migrate.migrate_source(maybe, 'factory_like.py')
+  assert any(l.construct == 'apply_gradient' for l in plan.leftovers)
+
+
+def test_reexported_optim_is_listed_and_its_import_kept(tmp_path):
+  project = tmp_path / 'project'
+  (project / 'mylib').mkdir(parents=True)
+  (project / 'mylib' / '__init__.py').write_text(
+      'from flax import optim as optimizers\n'
+      'DEFAULT = optimizers.Adam(learning_rate=0.1)\n')
+  (project / 'user.py').write_text(
+      'from mylib import optimizers\n\n\n'
+      'def make(params):\n'
+      '  return optimizers.Momentum(learning_rate=0.1, beta=0.9).create('
+      'params)\n')
+  (project / 'alone.py').write_text(
+      'from flax import optim\n'
+      'DEF = optim.Adam(learning_rate=0.1)\n')
+  report = tmp_path / 'report.md'
+  status = migrate.main([str(project), '--out', str(tmp_path / 'out'),
+                         '--report', str(report)])
+  assert status == migrate.EXIT_LEFT
+  out = tmp_path / 'out'
+  assert (out / 'user.py').read_bytes() == (project / 'user.py').read_bytes()
+  package = (out / 'mylib' / '__init__.py').read_text()
+  assert package.startswith('from flax import optim as optimizers\n')
+  assert 'flax_optim_rules.adam(learning_rate=0.1)' in package
+  # A module nobody imports from loses its flax.optim import as usual.
+  assert 'flax.optim' not in (out / 'alone.py').read_text().replace(
+      'flax_optim_rules', '')
+  text = report.read_text()
+  assert 'optimizers is flax.optim re-exported by mylib.optimizers' in text
+  assert 'other scanned modules import flax.optim through this name' in text
