@@ -17,8 +17,11 @@ section of ``migration_guide.md`` that explains it:
   ``flax.serialization``.
 
 Names are resolved through the module's imports and assignments (flow-
-insensitively); where only a name suggests an optimizer (``optimizer``,
-``opt``), the finding's confidence is ``likely`` instead of ``certain``.
+insensitively), through what other scanned modules re-export from flax.optim
+(``from mylib import optimizers``, see ``parse_project``) and through module
+functions that return an OptimizerDef (``make_def(lr).create(params)``);
+where only a name suggests an optimizer (``optimizer``, ``opt``), the
+finding's confidence is ``likely`` instead of ``certain``.
 
 Output (stable order: path, line, column, construct): a table, or with
 ``--format json`` one object::
