@@ -151,6 +151,10 @@ class Planner:
     self.findings, self.tier = findings, tier
     self.exported = frozenset(exported)  # names other modules import
     self.flow = _scan_flow.OptimizerFlow(tree, names)
+    # Which optimizers are ReplicatedOptimizers (made by .replicate()).
+    self.replicated = _scan_flow.OptimizerFlow(tree, names,
+                                               replicated_of=self.flow)
+    self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
     self.edits, self.leftovers, self.notes = [], [], []
     self.imports, self.removed = [], []
@@ -296,6 +300,68 @@ class Planner:
             'Optimizer/OptimizerDef here (its flow leaves what this file '
             'shows); ' + finding.replacement))
     return self.edits[before:], leftovers
+
+  def _replicate_calls(self):
+    return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and
+            isinstance(n.func, ast.Attribute) and n.func.attr == 'replicate'
+            and self.flow.is_optimizer(n.func.value)]
+
+  def _replica_axis(self):
+    """(axis name of this module's ``.replicate()`` calls, or None; why not).
+
+    ``.replicate()`` is rewritten only when every call names the same
+    literal axis and no checkpoint sees the optimizer (a
+    ReplicatedOptimizer's checkpoint keeps one replica's copy).
+    """
+    calls = self._replicate_calls()
+    if not calls:
+      return None, None
+    axes = set()
+    for call in calls:
+      if any(isinstance(a, ast.Starred) for a in call.args) or any(
+          k.arg not in ('devices', 'axis_name') for k in call.keywords):
+        return None, 'replicate() arguments cannot be mapped with certainty'
+      given = dict(zip(('devices', 'axis_name'), call.args))
+      given.update({k.arg: k.value for k in call.keywords})
+      axis = given.get('axis_name')
+      if axis is None:
+        axes.add('batch')  # the legacy default
+      elif isinstance(axis, ast.Constant) and isinstance(axis.value, str):
+        axes.add(axis.value)
+      else:
+        return None, 'the axis_name is not a literal string'
+    if len(axes) != 1:
+      return None, 'replicate() calls with different axis names'
+    if any(f.construct in NOTE_CONSTRUCTS for f in self.findings):
+      return None, ("a ReplicatedOptimizer's checkpoint keeps one replica's "
+                    "copy; the replicated TrainState's would keep them all")
+    return axes.pop(), None
+
+  def _jax_utils_name(self):
+    if self.names.resolve(ast.Name(id='jax_utils')) == 'flax.jax_utils':
+      return 'jax_utils'
+    name = self._free_name('jax_utils', 'flax_jax_utils')
+    self.imports.append(('flax', 'jax_utils',
+                         None if name == 'jax_utils' else name))
+    return name
+
+  def _plan_replicate(self, node, call, receiver) -> Optional[str]:
+    """``opt.replicate(...)`` -> ``jax_utils.replicate(state[, devices])``."""
+    if self.replica_axis is None:
+      return (f'.replicate(): {self.replicate_problem}; a ReplicatedOptimizer '
+              'averages the gradients over the pmap axis inside '
+              'apply_gradient (psum(g) / psum(1)), by hand: '
+              f'{_CATALOGUE.REPLACEMENTS["replicate"].text}')
+    given = dict(zip(('devices', 'axis_name'), call.args))
+    given.update({k.arg: k.value for k in call.keywords})
+    name = self._jax_utils_name()
+    if given.get('devices') is not None:
+      self.edit(call, f'{name}.replicate({{receiver}}, devices={{devices}})',
+                'replicate', receiver=receiver, devices=given['devices'])
+    else:
+      self.edit(call, f'{name}.replicate({{receiver}})', 'replicate',
+                receiver=receiver)
+    return None
 
   def _covered(self, finding) -> bool:
     return any(e.line == finding.line for e in self.edits)
@@ -470,6 +536,16 @@ class Planner:
       self.edit(parent, '{receiver}.replace(params={value})', 'optimizer_use',
                 receiver=receiver, value=parent.keywords[0].value)
       return None
+    if node.attr == 'replicate' and isinstance(parent, ast.Call) and (
+        parent.func is node):
+      return self._plan_replicate(node, parent, receiver)
+    if node.attr == 'unreplicate' and isinstance(parent, ast.Call) and (
+        parent.func is node) and not parent.args and not parent.keywords and (
+            self.replica_axis is not None) and self.replicated.is_optimizer(
+                receiver):
+      self.edit(parent, f'{self._jax_utils_name()}.unreplicate({{receiver}})',
+                'replicate', receiver=receiver)
+      return None
     if node.attr in ('replicate', 'unreplicate'):
       return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
               'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
@@ -483,9 +559,21 @@ class Planner:
     if len(call.args) != 1 or any(isinstance(a, ast.Starred)
                                   for a in call.args):
       return 'apply_gradient takes the gradients as its one positional argument'
+    grads = '{grads}'
+    if self._replicate_calls():
+      if self.replica_axis is None:
+        return f'this module replicates its optimizer: {self.replicate_problem}'
+      if not self.replicated.is_optimizer(receiver):
+        return ('this module replicates its optimizer, and this one is not '
+                'provably the replicated one (which averages its gradients) '
+                'nor provably another')
+      # What ReplicatedOptimizer did inside apply_gradient (pmean is the
+      # same psum / psum(1)).
+      grads = f'jax.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
+      self.imports.append(('jax', None, None))
     extra = [k.arg for k in call.keywords]
     if not extra:
-      self.edit(call, '{receiver}.apply_gradients(grads={grads})',
+      self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
                 'apply_gradient', receiver=receiver, grads=call.args[0])
       return None
     if extra != ['learning_rate']:
@@ -497,7 +585,7 @@ class Planner:
     self._require_tx_imports()
     self.edit(call, '{receiver}.replace(opt_state=optax.tree_utils.tree_set('
               '{receiver}.opt_state, learning_rate={rate})).apply_gradients('
-              'grads={grads})', 'apply_gradient_overrides',
+              'grads=%s)' % grads, 'apply_gradient_overrides',
               receiver=receiver, rate=call.keywords[0].value,
               grads=call.args[0])
     return None

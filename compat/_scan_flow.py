@@ -82,8 +82,12 @@ class _Scope:
 class OptimizerFlow:
   """Proves which expressions evaluate to a legacy ``Optimizer``."""
 
-  def __init__(self, tree: ast.Module, names):
+  def __init__(self, tree: ast.Module, names, replicated_of=None):
+    """``replicated_of``: this module's plain flow; given, this flow proves
+    instead which expressions hold an optimizer made by ``.replicate()`` (a
+    ReplicatedOptimizer: annotations and fields do not say so)."""
     self.names = names  # a _scan_names.ModuleNames
+    self.base = replicated_of
     self.scopes: dict[ast.AST, _Scope] = {}
     self.functions: dict[str, ast.AST] = {}  # module-level defs by name
     self.escaped: set[str] = set()  # functions used other than by a call
@@ -320,8 +324,8 @@ class OptimizerFlow:
     return resolved
 
   def _binding_holds(self, scope, name, value) -> bool:
-    if name in scope.annotated and self._is_optimizer_annotation(
-        scope.annotated[name]):
+    if self.base is None and name in scope.annotated and (
+        self._is_optimizer_annotation(scope.annotated[name])):
       return True
     if isinstance(value, str):  # 'unknown'
       return False
@@ -375,8 +379,16 @@ class OptimizerFlow:
         return returned
       func = value.func
       if isinstance(func, ast.Attribute) and func.attr == 'create':
-        return True if self.is_def(func.value, scope) and (
-            not value.keywords and len(value.args) == 1) else None
+        return True if self.base is None and self.is_def(
+            func.value, scope) and (not value.keywords and
+                                    len(value.args) == 1) else None
+      if isinstance(func, ast.Attribute) and func.attr in ('replicate',
+                                                           'unreplicate'):
+        # Both give an Optimizer; only .replicate() a replicated one.
+        plain = (self.base or self).is_optimizer(func.value)
+        if self.base is not None and func.attr == 'unreplicate':
+          return None
+        return True if plain else None
       if isinstance(func, ast.Attribute) and func.attr == 'apply_gradient':
         return True if self.is_optimizer(func.value, scope) else None
       return None
@@ -436,8 +448,8 @@ class OptimizerFlow:
         scope = scope.parent
       return False
     if isinstance(node, ast.Attribute):
-      return (self.fields.get(node.attr) is True and not isinstance(
-          node.value, ast.Call))
+      return (self.base is None and self.fields.get(node.attr) is True and
+              not isinstance(node.value, ast.Call))
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True
     return False
