@@ -52,7 +52,7 @@ FLOW_CONSTRUCTS = frozenset((
     'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
     'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
     'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
-    'optimizer_def'))
+    'optimizer_def', 'reexport'))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 
@@ -146,10 +146,15 @@ class Planner:
   """Builds the ``Plan`` of one module from its scan findings."""
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
-               tier: str = 'exact'):
+               tier: str = 'exact', exported=()):
     self.source, self.tree, self.names = source, tree, names
     self.findings, self.tier = findings, tier
+    self.exported = frozenset(exported)  # names other modules import
     self.flow = _scan_flow.OptimizerFlow(tree, names)
+    # Which optimizers are ReplicatedOptimizers (made by .replicate()).
+    self.replicated = _scan_flow.OptimizerFlow(tree, names,
+                                               replicated_of=self.flow)
+    self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
     self.edits, self.leftovers, self.notes = [], [], []
     self.imports, self.removed = [], []
@@ -223,10 +228,42 @@ class Planner:
           node.module.startswith(('flax.optim', 'legacy_optim'))):
         for alias in node.names:
           self.removed.append((node.module, alias.name, alias.asname))
+    if not self.exported:
+      return
+    # Other scanned modules import these names from here: keep them.
+    kept = [r for r in self.removed if (r[2] or r[1] or r[0]).partition(
+        '.')[0] in self.exported]
+    self.removed = [r for r in self.removed if r not in kept]
+    for node in self.tree.body:
+      if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+          (a.asname or a.name.partition('.')[0]) in self.exported
+          for a in node.names):
+        self.leave(node, 'import', 'other scanned modules import flax.optim '
+                   'through this name: kept until they import it directly '
+                   '(then delete it here)')
+
+  def _reexport_leftovers(self) -> list:
+    """Imports that reach flax.optim through another module's re-export."""
+    leftovers = []
+    for node in ast.walk(self.tree):
+      if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        continue
+      for alias in node.names:
+        local = alias.asname or alias.name.partition('.')[0]
+        raw = self.names.bindings.get(local, '')
+        path = self.names.resolve(ast.Name(id=local))
+        if path and path.startswith('flax.optim') and not (
+            _scan_names.canonical(raw).startswith('flax.optim')):
+          leftovers.append(self._leftover(
+              node, 'reexport', f'{local} is flax.optim re-exported by '
+              f'{raw}: import it from flax directly (`from flax import '
+              f'optim as {local}`) and run migrate again; this file is '
+              'not rewritten until then'))
+    return leftovers
 
   def _plan_flow(self):
     before = len(self.edits)
-    leftovers = []
+    leftovers = self._reexport_leftovers()
     overrides = [f for f in self.findings
                  if f.construct == 'apply_gradient_overrides']
     self.inject = bool(overrides)
@@ -263,6 +300,68 @@ class Planner:
             'Optimizer/OptimizerDef here (its flow leaves what this file '
             'shows); ' + finding.replacement))
     return self.edits[before:], leftovers
+
+  def _replicate_calls(self):
+    return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and
+            isinstance(n.func, ast.Attribute) and n.func.attr == 'replicate'
+            and self.flow.is_optimizer(n.func.value)]
+
+  def _replica_axis(self):
+    """(axis name of this module's ``.replicate()`` calls, or None; why not).
+
+    ``.replicate()`` is rewritten only when every call names the same
+    literal axis and no checkpoint sees the optimizer (a
+    ReplicatedOptimizer's checkpoint keeps one replica's copy).
+    """
+    calls = self._replicate_calls()
+    if not calls:
+      return None, None
+    axes = set()
+    for call in calls:
+      if any(isinstance(a, ast.Starred) for a in call.args) or any(
+          k.arg not in ('devices', 'axis_name') for k in call.keywords):
+        return None, 'replicate() arguments cannot be mapped with certainty'
+      given = dict(zip(('devices', 'axis_name'), call.args))
+      given.update({k.arg: k.value for k in call.keywords})
+      axis = given.get('axis_name')
+      if axis is None:
+        axes.add('batch')  # the legacy default
+      elif isinstance(axis, ast.Constant) and isinstance(axis.value, str):
+        axes.add(axis.value)
+      else:
+        return None, 'the axis_name is not a literal string'
+    if len(axes) != 1:
+      return None, 'replicate() calls with different axis names'
+    if any(f.construct in NOTE_CONSTRUCTS for f in self.findings):
+      return None, ("a ReplicatedOptimizer's checkpoint keeps one replica's "
+                    "copy; the replicated TrainState's would keep them all")
+    return axes.pop(), None
+
+  def _jax_utils_name(self):
+    if self.names.resolve(ast.Name(id='jax_utils')) == 'flax.jax_utils':
+      return 'jax_utils'
+    name = self._free_name('jax_utils', 'flax_jax_utils')
+    self.imports.append(('flax', 'jax_utils',
+                         None if name == 'jax_utils' else name))
+    return name
+
+  def _plan_replicate(self, node, call, receiver) -> Optional[str]:
+    """``opt.replicate(...)`` -> ``jax_utils.replicate(state[, devices])``."""
+    if self.replica_axis is None:
+      return (f'.replicate(): {self.replicate_problem}; a ReplicatedOptimizer '
+              'averages the gradients over the pmap axis inside '
+              'apply_gradient (psum(g) / psum(1)), by hand: '
+              f'{_CATALOGUE.REPLACEMENTS["replicate"].text}')
+    given = dict(zip(('devices', 'axis_name'), call.args))
+    given.update({k.arg: k.value for k in call.keywords})
+    name = self._jax_utils_name()
+    if given.get('devices') is not None:
+      self.edit(call, f'{name}.replicate({{receiver}}, devices={{devices}})',
+                'replicate', receiver=receiver, devices=given['devices'])
+    else:
+      self.edit(call, f'{name}.replicate({{receiver}})', 'replicate',
+                receiver=receiver)
+    return None
 
   def _covered(self, finding) -> bool:
     return any(e.line == finding.line for e in self.edits)
@@ -437,6 +536,22 @@ class Planner:
       self.edit(parent, '{receiver}.replace(params={value})', 'optimizer_use',
                 receiver=receiver, value=parent.keywords[0].value)
       return None
+    if node.attr == 'replicate' and isinstance(parent, ast.Call) and (
+        parent.func is node):
+      return self._plan_replicate(node, parent, receiver)
+    if node.attr == 'unreplicate' and isinstance(parent, ast.Call) and (
+        parent.func is node) and not parent.args and not parent.keywords and (
+            self.replica_axis is not None) and self.replicated.is_optimizer(
+                receiver):
+      self.edit(parent, f'{self._jax_utils_name()}.unreplicate({{receiver}})',
+                'replicate', receiver=receiver)
+      return None
+    if node.attr in ('replicate', 'unreplicate'):
+      return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
+              'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
+              'so the step that receives it needs a pmean the rewrite would '
+              'have to insert; which steps do is not proven here (by hand: '
+              f'{_CATALOGUE.REPLACEMENTS["replicate"].text})')
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
             'TrainState counterpart here')
 
@@ -444,9 +559,21 @@ class Planner:
     if len(call.args) != 1 or any(isinstance(a, ast.Starred)
                                   for a in call.args):
       return 'apply_gradient takes the gradients as its one positional argument'
+    grads = '{grads}'
+    if self._replicate_calls():
+      if self.replica_axis is None:
+        return f'this module replicates its optimizer: {self.replicate_problem}'
+      if not self.replicated.is_optimizer(receiver):
+        return ('this module replicates its optimizer, and this one is not '
+                'provably the replicated one (which averages its gradients) '
+                'nor provably another')
+      # What ReplicatedOptimizer did inside apply_gradient (pmean is the
+      # same psum / psum(1)).
+      grads = f'jax.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
+      self.imports.append(('jax', None, None))
     extra = [k.arg for k in call.keywords]
     if not extra:
-      self.edit(call, '{receiver}.apply_gradients(grads={grads})',
+      self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
                 'apply_gradient', receiver=receiver, grads=call.args[0])
       return None
     if extra != ['learning_rate']:
@@ -458,7 +585,7 @@ class Planner:
     self._require_tx_imports()
     self.edit(call, '{receiver}.replace(opt_state=optax.tree_utils.tree_set('
               '{receiver}.opt_state, learning_rate={rate})).apply_gradients('
-              'grads={grads})', 'apply_gradient_overrides',
+              'grads=%s)' % grads, 'apply_gradient_overrides',
               receiver=receiver, rate=call.keywords[0].value,
               grads=call.args[0])
     return None
@@ -472,11 +599,12 @@ class Planner:
       if isinstance(self._parents.get(node), ast.Attribute):
         continue  # only whole references
       path = self.names.resolve(node)
-      if path == 'flax.optim.DynamicScale':
+      if path in ('flax.optim.DynamicScale',
+                  'flax.optim.dynamic_scale.DynamicScale'):
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
         self.imports.append(('flax.training', 'dynamic_scale', name))
         self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
-      elif path == 'flax.optim.Optimizer':
+      elif path in _scan_flow.OPTIMIZER_CLASSES:
         if flow_ok:
           name = self._train_state_name()
           self.edit(node, f'{name}.TrainState', 'annotation')

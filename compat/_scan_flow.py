@@ -10,20 +10,38 @@ It is a greatest fixpoint over the module's bindings (flow-insensitive, per
 scope): every name starts as "maybe an optimizer"; a binding whose value is
 not provably an optimizer removes its name; a parameter needs an annotation
 or call sites in this module that all pass an optimizer (a function that
-escapes, e.g. into ``jax.pmap(functools.partial(step, ...))``, has unknown
-callers). What survives is an optimizer on every path. Stdlib only.
+escapes, e.g. into a list or another module's call, has unknown callers).
+What survives is an optimizer on every path. Stdlib only.
+
+A name bound once to ``jax.pmap(functools.partial(step, a, k=v), ...)`` (or
+``jax.jit``, ``jax.pmap(step)``, nested partials) is an alias of ``step``:
+its calls are ``step``'s calls with the bound arguments put first, its
+results are ``step``'s results (these wrappers keep a pytree's classes).
 """
 
 import ast
-from typing import Optional
+from typing import NamedTuple, Optional
+
+from compat import _scan_names
 
 _ANY = object()  # an element of a returned tuple that is not an optimizer
-# Decorators that keep a function's callers as they are.
-_WRAPPERS = ('jax.jit', 'jax.named_call')
-# Calls that return their first argument's kind (a pytree moved or
-# replicated across devices): an optimizer in, an optimizer out.
-_SAME_KIND = ('jax.device_put', 'flax.jax_utils.replicate',
-              'flax.jax_utils.unreplicate')
+# Wrappers (also as decorators, also through functools.partial) whose
+# result takes the function's arguments and returns its values, pytree
+# classes kept.
+_WRAPPERS = ('jax.jit', 'jax.pmap', 'jax.named_call')
+_PARTIAL = 'functools.partial'
+# The class an ``optim.Optimizer`` annotation names, by either import path.
+OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
+# Calls that return one argument's kind (a pytree moved or replicated across
+# devices, a checkpoint restored into the target's classes): an optimizer in,
+# an optimizer out; a tuple of them in, the same tuple out. The argument's
+# position and keyword.
+_SAME_KIND = {
+    'jax.device_put': (0, 'x'),
+    'flax.jax_utils.replicate': (0, 'tree'),
+    'flax.jax_utils.unreplicate': (0, 'tree'),
+    'flax.training.checkpoints.restore_checkpoint': (1, 'target'),
+}
 
 
 def _simple_name_bindings(target, value, out):
@@ -38,6 +56,20 @@ def _simple_name_bindings(target, value, out):
       _simple_name_bindings(element, ('item', value, index), out)
 
 
+class _Bound(NamedTuple):
+  """A function reached through partials/wrappers, with its bound arguments."""
+  name: str  # the module-level function
+  reference: ast.Name  # where the expression names it
+  args: tuple  # ((value node, scope), ...) bound positionally first
+  keywords: dict  # parameter -> (value node, scope)
+
+
+class _Site(NamedTuple):
+  """One call of a module function: directly or through an alias."""
+  args: tuple  # ((value node, scope), ...)
+  keywords: dict  # parameter -> (value node, scope)
+
+
 class _Scope:
 
   def __init__(self, node, parent):
@@ -50,15 +82,22 @@ class _Scope:
 class OptimizerFlow:
   """Proves which expressions evaluate to a legacy ``Optimizer``."""
 
-  def __init__(self, tree: ast.Module, names):
+  def __init__(self, tree: ast.Module, names, replicated_of=None):
+    """``replicated_of``: this module's plain flow; given, this flow proves
+    instead which expressions hold an optimizer made by ``.replicate()`` (a
+    ReplicatedOptimizer: annotations and fields do not say so)."""
     self.names = names  # a _scan_names.ModuleNames
+    self.base = replicated_of
     self.scopes: dict[ast.AST, _Scope] = {}
     self.functions: dict[str, ast.AST] = {}  # module-level defs by name
     self.escaped: set[str] = set()  # functions used other than by a call
     self.calls: dict[str, list] = {}  # function name -> [(call, scope)]
+    self.aliases: dict[tuple, _Bound] = {}  # (scope, name) -> the function
+    self._alias_candidates: list = []  # (scope, name, value) to check
     self.fields: dict[str, bool] = {}  # dataclass field -> is an optimizer
     self._scope_of: dict[ast.AST, _Scope] = {}
     self._loads: list[ast.Name] = []  # every name read: escape candidates
+    self._factories_open: set = set()  # factories being checked (recursion)
     self._collect(tree, None)
     self._solve()
 
@@ -119,6 +158,9 @@ class OptimizerFlow:
       for name, value in pairs:
         if name is not None:
           scope.bindings.setdefault(name, []).append(value)
+      if len(child.targets) == 1 and isinstance(child.targets[0], ast.Name):
+        self._alias_candidates.append((scope, child.targets[0].id,
+                                       child.value))
     elif isinstance(child, ast.AnnAssign) and isinstance(child.target,
                                                          ast.Name):
       if self._is_optimizer_annotation(child.annotation):
@@ -172,7 +214,40 @@ class OptimizerFlow:
         node = ast.parse(node.value, mode='eval').body
       except SyntaxError:
         return False
-    return self.names.resolve(node) == 'flax.optim.Optimizer'
+    return self.names.resolve(node) in OPTIMIZER_CLASSES
+
+  def _unwrap(self, node, scope) -> Optional[_Bound]:
+    """The module function ``node`` wraps (partials, jit, pmap), or None."""
+    if isinstance(node, ast.Name):
+      if node.id in self.functions and self._lookup(scope, node.id) is None:
+        return _Bound(node.id, node, (), {})
+      return None
+    if not isinstance(node, ast.Call) or not node.args or any(
+        isinstance(a, ast.Starred) for a in node.args) or any(
+            k.arg is None for k in node.keywords):
+      return None
+    wrapper = self.names.resolve(node.func)
+    if wrapper in _WRAPPERS:
+      return self._unwrap(node.args[0], scope)
+    if wrapper != _PARTIAL:
+      return None
+    inner = self._unwrap(node.args[0], scope)
+    if inner is None:
+      return None
+    keywords = dict(inner.keywords)
+    keywords.update({k.arg: (k.value, scope) for k in node.keywords})
+    return inner._replace(
+        args=inner.args + tuple((a, scope) for a in node.args[1:]),
+        keywords=keywords)
+
+  def _is_wrapper_decorator(self, decorator) -> bool:
+    """``@jax.jit``, ``@jax.pmap(...)``, ``@functools.partial(jax.jit, ...)``."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    path = self.names.resolve(target)
+    if path == _PARTIAL and isinstance(decorator, ast.Call):
+      return bool(decorator.args) and self.names.resolve(
+          decorator.args[0]) in _WRAPPERS
+    return path in _WRAPPERS
 
   # ---------------------------------------------------------------- solve
   def _solve(self):
@@ -181,16 +256,19 @@ class OptimizerFlow:
       for node in ast.walk(scope.node):
         for child in ast.iter_child_nodes(node):
           parents.setdefault(child, node)
+    wrapped = self._collect_aliases()
     for name in self._loads:
       parent = parents.get(name)
-      if not (isinstance(parent, ast.Call) and parent.func is name):
-        self.escaped.add(name.id)  # e.g. functools.partial(step, ...)
+      if name not in wrapped and not (isinstance(parent, ast.Call) and
+                                      parent.func is name):
+        self.escaped.add(name.id)  # e.g. passed on to another function
     for function in self.functions.values():
-      for decorator in function.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else (
-            decorator)
-        if self.names.resolve(target) not in _WRAPPERS:
-          self.escaped.add(function.name)
+      if not all(self._is_wrapper_decorator(d)
+                 for d in function.decorator_list):
+        self.escaped.add(function.name)
+    for (_, alias), bound in self.aliases.items():
+      if alias in self.escaped:  # the alias itself goes where we cannot see
+        self.escaped.add(bound.name)
     self.alive = {(scope, name) for scope in self.scopes.values()
                   for name in scope.bindings}
     changed = True
@@ -203,9 +281,51 @@ class OptimizerFlow:
             self.alive.discard((scope, name))
             changed = True
 
+  def _collect_aliases(self) -> set:
+    """Fills ``aliases``; returns the function references they consume."""
+    for scope, name, value in self._alias_candidates:
+      if isinstance(value, ast.Name):
+        continue  # a plain rebinding: the name escapes as before
+      bound = self._unwrap(value, scope)
+      if bound is not None and len(scope.bindings[name]) == 1:
+        self.aliases[(scope, name)] = bound
+    return {bound.reference for bound in self.aliases.values()}
+
+  def _binding_scope(self, scope, name) -> Optional[_Scope]:
+    """The scope whose binding of ``name`` a read in ``scope`` sees."""
+    while scope is not None:
+      if name in scope.bindings:
+        return scope
+      scope = scope.parent
+    return None
+
+  def _sites(self, function_name) -> Optional[list]:
+    """Every call of a module function in this module, or None if opaque."""
+    sites = []
+    for call, scope in self.calls.get(function_name, []):
+      if self._lookup(scope, function_name) is not None:
+        continue  # a local name shadows the function there
+      sites.append((call, scope, (), {}))
+    for (alias_scope, alias), bound in self.aliases.items():
+      if bound.name != function_name:
+        continue
+      for call, scope in self.calls.get(alias, []):
+        if self._binding_scope(scope, alias) is alias_scope:
+          sites.append((call, scope, bound.args, bound.keywords))
+    resolved = []
+    for call, scope, args, keywords in sites:
+      if any(isinstance(a, ast.Starred) for a in call.args) or any(
+          k.arg is None for k in call.keywords):
+        return None
+      merged = dict(keywords)
+      merged.update({k.arg: (k.value, scope) for k in call.keywords})
+      resolved.append(_Site(args + tuple((a, scope) for a in call.args),
+                            merged))
+    return resolved
+
   def _binding_holds(self, scope, name, value) -> bool:
-    if name in scope.annotated and self._is_optimizer_annotation(
-        scope.annotated[name]):
+    if self.base is None and name in scope.annotated and (
+        self._is_optimizer_annotation(scope.annotated[name])):
       return True
     if isinstance(value, str):  # 'unknown'
       return False
@@ -218,55 +338,88 @@ class OptimizerFlow:
       return False
     if self.functions[function.name] is not function:
       return False
-    calls = self.calls.get(function.name, [])
-    if not calls:
+    sites = self._sites(function.name)
+    if not sites:
       return False
     position = self.scopes[function].params[name]
     positional = len(function.args.posonlyargs) + len(function.args.args)
-    for call, scope in calls:
-      if any(isinstance(a, ast.Starred) for a in call.args) or any(
-          k.arg is None for k in call.keywords):
-        return False
-      passed = next((k.value for k in call.keywords if k.arg == name), None)
+    for site in sites:
+      passed = site.keywords.get(name)
       if passed is None and position < positional and position < len(
-          call.args):
-        passed = call.args[position]
-      if passed is None or not self._value_holds(passed, scope):
+          site.args):
+        passed = site.args[position]
+      if passed is None or not self._value_holds(*passed):
         return False
     return True
 
   def _value_holds(self, value, scope) -> bool:
     if isinstance(value, tuple) and value[0] == 'item':
       _, inner, index = value
-      if isinstance(inner, (ast.Tuple, ast.List)):
-        return index < len(inner.elts) and self._value_holds(
-            inner.elts[index], scope)
-      returned = self._returned(inner, scope)
-      return (isinstance(returned, tuple) and index < len(returned) and
-              returned[index] is True)
+      kind = self._kind(inner, scope)
+      return (isinstance(kind, tuple) and index < len(kind) and
+              kind[index] is True)
     return self.is_optimizer(value, scope)
+
+  def _kind(self, value, scope):
+    """True (an optimizer), a tuple of element kinds, or None (unknown)."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+      return tuple(self.is_optimizer(e, scope) or _ANY for e in value.elts)
+    if isinstance(value, ast.Call):
+      same = _SAME_KIND.get(self.names.resolve(value.func))
+      if same is not None:
+        position, keyword = same
+        argument = next((k.value for k in value.keywords
+                         if k.arg == keyword), None)
+        if argument is None and position < len(value.args) and not any(
+            isinstance(a, ast.Starred) for a in value.args[:position + 1]):
+          argument = value.args[position]
+        return None if argument is None else self._kind(argument, scope)
+      returned = self._returned(value, scope)
+      if returned is not None:
+        return returned
+      func = value.func
+      if isinstance(func, ast.Attribute) and func.attr == 'create':
+        return True if self.base is None and self.is_def(
+            func.value, scope) and (not value.keywords and
+                                    len(value.args) == 1) else None
+      if isinstance(func, ast.Attribute) and func.attr in ('replicate',
+                                                           'unreplicate'):
+        # Both give an Optimizer; only .replicate() a replicated one.
+        plain = (self.base or self).is_optimizer(func.value)
+        if self.base is not None and func.attr == 'unreplicate':
+          return None
+        return True if plain else None
+      if isinstance(func, ast.Attribute) and func.attr == 'apply_gradient':
+        return True if self.is_optimizer(func.value, scope) else None
+      return None
+    return True if self.is_optimizer(value, scope) else None
 
   def _returned(self, call, scope):
     """What a call to a module function returns: True, a tuple, or None."""
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
-      return None
-    function = self.functions.get(call.func.id)
-    if function is None or self._lookup(scope, call.func.id) is not None:
+    function = self._callee(call, scope)
+    if function is None:
       return None
     inner = self.scopes[function]
     returns = [n.value for n in self._own_nodes(function)
                if isinstance(n, ast.Return)]
     if not returns or any(r is None for r in returns):
       return None
-    kinds = []
-    for value in returns:
-      if isinstance(value, ast.Tuple):
-        kinds.append(tuple(self.is_optimizer(e, inner) or _ANY
-                           for e in value.elts))
-      else:
-        kinds.append(self.is_optimizer(value, inner))
+    kinds = [self._kind(value, inner) for value in returns]
     first = kinds[0]
     return first if all(k == first for k in kinds) else None
+
+  def _callee(self, call, scope):
+    """The module function a call runs (directly or via an alias), or None."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+      return None
+    name = call.func.id
+    binding = self._binding_scope(scope, name)
+    bound = self.aliases.get((binding, name))
+    if bound is not None:
+      return self.functions[bound.name]
+    if binding is not None and binding.parent is not None:
+      return None  # a local name shadows any module function
+    return self.functions.get(name)
 
   def _own_nodes(self, function):
     return list(self._body_nodes(function))
@@ -295,32 +448,40 @@ class OptimizerFlow:
         scope = scope.parent
       return False
     if isinstance(node, ast.Attribute):
-      return (self.fields.get(node.attr) is True and not isinstance(
-          node.value, ast.Call))
+      return (self.base is None and self.fields.get(node.attr) is True and
+              not isinstance(node.value, ast.Call))
     if isinstance(node, ast.Call):
-      func = node.func
-      if isinstance(func, ast.Attribute):
-        if func.attr == 'create' and self.is_def(func.value, scope) and (
-            not node.keywords and len(node.args) == 1):
-          return True
-        if func.attr == 'apply_gradient':
-          return self.is_optimizer(func.value, scope)
-      if self.names.resolve(func) in _SAME_KIND and len(node.args) == 1:
-        return self.is_optimizer(node.args[0], scope)
-      return self._returned(node, scope) is True
+      return self._kind(node, scope) is True
     return False
 
   def is_def(self, node, scope=None) -> bool:
     """True when ``node`` is a flax.optim OptimizerDef on every path."""
+    scope = self.scope_of(node) if scope is None else scope
     if isinstance(node, ast.Call):
+      function = self._callee(node, scope)
+      if function is not None:  # a factory of this module
+        return self._returns_def(function)
+      if isinstance(node.func, ast.Name) and (
+          node.func.id in self.names.def_factories):
+        return False  # a local name shadows the factory
       return self.names.is_def(node)
     if not isinstance(node, ast.Name):
       return False
-    scope = self.scope_of(node) if scope is None else scope
-    while scope is not None:
-      values = scope.bindings.get(node.id)
-      if values is not None:
-        return all(isinstance(v, ast.Call) and self.names.is_def(v)
-                   for v in values)
-      scope = scope.parent
-    return False
+    binding = self._binding_scope(scope, node.id)
+    if binding is None:
+      return False
+    return all(isinstance(v, ast.Call) and self.is_def(v, binding)
+               for v in binding.bindings[node.id])
+
+  def _returns_def(self, function) -> bool:
+    """Every return of a module function is an OptimizerDef."""
+    if function in self._factories_open:
+      return False  # recursion proves nothing
+    self._factories_open.add(function)
+    try:
+      returns = _scan_names.own_returns(function)
+      return bool(returns) and all(
+          r is not None and self.is_def(r, self.scopes[function])
+          for r in returns)
+    finally:
+      self._factories_open.discard(function)

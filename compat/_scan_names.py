@@ -79,19 +79,92 @@ def canonical(dotted: str) -> str:
   return dotted
 
 
-class ModuleNames:
-  """One file's imports, legacy-valued names and user OptimizerDef classes."""
+def module_names(path: str, root: str) -> list:
+  """Dotted names ``path`` may be imported by: its path under ``root`` and
+  each tail of it (``src/mylib/__init__.py`` -> ``src.mylib``, ``mylib``)."""
+  relative = os.path.relpath(path, root) if os.path.isdir(root) else (
+      os.path.basename(path))
+  parts = os.path.normpath(relative)[:-len('.py')].split(os.sep)
+  if parts[-1] == '__init__':
+    parts = parts[:-1]
+  if not parts or not all(p.isidentifier() for p in parts):
+    return []
+  return ['.'.join(parts[i:]) for i in range(len(parts))]
 
-  def __init__(self, tree: ast.Module):
+
+def project_reexports(modules: dict) -> dict:
+  """``{'mylib.optimizers': 'flax.optim', ...}``: user modules' names bound,
+  at module level, to flax.optim or something in it (followed through other
+  user modules too). ``modules``: dotted module name -> its ``ast.Module``.
+  """
+  table = {}
+  for _ in range(len(modules) + 1):  # chains through user modules
+    found = {}
+    for module, tree in modules.items():
+      names = ModuleNames(tree, table, collect=False)
+      for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+          continue
+        for alias in node.names:
+          local = alias.asname or alias.name.partition('.')[0]
+          target = names.resolve(ast.Name(id=local))
+          if target and target.startswith('flax.optim') and (
+              target == 'flax.optim' or target.startswith('flax.optim.')):
+            found[f'{module}.{local}'] = target
+    if found == table:
+      break
+    table = found
+  return table
+
+
+def used_reexports(tree: ast.Module, reexports: dict) -> set:
+  """The keys of ``reexports`` that ``tree`` reaches (imports or uses)."""
+  names = ModuleNames(tree, reexports, collect=False)
+  for local in names.bindings:
+    names.resolve(ast.Name(id=local))
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Name, ast.Attribute)):
+      names.resolve(node)
+  return names.used_reexports
+
+
+def own_returns(function) -> list:
+  """The values (None for a bare ``return``) of ``function``'s own returns,
+  not those of functions or classes nested in it."""
+  values, stack = [], list(function.body)
+  while stack:
+    node = stack.pop()
+    if isinstance(node, ast.Return):
+      values.append(node.value)
+    elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                               ast.ClassDef, ast.Lambda)):
+      stack.extend(ast.iter_child_nodes(node))
+  return values
+
+
+class ModuleNames:
+  """One file's imports, legacy-valued names and user OptimizerDef classes.
+
+  ``reexports`` (from ``project_reexports``) resolves names that other
+  scanned modules bound to flax.optim (``from mylib import optimizers``).
+  """
+
+  def __init__(self, tree: ast.Module, reexports: Optional[dict] = None,
+               collect: bool = True):
     self.tree = tree
+    self.reexports = reexports or {}
+    self.used_reexports: set[str] = set()  # keys of reexports resolved
     self.bindings: dict[str, str] = {}  # local name -> dotted import path
     self.star_flax_optim = False
     self.defs: set[str] = set()  # names assigned an OptimizerDef
     self.optimizers: set[str] = set()  # names assigned an Optimizer
     self.user_defs: set[str] = set()  # OptimizerDef subclasses defined here
+    # Module functions all of whose returns are OptimizerDefs (factories).
+    self.def_factories: set[str] = set()
     self._collect_imports()
-    self._collect_classes()
-    self._collect_assignments()
+    if collect:
+      self._collect_classes()
+      self._collect_assignments()
 
   def _collect_imports(self):
     for node in ast.walk(self.tree):
@@ -114,14 +187,26 @@ class ModuleNames:
     """Dotted canonical path of a name/attribute chain, if imported."""
     if isinstance(node, ast.Name):
       if node.id in self.bindings:
-        return canonical(self.bindings[node.id])
+        return self._reexported(canonical(self.bindings[node.id]))
       if self.star_flax_optim and node.id in legacy_signatures():
         return f'flax.optim.{node.id}'
       return None
     if isinstance(node, ast.Attribute):
       base = self.resolve(node.value)
-      return None if base is None else f'{base}.{node.attr}'
+      return None if base is None else self._reexported(
+          f'{base}.{node.attr}')
     return None
+
+  def _reexported(self, path: str) -> str:
+    """``mylib.optimizers.Adam`` -> ``flax.optim.Adam`` if mylib re-exports."""
+    head, tail = path, ''
+    while head:
+      if head in self.reexports:
+        self.used_reexports.add(head)
+        return self.reexports[head] + tail
+      head, dot, last = head.rpartition('.')
+      tail = dot + last + tail if head else tail
+    return path
 
   def legacy_class(self, node) -> Optional[str]:
     """'Adam', 'MultiOptimizer', ... if ``node`` names a flax.optim class."""
@@ -151,6 +236,9 @@ class ModuleNames:
 
   def is_def(self, node) -> bool:
     if isinstance(node, ast.Name) and node.id in self.defs:
+      return True
+    if isinstance(node, ast.Call) and isinstance(
+        node.func, ast.Name) and node.func.id in self.def_factories:
       return True
     return isinstance(node, ast.Call) and self._is_def_class(node.func)
 
@@ -190,3 +278,9 @@ class ModuleNames:
             self.defs.add(target.id)
           elif self.optimizer_confidence(node.value) == 'certain':
             self.optimizers.add(target.id)
+      for function in self.tree.body:
+        if isinstance(function, ast.FunctionDef):
+          returns = own_returns(function)
+          if returns and all(r is not None and self.is_def(r)
+                             for r in returns):
+            self.def_factories.add(function.name)

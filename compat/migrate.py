@@ -89,12 +89,18 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
 
 
 def migrate_source(source: bytes, path: str = '<string>',
-                   tier: str = 'exact'):
-  """``(new_source, plan)`` for one module's source. Raises SyntaxError."""
+                   tier: str = 'exact', reexports=None, exported=()):
+  """``(new_source, plan)`` for one module's source. Raises SyntaxError.
+
+  ``reexports``/``exported``: what the project's modules hand on from
+  flax.optim (``scan.parse_project``); such usages are listed, not
+  rewritten, and a re-exported import stays.
+  """
   tree = ast.parse(source, filename=path)
-  names = _scan_names.ModuleNames(tree)
-  findings = scan.scan_source(source, path)
-  planner = _rewrite_plan.Planner(source, tree, names, findings, tier)
+  names = _scan_names.ModuleNames(tree, reexports)
+  findings = scan.scan_source(source, path, reexports, tree)
+  planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
+                                  exported)
   plan = planner.plan()
   if not plan.edits:
     return source, plan
@@ -178,13 +184,19 @@ def iter_sources(paths, exclude=()):
         yield path
 
 
-def migrate_file(path: str, tier: str = 'exact') -> FileResult:
+def migrate_file(path: str, tier: str = 'exact',
+                 project: Optional[scan.Project] = None) -> FileResult:
+  """One file migrated in memory; ``project``: re-exports to follow."""
   shown = _shown(path)
   with open(path, 'rb') as f:
     old = f.read()
   try:
     if path.endswith('.ipynb'):
       new, plan = migrate_notebook(old, shown, tier)
+    elif project is not None:
+      new, plan = migrate_source(
+          old, shown, tier, project.reexports,
+          project.exported.get(os.path.abspath(path), ()))
     else:
       new, plan = migrate_source(old, shown, tier)
   except SyntaxError as e:
@@ -419,7 +431,8 @@ def main(argv=None) -> int:
     print(f'no such file or directory: {", ".join(missing)}', file=sys.stderr)
     return EXIT_USAGE
   sources = list(iter_sources(args.paths, args.exclude))
-  results = [migrate_file(p, args.tier) for p in sources]
+  project = scan.parse_project(args.paths)
+  results = [migrate_file(p, args.tier, project) for p in sources]
   pins = find_pins(args.paths)
   to_change = [(p, r) for p, r in zip(sources, results) if r.new != r.old]
   if args.write and to_change:

@@ -17,8 +17,11 @@ section of ``migration_guide.md`` that explains it:
   ``flax.serialization``.
 
 Names are resolved through the module's imports and assignments (flow-
-insensitively); where only a name suggests an optimizer (``optimizer``,
-``opt``), the finding's confidence is ``likely`` instead of ``certain``.
+insensitively), through what other scanned modules re-export from flax.optim
+(``from mylib import optimizers``, see ``parse_project``) and through module
+functions that return an OptimizerDef (``make_def(lr).create(params)``);
+where only a name suggests an optimizer (``optimizer``, ``opt``), the
+finding's confidence is ``likely`` instead of ``certain``.
 
 Output (stable order: path, line, column, construct): a table, or with
 ``--format json`` one object::
@@ -163,6 +166,9 @@ class _Visitor(ast.NodeVisitor):
           self.add(node, 'shim')
       else:
         self._check_import(node, node.module)
+        for alias in node.names:  # from mylib import optimizers (re-export)
+          if f'{node.module}.{alias.name}' in self.module.reexports:
+            self.add(node, 'import')
 
   def _check_import(self, node, name, from_flax=False):
     canonical = _scan_names.canonical(name)
@@ -299,12 +305,19 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, 'checkpoint', confidence=confidence)
 
 
-def scan_source(source, path: str = '<string>') -> list:
-  """Findings of one file's source (str or bytes). Raises SyntaxError."""
-  tree = ast.parse(source, filename=path)
+def scan_source(source, path: str = '<string>', reexports=None,
+                tree: Optional[ast.Module] = None) -> list:
+  """Findings of one file's source (str or bytes). Raises SyntaxError.
+
+  ``reexports``: names other scanned modules bound to flax.optim
+  (``_scan_names.project_reexports``); ``tree``: the source already parsed.
+  """
+  if tree is None:
+    tree = ast.parse(source, filename=path)
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
-  visitor = _Visitor(path, _scan_names.ModuleNames(tree), text.splitlines())
+  visitor = _Visitor(path, _scan_names.ModuleNames(tree, reexports),
+                     text.splitlines())
   visitor.visit(tree)
   return sorted(set(visitor.findings))
 
@@ -343,21 +356,65 @@ def iter_python_files(paths: Iterable[str], exclude=()) -> Iterable[str]:
     yield from sorted(p for p in found if not _excluded(p, exclude))
 
 
+class Project(NamedTuple):
+  """Every .py file under the scanned paths, read once."""
+  parsed: list  # [(shown path, source bytes, ast.Module)]
+  errors: list  # [ScanError]
+  # 'mylib.optimizers' -> 'flax.optim': names scanned modules bind to
+  # flax.optim, by every dotted name they may be imported by (a name two
+  # files could both be imported by counts for neither).
+  reexports: dict
+  # absolute path -> its local names that other scanned modules reach
+  # through ``reexports`` (``optimizers`` for mylib/__init__.py).
+  exported: dict
+
+
+def parse_project(paths: Iterable[str], exclude=()) -> Project:
+  """Reads and parses every .py file under ``paths`` (see ``Project``)."""
+  parsed, errors, by_module, ambiguous = [], [], {}, set()
+  module_paths = {}
+  for root in paths:
+    for path in iter_python_files([root], exclude):
+      shown = path.replace(os.sep, '/')
+      try:
+        with open(path, 'rb') as f:
+          source = f.read()
+        tree = ast.parse(source, filename=shown)
+      except SyntaxError as e:
+        errors.append(ScanError(shown, e.lineno, f'syntax error: {e.msg}'))
+        continue
+      except (OSError, ValueError) as e:  # unreadable, NUL bytes, bad coding
+        errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
+        continue
+      parsed.append((shown, source, tree))
+      for name in _scan_names.module_names(path, root):
+        if name in by_module and by_module[name] is not tree:
+          ambiguous.add(name)
+        by_module[name] = tree
+        module_paths[name] = os.path.abspath(path)
+  modules = {k: v for k, v in by_module.items() if k not in ambiguous}
+  reexports = _scan_names.project_reexports(modules)
+  exported = {}
+  for _, _, tree in parsed:
+    for dotted in _scan_names.used_reexports(tree, reexports):
+      module, _, local = dotted.rpartition('.')
+      exported.setdefault(module_paths[module], set()).add(local)
+  return Project(parsed, errors, reexports, exported)
+
+
 def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
-  """Scans files and directories; unparseable files become ``errors``."""
-  findings, errors, count = [], [], 0
-  for path in iter_python_files(list(paths), exclude):
-    count += 1
-    shown = path.replace(os.sep, '/')
-    try:
-      with open(path, 'rb') as f:
-        source = f.read()
-      findings += scan_source(source, shown)
-    except SyntaxError as e:
-      errors.append(ScanError(shown, e.lineno, f'syntax error: {e.msg}'))
-    except (OSError, ValueError) as e:  # unreadable, NUL bytes, bad coding
-      errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
-  return ScanResult(count, sorted(findings), sorted(errors))
+  """Scans files and directories; unparseable files become ``errors``.
+
+  One project: a name a scanned module re-exports from flax.optim
+  (``from flax import optim as optimizers`` in mylib) is followed into the
+  modules that import it (``from mylib import optimizers``).
+  """
+  project = parse_project(list(paths), exclude)
+  findings = []
+  for shown, source, tree in project.parsed:
+    findings += scan_source(source, shown, project.reexports, tree)
+  return ScanResult(len(project.parsed) + len(project.errors),
+                    sorted(findings), sorted(project.errors))
 
 
 # ---------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_json_output_schema_and_summary():
   data = json.loads(out)
   assert set(data) == {'version', 'files_scanned', 'findings', 'errors',
                        'summary'}
-  assert data['version'] == 1 and data['files_scanned'] == 8
+  assert data['version'] == 1 and data['files_scanned'] == 11
   keys = {'path', 'line', 'column', 'construct', 'code', 'replacement',
           'guide_section', 'confidence'}
   assert all(set(f) == keys for f in data['findings'])
@@ -189,3 +189,30 @@ def test_cli_entry_point_does_not_import_jax():
                           text=True, timeout=120)
   assert result.returncode == 0 and result.stdout.strip().endswith('OK'), (
       result.stdout + result.stderr)
+
+
+def test_reexports_are_followed_only_within_the_scanned_project():
+  user = os.path.join(TREE, 'reexport', 'user.py')
+  alone = {(f.line, f.construct) for f in scan.scan_paths([user]).findings}
+  # Scanned alone, mylib's re-export is invisible: its names resolve to
+  # nothing, while the direct alias and the factory still do.
+  assert (24, 'optimizer_def') not in alone
+  assert (5, 'import') not in alone
+  assert (23, 'create') in alone and (3, 'import') in alone
+  together = {(f.line, f.construct) for f in scan.scan_paths(
+      [os.path.join(TREE, 'reexport')]).findings if f.path.endswith(
+          'user.py')}
+  assert {(24, 'optimizer_def'), (5, 'import'), (6, 'import')} <= together
+
+
+def test_a_module_name_two_files_share_resolves_to_neither(tmp_path):
+  for package in ('a', 'b'):
+    (tmp_path / package / 'mylib').mkdir(parents=True)
+    (tmp_path / package / 'mylib' / '__init__.py').write_text(
+        'from flax import optim as optimizers\n' if package == 'a' else '')
+  (tmp_path / 'user.py').write_text(
+      'from mylib import optimizers\n'
+      'opt_def = optimizers.Adam(learning_rate=0.1)\n')
+  found = {(f.path.rsplit('/', 1)[-1], f.construct)
+           for f in scan.scan_paths([str(tmp_path)]).findings}
+  assert found == {('__init__.py', 'import')}
