@@ -26,7 +26,7 @@ PYTEST_DONT_REWRITE: no warning that they cannot be rewritten.)
 
 import sys
 
-from _flax_optim_compat_startup import ENV_VAR
+from _flax_optim_compat_startup import ENV_VAR  # noqa: F401  (compat.importer)
 from _flax_optim_compat_startup import LazyFinder
 from _flax_optim_compat_startup import enabled_by_environment
 
@@ -45,7 +45,7 @@ class _AliasLoader:
     return None  # a placeholder; exec_module swaps in the real module
 
   def exec_module(self, module):
-    import importlib  # pylint: disable=g-import-not-at-top
+    import importlib
     real = importlib.import_module(self.target)
     # The import system returns whatever sys.modules holds after exec_module.
     sys.modules[module.__name__] = real
@@ -96,9 +96,9 @@ def _patch_flax(flax_module) -> None:
   if getattr(previous, '_flax_optim_compat', False):
     return
 
-  def __getattr__(name):  # pylint: disable=invalid-name
+  def __getattr__(name):
     if name == 'optim' and _FINDER in sys.meta_path:
-      import importlib  # pylint: disable=g-import-not-at-top
+      import importlib
       try:
         return importlib.import_module(ALIAS)
       except ImportError as e:
@@ -110,7 +110,7 @@ def _patch_flax(flax_module) -> None:
     raise AttributeError(
         f'module {flax_module.__name__!r} has no attribute {name!r}')
 
-  __getattr__._flax_optim_compat = True  # pylint: disable=protected-access
+  __getattr__._flax_optim_compat = True
   __getattr__.previous = previous
   flax_module.__getattr__ = __getattr__
 
@@ -144,7 +144,7 @@ class _FlaxOptimFinder:
       if getattr(parent, '__name__', None) != TARGET:
         return None  # a real flax.optim: its submodules are its own
       target_name = TARGET + fullname[len(ALIAS):]
-      import importlib.util  # pylint: disable=g-import-not-at-top
+      import importlib.util
       if importlib.util.find_spec(target_name) is None:
         return None
       return _alias_spec(fullname, target_name)
@@ -165,7 +165,7 @@ def _other_finders_spec(fullname, path, target):
 
 
 def _alias_spec(fullname: str, target_name: str):
-  import importlib.machinery  # pylint: disable=g-import-not-at-top
+  import importlib.machinery
   return importlib.machinery.ModuleSpec(fullname, _AliasLoader(target_name))
 
 

@@ -27,7 +27,7 @@ class LazyFinder:
   def find_spec(self, fullname, path=None, target=None):
     if fullname != 'flax' and not fullname.startswith('flax.'):
       return None
-    import _flax_optim_compat_hook  # pylint: disable=g-import-not-at-top
+    import _flax_optim_compat_hook
     _flax_optim_compat_hook.install()  # replaces this stub
     return _flax_optim_compat_hook.find_spec(fullname, path, target)
 

@@ -221,7 +221,7 @@ def jitted_steps(params, grads, rounds, steps, compile_repeats,
       with _timing() as seconds:
         runners[variant](steps)
       per_step[variant].append(seconds() / steps)
-  del states
+  states.clear()
   return {
       'step_s': {v: statistics.median(t) for v, t in per_step.items()},
       'step_rounds_s': per_step,

@@ -439,7 +439,8 @@ class Planner:
       call = (f'optax.inject_hyperparams({algorithm.factory}{static})(' +
               ', '.join(args) + ')')
     if decay_literal:
-      call = f'optax.chain(optax.add_decayed_weights({decay_literal!r}), {call})'
+      decay = f'optax.add_decayed_weights({decay_literal!r})'
+      call = f'optax.chain({decay}, {call})'
     self._require_tx_imports()
     self.edit(node, call, 'algorithm', **parts)
     return None

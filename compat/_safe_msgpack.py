@@ -23,7 +23,7 @@ import msgpack
 import numpy as np
 
 try:
-  import ml_dtypes  # pylint: disable=g-import-not-at-top
+  import ml_dtypes
   _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 except ImportError:  # pragma: no cover - ml_dtypes ships with jax.
   _BFLOAT16 = None
@@ -217,5 +217,5 @@ def encode(state_dict: Any) -> bytes:
   copy the tree with ``tree_map``, which sorts them). ``state_dict`` may be
   modified: large arrays are replaced by their chunked form.
   """
-  from flax import serialization  # pylint: disable=g-import-not-at-top
+  from flax import serialization
   return serialization.msgpack_serialize(state_dict, in_place=True)

@@ -241,7 +241,7 @@ class OptimizerFlow:
         keywords=keywords)
 
   def _is_wrapper_decorator(self, decorator) -> bool:
-    """``@jax.jit``, ``@jax.pmap(...)``, ``@functools.partial(jax.jit, ...)``."""
+    """``@jax.jit``, ``@jax.pmap(...)``, ``@functools.partial(jax.jit, ..)``."""
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
     path = self.names.resolve(target)
     if path == _PARTIAL and isinstance(decorator, ast.Call):

@@ -19,16 +19,16 @@ from concurrent import futures
 import dataclasses
 import sys
 import time
-import warnings
 from typing import Any, Callable, Optional, Sequence
+import warnings
 
+from flax import linen as nn
+from flax import nnx
+from flax.nnx import bridge
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import linen as nn
-from flax import nnx
-from flax.nnx import bridge
 
 import compat
 from compat import _configs
@@ -238,7 +238,7 @@ def run_config(config, problem: Problem, k: int,
   for path in paths:
     try:
       results[path] = runners[path]()
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       results[path] = Comparison(None, error=e)
   return results
 

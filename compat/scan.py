@@ -51,7 +51,6 @@ from compat import _scan_flow
 from compat import _scan_names
 from compat import _scan_removals
 
-
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
 
 BRIDGES = ('to_optax', 'from_optax', 'traversal_labels', 'to_train_state',

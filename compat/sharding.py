@@ -20,12 +20,12 @@ update rule itself does not change.
 from typing import Any, Callable, Optional, Sequence, Union
 
 import jax
-import numpy as np
-import optax
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 from jax.sharding import Sharding
+import numpy as np
+import optax
 
 from legacy_optim import base
 

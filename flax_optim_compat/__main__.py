@@ -24,6 +24,6 @@ def _drop_current_directory() -> None:
 
 _drop_current_directory()
 
-from compat import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from compat import cli
 
 sys.exit(cli.main())

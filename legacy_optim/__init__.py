@@ -12,7 +12,6 @@ that its updates run through.
 import importlib
 
 import _flax_optim_compat_hook
-
 from legacy_optim import catalogue
 from legacy_optim import traverse_util
 from legacy_optim.base import LegacyRuleState

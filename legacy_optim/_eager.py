@@ -160,7 +160,7 @@ def _decomposition(opt_def) -> str:
 
   def nested_labels(d):
     return any(_picks_rule_by_label(i) or nested_labels(i)
-               for i in d._inner_defs())  # pylint: disable=protected-access
+               for i in d._inner_defs())
 
   if nested_labels(opt_def):
     return 'tree'
@@ -244,7 +244,7 @@ def _contains_tracer(tree) -> bool:
 def under_a_trace(tree) -> bool:
   """True inside jit/pmap/grad/vmap tracing (O(1) where jax tells us)."""
   try:
-    from jax._src import core  # pylint: disable=g-import-not-at-top
+    from jax._src import core
     return not core.trace_state_clean()
   except (ImportError, AttributeError):  # Older/newer jax: look at leaves.
     return _contains_tracer(tree)
@@ -365,7 +365,7 @@ def apply_gradient(opt_def, target, state, grads,
   module docstring for when that happens).
   """
   # User code (in the def or a def it wraps) runs at every step: inline.
-  if not ENABLED or opt_def._user_hooks():  # pylint: disable=protected-access
+  if not ENABLED or opt_def._user_hooks():
     return None
   try:
     split = _Overrides(overrides)

@@ -20,11 +20,10 @@ say which algorithm wrote a checkpoint when it does not match the template.
 
 import dataclasses
 import sys
-from typing import Any, Optional
 
+from flax import serialization
 import jax
 import numpy as np
-from flax import serialization
 
 from legacy_optim import catalogue
 from legacy_optim import deprecation
@@ -317,7 +316,7 @@ _FLAX_CHECKPOINTS = 'flax.training.checkpoints'
 
 def _flax_restore_frame():
   """flax's restore_checkpoint frame when it is restoring us, else None."""
-  frame = sys._getframe(1)  # pylint: disable=protected-access
+  frame = sys._getframe(1)
   while frame is not None:
     if (frame.f_code.co_name == 'restore_checkpoint' and
         frame.f_globals.get('__name__') == _FLAX_CHECKPOINTS):
@@ -347,7 +346,7 @@ def orbax_metadata(checkpointer, path):
   """The state-dict form of an Orbax checkpoint's tree metadata, or None."""
   try:
     metadata = checkpointer.metadata(path)
-  except Exception:  # pylint: disable=broad-except
+  except Exception:
     return None  # Unreadable metadata: the restore itself reports it.
   metadata = getattr(metadata, 'item_metadata', metadata)
   return as_state_dict(getattr(metadata, 'tree', metadata))

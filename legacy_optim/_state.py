@@ -5,4 +5,4 @@ That release pickled optimizer states as ``legacy_optim._state.OptimizerState``
 pickles keep loading: the name now refers to flax 0.5.3's layout in ``base``.
 """
 
-from legacy_optim.base import OptimizerState  # pylint: disable=unused-import
+from legacy_optim.base import OptimizerState  # noqa: F401  (the old pickles' name)

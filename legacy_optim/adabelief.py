@@ -1,8 +1,8 @@
 """AdaBelief: Adam with the second moment of the gradient's surprise."""
 
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _adabelief as _rules_adabelief
 from legacy_optim import base

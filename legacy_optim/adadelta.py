@@ -2,8 +2,8 @@
 
 from typing import Optional
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _adadelta as _rules_adadelta
 from legacy_optim import base

@@ -8,10 +8,10 @@ per-parameter state hold zeros of shape ``(1,)``, as in flax.optim.
 
 from typing import Any, Optional
 
+from flax import struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from flax_optim_rules import _adafactor as _rules_adafactor
 from legacy_optim import base

@@ -2,8 +2,8 @@
 
 from typing import Optional
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _adagrad as _rules_adagrad
 from legacy_optim import base
@@ -19,7 +19,7 @@ class _AdagradHyperParams:
 @struct.dataclass
 class _AdagradParamState:
   """Adagrad per-parameter state: the sum of squared gradients."""
-  G: np.ndarray  # pylint: disable=invalid-name
+  G: np.ndarray
 
 
 # The rule itself lives in flax_optim_rules (jax and optax only), which

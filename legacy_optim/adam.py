@@ -1,8 +1,8 @@
 """Adam with flax.optim's learning-rate-scaled weight decay."""
 
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _adam as _rules_adam
 from legacy_optim import base

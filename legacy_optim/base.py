@@ -24,12 +24,12 @@ imports them and the import graph has no cycle.
 import functools
 from typing import Any, Mapping, NamedTuple, Optional
 
-import jax
-import jax.numpy as jnp
-import optax
 from flax import jax_utils
 from flax import serialization
 from flax import struct
+import jax
+import jax.numpy as jnp
+import optax
 
 from legacy_optim import _eager
 from legacy_optim import _field_trees

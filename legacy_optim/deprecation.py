@@ -25,8 +25,8 @@ import inspect
 import os
 import sys
 import threading
-import warnings
 from typing import Any, NamedTuple
+import warnings
 
 from legacy_optim import catalogue as rep
 
@@ -142,7 +142,6 @@ def warn_legacy_use(feature, obj=None, **details):
   Raises:
     LegacyOptimDeprecationWarning: in strict mode (``LEGACY_OPTIM_STRICT=1``).
   """
-  # pylint: disable-next=protected-access
   frame, level = _user_frame(sys._getframe(0))
   site = (feature, frame.f_code.co_filename, frame.f_lineno)
   subject = '' if obj is None else type(obj).__name__
@@ -197,7 +196,7 @@ def _call(name: str, obj, values: dict[str, Any]) -> str:
       try:
         if value is defaults[key] or bool(value == defaults[key]):
           continue
-      except Exception:  # pylint: disable=broad-except
+      except Exception:
         pass  # arrays, traced values: show them
     shown.append(f'{key}={rep.literal(value)}')
   return f'{name}({", ".join(shown)})'

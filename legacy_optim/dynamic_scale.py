@@ -8,10 +8,10 @@ its fields and its scale/finite/gradient sequence.
 import functools
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
+from flax import struct
 import jax
 from jax import lax
 import jax.numpy as jnp
-from flax import struct
 
 from legacy_optim import deprecation
 

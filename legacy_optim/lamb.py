@@ -1,8 +1,8 @@
 """LAMB: Adam steps rescaled per layer by a trust ratio."""
 
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _lamb as _rules_lamb
 from legacy_optim import base

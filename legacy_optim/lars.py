@@ -1,8 +1,8 @@
 """LARS: layer-wise adaptive rate scaling with heavy-ball momentum."""
 
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _lars as _rules_lars
 from legacy_optim import base

@@ -1,7 +1,7 @@
 """Heavy-ball and Nesterov momentum with L2 weight decay."""
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _sgd as _rules_sgd
 from legacy_optim import base

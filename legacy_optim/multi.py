@@ -9,10 +9,10 @@ import collections.abc
 import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
+from flax import core
 import jax
 import jax.numpy as jnp
 import optax
-from flax import core
 
 from legacy_optim import _hyper
 from legacy_optim import base
@@ -28,7 +28,6 @@ def sub_label(index: int) -> str:
   return str(index)
 
 
-# pylint: disable=protected-access  # _ShapeDtype keeps flax.optim's names.
 
 
 @dataclasses.dataclass
@@ -99,7 +98,7 @@ def _match_leaves(params, traversals):
             'instead of a parameter leaf; MultiOptimizer traversals must '
             'select leaves (e.g. end a traversal over containers with '
             '.tree()).')
-      item._indices.append(k)  # pylint: disable=protected-access
+      item._indices.append(k)
   flat_with_path, treedef = jax.tree_util.tree_flatten_with_path(
       params, is_leaf=is_leaf)
   owners = [s._indices for s in treedef.flatten_up_to(shapes)]

@@ -4,9 +4,9 @@ Gradients are averaged over the pmap axis ``axis_name`` before the wrapped
 optimizer's rule runs, as ``psum(grad) / psum(1)`` (the legacy arithmetic).
 """
 
+from flax import jax_utils
 import jax
 import optax
-from flax import jax_utils
 
 from legacy_optim import base
 

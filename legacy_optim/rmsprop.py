@@ -2,8 +2,8 @@
 
 from typing import Optional
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _rmsprop as _rules_rmsprop
 from legacy_optim import _hyper

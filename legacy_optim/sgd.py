@@ -1,7 +1,7 @@
 """Plain gradient descent: ``p <- p - learning_rate * g``."""
 
-import numpy as np
 from flax import struct
+import numpy as np
 
 from flax_optim_rules import _sgd as _rules_sgd
 from legacy_optim import base

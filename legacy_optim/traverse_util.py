@@ -17,10 +17,12 @@ import copy
 import dataclasses
 from typing import Any, Callable
 
-import jax
 from flax import core
 from flax import traverse_util as flax_traverse_util
-from flax.traverse_util import empty_node, flatten_dict, unflatten_dict
+from flax.traverse_util import empty_node
+from flax.traverse_util import flatten_dict
+from flax.traverse_util import unflatten_dict
+import jax
 
 from legacy_optim import deprecation
 
@@ -201,7 +203,7 @@ class TraverseEach(Traversal):
   """Focuses on each item of a list, tuple or dict."""
 
   def update(self, fn, inputs):
-    if type(inputs) is dict:  # pylint: disable=unidiomatic-typecheck
+    if type(inputs) is dict:
       return {key: fn(value) for key, value in inputs.items()}
     if type(inputs) not in (list, tuple):
       raise ValueError(

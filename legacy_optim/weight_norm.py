@@ -8,12 +8,12 @@ rebuilt from them. Other leaves (vectors, scalars) pass through unchanged.
 
 from typing import Any, NamedTuple
 
+from flax import struct
 import jax
-import jax.numpy as jnp
 from jax import lax
+import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import struct
 
 from flax_optim_rules import _numerics
 from legacy_optim import _field_trees

@@ -23,15 +23,13 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     'tests'))
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
+from golden import cases
+from golden import runner
+from golden import store
 import numpy as np
 
 import legacy_optim
 from legacy_optim import traverse_util
-
-from golden import cases
-from golden import runner
-from golden import store
 
 COLUMNS = ('case', 'error', 'floor', 'bound', 'bit-identical', 'state error',
            'state floor', 'pass')
@@ -54,7 +52,7 @@ def row(case, golden, floors) -> tuple:
   state_floor = floors[name]['state']
   try:
     result = runner.run_case(legacy_optim, traverse_util, case)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     reason = f'{type(e).__name__}: {e}'.splitlines()[0][:60]
     return (name, '-', f'{floor:.2e}', f'{store.bound(floor):.2e}', '-', '-',
             f'{state_floor:.2e}', f'FAIL ({reason})')

@@ -26,7 +26,6 @@ import traceback
 
 import pytest
 
-
 # Child processes run one at a time on a background thread, started as soon
 # as collection knows which modules need one (tests/conftest.py), so they use
 # the second core while the main process runs the other modules' tests.
@@ -72,13 +71,13 @@ class Cases:
 
   def main(self) -> None:
     """Child process: runs every case, one JSON line per outcome."""
-    import jax  # pylint: disable=g-import-not-at-top
+    import jax
     assert jax.local_device_count() == self.n_devices, jax.local_devices()
     for name, case in self._cases.items():
       try:
         case()
         result = {'case': name, 'ok': True}
-      except Exception:  # pylint: disable=broad-except
+      except Exception:
         result = {'case': name, 'ok': False, 'error': traceback.format_exc()}
       print(json.dumps(result), flush=True)
 
@@ -124,7 +123,7 @@ class Cases:
     outcomes = self.fixture(script)
 
     @pytest.mark.parametrize('case', self.names())
-    def test_on_devices(outcomes, case):  # pylint: disable=redefined-outer-name
+    def test_on_devices(outcomes, case):
       self.check(outcomes, case)
 
     test_on_devices.__name__ = f'test_on_{self.n_devices}_devices'

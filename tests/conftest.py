@@ -13,10 +13,10 @@ import ctypes
 import ctypes.util
 import gc
 
+import _devices
 import jax
 import pytest
 
-import _devices
 from legacy_optim import eager
 
 

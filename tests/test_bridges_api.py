@@ -5,18 +5,18 @@ import importlib.metadata
 import re
 
 import chex
+from flax import nnx
+from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import optax
 import pytest
-from flax import nnx
-from flax.training import train_state
 
 import compat
-import legacy_optim as optim
 from compat import _configs
 from compat import check
 from compat import nnx as compat_nnx
+import legacy_optim as optim
 from legacy_optim import traverse_util
 
 

@@ -8,13 +8,13 @@ test_sharding.py (it needs several devices).
 """
 
 import chex
+from flax import nnx
+from flax.training import dynamic_scale as dynamic_scale_lib
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
-from flax.training import dynamic_scale as dynamic_scale_lib
 
 import compat
 from compat import nnx as compat_nnx

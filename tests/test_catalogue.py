@@ -74,7 +74,7 @@ def test_state_fields_are_the_per_parameter_dataclass_fields(name):
     assert tuple(f.name for f in dataclasses.fields(state)) == (
         algorithm.state_fields)
   if name != 'WeightNorm':
-    assert opt_def._param_state_fields == algorithm.state_fields  # pylint: disable=protected-access
+    assert opt_def._param_state_fields == algorithm.state_fields
 
 
 @pytest.mark.parametrize('name', sorted(a.name for a in catalogue.RULES))

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import legacy_optim as optim
 from compat import _configs
 from compat import check
 from compat import cli
 from compat import optax_bridge
+import legacy_optim as optim
 
 
 def _run(capsys, *argv):

@@ -22,18 +22,18 @@ import pathlib
 import sys
 import warnings
 
+from flax import serialization
 import hypothesis
+from hypothesis import strategies as st
 import numpy as np
 import pytest
-from hypothesis import strategies as st
-from flax import serialization
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent / 'checkpoints'))
-import fixture_lib as fx  # pylint: disable=g-import-not-at-top,wrong-import-position
+import fixture_lib as fx
 
-import compat  # pylint: disable=g-import-not-at-top,wrong-import-position
-from compat import _safe_msgpack  # pylint: disable=g-import-not-at-top,wrong-import-position
-from legacy_optim import _restore  # pylint: disable=g-import-not-at-top,wrong-import-position
+import compat
+from compat import _safe_msgpack
+from legacy_optim import _restore
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
@@ -156,7 +156,7 @@ def _signature(tree):
     return {k: _signature(v) for k, v in tree.items()}
   if tree is None:
     return None
-  return (_restore._number_kind(np.asarray(tree)), np.shape(tree))  # pylint: disable=protected-access
+  return (_restore._number_kind(np.asarray(tree)), np.shape(tree))
 
 
 def _check_from_bytes(name: str, data: bytes, decoded):
@@ -217,7 +217,7 @@ def test_corrupted_checkpoints_long(tmp_path, case_and_data):
 
 
 def _array_ext(shape, dtype_name: bytes, payload: bytes):
-  import msgpack  # pylint: disable=g-import-not-at-top
+  import msgpack
   inner = msgpack.packb((shape, dtype_name, payload), use_bin_type=True)
   return msgpack.packb({'x': msgpack.ExtType(1, inner)}, use_bin_type=True)
 
@@ -250,7 +250,7 @@ def test_hostile_inputs_are_rejected_with_a_format_error(what, tmp_path):
 
 
 def test_nothing_is_unpickled(monkeypatch, tmp_path):
-  import pickle  # pylint: disable=g-import-not-at-top
+  import pickle
 
   def forbidden(*args, **kwargs):
     raise AssertionError('pickle was called')

@@ -27,7 +27,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 FIXTURES = HERE / 'checkpoints' / 'orbax_053'
 sys.path.insert(0, str(HERE / 'checkpoints'))
 sys.path.insert(0, str(FIXTURES))
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import fixture_lib as fx
 import generate as orbax_053
 

@@ -9,19 +9,19 @@ import pathlib
 import subprocess
 import sys
 
+from flax import serialization
+from flax.training import checkpoints as flax_checkpoints
+from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
-from flax import serialization
-from flax.training import checkpoints as flax_checkpoints
-from flax.training import train_state
 
 import compat
-import legacy_optim
 from compat import checkpoints
+import legacy_optim
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -1,13 +1,13 @@
 """The flax.optim object model: Optimizer, OptimizerDef, overrides, errors."""
 
+import chex
+from flax import serialization
+from flax import struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-import chex
-from flax import serialization
-from flax import struct
 
 import legacy_optim as optim
 from legacy_optim import _eager
@@ -495,7 +495,7 @@ def test_base_module_reexports_legacy_names():
 
 
 def test_flax_training_checkpoints_round_trip(tmp_path):
-  from flax.training import checkpoints  # pylint: disable=g-import-not-at-top
+  from flax.training import checkpoints
   focus = optim.ModelParamTraversal(lambda path, _: 'kernel' in path)
   opt = optim.Momentum(0.1).create(_params(), focus=focus)
   opt = opt.apply_gradient(_grads(0))

@@ -48,7 +48,7 @@ def legacy(caught):
 
 def here():
   """The caller's line number (call it on the same line as the legacy use)."""
-  return sys._getframe(1).f_lineno  # pylint: disable=protected-access
+  return sys._getframe(1).f_lineno
 
 
 def params():
@@ -164,7 +164,7 @@ def test_library_frames_between_user_and_shim_are_skipped():
   # A function whose module is a library (jax.*) calling the shim: the
   # warning goes to the user line that called the library.
   namespace = {'__name__': 'jax._fake_library', 'lo': lo}
-  exec(compile('def build():\n  return lo.Momentum(0.1)\n',  # pylint: disable=exec-used
+  exec(compile('def build():\n  return lo.Momentum(0.1)\n',
                '/fake/jax/_fake_library.py', 'exec'), namespace)
   with recorded() as caught:
     namespace['build'](); line = here()  # noqa: E702  (one line)
@@ -291,7 +291,7 @@ def test_algorithm_message_names_replacements_with_user_values(
     assert f'deviates up to {row["rel_err"]:.2g} from flax 0.5.3' in message
   assert f'section "{catalogue.SECTION_ALGORITHMS}"' in message
   # The expression is real Optax code that updates these params.
-  tx = eval(stock, {'optax': optax})  # pylint: disable=eval-used
+  tx = eval(stock, {'optax': optax})
   p = params()
   updates, _ = tx.update(jax.tree_util.tree_map(jnp.ones_like, p),
                          tx.init(p), p)

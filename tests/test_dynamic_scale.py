@@ -1,13 +1,13 @@
 """DynamicScale: flax.optim's loss scaler (scale/finite/gradient sequence)."""
 
+import _devices
 import chex
+from flax import struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import struct
 
-import _devices
 import legacy_optim
 from legacy_optim import dynamic_scale
 

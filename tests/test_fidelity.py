@@ -15,15 +15,14 @@ Regenerate the data with ``tox -e golden`` then ``tox -e golden-floor``.
 import functools
 
 import chex
+from golden import cases
+from golden import runner
+from golden import store
 import numpy as np
 import pytest
 
 import legacy_optim
 from legacy_optim import traverse_util
-
-from golden import cases
-from golden import runner
-from golden import store
 
 GOLDEN = store.Golden()
 FLOORS = store.load_floors()['cases']

@@ -11,18 +11,17 @@ import json
 import os
 import warnings
 
+from flax import serialization
+from golden import input_cases
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import serialization
 
 import legacy_optim as optim
 from legacy_optim import _restore
 from legacy_optim import traverse_util
 from legacy_optim.momentum import _MomentumParamState
-
-from golden import input_cases
 
 warnings.filterwarnings('ignore', category=optim.LegacyOptimDeprecationWarning)
 

@@ -19,6 +19,8 @@ import os
 import pickle
 
 import chex
+from golden import cases
+from golden import object_cases
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,9 +28,6 @@ import pytest
 
 import legacy_optim
 from legacy_optim import traverse_util
-
-from golden import cases
-from golden import object_cases
 
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'golden')
 with open(os.path.join(_HERE, 'objects.json')) as _f:

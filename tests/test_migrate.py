@@ -65,7 +65,8 @@ def assert_no_legacy_import(source: bytes):
 
 
 def assert_same_bits(a, b):
-  leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+  leaves_a = jax.tree_util.tree_leaves(a)
+  leaves_b = jax.tree_util.tree_leaves(b)
   assert len(leaves_a) == len(leaves_b)
   for i, (x, y) in enumerate(zip(leaves_a, leaves_b)):
     x, y = np.asarray(x), np.asarray(y)

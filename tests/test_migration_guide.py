@@ -78,7 +78,7 @@ def test_section_code_runs(title, tmp_path, monkeypatch):
     warnings.simplefilter('ignore', deprecation.LegacyOptimDeprecationWarning)
     for start, code in blocks:
       # Leading newlines make tracebacks show the guide's own line numbers.
-      exec(compile('\n' * (start - 1) + code, GUIDE, 'exec'), namespace)  # pylint: disable=exec-used
+      exec(compile('\n' * (start - 1) + code, GUIDE, 'exec'), namespace)
 
 
 def test_pending_entries_name_real_sections():

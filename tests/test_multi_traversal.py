@@ -2,15 +2,15 @@
 
 import warnings
 
+import _devices
 import chex
+from flax import core
+from flax import traverse_util as flax_traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import core
-from flax import traverse_util as flax_traverse_util
 
-import _devices
 import legacy_optim as optim
 from legacy_optim import traverse_util as tu
 
@@ -50,7 +50,7 @@ def test_attr_traversal_rebuilds_namedtuples_and_dataclasses():
   point = chex.dataclass(frozen=True)(type('P', (), {'__annotations__': {
       'x': int, 'y': int}}))(x=1, y=2)
   assert tu.t_identity.x.update(lambda v: v + 1, point).x == 2
-  from collections import namedtuple  # pylint: disable=g-import-not-at-top
+  from collections import namedtuple
   nt = namedtuple('NT', 'x y')(1, 2)
   assert tu.t_identity.y.update(lambda v: v * 3, nt) == (1, 6)
 

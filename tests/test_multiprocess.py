@@ -47,7 +47,7 @@ def _data(step):
 
 
 def _make(algorithm):
-  import legacy_optim as optim  # pylint: disable=g-import-not-at-top
+  import legacy_optim as optim
   rng = np.random.default_rng(0)
   params = {'kernel': rng.standard_normal((6, 16)).astype(np.float32),
             'bias': rng.standard_normal(16).astype(np.float32)}
@@ -57,7 +57,7 @@ def _make(algorithm):
 
 
 def _loss(params, x, y):
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
   return jnp.mean((x @ params['kernel'] + params['bias'] - y) ** 2)
 
 
@@ -67,7 +67,7 @@ def _local_rows(process_id, num_processes):
 
 
 def _train_pmap(algorithm, process_id, num_processes):
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
   opt = _make(algorithm).replicate(axis_name='batch')
   step = jax.pmap(
       lambda o, x, y: o.apply_gradient(jax.grad(_loss)(o.target, x, y)),
@@ -82,9 +82,12 @@ def _train_pmap(algorithm, process_id, num_processes):
 
 
 def _train_jit(algorithm, process_id, num_processes, zero1):
-  import jax  # pylint: disable=g-import-not-at-top
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,g-multiple-import
-  import compat  # pylint: disable=g-import-not-at-top
+  import jax
+  from jax.sharding import Mesh
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  import compat
   mesh = Mesh(np.array(jax.devices()), ('data',))
   opt = _make(algorithm)
   shardings = compat.state_shardings(opt, mesh,
@@ -116,7 +119,7 @@ def _train_jit(algorithm, process_id, num_processes, zero1):
 
 
 def worker(process_id, num_processes, port, out_path):
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
   if num_processes > 1:
     jax.distributed.initialize(
@@ -154,7 +157,7 @@ def _spawn(process_id, num_processes, port, out_path, log_path):
                       f'{GLOBAL_DEVICES // num_processes}')
   env['PYTHONWARNINGS'] = 'ignore'
   env.pop('JAX_PLATFORMS', None)
-  log = open(log_path, 'w')  # pylint: disable=consider-using-with
+  log = open(log_path, 'w')
   proc = subprocess.Popen(
       [sys.executable, os.path.abspath(__file__), str(process_id),
        str(num_processes), str(port), str(out_path)],
@@ -205,7 +208,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize('variant', VARIANTS)
-def test_two_processes_match_the_single_process_run(runs, variant):  # pylint: disable=redefined-outer-name
+def test_two_processes_match_the_single_process_run(runs, variant):
   workers, single = runs
   keys = sorted(k for k in single if k.startswith(variant + '/'))
   assert keys, sorted(single)
@@ -222,7 +225,7 @@ def test_two_processes_match_the_single_process_run(runs, variant):  # pylint: d
 
 
 def _initial(variant, key):
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
   return jax.device_get(_make(variant.split('-')[1]).target)[key.split('/')[1]]
 
 

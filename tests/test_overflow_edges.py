@@ -21,6 +21,11 @@ others take a few seconds each to compile): ``pytest -m slow`` runs them.
 import functools
 import json
 
+import _float16_isa
+from golden import edge_cases
+from golden import edge_metric
+from golden import runner
+from golden import store
 import jax
 import numpy as np
 import optax
@@ -28,13 +33,6 @@ import pytest
 
 import legacy_optim
 from legacy_optim import traverse_util
-
-from golden import edge_cases
-from golden import edge_metric
-from golden import runner
-from golden import store
-
-import _float16_isa
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
@@ -82,7 +80,7 @@ def _legacy_run(name: str, jit: bool) -> runner.Result:
 
 def _optax_params(case) -> dict:
   """The params after each step of a raw Optax loop on ``to_optax()``."""
-  from golden import cases  # pylint: disable=g-import-not-at-top
+  from golden import cases
   tx = cases.build_optimizer_def(legacy_optim, traverse_util,
                                  case).to_optax()
   params, grad_steps = runner.edge_inputs()

@@ -13,18 +13,17 @@ reports one case's outcome.
 
 import functools
 
+import _devices
 import chex
+from flax import jax_utils
+from flax import serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import jax_utils
-from flax import serialization
 
 import legacy_optim as optim
 from legacy_optim import traverse_util
-
-import _devices
 
 N_DEVICES = 8
 AXIS = 'batch'

@@ -7,24 +7,23 @@ data axis). Multi-device cases run on 8 fake CPU devices in a child process
 (see _devices.py); spec derivation and errors are checked here directly.
 """
 
+import _devices
 import chex
+from flax import nnx
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optax
-import pytest
-from flax import nnx
 from jax.sharding import AxisType
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+import numpy as np
+import optax
+import pytest
 
 import compat
-import legacy_optim as optim
 from compat import sharding
+import legacy_optim as optim
 from legacy_optim import traverse_util
-
-import _devices
 
 N_DEVICES = 8
 CASES = _devices.Cases(n_devices=N_DEVICES)

@@ -20,9 +20,8 @@ import math
 import os
 import warnings
 
-import pytest
-
 from golden import hook_cases
+import pytest
 
 _GOLDEN = os.path.join(os.path.dirname(__file__), 'golden', 'hooks.json')
 with open(_GOLDEN) as _f:

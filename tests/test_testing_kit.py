@@ -590,7 +590,7 @@ def _inconsistent_payload(path):
   payload = msgpack.unpackb(envelope['payload'], raw=False)
   payload['records'] = payload['records'][:1]
   body = msgpack.packb(payload, use_bin_type=True)
-  import hashlib  # pylint: disable=g-import-not-at-top
+  import hashlib
   envelope.update(payload=body, sha256=hashlib.sha256(body).hexdigest())
   _rewrite(path, envelope)
 

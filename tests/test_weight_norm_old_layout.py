@@ -13,9 +13,9 @@ fields, ``()`` an empty dict).
 import warnings
 
 import chex
+from flax import serialization
 import numpy as np
 import pytest
-from flax import serialization
 
 import legacy_optim as optim
 from legacy_optim import _restore

@@ -89,7 +89,7 @@ def dtype_from_name(name: str) -> np.dtype:
   try:
     return np.dtype(name)
   except TypeError:
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp
     return np.dtype(jnp.dtype(name))  # bfloat16 and other ml_dtypes.
 
 
@@ -177,7 +177,7 @@ def _wants_values(values_at, k: int, last: Optional[int]) -> bool:
 
 
 def _created_by() -> dict[str, str]:
-  import jaxlib  # pylint: disable=g-import-not-at-top
+  import jaxlib
   return {'python': platform.python_version(), 'numpy': np.__version__,
           'jax': jax.__version__,
           'jaxlib': getattr(jaxlib, '__version__', 'unknown')}

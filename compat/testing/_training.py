@@ -45,7 +45,7 @@ def default_convert(old_init: Any, new_init: Any = None) -> Any:
     raise TypeError(
         'The new initial state can only be derived from a legacy Optimizer, '
         f'got {type(old_init).__name__}: pass new_init=... (or convert=...).')
-  import compat  # pylint: disable=g-import-not-at-top
+  import compat
   if new_init is None:
     _, opt_state = compat.to_optax(old_init)
     return old_init.target, opt_state

@@ -12,18 +12,18 @@ import math
 import pathlib
 import warnings
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 from flax import core
 from flax import nnx
 from flax import serialization
 from flax import struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tree_paths
 
-import legacy_optim
 from compat import _spec
 from compat.testing import _compare
-import tree_paths
+import legacy_optim
 
 HERE = pathlib.Path(__file__).resolve().parent
 MANIFEST = json.loads((HERE / 'manifest.json').read_text())

@@ -34,21 +34,21 @@ import warnings
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-import jax  # pylint: disable=g-import-not-at-top
-import numpy as np  # pylint: disable=g-import-not-at-top
+import jax
+import numpy as np
 
 jax.interpreters.xla.DeviceArray = jax.Array  # flax 0.5.3 on jax 0.4.13.
 warnings.simplefilter('ignore')
 
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-from flax import core  # pylint: disable=g-import-not-at-top
-from flax import optim  # pylint: disable=g-import-not-at-top
-from flax import serialization  # pylint: disable=g-import-not-at-top
-from flax import struct  # pylint: disable=g-import-not-at-top
-from flax.optim import dynamic_scale  # pylint: disable=g-import-not-at-top
+from flax import core
+from flax import optim
+from flax import serialization
+from flax import struct
+from flax.optim import dynamic_scale
+import jax.numpy as jnp
+import tree_paths
 
-from compat import _spec  # pylint: disable=g-import-not-at-top
-import tree_paths  # pylint: disable=g-import-not-at-top
+from compat import _spec
 
 warnings.simplefilter('ignore')  # flax.optim re-enables its warnings.
 
@@ -185,7 +185,7 @@ def generate_case(name, spec, layout, container, frozen):
 
 
 def main():
-  import flax  # pylint: disable=g-import-not-at-top
+  import flax
   if flax.__version__ != '0.5.3':
     raise SystemExit(f'Run this with flax 0.5.3 (the oracle venv), not '
                      f'{flax.__version__}.')

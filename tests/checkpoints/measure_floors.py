@@ -26,12 +26,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parents[1]))
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-import jax
-from flax import serialization
-
 import fixture_lib as fx
+from flax import serialization
 from golden import generate_floor
+import jax
 
 
 def _continue(optim, name):

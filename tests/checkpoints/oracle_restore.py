@@ -25,18 +25,18 @@ import warnings
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-import jax  # pylint: disable=g-import-not-at-top
-import numpy as np  # pylint: disable=g-import-not-at-top
+import jax
+import numpy as np
 
 jax.interpreters.xla.DeviceArray = jax.Array  # flax 0.5.3 on jax 0.4.13.
 
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-from flax import core  # pylint: disable=g-import-not-at-top
-from flax import optim  # pylint: disable=g-import-not-at-top
-from flax import serialization  # pylint: disable=g-import-not-at-top
+from flax import core
+from flax import optim
+from flax import serialization
+import jax.numpy as jnp
+import tree_paths
 
-from compat import _spec  # pylint: disable=g-import-not-at-top
-import tree_paths  # pylint: disable=g-import-not-at-top
+from compat import _spec
 
 warnings.simplefilter('ignore')
 
@@ -70,7 +70,7 @@ def check(case, data: bytes) -> list:
   problems = []
   try:
     restored = serialization.from_bytes(template, data)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     return [f'from_bytes failed: {type(e).__name__}: {e}']
   expected = _signature(serialization.to_state_dict(template))
   found = _signature(serialization.to_state_dict(restored))

@@ -301,7 +301,7 @@ def _build(optim_module, traverse_module, spec):
     ])
   kwargs = dict(spec['kwargs'])
   if 'dtype_momentum' in kwargs:
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp
     kwargs['dtype_momentum'] = jnp.dtype(kwargs['dtype_momentum'])
   return getattr(optim_module, algo)(**kwargs)
 

@@ -121,7 +121,7 @@ def as_dtype(values, dtype: str) -> np.ndarray:
   """float64 values in ``dtype``, rounded once (NumPy's cast; ml_dtypes for
   bfloat16), the same in every environment."""
   if dtype == 'bfloat16':
-    import ml_dtypes  # pylint: disable=g-import-not-at-top
+    import ml_dtypes
     return np.asarray(values, np.float64).astype(ml_dtypes.bfloat16)
   return np.asarray(values, np.float64).astype(dtype)
 

@@ -23,7 +23,6 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from flax import traverse_util
 
 from golden import edge_cases

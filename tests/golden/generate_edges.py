@@ -21,7 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.simplefilter('ignore', DeprecationWarning)
 warnings.simplefilter('ignore', FutureWarning)
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from flax import optim
 from flax import traverse_util
 

@@ -30,13 +30,12 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-import jax
 from flax import core
 from flax import jax_utils
 from flax import serialization
 from flax import struct
 from flax import traverse_util
+import jax
 
 from golden import cases
 from golden import runner
@@ -74,7 +73,7 @@ def oracle_site_packages(python: str) -> str:
 def _flax_version(site_packages: str) -> str:
   namespace = {}
   with open(os.path.join(site_packages, 'flax', 'version.py')) as f:
-    exec(f.read(), namespace)  # pylint: disable=exec-used
+    exec(f.read(), namespace)
   return namespace['__version__']
 
 

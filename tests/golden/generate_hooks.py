@@ -17,7 +17,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.simplefilter('ignore', DeprecationWarning)
 warnings.simplefilter('ignore', FutureWarning)
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 import flax
 
 from golden import hook_cases

@@ -26,13 +26,11 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.simplefilter('ignore')
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np
-
 import flax
-import jax
 from flax import optim
 from flax import serialization
+import jax
+import numpy as np
 
 from golden import input_cases
 
@@ -50,7 +48,7 @@ def main() -> int:
     opt_def = input_cases.build(optim, case['optimizer'])
     try:
       new_params, new_state = input_cases.run(optim, opt_def, case)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       results[case['name']] = {'error': type(e).__name__}
       continue
     results[case['name']] = {

@@ -33,14 +33,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.simplefilter('ignore', DeprecationWarning)
 warnings.simplefilter('ignore', FutureWarning)
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np
-
 import flax
-import jax
-import jax.numpy as jnp
 from flax import optim
 from flax import traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from golden import cases
 from golden import object_cases
@@ -148,7 +146,7 @@ def _pickles(name, stepped, grads, arrays, pickles) -> dict:
   for kind, obj in (('numpy', host), ('jax', stepped)):
     try:
       data = pickle.dumps(obj, protocol=4)
-    except Exception as error:  # pylint: disable=broad-except
+    except Exception as error:
       record[kind] = f'{type(error).__name__}: {error}'
       continue
     if not _same_structure_and_values(pickle.loads(data), obj):
@@ -211,7 +209,7 @@ def _weight_norm_scalar_outcome() -> str:
   """What flax 0.5.3's WeightNorm does with a scalar leaf (recorded)."""
   try:
     optim.WeightNorm(optim.Adam(0.01)).create({'s': jnp.asarray(0.5)})
-  except Exception as error:  # pylint: disable=broad-except
+  except Exception as error:
     return type(error).__name__
   return 'ok'
 

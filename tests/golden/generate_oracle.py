@@ -20,11 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 warnings.simplefilter('ignore', DeprecationWarning)
 warnings.simplefilter('ignore', FutureWarning)
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np
-
 from flax import optim
 from flax import traverse_util
+import numpy as np
 
 from golden import cases
 from golden import runner

@@ -14,12 +14,12 @@ Trees are 2-3 leaves: flax 0.5.3 compiles per leaf.
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 from flax import optim
 from flax import serialization
 from flax import traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 # Every recorded call, in order: [hook, {argument: description}].
 _calls: list = []

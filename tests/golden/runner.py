@@ -9,14 +9,14 @@ Only the ``optim``/``traverse_util`` modules passed in differ.
 import dataclasses
 import platform
 import sys
-import warnings
 from typing import Any, Optional
+import warnings
 
 import flax
+from flax import serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import serialization
 
 from golden import cases
 from golden import edge_cases

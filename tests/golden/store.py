@@ -48,7 +48,7 @@ def spec_digest(case) -> str:
 
 # ---------------------------------------------------------------- arrays
 def _bfloat16():
-  import ml_dtypes  # pylint: disable=g-import-not-at-top
+  import ml_dtypes
   return np.dtype(ml_dtypes.bfloat16)
 
 

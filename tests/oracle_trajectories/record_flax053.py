@@ -56,10 +56,10 @@ def main():
   parser.add_argument('--out', default=HERE, help='output directory')
   out = parser.parse_args().out
   sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
-  # pylint: disable=g-import-not-at-top
   import flax
-  import jax
   from flax import optim
+  import jax
+
   from compat.testing import _record_core
 
   step = jax.jit(lambda opt, grads: opt.apply_gradient(grads))

@@ -32,14 +32,12 @@ import warnings
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # tests/, for golden.*
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
+from flax import serialization
+from flax.training import checkpoints
+from golden import generate_floor
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import serialization
-from flax.training import checkpoints
-
-from golden import generate_floor
 
 STEPS = 3
 
