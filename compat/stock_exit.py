@@ -6,12 +6,15 @@ returns the nearest stock Optax transform (``optax.adam(...)``,
 ``optax.sgd(..., momentum=...)``...; the expression the deprecation warnings
 print) and the optimizer's state poured into that transform's own state
 (``ScaleByAdamState(count, mu, nu)``, ``TraceState(trace)``, ...), with a
-report of how far the stock rule measured from flax 0.5.3
-(``legacy_optim/stock_optax_deviation.json``). Nothing of this library is
-needed to restore or continue that state::
+report of two measured figures (``legacy_optim/stock_optax_deviation.json``):
+``exit_rel_err``, how far continuing with the stock state moved from the
+legacy continuation (exiting at step 3 of the measurement run, on today's
+stack), and ``rel_err``, how far the stock rule is from the original
+flax.optim (flax 0.5.3). Nothing of this library is needed to restore or
+continue that state::
 
   tx, opt_state, report = compat.to_stock_optax(optimizer)
-  print(report)  # optax.adam(0.001, ...): deviates up to 3.6e-07 ...
+  print(report)  # continuing: deviates up to 3.5e-07 from the legacy ...
 
 The state's structure always comes from the stock transform's own
 ``init(params)``; the values are filled by the catalogue's field mapping
@@ -50,10 +53,19 @@ class StockPart:
   counterpart: bool  # False: only the closest stock transform
   note: Optional[str]
   label: Optional[str] = None  # the optax.partition label (MultiOptimizer)
+  # Measured deviation of the stock continuation from the legacy one (the
+  # exit's own figure: what continuing with the stock state changes).
+  exit_rel_err: Optional[float] = None
 
   @property
   def deviation(self) -> str:
+    """The stock rule vs flax 0.5.3's (the catalogue's figure)."""
     return catalogue.deviation_phrase(self.variant)
+
+  @property
+  def exit_deviation(self) -> str:
+    """The stock continuation vs the legacy continuation."""
+    return catalogue.exit_deviation_phrase(self.variant)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +77,16 @@ class StockReport:
 
   @property
   def rel_err(self) -> Optional[float]:
-    """The largest measured deviation of the parts (None: not measured)."""
-    errors = [p.rel_err for p in self.parts if p.rel_err is not None]
-    return max(errors) if len(errors) == len(self.parts) else None
+    """The largest measured deviation of the parts' stock rules from flax
+    0.5.3 (None: not measured)."""
+    return _largest(p.rel_err for p in self.parts)
+
+  @property
+  def exit_rel_err(self) -> Optional[float]:
+    """The largest measured deviation of the parts' stock continuation from
+    the legacy continuation (None: not measured): what taking the exit
+    changes in a legacy run."""
+    return _largest(p.exit_rel_err for p in self.parts)
 
   @property
   def exact_counterpart(self) -> bool:
@@ -75,7 +94,7 @@ class StockReport:
 
   def as_json(self) -> dict:
     return {'expression': self.expression, 'step': self.step,
-            'rel_err': self.rel_err,
+            'rel_err': self.rel_err, 'exit_rel_err': self.exit_rel_err,
             'parts': [dataclasses.asdict(p) for p in self.parts]}
 
   def __str__(self):
@@ -84,10 +103,17 @@ class StockReport:
       where = f'[{part.label}] ' if part.label is not None else ''
       closest = '' if part.counterpart else ' (closest only: no counterpart)'
       lines.append(f'  {where}{part.algorithm} -> {part.expression}'
-                   f'{closest}: {part.deviation}')
+                   f'{closest}')
+      lines.append(f'    continuing: {part.exit_deviation}')
+      lines.append(f'    stock rule: {part.deviation}')
       if part.note:
         lines.append(f'    note: {part.note}')
     return '\n'.join(lines)
+
+
+def _largest(errors) -> Optional[float]:
+  errors = list(errors)
+  return None if None in errors else max(errors)
 
 
 def _built_in(opt_def: base.OptimizerDef) -> catalogue.Algorithm:
@@ -148,19 +174,20 @@ def _stock_part(opt_def, hyper_params, params, closest: bool,
   render = _Values()
   tx = eval(stock.template.format(**{k: render(v) for k, v in values.items()}),  # pylint: disable=eval-used
             render.namespace)
-  rel_err = catalogue.deviations().get('results', {}).get(variant, {}).get(
-      'rel_err')
+  measured = catalogue.deviations().get('results', {}).get(variant, {})
   expression = catalogue.stock_optax(record.name, values).expression
   assert expression is not None  # ``stock`` is this same variant
-  part = StockPart(record.name, variant, expression, rel_err, counterpart,
-                   stock.note, label)
+  part = StockPart(record.name, variant, expression, measured.get('rel_err'),
+                   counterpart, stock.note, label,
+                   measured.get('exit_rel_err'))
   if not counterpart and not closest:
     which = (' for these params (a param that is exactly zero)'
              if variant.endswith('_zero_bias') else '')
     raise NoStockCounterpartError(
         f'{record.name}: Optax has no counterpart of this rule{which}'
         f'. The closest is {part.expression}: {part.deviation}'
-        f'{f" ({stock.note})" if stock.note else ""}. Pass closest=True '
+        f'{f" ({stock.note})" if stock.note else ""}; continuing with it '
+        f'{part.exit_deviation}. Pass closest=True '
         '(--closest) to continue with it anyway, or keep compat.to_optax '
         '(the same numbers).')
   return tx, part, record
@@ -282,15 +309,17 @@ def to_stock_optax(optimizer: base.Optimizer, *, closest: bool = False,
     optimizer: a legacy ``Optimizer`` (not replicated).
     closest: also continue with the closest stock transform where Optax has
       no counterpart (Adagrad, LARS with weight decay, LAMB with a param that
-      is exactly zero); the report gives its measured deviation.
+      is exactly zero); the report gives its measured deviations.
     **hyper_param_overrides: as in ``compat.to_optax`` (values may be
       schedules of the step count).
 
   Returns:
     ``tx`` (the stock call ``report.expression`` shows), ``opt_state`` (only
     Optax types: it restores where this library is not installed) and a
-    ``StockReport`` with the deviation of each part from flax 0.5.3 as
-    measured by ``scripts/stock_optax_deviation.py``.
+    ``StockReport`` with, per part, the measured deviation of the stock
+    continuation from the legacy one (``exit_rel_err``) and of the stock
+    rule from flax 0.5.3 (``rel_err``), both measured by
+    ``scripts/stock_optax_deviation.py``.
 
   Raises:
     NoStockCounterpartError (a ValueError): Optax has no stock counterpart

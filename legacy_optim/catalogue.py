@@ -402,3 +402,18 @@ def deviation_phrase(variant: Optional[str]) -> str:
     return f'bit-identical to flax 0.5.3 over {steps} measured steps'
   return (f'deviates up to {result["rel_err"]:.2g} from flax 0.5.3 over '
           f'{steps} steps (relative error of the accumulated update)')
+
+
+def exit_deviation_phrase(variant: Optional[str]) -> str:
+  """'deviates up to 3.5e-07 from the legacy continuation ...': what
+  continuing a legacy run with the stock exit's state changed, as measured."""
+  table = deviations()
+  result = table.get('results', {}).get(variant or '')
+  if not result or result.get('exit_rel_err') is None:
+    return 'deviation from the legacy continuation not measured'
+  where = (f'measured exiting at step {table.get("exit_step", 3)} and '
+           f'continuing to step {table.get("steps", 100)}')
+  if result['exit_rel_err'] == 0:
+    return f'bit-identical to the legacy continuation ({where})'
+  return (f'deviates up to {result["exit_rel_err"]:.2g} from the legacy '
+          f'continuation ({where}; relative error of the accumulated update)')

@@ -11,8 +11,16 @@ twice:
 
 and reports the relative error of the accumulated update,
 ``|(p_100 - p_0)_optax - (p_100 - p_0)_flax| / |(p_100 - p_0)_flax|`` per leaf,
-maximised over leaves. Results go to ``legacy_optim/stock_optax_deviation.json``
-(read by the warnings and quoted in migration_guide.md).
+maximised over leaves (``rel_err``: what the stock rule differs from the
+original flax.optim).
+
+It also measures the stock EXIT on this stack (``exit_rel_err``, no oracle):
+this library's legacy optimizer runs steps 0..2, ``compat.to_stock_optax``
+converts it, and the stock transform continues to step 100 next to the
+legacy continuation; the same metric between the two is what continuing with
+the stock state changes in a legacy run (the figure the converter reports
+for the exit). Results go to ``legacy_optim/stock_optax_deviation.json``
+(read by the warnings and the stock exit, quoted in migration_guide.md).
 
 Run (about a minute)::
 
@@ -32,6 +40,7 @@ import numpy as np
 
 SEED = 0
 STEPS = 100
+EXIT_STEP = 3  # the stock exit is measured leaving the legacy run here
 ORACLE_PYTHON = '/opt/venvs/oracle/bin/python'
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(ROOT, 'legacy_optim', 'stock_optax_deviation.json')
@@ -171,6 +180,42 @@ def run_stock(params, grads, steps: int, scale: str, expression: str,
   return {k: np.asarray(v) for k, v in flatten(p).items()}
 
 
+def run_exit(params, grads, steps: int, scale: str, cls: str, kwargs,
+             zero_leaves):
+  """(legacy final, stock final): this library's ``cls(**kwargs)`` runs
+  EXIT_STEP steps, then continues both as itself and as the stock transform
+  ``compat.to_stock_optax`` converts it to."""
+  import warnings  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+
+  import compat  # pylint: disable=g-import-not-at-top
+  import legacy_optim  # pylint: disable=g-import-not-at-top
+
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore')  # the deprecation warnings
+    optimizer = getattr(legacy_optim, cls)(**kwargs).create(
+        nest(initial_params(params, zero_leaves)))
+  legacy_step = jax.jit(lambda opt, g: opt.apply_gradient(g))
+  grad = lambda t: nest({k: grads[f'{scale}/{k}'][t] for k in SHAPES})
+  for t in range(EXIT_STEP):
+    optimizer = legacy_step(optimizer, grad(t))
+  tx, state, _ = compat.to_stock_optax(optimizer, closest=True)
+  p = optimizer.target
+
+  @jax.jit
+  def stock_step(p, state, g):
+    updates, state = tx.update(g, state, p)
+    return optax.apply_updates(p, updates), state
+
+  for t in range(EXIT_STEP, steps):
+    optimizer = legacy_step(optimizer, grad(t))
+    p, state = stock_step(p, state, grad(t))
+  return ({k: np.asarray(v) for k, v in flatten(optimizer.target).items()},
+          {k: np.asarray(v) for k, v in flatten(p).items()})
+
+
 def relative_error(p0, flax_final, optax_final) -> float:
   """max over leaves of |dp_optax - dp_flax| / max(|dp_flax|, |dp_optax|).
 
@@ -218,22 +263,27 @@ def main(argv=None) -> int:
       oracle = json.load(f)
 
   results = {}
-  for key, cls, _, zero_leaves in configs():
+  for key, cls, kwargs, zero_leaves in configs():
     hp = oracle['hyper_params'][key]
     stock = catalogue.stock_optax(cls, hp)
     p0 = initial_params(params, zero_leaves)
-    per_scale = {}
+    per_scale, exit_per_scale = {}, {}
     for scale in GRAD_SCALES:
       optax_final = run_stock(params, grads, args.steps, scale,
                               stock.expression, zero_leaves)
       per_scale[scale] = relative_error(
           p0, {k: flax_final[f'{key}/{scale}/{k}'] for k in SHAPES},
           optax_final)
+      exit_per_scale[scale] = relative_error(
+          p0, *run_exit(params, grads, args.steps, scale, cls, kwargs,
+                        zero_leaves))
     results[key] = {
         'hyper_params': hp,
         'stock': stock.expression,
         'rel_err': max(per_scale.values()),
         'rel_err_by_grad_scale': per_scale,
+        'exit_rel_err': max(exit_per_scale.values()),
+        'exit_rel_err_by_grad_scale': exit_per_scale,
         'note': stock.note,
         'zero_initialised': list(zero_leaves),
     }
@@ -241,7 +291,8 @@ def main(argv=None) -> int:
     if not algorithm.stock:
       results[algorithm.module] = {
           'hyper_params': None, 'stock': None, 'rel_err': None,
-          'rel_err_by_grad_scale': None, 'zero_initialised': [],
+          'rel_err_by_grad_scale': None, 'exit_rel_err': None,
+          'exit_rel_err_by_grad_scale': None, 'zero_initialised': [],
           'note': catalogue.REPLACEMENTS[algorithm.module].text}
 
   report = {
@@ -250,8 +301,13 @@ def main(argv=None) -> int:
           'max(|dp_flax|, |dp_optax|) (dp = p_final - p_0, per leaf, max over '
           'leaves) of the nearest stock Optax expression vs real flax.optim, '
           'float32, on fixed gradient sequences; rel_err is the max over the '
-          'gradient scales. Written by scripts/stock_optax_deviation.py.'),
+          'gradient scales. exit_rel_err: the same metric between this '
+          "library's legacy run and its stock exit (legacy steps before "
+          'exit_step, compat.to_stock_optax, then stock vs legacy to the last '
+          'step) on the stock versions below: what continuing with the stock '
+          'state changes. Written by scripts/stock_optax_deviation.py.'),
       'steps': args.steps,
+      'exit_step': EXIT_STEP,
       'seed': SEED,
       'shapes': {k: list(v) for k, v in SHAPES.items()},
       'grad_scales': GRAD_SCALES,
@@ -265,14 +321,18 @@ def main(argv=None) -> int:
     f.write('\n')
   width = max(map(len, results))
   print(f'{"variant":<{width}}  ' + '  '.join(
-      f'{scale:>8}' for scale in GRAD_SCALES) + '  stock Optax expression')
+      f'{column:>8}' for column in (*GRAD_SCALES, 'exit')) +
+        '  stock Optax expression')
   for key, r in results.items():
     errs = r['rel_err_by_grad_scale'] or dict.fromkeys(GRAD_SCALES)
-    cells = '  '.join('     n/a' if e is None else f'{e:8.2g}'
-                      for e in errs.values())
+    cells = '  '.join(_cell(e) for e in (*errs.values(), r['exit_rel_err']))
     print(f'{key:<{width}}  {cells}  {r["stock"] or r["note"]}')
   print(f'wrote {args.out}')
   return 0
+
+
+def _cell(error) -> str:
+  return '     n/a' if error is None else f'{error:8.2g}'
 
 
 if __name__ == '__main__':

@@ -135,6 +135,32 @@ def test_measured_deviations_are_the_catalogued_measurements():
     assert results[stock.variant]['stock'] == found.expression
 
 
+def test_every_stock_variant_has_its_measured_exit_figure():
+  with open(catalogue.DEVIATION_FILE, encoding='utf-8') as f:
+    table = json.load(f)
+  assert table['exit_step'] == 3
+  for key, result in table['results'].items():
+    by_scale = result['exit_rel_err_by_grad_scale']
+    if result['rel_err'] is None:  # no stock alias: nothing to exit to
+      assert result['exit_rel_err'] is None and by_scale is None, key
+      continue
+    assert set(by_scale) == set(table['grad_scales']), key
+    assert result['exit_rel_err'] == max(by_scale.values()), key
+    assert 0 <= result['exit_rel_err'] <= 2, key
+
+
+def test_exit_phrase_quotes_the_exit_column_not_the_flax_one():
+  results = catalogue.deviations()['results']
+  adam = catalogue.exit_deviation_phrase('adam')
+  assert f'deviates up to {results["adam"]["exit_rel_err"]:.2g} from the ' \
+      'legacy continuation (measured exiting at step 3' in adam
+  assert 'flax 0.5.3' not in adam
+  assert catalogue.exit_deviation_phrase('momentum').startswith(
+      'bit-identical to the legacy continuation')
+  assert catalogue.exit_deviation_phrase('weight_norm') == (
+      'deviation from the legacy continuation not measured')
+
+
 def _variant(name, **values):
   defaults = _defaults(_class(catalogue.BY_NAME[name]))
   return catalogue.stock_optax(name, {**defaults, **values}).variant

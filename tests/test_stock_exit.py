@@ -88,6 +88,8 @@ def test_stock_state_continues_the_legacy_run(name):
   assert [p.variant for p in report.parts] == [variant]
   assert report.rel_err == catalogue.deviations()['results'][variant][
       'rel_err']
+  assert report.exit_rel_err == catalogue.deviations()['results'][variant][
+      'exit_rel_err']
   assert report.step == 3
   # Only Optax's own types: nothing of this library in the state.
   assert not any('legacy_optim' in type(node).__module__ or
@@ -117,6 +119,16 @@ def test_multi_optimizer_becomes_a_partition_of_stock_transforms():
   assert [(p.label, p.variant) for p in report.parts] == [
       ('0', 'adam'), ('1', 'momentum')]
   assert report.expression.startswith("optax.partition({'0': optax.adam(")
+  results = catalogue.deviations()['results']
+  assert report.exit_rel_err == max(results['adam']['exit_rel_err'],
+                                    results['momentum']['exit_rel_err'])
+  # Both figures, labelled, for each part.
+  text = str(report)
+  assert text.count('continuing: ') == 2 and text.count('stock rule: ') == 2
+  assert (f'continuing: deviates up to {results["adam"]["exit_rel_err"]:.2g}'
+          ' from the legacy continuation') in text
+  assert (f'stock rule: deviates up to {results["adam"]["rel_err"]:.2g} '
+          'from flax 0.5.3') in text
   inner = opt_state.inner_states
   np.testing.assert_array_equal(
       inner['0'].inner_state[0].mu['w'],
