@@ -18,6 +18,7 @@ import pathlib
 import warnings
 from typing import Any
 
+import jax
 import numpy as np
 
 from compat import _atomic
@@ -152,7 +153,29 @@ def _modern_item(to: str, optimizer, model, path_map) -> Any:
     model = _mirror_module(optimizer.target)
   nnx_optimizer = nnx_bridge.to_nnx_optimizer(optimizer, model,
                                               path_map=path_map, **overrides)
-  return {'model': nnx.state(model), 'optimizer': nnx.state(nnx_optimizer)}
+  return _as_stored({'model': nnx.state(model),
+                     'optimizer': nnx.state(nnx_optimizer)})
+
+
+def _as_stored(tree):
+  """An nnx state as the plain dicts Orbax stores it as.
+
+  ``nnx.State`` mappings become dicts and each Variable the dict of its
+  pytree children (``{'value': array}``): the same paths, leaves and files
+  as saving the state itself, without Orbax flattening nnx's pytrees
+  (about a tenth of the write at thousands of leaves).
+  """
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  if isinstance(tree, nnx.Variable):
+    children, _ = jax.tree_util.tree_flatten_with_path(
+        tree, is_leaf=lambda node: node is not tree)
+    if all(len(path) == 1 and isinstance(path[0], jax.tree_util.GetAttrKey)
+           for path, _ in children):
+      return {path[0].name: child for path, child in children}
+    return tree
+  if isinstance(tree, (dict, nnx.State)):
+    return {key: _as_stored(value) for key, value in tree.items()}
+  return tree
 
 
 def write_modern(tmp: pathlib.Path, to: str, optimizer, meta: dict, extras,

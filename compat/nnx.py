@@ -63,7 +63,11 @@ def as_pure(tree):
 
 def _new_optimizer(model, tx, wrt, step, opt_state=None) -> nnx.Optimizer:
   """``nnx.Optimizer(model, tx, wrt=wrt)`` at ``step``, holding ``opt_state``."""
-  nnx_opt = nnx.Optimizer(model, tx, wrt=wrt)
+  return _with_state(nnx.Optimizer(model, tx, wrt=wrt), step, opt_state)
+
+
+def _with_state(nnx_opt, step, opt_state=None) -> nnx.Optimizer:
+  """``nnx_opt`` at ``step``, holding ``opt_state`` (None: its own init)."""
   if opt_state is not None:
     nnx.update(nnx_opt.opt_state, nnx.state(opt_state))
   nnx_opt.step[...] = jnp.asarray(step, jnp.uint32)
@@ -379,7 +383,8 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
   relayout = _Relayout(target, model_params,
                        _leaf_order(target, model_params, path_map))
   overrides = hyper_param_overrides
-  if _variable_paths(model, load) != _variable_paths(model, wrt):
+  if load is not wrt and (_variable_paths(model, load) !=
+                          _variable_paths(model, wrt)):
     optax_bridge.transform(optimizer, **overrides)  # Refuses what cannot go.
     _load_target(model, relayout, target, model_params)
     tx = optax_bridge.wrapped_transform(
@@ -395,8 +400,11 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
       relayout.state_to_model(opt_state), model_params, optimizer.state.step,
       wrap=wrap, inject=optax_bridge.injectable(
           inject, optimizer.optimizer_def, overrides))
-  expected = jax.tree_util.tree_structure(jax.eval_shape(tx.init,
-                                                         model_params))
+  nnx_opt = _new_optimizer(model, tx, wrt, 0)
+  # The layout tx.init gave nnx_opt (its state leaves are Variables): no
+  # second init, not even traced (seconds at thousands of leaves).
+  expected = jax.tree_util.tree_structure(
+      nnx_opt.opt_state, is_leaf=lambda x: isinstance(x, nnx.Variable))
   if jax.tree_util.tree_structure(new_state) != expected:
     raise TypeError(
         'The converted optimizer state does not fit the layout of '
@@ -405,5 +413,5 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
         f'  expected:  {expected}')
 
   _load_target(model, relayout, target, model_params)
-  return _new_optimizer(model, tx, wrt, optimizer.state.step,
-                        _follow_param_shardings(new_state, model_params))
+  return _with_state(nnx_opt, optimizer.state.step,
+                     _follow_param_shardings(new_state, model_params))

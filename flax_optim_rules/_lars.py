@@ -91,8 +91,7 @@ def legacy_trace(decay: Any, nesterov: bool) -> optax.GradientTransformation:
   """
 
   def init_fn(params):
-    return optax.TraceState(trace=jax.tree_util.tree_map(jnp.zeros_like,
-                                                         params))
+    return optax.TraceState(trace=_numerics.zeros_like_tree(params))
 
   def update_fn(updates, state, params=None):
     del params

@@ -240,10 +240,65 @@ def update_to(new_param: jax.Array, param: jax.Array) -> jax.Array:
   return new_param - jnp.where(jnp.isfinite(param), param, 0)
 
 
+def _zeros_on_host(leaf: Any) -> bool:
+  """Whether ``jnp.zeros_like(leaf)`` is a plain non-weak array of ``leaf``'s
+  shape, dtype and placement, so host zeros put on the device equal it."""
+  if isinstance(leaf, np.ndarray):
+    return leaf.dtype.kind in 'biufc'
+  return (isinstance(leaf, jax.Array) and
+          not isinstance(leaf, jax.core.Tracer) and
+          isinstance(leaf.dtype, np.dtype) and leaf.dtype.kind in 'biufc' and
+          not leaf.weak_type and leaf.sharding.is_fully_addressable)
+
+
+def zeros_like_tree(params: Any) -> Any:
+  """``tree_map(jnp.zeros_like, params)`` without dispatching per leaf.
+
+  Op by op, each ``zeros_like`` is one dispatch and, per new shape, one XLA
+  compilation (seconds at thousands of leaves). Concrete arrays instead get
+  host zeros moved to the device in one ``device_put`` of the whole tree,
+  placed as ``zeros_like`` places them (committed arrays: their sharding;
+  the rest: the default device, uncommitted). Traced, weakly typed or other
+  leaves (Python scalars, key arrays) go through ``jnp.zeros_like``.
+  """
+  leaves, treedef = jax.tree_util.tree_flatten(params)
+  zeros = [None] * len(leaves)
+  placed, floating = [], []  # Indices by placement.
+  for i, leaf in enumerate(leaves):
+    if not _zeros_on_host(leaf):
+      zeros[i] = jnp.zeros_like(leaf)
+    elif isinstance(leaf, jax.Array) and leaf.committed:
+      placed.append(i)
+    else:
+      floating.append(i)
+
+  def host_zeros(indices):
+    return [np.zeros(np.shape(leaves[i]),
+                     jax.dtypes.canonicalize_dtype(leaves[i].dtype))
+            for i in indices]
+
+  if placed:
+    for i, z in zip(placed, jax.device_put(
+        host_zeros(placed), [leaves[i].sharding for i in placed])):
+      zeros[i] = z
+  if floating:
+    for i, z in zip(floating, jax.device_put(host_zeros(floating))):
+      zeros[i] = z
+  return treedef.unflatten(zeros)
+
+
 def init_state(state_cls: Any, params: Any) -> Any:
   """``state_cls(count=0, **{field: zeros like params})``, as flax.optim
   initialised its step and per-parameter state."""
+  fields = state_cls._fields[1:]
+  leaves, treedef = jax.tree_util.tree_flatten(params)
+  traced = any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+  step = jnp.zeros([], jnp.int32) if traced else np.zeros([], np.int32)
+  # Every field's zeros and the step in one device_put (see above).
+  zeros = zeros_like_tree([step] + leaves * len(fields))
+  count, per_field = zeros[0], zeros[1:]
   return state_cls(
-      count=jnp.zeros([], jnp.int32),
-      **{name: jax.tree_util.tree_map(jnp.zeros_like, params)
-         for name in state_cls._fields[1:]})
+      count=count,
+      **{name: treedef.unflatten(per_field[k * len(leaves):
+                                           (k + 1) * len(leaves)])
+         for k, name in enumerate(fields)})

@@ -19,6 +19,7 @@ import sys
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import pytest
 
@@ -160,3 +161,25 @@ def test_injected_learning_rate_matches_apply_gradient_override(
     optimizer = legacy_step(optimizer, _grads(step), rate)
     params, opt_state = new_step(params, opt_state, _grads(step), rate)
   chex.assert_trees_all_equal(optimizer.target, params)
+
+
+def test_state_zeros_are_those_of_jnp_zeros_like():
+  # Host zeros in one device_put must equal op-by-op jnp.zeros_like: dtype
+  # (float64 input canonicalized), weak type, placement (committed or not).
+  from flax_optim_rules import _numerics  # pylint: disable=g-import-not-at-top
+  params = {
+      'f64': np.ones((2, 3), np.float64),
+      'bf16': jnp.ones(4, jnp.bfloat16),
+      'weak': 1.0,
+      'weak_array': jnp.asarray(2.0),
+      'int': np.arange(3, dtype=np.int32),
+      'committed': jax.device_put(jnp.ones(2), jax.devices()[0]),
+  }
+  got = _numerics.zeros_like_tree(params)
+  want = jax.tree_util.tree_map(jnp.zeros_like, params)
+  chex.assert_trees_all_equal(got, want, strict=True)
+  for name in params:
+    assert (got[name].weak_type, got[name].committed) == (
+        want[name].weak_type, want[name].committed), name
+  traced = jax.jit(_numerics.zeros_like_tree)(params)
+  chex.assert_trees_all_equal(traced, want, strict=True)
