@@ -19,7 +19,6 @@ import sys
 import tempfile
 
 import numpy as np
-
 import workloads
 
 TARGETS = ('train_state', 'nnx')

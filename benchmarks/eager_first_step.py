@@ -8,9 +8,10 @@ optimizer package, builds the workload's params and gradients
 ``apply_gradient(grads)`` without jit (the first step as a notebook sees
 it), then the calls after it. It reports its peak RSS (``getrusage``'s
 ``ru_maxrss``, read in the child; the parent imports no jax, so the child's
-figure is its own), its RSS after the step (also after ``malloc_trim``: without the
-freed memory glibc keeps), its RSS before building the params (imports and backend only), the bytes of params plus optimizer state,
-and the XLA compilations counted by ``jax.monitoring``. The shim runs with
+figure is its own), its RSS after the step (also after ``malloc_trim``:
+without the freed memory glibc keeps), its RSS before building the params
+(imports and backend only), the bytes of params plus optimizer state, and
+the XLA compilations counted by ``jax.monitoring``. The shim runs with
 this interpreter, flax 0.5.3 with ``$ORACLE_PYTHON`` (jax 0.4.13). Runs
 alternate which variant goes first; the table gives medians over runs and the
 load average around them.
@@ -50,13 +51,13 @@ def child(name, variant):
   """One measurement in this (fresh) process; prints one JSON line."""
   warnings.simplefilter('ignore')
   sys.path.insert(0, HERE)
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import workloads  # pylint: disable=g-import-not-at-top
+  import jax
+  import jax.numpy as jnp
+  import workloads
   if variant == 'flax':
-    from flax import optim  # pylint: disable=g-import-not-at-top
+    from flax import optim
   else:
-    import legacy_optim as optim  # pylint: disable=g-import-not-at-top
+    import legacy_optim as optim
 
   compiles = [0]
 
@@ -146,8 +147,8 @@ def _median(runs, field):
 def report(results, config):
   print(f'# loads {config["loads"]}')
   header = ('workload  | variant | 1st step s (create+apply) | peak RSS MB '
-            '(above imports) | RSS after MB (trimmed) | params+state MB | call 2 / 3 / '
-            'median 4-7 ms | compiles 1st / 2nd equal Adam')
+            '(above imports) | RSS after MB (trimmed) | params+state MB | '
+            'call 2 / 3 / median 4-7 ms | compiles 1st / 2nd equal Adam')
   print(header)
   print('-' * len(header))
   for name, by_variant in results.items():
@@ -173,15 +174,23 @@ def report(results, config):
             f'{_median(ok, "second_def_compiles")}')
     shim, flax = by_variant.get('shim'), by_variant.get('flax')
     if shim and flax and all('error' not in r for r in shim + flax):
-      tail = lambda runs: statistics.median(
-          statistics.median(r['later_s'][2:]) for r in runs)
-      print(f'{name:<9} | ratios  | shim/flax: 1st step '
-            f'{_median(shim, "first_s") / _median(flax, "first_s"):.2f}, '
-            f'peak RSS {_median(shim, "peak_mb") / _median(flax, "peak_mb"):.2f}'
-            f' (above imports '
-            f'{(_median(shim, "peak_mb") - _median(shim, "baseline_mb")) / (_median(flax, "peak_mb") - _median(flax, "baseline_mb")):.2f}), '
+      def tail(runs):
+        return statistics.median(
+            statistics.median(r['later_s'][2:]) for r in runs)
+
+      def above_imports(runs):
+        return _median(runs, 'peak_mb') - _median(runs, 'baseline_mb')
+
+      def call_3(runs):
+        return statistics.median(r['later_s'][1] for r in runs)
+
+      first = _median(shim, 'first_s') / _median(flax, 'first_s')
+      peak = _median(shim, 'peak_mb') / _median(flax, 'peak_mb')
+      print(f'{name:<9} | ratios  | shim/flax: 1st step {first:.2f}, '
+            f'peak RSS {peak:.2f} (above imports '
+            f'{above_imports(shim) / above_imports(flax):.2f}), '
             f'flax/shim steady {tail(flax) / tail(shim):.1f}x, call 3 '
-            f'{statistics.median(r["later_s"][1] for r in flax) / statistics.median(r["later_s"][1] for r in shim):.1f}x; '
+            f'{call_3(flax) / call_3(shim):.1f}x; '
             f'RSS after <= 1.5 x params+state + 300: '
             f'{_median(shim, "after_mb"):.0f} <= '
             f'{1.5 * _median(shim, "opt_mb") + 300:.0f}')

@@ -1,9 +1,10 @@
 """Start-up cost of the flax.optim import alias (its .pth file).
 
 Builds a throwaway venv holding only the import alias (the .pth file, the
-start-up stub and the finder module it loads lazily), then times ``python -c pass`` with and without
-the .pth file, interleaved, as child CPU time (user + sys: less sensitive to
-other load on the machine than wall time). Two cases:
+start-up stub and the finder module it loads lazily), then times
+``python -c pass`` with and without the .pth file, interleaved, as child
+CPU time (user + sys: less sensitive to other load on the machine than wall
+time). Two cases:
 
 * ``pyc``: the module's bytecode is cached, as after ``pip install`` of a
   wheel (pip compiles on install);

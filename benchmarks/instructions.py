@@ -34,8 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _child(workload, variant, steps, marker):
   """Runs inside valgrind: warm up, wait for the counter, run ``steps``."""
   sys.path.insert(0, HERE)
-  import jax  # pylint: disable=g-import-not-at-top
-  import run  # pylint: disable=g-import-not-at-top
+  import jax
+  import run
 
   state, jitted, grads = run.warmed_up_step(workload, variant, 2)
   open(marker + '.ready', 'w').close()
@@ -77,7 +77,7 @@ def _dumped_instructions(out_file):
 
 
 def count(workload, variant, steps, work_dir, index):
-  """Instructions of ``steps`` jitted steps of ``variant`` in a fresh process."""
+  """Instructions of ``steps`` jitted steps of ``variant``, fresh process."""
   marker = os.path.join(work_dir, f'{variant}-{index}')
   out_file = marker + '.callgrind'
   env = dict(os.environ,
@@ -122,7 +122,7 @@ def main(argv=None):
   if shutil.which('callgrind_control') is None:
     sys.exit('instructions.py needs valgrind (callgrind_control on PATH).')
   sys.path.insert(0, HERE)
-  import run  # pylint: disable=g-import-not-at-top
+  import run
   per_step = {v: [] for v in args.variants}
   with tempfile.TemporaryDirectory(prefix='callgrind-') as work_dir:
     for index in range(args.runs):

@@ -18,11 +18,10 @@ import warnings
 warnings.simplefilter('ignore')
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jax  # pylint: disable=g-import-not-at-top
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-from flax import optim  # pylint: disable=g-import-not-at-top
-
-import workloads  # pylint: disable=g-import-not-at-top
+from flax import optim
+import jax
+import jax.numpy as jnp
+import workloads
 
 LEARNING_RATE = 1e-3
 

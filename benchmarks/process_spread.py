@@ -25,8 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _child(workload, variant, steps):
   sys.path.insert(0, HERE)
-  import jax  # pylint: disable=g-import-not-at-top
-  import run  # pylint: disable=g-import-not-at-top
+  import jax
+  import run
 
   state, jitted, grads = run.warmed_up_step(workload, variant, 3)
   times = []
@@ -50,7 +50,7 @@ def main(argv=None):
     _child(args.child[0], args.child[1], int(args.child[2]))
     return
   sys.path.insert(0, HERE)
-  import run  # pylint: disable=g-import-not-at-top
+  import run
   medians = {v: [] for v in args.variants}
   with tempfile.TemporaryDirectory(prefix='jax-cache-') as cache:
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache,

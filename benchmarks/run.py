@@ -26,7 +26,6 @@ Adam step's achieved bandwidth against this machine's copy bandwidth.
 import argparse
 import contextlib
 import gc
-import functools
 import json
 import os
 import platform
@@ -40,14 +39,14 @@ warnings.simplefilter('ignore')
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import jax  # pylint: disable=g-import-not-at-top
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-import numpy as np  # pylint: disable=g-import-not-at-top
-import optax  # pylint: disable=g-import-not-at-top
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import table
+import workloads
 
-import legacy_optim as optim  # pylint: disable=g-import-not-at-top
-import table  # pylint: disable=g-import-not-at-top
-import workloads  # pylint: disable=g-import-not-at-top
+import legacy_optim as optim
 
 LEARNING_RATE = 1e-3
 ORACLE_PYTHON = os.environ.get('ORACLE_PYTHON', '/opt/venvs/oracle/bin/python')
@@ -159,7 +158,7 @@ def _timing():
 
 def _compile(step, state, grads):
   """A fresh jit of ``step`` compiled for ``(state, grads)``; its time."""
-  jitted = jax.jit(lambda s, g: step(s, g), donate_argnums=0)  # pylint: disable=unnecessary-lambda
+  jitted = jax.jit(lambda s, g: step(s, g), donate_argnums=0)
   start = time.perf_counter()
   compiled = jitted.lower(state, grads).compile()
   return jitted, compiled, time.perf_counter() - start

@@ -15,8 +15,8 @@ import contextlib
 import dataclasses
 import logging
 import pathlib
-import warnings
 from typing import Any
+import warnings
 
 import jax
 import numpy as np
@@ -80,7 +80,7 @@ def disk_size(path: pathlib.Path) -> int:
 
 def _mirror_module(params):
   """An nnx module whose params have exactly the legacy params' paths."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from flax import nnx
 
   class LegacyParams(nnx.Module):
     """nnx.Param leaves laid out like a legacy params dict."""
@@ -119,7 +119,7 @@ def _state_only_overrides(optimizer) -> dict[str, Any]:
 
 def _stock_item(to: str, optimizer, closest: bool):
   """(the stock exit's state item, its StockReport)."""
-  from compat import stock_exit  # pylint: disable=g-import-not-at-top
+  from compat import stock_exit
   overrides = {}
   if optax_bridge.lacks_learning_rate(optimizer.optimizer_def.hyper_params):
     # Only the state is written, and a constant rate lays it out like any
@@ -131,7 +131,7 @@ def _stock_item(to: str, optimizer, closest: bool):
     return {'params': optimizer.target, 'opt_state': opt_state}, report
   if to != 'train_state':
     raise ValueError(f'--stock writes optax or train_state, not {to!r}.')
-  from flax.training import train_state  # pylint: disable=g-import-not-at-top
+  from flax.training import train_state
   return train_state.TrainState(
       step=np.asarray(report.step, np.int32), apply_fn=None,
       params=optimizer.target, tx=tx, opt_state=opt_state), report
@@ -144,11 +144,12 @@ def _modern_item(to: str, optimizer, model, path_map) -> Any:
     _, opt_state = optax_bridge.to_optax(optimizer, **overrides)
     return {'params': optimizer.target, 'opt_state': opt_state}
   if to == 'train_state':
-    from compat import train_state  # pylint: disable=g-import-not-at-top
+    from compat import train_state
     return train_state.to_train_state(optimizer, apply_fn=None,
                                       overrides=overrides)
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  from compat import nnx as nnx_bridge  # pylint: disable=g-import-not-at-top
+  from flax import nnx
+
+  from compat import nnx as nnx_bridge
   if model is None:
     model = _mirror_module(optimizer.target)
   nnx_optimizer = nnx_bridge.to_nnx_optimizer(optimizer, model,
@@ -165,7 +166,7 @@ def _as_stored(tree):
   as saving the state itself, without Orbax flattening nnx's pytrees
   (about a tenth of the write at thousands of leaves).
   """
-  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from flax import nnx
   if isinstance(tree, nnx.Variable):
     children, _ = jax.tree_util.tree_flatten_with_path(
         tree, is_leaf=lambda node: node is not tree)
@@ -183,7 +184,7 @@ def write_modern(tmp: pathlib.Path, to: str, optimizer, meta: dict, extras,
                  closest: bool = False):
   """Writes the Orbax items of a converted checkpoint at ``tmp``; returns
   the stock exit's StockReport (None without ``stock``)."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
   if to != 'nnx' and (model is not None or path_map is not None):
     raise ValueError('model= only applies to to="nnx".')
   stock_report = None
@@ -211,7 +212,7 @@ def write_modern(tmp: pathlib.Path, to: str, optimizer, meta: dict, extras,
 
 def _read_modern(src: pathlib.Path):
   """(state tree, extras or None, conversion record or None), no template."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
   try:
     with quiet_orbax():
       if (src / STATE_ITEM).is_dir():
@@ -272,7 +273,7 @@ def _detect_kind(tree) -> str:
 
 
 def _child(node, key, shown: str):
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
   tree_util = jax.tree_util
   if isinstance(key, tree_util.SequenceKey):
     name = key.idx
@@ -307,7 +308,7 @@ def fill_template(template, raw):
   Raises ValueError naming the path when ``raw`` lacks a leaf, has one of
   another shape or dtype, or holds leaves the template has no place for.
   """
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
   with_path, treedef = jax.tree_util.tree_flatten_with_path(template)
   leaves = []
   for path, want in with_path:
@@ -343,15 +344,17 @@ def to_legacy(src: pathlib.Path, dst: pathlib.Path, dst_is_dir: bool,
 
 
 def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
-  import jax  # pylint: disable=g-import-not-at-top
-  import legacy_optim  # pylint: disable=g-import-not-at-top
-  from flax import serialization  # pylint: disable=g-import-not-at-top
+  from flax import serialization
+  import jax
+
+  import legacy_optim
   tree, extras, meta = _read_modern(src)
   bar.complete()
   kind = meta['to'] if meta else _detect_kind(tree)
   if meta and (meta.get('stock') or kind == 'params'):
+    held = 'a stock Optax state' if meta.get('stock') else 'params only'
     raise ValueError(
-        f'{src} holds {"a stock Optax state" if meta.get("stock") else "params only"}'
+        f'{src} holds {held}'
         ', not the legacy optimizer\'s state: convert the original legacy '
         f'checkpoint ({meta.get("source", {}).get("path", "?")}) instead.')
   if optimizer is None:

@@ -36,12 +36,12 @@ import os
 import pathlib
 import re
 import sys
-import warnings
 from typing import Any, Optional, Union
+import warnings
 
+from flax import serialization
 import jax
 import numpy as np
-from flax import serialization
 
 from compat import _atomic
 from compat import _convert
@@ -126,7 +126,8 @@ def _find_optimizers(tree, path=()) -> list[tuple]:
   if _is_optimizer_node(tree):
     return [path]
   if isinstance(tree, dict):
-    return [p for k, v in tree.items() for p in _find_optimizers(v, path + (k,))]
+    return [found for k, v in tree.items()
+            for found in _find_optimizers(v, path + (k,))]
   return []
 
 
@@ -144,7 +145,13 @@ def _latest(path: pathlib.Path, prefix: str, accept, what: str) -> pathlib.Path:
   return max(steps)[1]
 
 
-def checkpoint_file(path: PathLike, prefix: str = 'checkpoint_') -> pathlib.Path:
+def _top_level_keys(state_dict) -> str:
+  return repr(sorted(state_dict) if isinstance(state_dict, dict)
+              else state_dict)
+
+
+def checkpoint_file(path: PathLike,
+                    prefix: str = 'checkpoint_') -> pathlib.Path:
   """``path`` itself, or the latest ``<prefix><step>`` file in directory."""
   path = pathlib.Path(path)
   if not path.is_dir():
@@ -209,7 +216,7 @@ def load_legacy_checkpoint(path: PathLike, *,
     raise ValueError(
         f'{file} holds no flax.optim Optimizer (no {{"target", "state": '
         '{"step", "param_states"}} entry); top-level keys: '
-        f'{sorted(state_dict) if isinstance(state_dict, dict) else state_dict!r}.')
+        f'{_top_level_keys(state_dict)}.')
   if len(found) > 1:
     raise ValueError(
         f'{file} holds {len(found)} Optimizers, at '
@@ -233,7 +240,7 @@ def load_legacy_checkpoint(path: PathLike, *,
 
 def _resolve_def(ckpt: LegacyCheckpoint, optimizer):
   """(OptimizerDef, spec text or None, inferred?) for ``ckpt``."""
-  import legacy_optim  # pylint: disable=g-import-not-at-top
+  import legacy_optim
   if isinstance(optimizer, legacy_optim.OptimizerDef):
     return optimizer, None, False
   inferred = optimizer is None
@@ -261,8 +268,8 @@ def _resolve_def(ckpt: LegacyCheckpoint, optimizer):
 
 
 def _restore_optimizer(ckpt: LegacyCheckpoint, opt_def):
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import serialization  # pylint: disable=g-import-not-at-top
+  from flax import serialization
+  import jax
   opt_sd = ckpt.optimizer_state_dict
   with warnings.catch_warnings():
     warnings.simplefilter('ignore', DeprecationWarning)
@@ -357,7 +364,7 @@ def _manager_steps(path: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
 
 def _read_orbax(path: pathlib.Path):
   """An Orbax checkpoint as a state dict of numpy arrays, no template."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp
   checkpointer = ocp.PyTreeCheckpointer()
   on_disk = checkpointer.metadata(path)
   on_disk = getattr(on_disk, 'item_metadata', on_disk)
@@ -602,8 +609,8 @@ def _refuse_foreign(dst: pathlib.Path) -> None:
 
 def _renamed(ckpt: LegacyCheckpoint, path_map) -> LegacyCheckpoint:
   """``ckpt`` with its params (and their states) renamed by ``path_map``."""
-  from compat import nnx as nnx_bridge  # pylint: disable=g-import-not-at-top
-  rename = nnx_bridge._PathRenamer(path_map)  # pylint: disable=protected-access
+  from compat import nnx as nnx_bridge
+  rename = nnx_bridge._PathRenamer(path_map)
   opt_sd = ckpt.optimizer_state_dict
   param_states = opt_sd['state']['param_states']
   target: dict[str, Any] = {}
@@ -737,7 +744,7 @@ def _default_target(src: pathlib.Path) -> str:
   if is_converted_checkpoint(src):
     return 'legacy'
   if is_orbax_checkpoint(src) and not _items(src):
-    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    import orbax.checkpoint as ocp
     tree = _restore.orbax_metadata(ocp.PyTreeCheckpointer(), src.absolute())
     if not _target_and_state_paths(tree):
       return 'legacy'

@@ -22,11 +22,11 @@ import importlib.metadata
 import inspect
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
 
 from compat import optax_bridge
 from compat import sharding
@@ -62,7 +62,7 @@ def as_pure(tree):
 
 
 def _new_optimizer(model, tx, wrt, step, opt_state=None) -> nnx.Optimizer:
-  """``nnx.Optimizer(model, tx, wrt=wrt)`` at ``step``, holding ``opt_state``."""
+  """``nnx.Optimizer(model, tx, wrt=wrt)`` at ``step`` holding ``opt_state``."""
   return _with_state(nnx.Optimizer(model, tx, wrt=wrt), step, opt_state)
 
 
@@ -107,9 +107,10 @@ class _PathRenamer:
 
   def __init__(self, path_map: Optional[PathMap]):
     self._fn = path_map if callable(path_map) else None
-    self._prefixes = {} if self._fn or path_map is None else {
-        _as_path(old): _as_path(new) for old, new in path_map.items()
-    }
+    self._prefixes: dict[Path, Path] = {}
+    if path_map is not None and not callable(path_map):
+      self._prefixes = {_as_path(old): _as_path(new)
+                        for old, new in path_map.items()}
     self.used: set[Path] = set()
 
   def __call__(self, path: Path) -> Path:
@@ -135,7 +136,7 @@ def _leaf_order(legacy_params, model_params, path_map) -> list[int]:
   model = jax.tree_util.tree_flatten_with_path(model_params)[0]
   model_index = {_segments(path): j for j, (path, _) in enumerate(model)}
   rename = _PathRenamer(path_map)
-  order: list[Optional[int]] = [None] * len(model)
+  order: list[Any] = [None] * len(model)  # every entry an int on return
   problems = []
   for i, (key_path, value) in enumerate(legacy):
     old = _segments(key_path)
@@ -146,8 +147,9 @@ def _leaf_order(legacy_params, model_params, path_map) -> list[int]:
       problems.append(f'legacy param {shown}: the model has no such param')
       continue
     if order[j] is not None:
+      taken_by = _show(_segments(legacy[order[j]][0]))
       problems.append(f'legacy param {shown}: model param {_show(new)} is '
-                      f'already taken by {_show(_segments(legacy[order[j]][0]))}')
+                      f'already taken by {taken_by}')
       continue
     order[j] = i
     want = model[j][1]
@@ -198,14 +200,14 @@ class _Relayout:
     return _map_params_shaped(opt_state, self.model_def, self.to_legacy)
 
 
-def _map_params_shaped(tree, params_def, fn):
+def _map_params_shaped(tree, params_def: Any, fn):
   """Applies ``fn`` to every outermost subtree shaped like the params."""
 
   def fits(node) -> bool:
     # jax's error for a misfit spells out the whole node (array values
     # included, seconds for thousands of leaves): rule out a different root
     # container first.
-    node_def = jax.tree_util.tree_structure(node)
+    node_def: Any = jax.tree_util.tree_structure(node)
     if node_def == params_def:
       return True
     if (params_def.num_nodes > 1 and
@@ -403,7 +405,7 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
   nnx_opt = _new_optimizer(model, tx, wrt, 0)
   # The layout tx.init gave nnx_opt (its state leaves are Variables): no
   # second init, not even traced (seconds at thousands of leaves).
-  expected = jax.tree_util.tree_structure(
+  expected: Any = jax.tree_util.tree_structure(
       nnx_opt.opt_state, is_leaf=lambda x: isinstance(x, nnx.Variable))
   if jax.tree_util.tree_structure(new_state) != expected:
     raise TypeError(

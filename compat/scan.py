@@ -370,8 +370,11 @@ class Project(NamedTuple):
 
 def parse_project(paths: Iterable[str], exclude=()) -> Project:
   """Reads and parses every .py file under ``paths`` (see ``Project``)."""
-  parsed, errors, by_module, ambiguous = [], [], {}, set()
-  module_paths = {}
+  parsed: list[tuple[str, bytes, ast.Module]] = []
+  errors: list[ScanError] = []
+  by_module: dict[str, ast.Module] = {}
+  ambiguous: set[str] = set()
+  module_paths: dict[str, str] = {}
   for root in paths:
     for path in iter_python_files([root], exclude):
       shown = path.replace(os.sep, '/')
@@ -393,7 +396,7 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
         module_paths[name] = os.path.abspath(path)
   modules = {k: v for k, v in by_module.items() if k not in ambiguous}
   reexports = _scan_names.project_reexports(modules)
-  exported = {}
+  exported: dict[str, set[str]] = {}
   for _, _, tree in parsed:
     for dotted in _scan_names.used_reexports(tree, reexports):
       module, _, local = dotted.rpartition('.')

@@ -120,9 +120,9 @@ def _built_in(opt_def: base.OptimizerDef) -> catalogue.Algorithm:
   """The catalogue record of the built-in ``opt_def`` is (or derives from
   without changing the rule)."""
   name = type(opt_def).__name__
-  if opt_def._user_hooks():  # pylint: disable=protected-access
+  if opt_def._user_hooks():
     raise NoStockCounterpartError(
-        f'{name} runs its own code ({", ".join(sorted(opt_def._user_hooks()))};'  # pylint: disable=protected-access
+        f'{name} runs its own code ({", ".join(sorted(opt_def._user_hooks()))};'
         ' a subclass with its own rule): no stock Optax transform continues '
         'it. Keep compat.to_optax (the same numbers), or port the rule.')
   for cls in type(opt_def).__mro__:
@@ -172,7 +172,7 @@ def _stock_part(opt_def, hyper_params, params, closest: bool,
   # The catalogue's expression is the one the warnings print and the
   # deviation script measured: evaluating it builds exactly that transform.
   render = _Values()
-  tx = eval(stock.template.format(**{k: render(v) for k, v in values.items()}),  # pylint: disable=eval-used
+  tx = eval(stock.template.format(**{k: render(v) for k, v in values.items()}),
             render.namespace)
   measured = catalogue.deviations().get('results', {}).get(variant, {})
   expression = catalogue.stock_optax(record.name, values).expression
@@ -337,7 +337,7 @@ def to_stock_optax(optimizer: base.Optimizer, *, closest: bool = False,
     tx, part, record = _stock_part(opt_def, hyper_params, params, closest)
     opt_state = _part_state(record, tx.init(params), state, params, None, '')
     return tx, opt_state, StockReport(part.expression, (part,), step)
-  if opt_def._user_hooks():  # pylint: disable=protected-access
+  if opt_def._user_hooks():
     _built_in(opt_def)  # raises, naming the hooks
   labels = opt_def.labels(params)
   flat_labels = jax.tree_util.tree_leaves(labels)

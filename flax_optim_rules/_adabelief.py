@@ -3,11 +3,11 @@
 from typing import Any, NamedTuple
 
 import jax
-import optax
 from jax import lax
+import optax
 
-from flax_optim_rules import _numerics
 from flax_optim_rules import _adam
+from flax_optim_rules import _numerics
 
 
 class LegacyAdaBeliefState(NamedTuple):

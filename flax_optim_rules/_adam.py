@@ -3,9 +3,9 @@
 from typing import Any, NamedTuple
 
 import jax
+from jax import lax
 import jax.numpy as jnp
 import optax
-from jax import lax
 
 from flax_optim_rules import _numerics
 

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from flax_optim_rules import _numerics
 from flax_optim_rules import _adam
+from flax_optim_rules import _numerics
 
 
 def trust_ratio(param_norm: jax.Array, update_norm: jax.Array) -> jax.Array:

@@ -111,7 +111,7 @@ def static_bool(value: Any, name: str, owner: str) -> bool:
     return value
   try:
     return bool(value)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     raise TypeError(
         f'{owner}: {name} selects the update rule and must be a Python bool, '
         f'not a traced value ({type(value).__name__}). Pass it to the '

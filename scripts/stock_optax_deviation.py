@@ -122,11 +122,11 @@ def initial_params(params, zero_leaves):
 # --------------------------------------------------------------- oracle side
 def run_oracle(data_path: str, out_path: str) -> None:
   """Runs every config with real flax.optim (flax 0.5.3)."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  import warnings  # pylint: disable=g-import-not-at-top
+  import dataclasses
+  import warnings
   warnings.simplefilter('ignore')
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import optim  # pylint: disable=g-import-not-at-top
+  from flax import optim
+  import jax
 
   warnings.simplefilter('ignore')  # flax.optim turned its own warnings on.
 
@@ -147,7 +147,7 @@ def run_oracle(data_path: str, out_path: str) -> None:
     hyper[key] = {f.name: _plain(getattr(opt_def.hyper_params, f.name))
                   for f in dataclasses.fields(opt_def.hyper_params)}
   np.savez(out_path, **final)
-  import flax  # pylint: disable=g-import-not-at-top
+  import flax
   with open(out_path + '.json', 'w', encoding='utf-8') as f:
     json.dump({'hyper_params': hyper,
                'versions': {'flax': flax.__version__,
@@ -163,9 +163,9 @@ def _plain(value):
 # ------------------------------------------------------------------ dev side
 def run_stock(params, grads, steps: int, scale: str, expression: str,
               zero_leaves):
-  import jax  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
-  tx = eval(expression, {'optax': optax})  # pylint: disable=eval-used
+  import jax
+  import optax
+  tx = eval(expression, {'optax': optax})
   p = nest(initial_params(params, zero_leaves))
   state = tx.init(p)
 
@@ -185,13 +185,13 @@ def run_exit(params, grads, steps: int, scale: str, cls: str, kwargs,
   """(legacy final, stock final): this library's ``cls(**kwargs)`` runs
   EXIT_STEP steps, then continues both as itself and as the stock transform
   ``compat.to_stock_optax`` converts it to."""
-  import warnings  # pylint: disable=g-import-not-at-top
+  import warnings
 
-  import jax  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
+  import jax
+  import optax
 
-  import compat  # pylint: disable=g-import-not-at-top
-  import legacy_optim  # pylint: disable=g-import-not-at-top
+  import compat
+  import legacy_optim
 
   with warnings.catch_warnings():
     warnings.simplefilter('ignore')  # the deprecation warnings
@@ -245,8 +245,8 @@ def main(argv=None) -> int:
     run_oracle(*args.oracle)
     return 0
 
-  import jax  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
+  import jax
+  import optax
   catalogue = _catalogue()
 
   params, grads = make_data(args.steps)

@@ -3,17 +3,16 @@
 import functools
 
 import chex
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import optax
 import pytest
-from flax import nnx
-from flax.nnx import bridge
 
 import compat
-import legacy_optim as optim
 from compat import _configs
 from compat import check
+import legacy_optim as optim
 
 # Every test here needs the nnx bridge; its refusal on older flax is tested in
 # test_bridges_api.py.

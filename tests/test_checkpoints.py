@@ -28,16 +28,16 @@ import orbax.checkpoint as ocp
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent / 'checkpoints'))
-import _float16_isa  # pylint: disable=g-import-not-at-top,wrong-import-position
-import fixture_lib as fx  # pylint: disable=g-import-not-at-top,wrong-import-position
+import _float16_isa
+import fixture_lib as fx
 
-import compat  # pylint: disable=g-import-not-at-top,wrong-import-position
-from compat import _atomic  # pylint: disable=g-import-not-at-top,wrong-import-position
-from compat import _convert as convert_impl  # pylint: disable=g-import-not-at-top,wrong-import-position
-from compat import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
-import legacy_optim  # pylint: disable=g-import-not-at-top,wrong-import-position
-from legacy_optim import _restore  # pylint: disable=g-import-not-at-top,wrong-import-position
-from legacy_optim import catalogue  # pylint: disable=g-import-not-at-top,wrong-import-position
+import compat
+from compat import _atomic
+from compat import _convert as convert_impl
+from compat import checkpoints
+import legacy_optim
+from legacy_optim import _restore
+from legacy_optim import catalogue
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
 
@@ -705,12 +705,12 @@ def test_chunked_arrays_are_reassembled():
   chunked = {'__msgpack_chunked_array__': True, 'shape': {'0': 2, '1': 5},
              'chunks': {'0': array.reshape(-1)[:4], '1': array.reshape(-1)[4:]}}
   data = serialization.msgpack_serialize({'w': chunked}, in_place=True)
-  np.testing.assert_array_equal(checkpoints._safe_msgpack.decode(data)['w'],  # pylint: disable=protected-access
+  np.testing.assert_array_equal(checkpoints._safe_msgpack.decode(data)['w'],
                                 serialization.msgpack_restore(data)['w'])
   chunked['chunks'] = {'0': array.reshape(-1)[:4]}  # A chunk missing.
   data = serialization.msgpack_serialize({'w': chunked}, in_place=True)
   with pytest.raises(ValueError, match='chunks hold 4 values'):
-    checkpoints._safe_msgpack.decode(data)  # pylint: disable=protected-access
+    checkpoints._safe_msgpack.decode(data)
 
 
 @pytest.mark.parametrize('text,message', [
@@ -727,14 +727,14 @@ def test_chunked_arrays_are_reassembled():
 ])
 def test_specs_are_parsed_never_evaluated(text, message):
   with pytest.raises(ValueError, match=message):
-    checkpoints._spec.parse(text)  # pylint: disable=protected-access
+    checkpoints._spec.parse(text)
 
 
 def test_spec_round_trips_through_its_text():
-  spec = checkpoints._spec.parse(  # pylint: disable=protected-access
+  spec = checkpoints._spec.parse(
       "MultiOptimizer(('kernel$', WeightNorm(Momentum(0.1, nesterov=True))),"
       " ('bias', Adafactor(beta1=None)))")
-  assert checkpoints._spec.parse(str(spec)) == spec  # pylint: disable=protected-access
+  assert checkpoints._spec.parse(str(spec)) == spec
   assert spec.algorithms() == ('MultiOptimizer', 'WeightNorm', 'Momentum',
                                'Adafactor')
 

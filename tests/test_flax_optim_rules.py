@@ -166,7 +166,7 @@ def test_injected_learning_rate_matches_apply_gradient_override(
 def test_state_zeros_are_those_of_jnp_zeros_like():
   # Host zeros in one device_put must equal op-by-op jnp.zeros_like: dtype
   # (float64 input canonicalized), weak type, placement (committed or not).
-  from flax_optim_rules import _numerics  # pylint: disable=g-import-not-at-top
+  from flax_optim_rules import _numerics
   params = {
       'f64': np.ones((2, 3), np.float64),
       'bf16': jnp.ones(4, jnp.bfloat16),

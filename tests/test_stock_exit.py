@@ -16,8 +16,8 @@ import optax
 import pytest
 
 import compat
-import legacy_optim
 from compat import stock_exit
+import legacy_optim
 from legacy_optim import catalogue
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')

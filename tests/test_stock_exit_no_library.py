@@ -31,10 +31,10 @@ import sysconfig
 import textwrap
 import warnings
 
+from flax import serialization
 import jax
 import numpy as np
 import pytest
-from flax import serialization
 
 import compat
 import legacy_optim
