@@ -422,14 +422,9 @@ def main(argv=None) -> int:
                       help='write a Markdown report to FILE')
   parser.add_argument('--exclude', action='append', default=[],
                       metavar='GLOB')
-  try:
-    args = parser.parse_args(argv)
-  except SystemExit as e:
-    return EXIT_USAGE if e.code else EXIT_CLEAN
-  missing = [p for p in args.paths if not os.path.exists(p)]
-  if missing:
-    print(f'no such file or directory: {", ".join(missing)}', file=sys.stderr)
-    return EXIT_USAGE
+  args, exit_code = scan.parse_command_line(parser, argv)
+  if args is None:
+    return exit_code
   sources = list(iter_sources(args.paths, args.exclude))
   project = scan.parse_project(args.paths)
   results = [migrate_file(p, args.tier, project) for p in sources]

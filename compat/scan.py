@@ -457,6 +457,20 @@ def format_table(result: ScanResult) -> str:
   return '\n'.join(lines)
 
 
+def parse_command_line(parser: argparse.ArgumentParser, argv):
+  """``(args, None)``; ``(None, exit code)`` after ``--help``, bad arguments
+  or ``paths`` that do not exist (``scan`` and ``migrate`` share this)."""
+  try:
+    args = parser.parse_args(argv)
+  except SystemExit as e:
+    return None, EXIT_USAGE if e.code else EXIT_CLEAN
+  missing = [p for p in args.paths if not os.path.exists(p)]
+  if missing:
+    print(f'no such file or directory: {", ".join(missing)}', file=sys.stderr)
+    return None, EXIT_USAGE
+  return args, None
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
       prog='flax-optim-compat scan',
@@ -469,14 +483,9 @@ def main(argv=None) -> int:
                       help='skip files and directories whose name or path '
                       'matches (e.g. build, "*_pb2.py", "src/gen"; '
                       'repeatable)')
-  try:
-    args = parser.parse_args(argv)
-  except SystemExit as e:
-    return EXIT_USAGE if e.code else EXIT_CLEAN
-  missing = [p for p in args.paths if not os.path.exists(p)]
-  if missing:
-    print(f'no such file or directory: {", ".join(missing)}', file=sys.stderr)
-    return EXIT_USAGE
+  args, exit_code = parse_command_line(parser, argv)
+  if args is None:
+    return exit_code
   result = scan_paths(args.paths, args.exclude)
   if args.format == 'json':
     print(json.dumps(to_json(result), indent=1))

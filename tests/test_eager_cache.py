@@ -2,6 +2,7 @@
 the jitted step at mixed shapes and dtypes, shared by equal definitions,
 bounded, and freed by ``legacy_optim.eager.clear_cache``."""
 
+import _compiles
 import chex
 import jax
 import jax.numpy as jnp
@@ -62,24 +63,6 @@ DEFINITIONS = {
 }
 
 
-class _CompileCounter:
-  """Counts XLA compilations through jax.monitoring (independent of _eager)."""
-
-  def __init__(self):
-    self.count = 0
-
-  def __call__(self, event, duration, **kwargs):
-    del duration, kwargs
-    if event == '/jax/core/compile/backend_compile_duration':
-      self.count += 1
-
-  def __enter__(self):
-    jax.monitoring.register_event_duration_secs_listener(self)
-    return self
-
-  def __exit__(self, *exc):
-    jax.monitoring.unregister_event_duration_listener(self)
-
 
 def _eager_and_jitted(opt, steps=3):
   params = opt.target
@@ -115,7 +98,7 @@ def test_equal_definitions_share_kernels():
   grads = _grads(params, 0)
   optim.Adam(1e-3, beta2=0.99).create(params).apply_gradient(grads)
   size = eager.cache_size()
-  with _CompileCounter() as counter:
+  with _compiles.CompileCounter() as counter:
     other = optim.Adam(1e-3, beta2=0.99).create(params)
     other = other.apply_gradient(grads).apply_gradient(grads)
     jax.block_until_ready(other)
@@ -138,11 +121,11 @@ def test_a_new_override_name_compiles_per_kernel_not_per_leaf():
   params = {f'w{i}': jnp.full((4, 4), i, jnp.float32) for i in range(64)}
   grads = _grads(params, 0)
   opt = optim.Adam(1e-3).create(params).apply_gradient(grads)
-  with _CompileCounter() as counter:
+  with _compiles.CompileCounter() as counter:
     opt = opt.apply_gradient(grads, beta1=0.8)
     jax.block_until_ready(opt)
   assert 1 <= counter.count <= 2
-  with _CompileCounter() as counter:
+  with _compiles.CompileCounter() as counter:
     opt = opt.apply_gradient(grads, beta1=0.7)
     jax.block_until_ready(opt)
   assert counter.count == 0
@@ -167,7 +150,7 @@ def test_clear_cache_frees_kernels_and_steps_compile_again():
   assert eager.cache_size() > 0
   eager.clear_cache()
   assert eager.cache_size() == 0
-  with _CompileCounter() as counter:
+  with _compiles.CompileCounter() as counter:
     again = opt.apply_gradient(grads)
     jax.block_until_ready(again)
   assert counter.count >= 1

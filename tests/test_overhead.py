@@ -13,6 +13,7 @@
 import collections
 import re
 
+import _compiles
 import chex
 import jax
 import jax.numpy as jnp
@@ -199,31 +200,13 @@ def test_eager_step_without_overrides_equals_jitted_step():
   chex.assert_trees_all_equal(eager, step(step(opt, _grads(0)), _grads(1)))
 
 
-class _CompileCounter:
-  """Counts XLA compilations through jax.monitoring (independent of _eager)."""
-
-  def __init__(self):
-    self.count = 0
-
-  def __call__(self, event, duration, **kwargs):
-    del duration, kwargs
-    if event == '/jax/core/compile/backend_compile_duration':
-      self.count += 1
-
-  def __enter__(self):
-    jax.monitoring.register_event_duration_secs_listener(self)
-    return self
-
-  def __exit__(self, *exc):
-    jax.monitoring.unregister_event_duration_listener(self)
-
 
 @pytest.mark.parametrize('lr_type', [float, np.float32, jnp.float32])
 def test_new_learning_rates_do_not_recompile_eager_steps(lr_type):
   opt = optim.Momentum(0.1, weight_decay=1e-3).create(_params())
   grads = _grads(0)
   opt = opt.apply_gradient(grads, learning_rate=lr_type(0.5))  # compiles
-  with _CompileCounter() as counter:
+  with _compiles.CompileCounter() as counter:
     for lr in (0.1, 0.2, 0.3, 0.4):
       opt = opt.apply_gradient(grads, learning_rate=lr_type(lr))
     jax.block_until_ready(opt)
@@ -231,7 +214,7 @@ def test_new_learning_rates_do_not_recompile_eager_steps(lr_type):
 
 
 def test_compile_counter_sees_compilations():
-  with _CompileCounter() as counter:
+  with _compiles.CompileCounter() as counter:
     jax.jit(lambda x: x * 3.5 - 1.25)(jnp.arange(7.0))
   assert counter.count >= 1
 
