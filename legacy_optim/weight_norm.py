@@ -132,7 +132,7 @@ def upgrade_mult(state_dict):
   try:
     target = state_dict['target']
     param_states = state_dict['state']['param_states']
-  except (KeyError, TypeError):
+  except (KeyError, TypeError, IndexError):  # not that layout (an array...)
     return state_dict
   if not _has_mult(param_states):
     return state_dict

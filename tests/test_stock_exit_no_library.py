@@ -22,6 +22,7 @@ figure (``rel_err``, the stock rule vs the original flax.optim on jax
 3.6e-07 from flax 0.5.3; Adafactor 0 vs 1.9e-07).
 """
 
+import importlib.metadata
 import importlib.util
 import json
 import pathlib
@@ -124,19 +125,26 @@ np.savez(work / 'stock_final.npz', **out)
 
 
 def _library_free_python(work: pathlib.Path) -> str:
-  """A venv whose site-packages is this one's, minus the editable install
-  and the import hook (a plain path in a .pth: the .pth files inside it,
-  which install those, are not processed)."""
+  """A venv seeing this environment's packages (jax, flax, optax, orbax...)
+  but none of this distribution's files, however it is installed (editable
+  or not): its site-packages links every entry of this one except those
+  the distribution's record names (packages, import hook, .pth files)."""
   venv = work / 'venv'
   subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(venv)],
                  check=True)
   python = venv / 'bin' / 'python'
-  child_site = subprocess.run(
+  child_site = pathlib.Path(subprocess.run(
       [str(python), '-I', '-c',
        'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
-      check=True, capture_output=True, text=True).stdout.strip()
-  (pathlib.Path(child_site) / '_stack.pth').write_text(
-      sysconfig.get_paths()['purelib'] + '\n')
+      check=True, capture_output=True, text=True).stdout.strip())
+  site = pathlib.Path(sysconfig.get_paths()['purelib'])
+  # The record installed in site-packages (not a build's egg-info in cwd).
+  [installed] = [d for d in importlib.metadata.distributions(path=[str(site)])
+                 if d.metadata['Name'] == 'flax-optim-compat']
+  ours = {pathlib.PurePath(str(f)).parts[0] for f in installed.files or ()}
+  for entry in site.iterdir():
+    if entry.name not in ours and entry.name != '__pycache__':
+      (child_site / entry.name).symlink_to(entry)
   return str(python)
 
 

@@ -119,3 +119,13 @@ def test_old_layout_into_another_optimizer_names_weight_norm():
   message = str(err.value)
   assert ('written by WeightNorm (the layout of flax <= 0.3.6), not by Adam'
           in message), message
+
+
+def test_a_state_that_is_not_a_dict_names_the_path():
+  # Found by the long checkpoint fuzz: the old-layout probe indexed an array.
+  template = _template(optim.WeightNorm(optim.Adam(0.1)))
+  state_dict = {**serialization.to_state_dict(template),
+                'state': np.zeros((), np.float32)}
+  with pytest.raises(_restore.RestoreMismatchError,
+                     match=r'state: expected a dict .* found float32\[\]'):
+    serialization.from_state_dict(template, state_dict)
