@@ -169,19 +169,9 @@ def _shown(path: str) -> str:
 
 
 def iter_sources(paths, exclude=()):
-  for root_path in paths:
-    if os.path.isfile(root_path):
-      yield root_path
-      continue
-    found = []
-    for root, dirs, files in os.walk(root_path):
-      dirs[:] = [d for d in dirs if not d.startswith('.') and
-                 d not in scan.SKIP_DIRS]
-      found += [os.path.join(root, f) for f in files
-                if f.endswith(('.py', '.ipynb'))]
-    for path in sorted(found):
-      if not any(fnmatch.fnmatch(path, pattern) for pattern in exclude):
-        yield path
+  """The .py files and notebooks under ``paths`` (``scan``'s walk and
+  ``--exclude`` rules)."""
+  return scan.iter_python_files(paths, exclude, suffixes=('.py', '.ipynb'))
 
 
 def migrate_file(path: str, tier: str = 'exact',
@@ -421,7 +411,9 @@ def main(argv=None) -> int:
   parser.add_argument('--report', metavar='FILE',
                       help='write a Markdown report to FILE')
   parser.add_argument('--exclude', action='append', default=[],
-                      metavar='GLOB')
+                      metavar='NAME_OR_GLOB',
+                      help='skip files and directories whose name or path '
+                      'matches, as scan --exclude does (repeatable)')
   args, exit_code = scan.parse_command_line(parser, argv)
   if args is None:
     return exit_code

@@ -338,10 +338,11 @@ def _excluded(path: str, patterns) -> bool:
   return False
 
 
-def iter_python_files(paths: Iterable[str], exclude=()) -> Iterable[str]:
-  """Every .py file under ``paths``, sorted, skipping hidden/cache dirs and
-  whatever ``exclude`` matches (see ``_excluded``); files named in ``paths``
-  are always read."""
+def iter_python_files(paths: Iterable[str], exclude=(),
+                      suffixes=('.py',)) -> Iterable[str]:
+  """Every file ending in ``suffixes`` under ``paths``, sorted, skipping
+  hidden/cache dirs and whatever ``exclude`` matches (see ``_excluded``);
+  files named in ``paths`` are always read."""
   for root_path in paths:
     if os.path.isfile(root_path):
       yield root_path
@@ -351,7 +352,7 @@ def iter_python_files(paths: Iterable[str], exclude=()) -> Iterable[str]:
       dirs[:] = [d for d in dirs if not d.startswith('.') and
                  d not in SKIP_DIRS and
                  not _excluded(os.path.join(root, d), exclude)]
-      found += [os.path.join(root, f) for f in files if f.endswith('.py')]
+      found += [os.path.join(root, f) for f in files if f.endswith(suffixes)]
     yield from sorted(p for p in found if not _excluded(p, exclude))
 
 
