@@ -13,14 +13,15 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 
 
-def _is_named_tuple(node) -> bool:
+def is_named_tuple(node) -> bool:
+  """True for a NamedTuple instance (an Optax state), not a plain tuple."""
   return isinstance(node, tuple) and hasattr(node, '_fields')
 
 
 def optax_state_values(opt_state) -> dict[str, Any]:
   """Attribute -> value of every NamedTuple in an Optax state or a chain's
   tuple of them (``count``, ``trace``, ``grad_ema``...)."""
-  if _is_named_tuple(opt_state):
+  if is_named_tuple(opt_state):
     return opt_state._asdict()
   values = {}
   if isinstance(opt_state, tuple):
@@ -32,7 +33,7 @@ def optax_state_values(opt_state) -> dict[str, Any]:
 def fill_optax_state(template, values: Mapping[str, Any]):
   """``template`` with every NamedTuple attribute named in ``values``
   replaced by its value (the inverse of ``optax_state_values``)."""
-  if _is_named_tuple(template):
+  if is_named_tuple(template):
     return template._replace(**{name: values[name] for name in template._fields
                                 if name in values})
   if isinstance(template, tuple):
