@@ -47,6 +47,7 @@ from compat import _atomic
 from compat import _convert
 from compat import _file_skeleton
 from compat import _infer
+from compat import _paths
 from compat import _safe_msgpack
 from compat import _spec
 from legacy_optim import _restore
@@ -609,8 +610,7 @@ def _refuse_foreign(dst: pathlib.Path) -> None:
 
 def _renamed(ckpt: LegacyCheckpoint, path_map) -> LegacyCheckpoint:
   """``ckpt`` with its params (and their states) renamed by ``path_map``."""
-  from compat import nnx as nnx_bridge
-  rename = nnx_bridge._PathRenamer(path_map)
+  rename = _paths.PathRenamer(path_map)
   opt_sd = ckpt.optimizer_state_dict
   param_states = opt_sd['state']['param_states']
   target: dict[str, Any] = {}
@@ -618,7 +618,7 @@ def _renamed(ckpt: LegacyCheckpoint, path_map) -> LegacyCheckpoint:
   problems: list[str] = []
   for path, value in _infer.param_leaves(opt_sd['target']):
     new = rename(path)
-    shown = f'{"/".join(path)} -> {"/".join(new) or "<root>"}'
+    shown = f'{"/".join(path)} -> {_paths.show(new)}'
     if not new or _infer.lookup(target, new) is not _infer.MISSING or any(
         not isinstance(_infer.lookup(target, new[:n]), (dict, type(
             _infer.MISSING))) for n in range(len(new))):

@@ -20,7 +20,7 @@ moves references only; it is free under ``jax.jit``.
 
 import importlib.metadata
 import inspect
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 from flax import nnx
 import jax
@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from compat import _paths
 from compat import optax_bridge
 from compat import sharding
 from legacy_optim import base
@@ -74,58 +75,6 @@ def _with_state(nnx_opt, step, opt_state=None) -> nnx.Optimizer:
   return nnx_opt
 
 
-Path = tuple[str, ...]
-PathMap = Union[Mapping[Union[str, Sequence[str]], Union[str, Sequence[str]]],
-                Callable[[str], str]]
-
-
-def _segments(key_path) -> Path:
-  """A jax key path as a tuple of strings ('Dense_0', 'kernel')."""
-  out = []
-  for key in key_path:
-    for attr in ('key', 'name', 'idx'):
-      if hasattr(key, attr):
-        out.append(str(getattr(key, attr)))
-        break
-    else:
-      out.append(str(key))
-  return tuple(out)
-
-
-def _as_path(path: Union[str, Sequence[str]]) -> Path:
-  if isinstance(path, str):
-    return tuple(part for part in path.split('/') if part)
-  return tuple(str(part) for part in path)
-
-
-def _show(path: Path) -> str:
-  return '/'.join(path) or '<root>'
-
-
-class _PathRenamer:
-  """Applies a ``path_map`` (longest matching prefix, or a function)."""
-
-  def __init__(self, path_map: Optional[PathMap]):
-    self._fn = path_map if callable(path_map) else None
-    self._prefixes: dict[Path, Path] = {}
-    if path_map is not None and not callable(path_map):
-      self._prefixes = {_as_path(old): _as_path(new)
-                        for old, new in path_map.items()}
-    self.used: set[Path] = set()
-
-  def __call__(self, path: Path) -> Path:
-    if self._fn is not None:
-      return _as_path(self._fn(_show(path)))
-    for n in range(len(path), -1, -1):
-      if path[:n] in self._prefixes:
-        self.used.add(path[:n])
-        return self._prefixes[path[:n]] + path[n:]
-    return path
-
-  def unused(self) -> list[Path]:
-    return sorted(set(self._prefixes) - self.used)
-
-
 def _leaf_order(legacy_params, model_params, path_map) -> list[int]:
   """``order[j]``: the legacy leaf that model leaf ``j`` receives.
 
@@ -134,22 +83,24 @@ def _leaf_order(legacy_params, model_params, path_map) -> list[int]:
   """
   legacy = jax.tree_util.tree_flatten_with_path(legacy_params)[0]
   model = jax.tree_util.tree_flatten_with_path(model_params)[0]
-  model_index = {_segments(path): j for j, (path, _) in enumerate(model)}
-  rename = _PathRenamer(path_map)
+  model_index = {_paths.segments(path): j for j, (path, _) in enumerate(model)}
+  rename = _paths.PathRenamer(path_map)
   order: list[Any] = [None] * len(model)  # every entry an int on return
   problems = []
   for i, (key_path, value) in enumerate(legacy):
-    old = _segments(key_path)
+    old = _paths.segments(key_path)
     new = rename(old)
-    shown = _show(old) if new == old else f'{_show(old)} -> {_show(new)}'
+    shown = _paths.show(old)
+    if new != old:
+      shown += f' -> {_paths.show(new)}'
     j = model_index.get(new)
     if j is None:
       problems.append(f'legacy param {shown}: the model has no such param')
       continue
     if order[j] is not None:
-      taken_by = _show(_segments(legacy[order[j]][0]))
-      problems.append(f'legacy param {shown}: model param {_show(new)} is '
-                      f'already taken by {taken_by}')
+      taken_by = _paths.show(_paths.segments(legacy[order[j]][0]))
+      problems.append(f'legacy param {shown}: model param '
+                      f'{_paths.show(new)} is already taken by {taken_by}')
       continue
     order[j] = i
     want = model[j][1]
@@ -159,13 +110,14 @@ def _leaf_order(legacy_params, model_params, path_map) -> list[int]:
     elif jnp.result_type(value) != jnp.result_type(want):
       problems.append(f'legacy param {shown}: dtype {jnp.result_type(value)}, '
                       f'the model expects {jnp.result_type(want)}')
-  problems += [f'model param {_show(_segments(model[j][0]))}: no legacy param '
-               'maps to it' for j, i in enumerate(order) if i is None]
-  problems += [f'path_map entry {_show(p)!r} matches no legacy param'
+  problems += [f'model param {_paths.show(_paths.segments(model[j][0]))}: '
+               'no legacy param maps to it'
+               for j, i in enumerate(order) if i is None]
+  problems += [f'path_map entry {_paths.show(p)!r} matches no legacy param'
                for p in rename.unused()]
   if problems:
     hint = ''
-    if legacy and all(_segments(p)[:1] == ('params',) for p, _ in legacy):
+    if legacy and all(_paths.segments(p)[:1] == ('params',) for p, _ in legacy):
       hint = ("\nThe legacy target holds the whole variables dict; drop the "
               "'params' level with path_map={'params': ''}.")
     raise ValueError(
@@ -300,8 +252,8 @@ def relayout_transform(tx: optax.GradientTransformation,
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-def _variable_paths(model: nnx.Module, where: Any) -> list[Path]:
-  return [_segments(path) for path, _ in
+def _variable_paths(model: nnx.Module, where: Any) -> list[_paths.Path]:
+  return [_paths.segments(path) for path, _ in
           jax.tree_util.tree_flatten_with_path(
               as_pure(nnx.state(model, where)))[0]]
 
@@ -338,7 +290,7 @@ def _follow_param_shardings(opt_state, model_params):
 def to_nnx_optimizer(optimizer: base.Optimizer,
                      model: nnx.Module,
                      wrt: Any = nnx.Param,
-                     path_map: Optional[PathMap] = None,
+                     path_map: Optional[_paths.PathMap] = None,
                      *,
                      load: Any = None,
                      wrap: Optional[optax_bridge.Wrap] = None,
