@@ -29,12 +29,15 @@ def _drop_compiled_programs_after_each_module():
   _return_freed_memory_to_the_system()
 
 
+# Looked up once: find_library runs external tools (ldconfig) on Linux.
+_LIBC_NAME = ctypes.util.find_library('c')
+_LIBC = ctypes.CDLL(_LIBC_NAME) if _LIBC_NAME else None
+
+
 def _return_freed_memory_to_the_system():
   """glibc keeps freed heap pages; without this the RSS only ever grows."""
-  libc_name = ctypes.util.find_library('c')
-  libc = ctypes.CDLL(libc_name) if libc_name else None
-  if libc is not None and hasattr(libc, 'malloc_trim'):
-    libc.malloc_trim(0)
+  if _LIBC is not None and hasattr(_LIBC, 'malloc_trim'):
+    _LIBC.malloc_trim(0)
 
 
 def pytest_collection_finish(session):
