@@ -623,12 +623,34 @@ class Planner:
       if removal.rewrite is None:
         self.leave(node, removal.construct, removal.replacement)
         continue
-      target = node.value if isinstance(node, ast.Assign) else node
-      self.edit(target, removal.rewrite.replace('{', '{{').replace(
-          '}', '}}'), removal.construct)
+      if removal.rewrite == '':
+        self._delete_statement(node, removal.construct)
+        continue
+      target = removal.target or (node.value if isinstance(node, ast.Assign)
+                                  else node)
+      self.edit(target, removal.rewrite, removal.construct, source=target)
       module = _scan_removals.needed_import(removal.rewrite)
       if module and not isinstance(node, ast.ImportFrom):
         self.imports.append((module, None, None))
+
+
+  def _delete_statement(self, node, construct):
+    """Deletes ``node``'s lines, or writes ``pass`` where the statement
+    shares its lines or is its block's only statement."""
+    parent = self._parents.get(node)
+    block = next((getattr(parent, field) for field in ('body', 'orelse',
+                                                       'finalbody')
+                  if node in getattr(parent, field, ())), [node])
+    start, end = self.span(node)
+    line_start = self._offsets[node.lineno - 1]
+    line_end = self._offsets[node.end_lineno]
+    rest = self.source[end:line_end].strip()
+    if (len(block) == 1 or self.source[line_start:start].strip() or
+        (rest and not rest.startswith(b'#'))):
+      self.edit(node, 'pass', construct)
+      return
+    self.edits.append(Edit(line_start, line_end, '', (), node.lineno,
+                           construct))
 
 
 def _is_none(value) -> bool:

@@ -45,7 +45,11 @@ class Removal(NamedTuple):
   construct: str  # 'removed_api' or 'out_of_scope'
   old: str
   replacement: str  # text for a report
-  rewrite: Optional[str]  # mechanical replacement source of ``node``, or None
+  # The mechanical rewrite, or None: a template for the source of ``target``
+  # (``{source}``: its current source; literal braces doubled); '' deletes
+  # the statement.
+  rewrite: Optional[str]
+  target: Optional[ast.AST] = None  # what the rewrite replaces; default: node
 
 
 def needed_import(rewrite: str) -> Optional[str]:
@@ -65,12 +69,38 @@ def _source_of(node) -> Optional[str]:
   return None
 
 
+# Calls that are no-ops today, as expression statements: deleted.
+_NO_OPS = {
+    'jax.config.enable_omnistaging': (
+        'jax.config.enable_omnistaging() was removed: omnistaging is always '
+        'on (jax >= 0.2.12); delete the call'),
+    'jax.config.config.enable_omnistaging': (
+        'jax.config.enable_omnistaging() was removed: omnistaging is always '
+        'on (jax >= 0.2.12); delete the call'),
+}
+# Modules whose call took (inputs_q, inputs_kv, mask) and now takes
+# (inputs_q, inputs_k, inputs_v, *, mask): a third positional argument that
+# was the mask would become the values.
+_KV_ATTENTION = frozenset((
+    'flax.linen.MultiHeadDotProductAttention',
+    'flax.linen.attention.MultiHeadDotProductAttention',
+))
+
+
 def match(node, names) -> Optional[Removal]:
-  """A removed API that ``node`` (an attribute, import or assignment) uses."""
+  """A removed API that ``node`` (an attribute, import, assignment, call or
+  expression statement) uses."""
   if isinstance(node, ast.ImportFrom) and node.module and not node.level:
     return _match_import(node)
   if isinstance(node, ast.Assign):
     return _match_pop_unpacking(node, names)
+  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+    path = names.resolve(node.value.func)
+    if path in _NO_OPS:
+      return Removal('removed_api', f'{path}()', _NO_OPS[path], '')
+    return None
+  if isinstance(node, ast.Call):
+    return _match_positional_mask(node, names)
   if not isinstance(node, ast.Attribute):
     return None
   path = names.resolve(node)
@@ -78,7 +108,7 @@ def match(node, names) -> Optional[Removal]:
     base = _source_of(node.value)
     new = _RENAMED[path]
     return Removal('removed_api', path, f'{path.rsplit(".", 1)[0]}.{new}',
-                   None if base is None else f'{base}.{new}')
+                   None if base is None else _literal(f'{base}.{new}'))
   if path in _MOVED:
     return Removal('removed_api', path, _MOVED[path], _MOVED[path])
   for prefix, reason in _REPORTED.items():
@@ -114,8 +144,28 @@ def _match_pop_unpacking(node: ast.Assign, names) -> Optional[Removal]:
     return None
   del names  # any receiver: flax.core.pop takes dicts and FrozenDicts
   receiver = _source_of(value.func.value)
-  rewrite = (f'flax.core.pop({receiver}, {value.args[0].value!r})'
+  rewrite = (_literal(f'flax.core.pop({receiver}, {value.args[0].value!r})')
              if receiver else None)
   return Removal('removed_api', 'FrozenDict.pop unpacking',
                  'flax.core.pop(variables, key): init returns a plain dict '
                  'today, whose pop gives only the value', rewrite)
+
+
+def _match_positional_mask(node: ast.Call, names) -> Optional[Removal]:
+  """``MultiHeadDotProductAttention(...)(q, kv, mask)``: the mask by name."""
+  module = node.func
+  if not (isinstance(module, ast.Call) and
+          names.resolve(module.func) in _KV_ATTENTION and
+          len(node.args) == 3 and
+          not any(isinstance(a, ast.Starred) for a in node.args) and
+          not any(k.arg in (None, 'mask', 'inputs_v') for k in node.keywords)):
+    return None
+  return Removal('removed_api', 'MultiHeadDotProductAttention(...)(inputs_q, '
+                 'inputs_kv, mask)', 'the call now takes (inputs_q, inputs_k, '
+                 'inputs_v, *, mask): pass the mask as mask=...',
+                 'mask={source}', node.args[2])
+
+
+def _literal(text: str) -> str:
+  """``text`` as a rewrite template: braces doubled."""
+  return text.replace('{', '{{').replace('}', '}}')

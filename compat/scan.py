@@ -151,6 +151,10 @@ class _Visitor(ast.NodeVisitor):
     self._check_removal(node)
     self.generic_visit(node)
 
+  def visit_Expr(self, node):
+    self._check_removal(node)
+    self.generic_visit(node)
+
   def visit_ImportFrom(self, node):
     self._check_removal(node)
     if node.module and not node.level:
@@ -218,6 +222,7 @@ class _Visitor(ast.NodeVisitor):
 
   # -- calls
   def visit_Call(self, node):
+    self._check_removal(node)
     self._check_call(node)
     self.generic_visit(node)
 

@@ -30,7 +30,8 @@ import numpy as np
 
 STEPS = 5
 STUBBED_ROOTS = ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
-                 'clu', 'sentencepiece', 'gym', 'seed_rl_atari_preprocessing')
+                 'clu', 'sentencepiece', 'gym', 'seed_rl_atari_preprocessing',
+                 'PIL')
 STUBBED_MODULES = ('flax.metrics.tensorboard',)
 
 

@@ -365,6 +365,17 @@ def test_neighbouring_removals_are_rewritten_and_run(tmp_path):
   assert module.is_array(jnp.ones(1)) and module.count(trees) == 2
   model_state, params = module.split({'params': 1, 'batch_stats': 2})
   assert (model_state, params) == ({'batch_stats': 2}, 1)
+  assert b'omnistaging' not in new and b'config.update' in new
+  # The mask goes by name: masking out every key but the first one gives
+  # attention over that key alone, whatever the other keys hold.
+  queries = jnp.ones((1, 1, 2))
+  memory = jnp.stack([jnp.array([[1., 2.], [5., -3.]])])
+  mask = jnp.array([[[[True, False]]]])
+  layer = module.CrossAttention()
+  variables = layer.init(jax.random.PRNGKey(0), queries, memory, mask)
+  masked = layer.apply(variables, queries, memory, mask)
+  first_only = layer.apply(variables, queries, memory[:, :1], mask[..., :1])
+  np.testing.assert_allclose(masked, first_only, rtol=1e-6)
 
 
 def test_device_put_and_replicate_keep_the_optimizer_kind():
