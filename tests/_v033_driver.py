@@ -21,6 +21,7 @@ import ast
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import types
@@ -132,7 +133,98 @@ def _vae():
     yield params_of(optimizer), {}
 
 
-RECIPES = {'mnist': _mnist, 'vae': _vae}
+def _unreplicated(optimizer, metrics):
+  """The params and metrics of a pmapped train step's replicated outputs."""
+  from flax import jax_utils  # noqa: PLC0415 - after the stand-ins
+  return (params_of(jax_utils.unreplicate(optimizer)),
+          jax_utils.unreplicate(metrics))
+
+
+def _tiny_transformer_config():
+  """The example's configs/default.py with a model small enough for a test."""
+  config = importlib.import_module('configs.default').get_config()
+  config.vocab_size = 32
+  config.per_device_batch_size = 2
+  config.max_target_length = config.max_eval_target_length = 8
+  config.max_predict_length = 8
+  config.num_layers = 1
+  config.num_heads = 2
+  config.emb_dim = config.qkv_dim = 8
+  config.mlp_dim = 16
+  config.warmup_steps = 3  # the schedule warms up and decays within STEPS
+  config.restore_checkpoints = False
+  # float32 compute halves XLA's compile time on CPU; the parameters and the
+  # optimizer state are float32 either way.
+  config.use_bfloat16 = False
+  return config
+
+
+def _train_and_evaluate_steps(batch_keys):
+  """lm1b's and wmt's train_and_evaluate: its statements from the model
+  config to the dropout keys (optimizer creation, replication, learning-rate
+  schedule, pmapped train step), then its training loop's step call on
+  synthetic token batches with ``batch_keys``."""
+  from flax.training import common_utils  # noqa: PLC0415 - after the stand-ins
+  train = importlib.import_module('train')
+  config = _tiny_transformer_config()
+  created = example_statements(train, 'train_and_evaluate', 'train_config',
+                               'dropout_rngs', config=config,
+                               vocab_size=config.vocab_size,
+                               workdir='unused')
+  optimizer = created['optimizer']
+  rng = np.random.RandomState(0)
+  shape = (config.per_device_batch_size, config.max_target_length)
+  for _ in range(STEPS):
+    # Token 0 is padding: the examples weight it out of the loss.
+    batch = {key: rng.randint(0, config.vocab_size, shape).astype(np.int32)
+             for key in batch_keys}
+    optimizer, metrics = created['p_train_step'](
+        optimizer, common_utils.shard(batch),
+        dropout_rng=created['dropout_rngs'])
+    yield _unreplicated(optimizer, metrics)
+
+
+def _lm1b():
+  return _train_and_evaluate_steps(('inputs',))
+
+
+def _wmt():
+  # wmt's bleu.py builds its regular expressions at import time with
+  # six.unichr, which a MagicMock cannot stand in for; on Python 3 it is chr.
+  if importlib.util.find_spec('six') is None:
+    sys.modules['six'] = types.SimpleNamespace(unichr=chr)
+  return _train_and_evaluate_steps(('inputs', 'targets'))
+
+
+def _nlp_seq():
+  from flax.training import common_utils  # noqa: PLC0415 - after the stand-ins
+  train = importlib.import_module('train')
+  # main's schedule warms up over 8000 steps: a base rate this large makes the
+  # first steps' updates far larger than float32 rounding of the parameters.
+  train.FLAGS(['nlp_seq', '--learning_rate=1000'])
+  # main sizes the model by the vocabularies of its CoNLL files and keeps the
+  # default dimensions otherwise; here both are small.
+  config = train.models.TransformerConfig(
+      vocab_size=32, output_vocab_size=8, emb_dim=8, num_heads=2,
+      num_layers=1, qkv_dim=8, mlp_dim=16, max_len=8)
+  created = example_statements(train, 'main', 'model', 'dropout_rngs',
+                               config=config,
+                               learning_rate=train.FLAGS.learning_rate,
+                               random_seed=train.FLAGS.random_seed)
+  optimizer = created['optimizer']
+  dropout_rngs = created['dropout_rngs']
+  rng = np.random.RandomState(0)
+  shape = (4, config.max_len)  # (batch, length); token 0 is padding
+  for _ in range(STEPS):
+    batch = {'inputs': rng.randint(0, config.vocab_size, shape),
+             'targets': rng.randint(0, config.output_vocab_size, shape)}
+    optimizer, metrics, dropout_rngs = created['p_train_step'](
+        optimizer, common_utils.shard(batch), dropout_rng=dropout_rngs)
+    yield _unreplicated(optimizer, metrics)
+
+
+RECIPES = {'mnist': _mnist, 'vae': _vae,
+           'lm1b': _lm1b, 'wmt': _wmt, 'nlp_seq': _nlp_seq}
 
 
 def main(argv):
