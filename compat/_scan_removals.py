@@ -23,6 +23,9 @@ _RENAMED = {
     'jax.tree_all': 'tree_util.tree_all',
     'jax.profiler.StepTraceContext': 'StepTraceAnnotation',
     'jax.tree_util.tree_multimap': 'tree_map',
+    'jax.host_id': 'process_index',
+    'jax.host_count': 'process_count',
+    'jax.host_ids': 'process_indices',
 }
 # Removed attribute -> an absolute replacement (needs ``import jax``).
 _MOVED = {

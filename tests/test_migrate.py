@@ -366,6 +366,7 @@ def test_neighbouring_removals_are_rewritten_and_run(tmp_path):
   model_state, params = module.split({'params': 1, 'batch_stats': 2})
   assert (model_state, params) == ({'batch_stats': 2}, 1)
   assert b'omnistaging' not in new and b'config.update' in new
+  assert b'host_id' not in new and module.is_chief()
   # The mask goes by name: masking out every key but the first one gives
   # attention over that key alone, whatever the other keys hold.
   queries = jnp.ones((1, 1, 2))
