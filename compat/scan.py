@@ -138,6 +138,7 @@ class _Visitor(ast.NodeVisitor):
 
   # -- imports
   def visit_Import(self, node):
+    self._check_removal(node)
     for alias in node.names:
       self._check_import(node, alias.name)
 

@@ -19,7 +19,9 @@ float32 arrays and round differently)::
       learning_rate=0.0, beta2=0.99)
   opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=lr)
 
-``learning_rate`` may also be a schedule (a callable of the step count).
+``learning_rate`` may also be a schedule (a callable of the step count):
+``flax_optim_rules.lr_schedule`` holds flax 0.5.3's removed
+``flax.training.lr_schedule`` helpers, bit for bit.
 The ``legacy_*`` transforms take all hyper-parameters as one object with
 attributes (``legacy_optim``'s dataclasses, or ``HyperParams``).
 """
@@ -39,6 +41,7 @@ from flax_optim_rules import _lars
 from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
 from flax_optim_rules import _sgd
+from flax_optim_rules import lr_schedule
 
 HyperParams = _numerics.HyperParams
 LegacyAdaBeliefState = _adabelief.LegacyAdaBeliefState
@@ -111,6 +114,7 @@ __all__ = (
     'legacy_momentum',
     'legacy_rmsprop',
     'legacy_trace',
+    'lr_schedule',
     'momentum',
     'rmsprop',
     'scale_by_legacy_adafactor',
