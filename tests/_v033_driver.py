@@ -18,6 +18,8 @@ because no recipe calls into them.
 """
 
 import ast
+import contextlib
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -140,23 +142,23 @@ def _unreplicated(optimizer, metrics):
           jax_utils.unreplicate(metrics))
 
 
-def _tiny_transformer_config():
-  """The example's configs/default.py with a model small enough for a test."""
+def _default_config(**changes):
+  """The example's ``configs/default.py`` config, with ``changes``."""
   config = importlib.import_module('configs.default').get_config()
-  config.vocab_size = 32
-  config.per_device_batch_size = 2
-  config.max_target_length = config.max_eval_target_length = 8
-  config.max_predict_length = 8
-  config.num_layers = 1
-  config.num_heads = 2
-  config.emb_dim = config.qkv_dim = 8
-  config.mlp_dim = 16
-  config.warmup_steps = 3  # the schedule warms up and decays within STEPS
-  config.restore_checkpoints = False
-  # float32 compute halves XLA's compile time on CPU; the parameters and the
-  # optimizer state are float32 either way.
-  config.use_bfloat16 = False
+  config.update(changes)
   return config
+
+
+def _tiny_transformer_config():
+  """lm1b's and wmt's default config with a model small enough for a test."""
+  # float32 compute halves XLA's compile time on CPU; the parameters and the
+  # optimizer state are float32 either way. warmup_steps=3: the schedule warms
+  # up and decays within STEPS.
+  return _default_config(
+      vocab_size=32, per_device_batch_size=2, max_target_length=8,
+      max_eval_target_length=8, max_predict_length=8, num_layers=1,
+      num_heads=2, emb_dim=8, qkv_dim=8, mlp_dim=16, warmup_steps=3,
+      restore_checkpoints=False, use_bfloat16=False)
 
 
 def _train_and_evaluate_steps(batch_keys):
@@ -223,8 +225,154 @@ def _nlp_seq():
     yield _unreplicated(optimizer, metrics)
 
 
-RECIPES = {'mnist': _mnist, 'vae': _vae,
-           'lm1b': _lm1b, 'wmt': _wmt, 'nlp_seq': _nlp_seq}
+@contextlib.contextmanager
+def _platform(name):
+  """``jax.local_devices()[0].platform`` reads ``name`` inside the block.
+
+  The examples pick half precision and dynamic loss scaling by platform
+  ('gpu'); the recipes run on CPU and still take that path.
+  """
+  devices = [types.SimpleNamespace(platform=name)]
+  with mock.patch('jax.local_devices', lambda *_, **__: devices):
+    yield
+
+
+def _imagenet():
+  from flax import jax_utils  # noqa: PLC0415
+  from flax.training import common_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train')
+  models = importlib.import_module('models')
+  config = _default_config(batch_size=4, warmup_epochs=1.0, num_epochs=3.0)
+  steps_per_epoch = 2
+  image_size = 16
+  base_learning_rate = example_statements(
+      train, 'train_and_evaluate', 'base_learning_rate', 'model_cls',
+      config=config)['base_learning_rate']
+  rng = np.random.RandomState(0)
+  # float32, then float16 with dynamic loss scaling (the example's GPU path).
+  for half_precision in (False, True):
+    config.half_precision = half_precision
+    with _platform('gpu'):
+      # _ResNet1: the example's own smallest ResNet (its tests use it).
+      model = train.create_model(model_cls=models._ResNet1,  # noqa: SLF001
+                                 half_precision=half_precision, num_filters=4)
+      state = train.create_train_state(jax.random.PRNGKey(0), config, model,
+                                       image_size)
+    state = jax_utils.replicate(state)
+    p_train_step = example_statements(
+        train, 'train_and_evaluate', 'learning_rate_fn', 'p_train_step',
+        config=config, base_learning_rate=base_learning_rate,
+        steps_per_epoch=steps_per_epoch, model=model)['p_train_step']
+    for _ in range(STEPS):
+      batch = common_utils.shard({
+          'image': rng.rand(config.batch_size, image_size, image_size,
+                            3).astype(model.dtype),
+          'label': rng.randint(0, 1000, config.batch_size)})
+      state, metrics = p_train_step(state, batch)
+      host_state = jax_utils.unreplicate(state)
+      yield params_of(host_state.optimizer), dict(
+          jax_utils.unreplicate(metrics), model_state=host_state.model_state)
+
+
+def _pixelcnn():
+  from flax import jax_utils  # noqa: PLC0415
+  from flax.training import common_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train')
+  config = _default_config(
+      n_resnet=0,  # the smallest stack: one gated resnet per level
+      n_feature=4, n_logistic_mix=2, batch_size=2, init_batch_size=2,
+      learning_rate=0.01)  # large enough to move the params in 5 steps
+  rng = np.random.RandomState(0)
+
+  def images():  # 8x8: the model downsamples twice
+    return rng.uniform(-1, 1, (config.batch_size, 8, 8, 3)).astype(np.float32)
+
+  init_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(0))
+  # Jitted: the data-dependent init runs op by op otherwise (slower to run
+  # than to compile); the recipe's own choice, the same for both copies.
+  initial_variables = jax.jit(functools.partial(
+      train.model(config).init, train=False))(
+          {'params': init_rng, 'dropout': dropout_rng}, images())['params']
+  created = example_statements(
+      train, 'train_and_evaluate', 'optimizer_def', 'optimizer',
+      initial_variables=initial_variables)
+  optimizer, ema = jax_utils.replicate(
+      (created['optimizer'], initial_variables))
+  p_train_step = example_statements(
+      train, 'train_and_evaluate', 'learning_rate_fn', 'p_train_step',
+      config=config)['p_train_step']
+  for step in range(STEPS):
+    batch = common_utils.shard({'image': images()})
+    sharded_rngs = common_utils.shard_prng_key(jax.random.PRNGKey(step + 1))
+    optimizer, ema, metrics = p_train_step(optimizer, ema, batch,
+                                           sharded_rngs)
+    yield params_of(jax_utils.unreplicate(optimizer)), dict(
+        jax_utils.unreplicate(metrics), ema=jax_utils.unreplicate(ema))
+
+
+class _SyntheticAtari:
+  """The learner's end of a ppo simulator pipe, with made-up frames.
+
+  ``ppo_lib.get_experience`` receives a frame, sends the chosen action and
+  receives ``(frame, action, reward, done)``; here frames are random, the
+  reward is -1, 0 or 1 and about one step in ten ends an episode.
+  """
+
+  def __init__(self, rng):
+    self.rng = rng
+    self.conn = self
+    self.action = None
+
+  def recv(self):
+    frame = self.rng.randint(0, 256, (1, 84, 84, 4)).astype(np.uint8)
+    if self.action is None:
+      return frame
+    action, self.action = self.action, None
+    return frame, action, self.rng.randint(-1, 2), self.rng.rand() < 0.1
+
+  def send(self, action):
+    self.action = action
+
+
+def _ppo():
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  ppo_lib = importlib.import_module('ppo_lib')
+  models = importlib.import_module('models')
+  config = _default_config(num_agents=2, actor_steps=4, batch_size=4)
+  module = models.ActorCritic(num_outputs=3)
+  _, subkey = jax.random.split(jax.random.PRNGKey(0))
+  initial_params = models.get_initial_params(subkey, module)
+  optimizer = models.create_optimizer(initial_params, config.learning_rate)
+  rng = np.random.RandomState(0)
+  simulators = [_SyntheticAtari(rng) for _ in range(config.num_agents)]
+  np.random.seed(0)  # actions and minibatch permutations draw from it
+  # ppo_lib.train's loop body, without its logging, checkpoints and tests.
+  for s in range(STEPS):
+    alpha = 1. - s / STEPS
+    all_experiences = ppo_lib.get_experience(
+        params_of(optimizer), module, simulators, config.actor_steps)
+    trajectories = ppo_lib.process_experience(
+        all_experiences, config.actor_steps, config.num_agents, config.gamma,
+        config.lambda_)
+    lr = config.learning_rate * alpha
+    clip_param = config.clip_param * alpha
+    losses = []
+    for _ in range(config.num_epochs):
+      permutation = np.random.permutation(
+          config.num_agents * config.actor_steps)
+      trajectories = tuple(x[permutation] for x in trajectories)
+      optimizer, loss = ppo_lib.train_step(
+          module, optimizer, trajectories, clip_param, config.vf_coeff,
+          config.entropy_coeff, lr, config.batch_size)
+      losses.append(loss)
+    yield params_of(optimizer), {'loss': losses}
+
+
+RECIPES = {'mnist': _mnist, 'vae': _vae, 'imagenet': _imagenet,
+           'pixelcnn': _pixelcnn, 'ppo': _ppo, 'lm1b': _lm1b, 'wmt': _wmt,
+           'nlp_seq': _nlp_seq}
 
 
 def main(argv):
