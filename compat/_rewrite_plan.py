@@ -146,9 +146,12 @@ class Planner:
   """Builds the ``Plan`` of one module from its scan findings."""
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
-               tier: str = 'exact', exported=()):
+               tier: str = 'exact', exported=(), rate_set_elsewhere=False):
     self.source, self.tree, self.names = source, tree, names
     self.findings, self.tier = findings, tier
+    # Another module overrides hyper-parameters per step on optimizers it
+    # did not create: definitions that leave this module get injected.
+    self.rate_set_elsewhere = rate_set_elsewhere
     self.exported = frozenset(exported)  # names other modules import
     self.flow = _scan_flow.OptimizerFlow(tree, names)
     # Which optimizers are ReplicatedOptimizers (made by .replicate()).
@@ -266,7 +269,8 @@ class Planner:
     leftovers = self._reexport_leftovers()
     overrides = [f for f in self.findings
                  if f.construct == 'apply_gradient_overrides']
-    self.inject = bool(overrides)
+    self.inject = bool(overrides) or (self.rate_set_elsewhere and not any(
+        f.construct == 'apply_gradient' for f in self.findings))
     handled = set()
     for node in ast.walk(self.tree):
       if isinstance(node, ast.Call):

@@ -89,18 +89,22 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
 
 
 def migrate_source(source: bytes, path: str = '<string>',
-                   tier: str = 'exact', reexports=None, exported=()):
+                   tier: str = 'exact', reexports=None, exported=(),
+                   rate_set_elsewhere: bool = False):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
   flax.optim (``scan.parse_project``); such usages are listed, not
-  rewritten, and a re-exported import stays.
+  rewritten, and a re-exported import stays. ``rate_set_elsewhere``:
+  another module of the project sets the learning rate per step on
+  optimizers it receives (``rate_set_elsewhere``), so this module's
+  definitions must take it as an injected hyper-parameter.
   """
   tree = ast.parse(source, filename=path)
   names = _scan_names.ModuleNames(tree, reexports)
   findings = scan.scan_source(source, path, reexports, tree)
   planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
-                                  exported)
+                                  exported, rate_set_elsewhere)
   plan = planner.plan()
   if not plan.edits:
     return source, plan
@@ -174,9 +178,25 @@ def iter_sources(paths, exclude=()):
   return scan.iter_python_files(paths, exclude, suffixes=('.py', '.ipynb'))
 
 
+def rate_set_elsewhere(project: scan.Project) -> bool:
+  """Whether a module overrides hyper-parameters per step
+  (``apply_gradient(g, learning_rate=lr)``) on optimizers it creates no
+  definition for: they come from another module (ppo's ``models.py``
+  creates, ``ppo_lib.py`` sets the rate)."""
+  for shown, source, tree in project.parsed:
+    constructs = {f.construct for f in scan.scan_source(
+        source, shown, project.reexports, tree)}
+    if 'apply_gradient_overrides' in constructs and not constructs & {
+        'create', 'optimizer_def'}:
+      return True
+  return False
+
+
 def migrate_file(path: str, tier: str = 'exact',
-                 project: Optional[scan.Project] = None) -> FileResult:
-  """One file migrated in memory; ``project``: re-exports to follow."""
+                 project: Optional[scan.Project] = None,
+                 rate_elsewhere: bool = False) -> FileResult:
+  """One file migrated in memory; ``project``: re-exports to follow;
+  ``rate_elsewhere``: ``rate_set_elsewhere(project)``."""
   shown = _shown(path)
   with open(path, 'rb') as f:
     old = f.read()
@@ -186,7 +206,7 @@ def migrate_file(path: str, tier: str = 'exact',
     elif project is not None:
       new, plan = migrate_source(
           old, shown, tier, project.reexports,
-          project.exported.get(os.path.abspath(path), ()))
+          project.exported.get(os.path.abspath(path), ()), rate_elsewhere)
     else:
       new, plan = migrate_source(old, shown, tier)
   except SyntaxError as e:
@@ -195,6 +215,16 @@ def migrate_file(path: str, tier: str = 'exact',
   except (ValueError, UnicodeDecodeError, libcst.ParserSyntaxError) as e:
     return FileResult(shown, old, old, None, f'{type(e).__name__}: {e}')
   return FileResult(shown, old, new, plan, None)
+
+
+def migrate_paths(paths, tier: str = 'exact', exclude=()):
+  """``(sources, results)``: every file under ``paths`` migrated in memory
+  as one project (re-exports and per-step rates followed across modules)."""
+  sources = list(iter_sources(paths, exclude))
+  project = scan.parse_project(paths, exclude)
+  rate_elsewhere = rate_set_elsewhere(project)
+  return sources, [migrate_file(p, tier, project, rate_elsewhere)
+                   for p in sources]
 
 
 def find_pins(paths) -> list:
@@ -417,9 +447,7 @@ def main(argv=None) -> int:
   args, exit_code = scan.parse_command_line(parser, argv)
   if args is None:
     return exit_code
-  sources = list(iter_sources(args.paths, args.exclude))
-  project = scan.parse_project(args.paths)
-  results = [migrate_file(p, args.tier, project) for p in sources]
+  sources, results = migrate_paths(args.paths, args.tier, args.exclude)
   pins = find_pins(args.paths)
   to_change = [(p, r) for p, r in zip(sources, results) if r.new != r.old]
   if args.write and to_change:

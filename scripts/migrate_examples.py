@@ -44,14 +44,13 @@ def migrate_example(directory: str):
   """(findings, edits, leftovers, still_legacy_files, reasons) of an example."""
   findings = edits = left = 0
   still_legacy, reasons = [], collections.Counter()
-  for path in migrate.iter_sources([directory], exclude=('*_test.py',)):
+  sources, results = migrate.migrate_paths([directory], 'exact',
+                                           exclude=('*_test.py',))
+  for path, result in zip(sources, results):
     if not path.endswith('.py'):
       continue
-    with open(path, 'rb') as f:
-      source = f.read()
-    findings += sum(1 for f in scan.scan_source(source, path)
+    findings += sum(1 for f in scan.scan_source(result.old, path)
                     if f.construct not in ('import', 'shim'))
-    result = migrate.migrate_file(path, 'exact')
     if result.error:
       reasons[f'not migrated: {result.error}'] += 1
       continue

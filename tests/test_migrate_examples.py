@@ -66,14 +66,13 @@ def copies(name, tmp_path):
   original, migrated = tmp_path / 'original', tmp_path / 'migrated'
   for target in (original, migrated):
     shutil.copytree(source_dir, target)
-  for path in migrate.iter_sources([source_dir], exclude=('*_test.py',)):
+  sources, results = migrate.migrate_paths([source_dir], 'exact',
+                                           exclude=('*_test.py',))
+  for path, result in zip(sources, results):
     if not path.endswith('.py'):
       continue
     relative = os.path.relpath(path, source_dir)
-    with open(path, 'rb') as f:
-      source = f.read()
-    (original / relative).write_bytes(removals_only(source, relative))
-    result = migrate.migrate_file(path, 'exact')
+    (original / relative).write_bytes(removals_only(result.old, relative))
     assert result.error is None, (relative, result.error)
     assert not result.plan.leftovers, (relative, result.plan.leftovers)
     assert not imports_legacy(result.new), (relative,
