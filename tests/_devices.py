@@ -29,7 +29,7 @@ import pytest
 # Child processes run one at a time on a background thread, started as soon
 # as collection knows which modules need one (tests/conftest.py), so they use
 # the second core while the main process runs the other modules' tests.
-_REGISTERED: dict[str, 'Cases'] = {}
+_REGISTERED: dict[str, 'Cases | Background'] = {}
 _RUNNER = futures.ThreadPoolExecutor(max_workers=1)
 _STARTED: dict[str, futures.Future] = {}
 
@@ -46,6 +46,33 @@ def start_for(module_paths) -> None:
   for path in module_paths:
     if path in _REGISTERED:
       start(path)
+
+
+class Background:
+  """A module's own child processes (``run()`` starts them, waits for them
+  and returns their results), queued with the device cases' after collection
+  so they run beside the main process too::
+
+    RUNS = _devices.Background(run_everything)
+    outcomes = RUNS.fixture(__file__)  # module-scoped: what run() returned
+  """
+
+  def __init__(self, run):
+    self._run = run
+
+  def run_child(self, script):
+    del script  # run() knows its own processes
+    return self._run()
+
+  def fixture(self, script: str):
+    script = os.path.abspath(script)
+    _REGISTERED[script] = self
+
+    @pytest.fixture(scope='module')
+    def outcomes():
+      return start(script).result()
+
+    return outcomes
 
 
 class Cases:

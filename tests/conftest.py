@@ -4,9 +4,9 @@
   kernel cache) keep them in process-wide caches, which would hold some
   2.7 GB by the end of the run. Dropping them between modules costs a few
   recompiles of shared helpers.
-* The multi-device cases run in child processes (``_devices.py``); they start
-  right after collection, one at a time, and use the second core while this
-  process runs the other modules.
+* The multi-device and multi-process cases run in child processes
+  (``_devices.py``); they start right after collection, one module at a
+  time, and use the second core while this process runs the other modules.
 """
 
 import ctypes

@@ -71,6 +71,16 @@ CONFIGS = {
 # one, centered RMSProp): the heavier tests run on these only.
 MAIN = ('adabelief', 'adadelta', 'adagrad', 'adam', 'lamb', 'rmsprop_centered')
 
+# The heavier tests (a compile or more per algorithm) each take half of the
+# algorithms in the default run, alternating halves from test to test so
+# every algorithm runs through most of them; -m slow runs every algorithm.
+_HALVES = ({'adam', 'adagrad', 'lamb'}, {'adabelief', 'adadelta', 'rmsprop'})
+
+
+def _half(names, half):
+  return [name if name.lower().split('_')[0] in _HALVES[half]
+          else pytest.param(name, marks=pytest.mark.slow) for name in names]
+
 # Numeric hyper-params each algorithm accepts as overrides, with a value.
 NUMERIC = {
     'Adam': dict(learning_rate=0.05, beta1=0.7, beta2=0.9, eps=1e-2,
@@ -264,7 +274,7 @@ def test_optax_init_equals_legacy_init(config):
 # ------------------------------------------------- per-leaf API == tree API
 
 
-@pytest.mark.parametrize('config', MAIN)
+@pytest.mark.parametrize('config', _half(MAIN, 1))
 def test_per_leaf_api_agrees_with_tree_api(config):
   # Both jitted: a compiled step rounds differently from an op-by-op one
   # (fused multiply-adds), and eager Optimizer.apply_gradient is compiled.
@@ -290,7 +300,7 @@ def test_per_leaf_api_agrees_with_tree_api(config):
 # ------------------------------------------- overrides, schedules, subclasses
 
 
-@pytest.mark.parametrize('name', sorted(NUMERIC))
+@pytest.mark.parametrize('name', _half(sorted(NUMERIC), 0))
 def test_traced_overrides_under_jit_match_eager_and_do_not_retrace(name):
   cls = SURFACE[name][0]
   traces = []
@@ -310,7 +320,7 @@ def test_traced_overrides_under_jit_match_eager_and_do_not_retrace(name):
   chex.assert_trees_all_close(jitted, eager, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize('config', MAIN)
+@pytest.mark.parametrize('config', _half(MAIN, 0))
 def test_learning_rate_schedule_equals_per_step_overrides(config):
   opt_def = CONFIGS[config]()
   schedule = optax.exponential_decay(0.2, transition_steps=1, decay_rate=0.7)
@@ -336,7 +346,7 @@ def test_learning_rate_schedule_equals_per_step_overrides(config):
                               opt.state)
 
 
-@pytest.mark.parametrize('name', sorted(NUMERIC))
+@pytest.mark.parametrize('name', _half(sorted(NUMERIC), 1))
 def test_every_numeric_hyper_param_may_be_a_schedule(name):
   opt_def = SURFACE[name][0](0.1)
   schedules = {
@@ -358,7 +368,7 @@ def test_every_numeric_hyper_param_may_be_a_schedule(name):
   chex.assert_trees_all_equal(params, opt.target)
 
 
-@pytest.mark.parametrize('name', sorted(SURFACE))
+@pytest.mark.parametrize('name', _half(sorted(SURFACE), 0))
 def test_user_subclass_overriding_apply_param_gradient_runs_through_optax(
     name):
   cls = SURFACE[name][0]

@@ -214,11 +214,16 @@ def test_optax_state_round_trip_is_bit_exact(name, spec, seed):
 # --------------------------------------------- per-leaf API vs tree API
 
 
+# Op by op: every operation compiles per shape and dtype. The default run
+# keeps one row per state structure; -m slow runs all of them.
 @pytest.mark.parametrize('name,dtype', [
-    ('adafactor', jnp.float32), ('adafactor_momentum_wd', jnp.bfloat16),
+    pytest.param('adafactor', jnp.float32, marks=pytest.mark.slow),
+    ('adafactor_momentum_wd', jnp.bfloat16),
     ('adafactor_unfactored', jnp.float16), ('lars', jnp.bfloat16),
-    ('lars_nesterov', jnp.float32), ('wn_momentum', jnp.float32),
-    ('wn_adafactor', jnp.float32), ('wn_adam', jnp.float32)])
+    ('lars_nesterov', jnp.float32),
+    pytest.param('wn_momentum', jnp.float32, marks=pytest.mark.slow),
+    ('wn_adafactor', jnp.float32),
+    pytest.param('wn_adam', jnp.float32, marks=pytest.mark.slow)])
 def test_per_leaf_api_agrees_with_tree_api(name, dtype):
   opt_def = DEFS[name]()
   params = _params(dtype)
@@ -266,7 +271,11 @@ OVERRIDES = {
 }
 
 
-@pytest.mark.parametrize('name', sorted(OVERRIDES))
+# The default run keeps a rule and a wrapper; -m slow runs all of them.
+@pytest.mark.parametrize('name', [
+    name if name in ('adafactor', 'wn_momentum')
+    else pytest.param(name, marks=pytest.mark.slow)
+    for name in sorted(OVERRIDES)])
 def test_traced_overrides_under_jit(name):
   make, overrides = OVERRIDES[name]
   base_kw = {'beta1': 0.9} if name == 'adafactor' else {}

@@ -19,6 +19,15 @@ from compat import check
 
 K = 2
 NAMES = [config.name for config in _configs.CONFIGS]
+# The paths here are the same for every rule once its state converts, which
+# test_bridges_eager.py checks for every configuration. The default run keeps
+# the rules whose state or overrides differ most (none, a schedule, factored
+# moments, nesterov, centered) and every wrapper; all of them run with
+# -m slow.
+REPRESENTATIVE = ('GradientDescent', 'Momentum + lr schedule', 'Adam',
+                  'Adafactor(factored, beta1)', 'LARS(nesterov)',
+                  'RMSProp(centered)', 'WeightNorm(Momentum)',
+                  'MultiOptimizer', 'MultiOptimizer(unmatched)', 'focus')
 JIT_PATHS = check.DEFAULT_PATHS  # all but the eager loop
 
 
@@ -44,7 +53,9 @@ def _run_selected_configs_two_at_a_time(request):
 @pytest.mark.parametrize('path', [
     pytest.param(path, marks=pytest.mark.nnx) if path == 'nnx.Optimizer'
     else path for path in JIT_PATHS])
-@pytest.mark.parametrize('name', NAMES)
+@pytest.mark.parametrize('name', [
+    name if name in REPRESENTATIVE
+    else pytest.param(name, marks=pytest.mark.slow) for name in NAMES])
 def test_new_path_is_bit_identical_to_legacy(name, path):
   comparison = outcome(name)[path]
   if comparison.error is not None:

@@ -2,6 +2,8 @@
 the jitted step at mixed shapes and dtypes, shared by equal definitions,
 bounded, and freed by ``legacy_optim.eager.clear_cache``."""
 
+import itertools
+
 import _compiles
 import chex
 import jax
@@ -80,9 +82,13 @@ def _eager_and_jitted(opt, steps=3):
   return eager_opt, jitted
 
 
+# MultiOptimizer runs Adam and Momentum kernels over the mixed leaves (two
+# filled calls, dtypes, frozen leaves), and the test below compares Adam's
+# eager and jitted steps on them; each other definition (about 10 s each)
+# runs with -m slow.
 @pytest.mark.parametrize('name', [
-    name if name in ('Adam', 'MultiOptimizer') else
-    pytest.param(name, marks=pytest.mark.slow)  # About 10 s each.
+    name if name == 'MultiOptimizer' else
+    pytest.param(name, marks=pytest.mark.slow)
     for name in sorted(DEFINITIONS)])
 def test_eager_steps_equal_jitted_steps_at_mixed_shapes_and_dtypes(name):
   opt = DEFINITIONS[name]().create(_mixed_params())
@@ -106,15 +112,27 @@ def test_equal_definitions_share_kernels():
   assert eager.cache_size() == size
 
 
-def test_definitions_with_other_values_get_their_own_kernels():
+# Values equal as Python values would be (0.0 == -0.0), and as NumPy arrays
+# (float32 and float64 0.2). The default run takes a chain of definitions
+# each equal that way to the one before; the whole grid (a compile each)
+# runs with -m slow.
+_LEARNING_RATES = (np.float32(0.1), np.float32(0.2),
+                   np.asarray(0.2, np.float64))
+_WEIGHT_DECAYS = (0.0, -0.0, 1e-2)
+
+
+@pytest.mark.parametrize('values', [
+    pytest.param(((_LEARNING_RATES[1], 0.0), (_LEARNING_RATES[1], -0.0),
+                  (_LEARNING_RATES[2], -0.0)), id='equal-values'),
+    pytest.param(tuple(itertools.product(_LEARNING_RATES, _WEIGHT_DECAYS)),
+                 id='grid', marks=pytest.mark.slow)])
+def test_definitions_with_other_values_get_their_own_kernels(values):
   params, grads = _mixed_params(), _grads(_mixed_params(), 0)
   step = jax.jit(lambda o, g: o.apply_gradient(g))
-  # Equal as Python values would be (0.0 == -0.0), and as NumPy arrays.
-  for lr in (np.float32(0.1), np.float32(0.2), np.asarray(0.2, np.float64)):
-    for weight_decay in (0.0, -0.0, 1e-2):
-      opt = optim.Adam(lr, weight_decay=weight_decay).create(params)
-      chex.assert_trees_all_equal(opt.apply_gradient(grads),
-                                  step(opt, grads), strict=True)
+  for lr, weight_decay in values:
+    opt = optim.Adam(lr, weight_decay=weight_decay).create(params)
+    chex.assert_trees_all_equal(opt.apply_gradient(grads),
+                                step(opt, grads), strict=True)
 
 
 def test_a_new_override_name_compiles_per_kernel_not_per_leaf():

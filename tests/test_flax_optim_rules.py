@@ -110,15 +110,31 @@ def _grads(step):
       lambda p: jnp.sin(p * scale + step).astype(p.dtype), _params())
 
 
-def _check_kwargs():
+def _check_kwargs(quick):
+  """Every catalogue check row; rows ``quick`` refuses are marked slow."""
   for algorithm in catalogue.RULES:
-    for check in algorithm.checks:
-      if not check.schedule:
-        yield pytest.param(algorithm, dict(check.kwargs),
-                           id=f'{algorithm.name}{check.label}')
+    checks = [check for check in algorithm.checks if not check.schedule]
+    for row, check in enumerate(checks):
+      yield pytest.param(
+          algorithm, dict(check.kwargs), id=f'{algorithm.name}{check.label}',
+          marks=() if quick(algorithm, row, len(checks)) else pytest.mark.slow)
 
 
-@pytest.mark.parametrize('algorithm, kwargs', list(_check_kwargs()))
+def _last_row_of_each_rule(algorithm, row, rows):
+  del algorithm  # every rule keeps one
+  return row == rows - 1
+
+
+def _one_rule_of_each_state_kind(algorithm, row, rows):
+  # Injecting the rate works the same for every rule: one without state, one
+  # with factored moments, one with a static flag (centered).
+  return (_last_row_of_each_rule(algorithm, row, rows) and
+          algorithm.name in ('GradientDescent', 'Adafactor', 'RMSProp'))
+
+
+# Each rule's own module: the default run checks its most involved row.
+@pytest.mark.parametrize('algorithm, kwargs',
+                         list(_check_kwargs(_last_row_of_each_rule)))
 def test_same_transform_as_to_optax(algorithm, kwargs):
   legacy_tx = _legacy_class(algorithm)(**kwargs).to_optax()
   rules_tx = _keyword_function(algorithm)(**kwargs)
@@ -136,7 +152,8 @@ def test_same_transform_as_to_optax(algorithm, kwargs):
   assert type(state_a) is type(state_b)
 
 
-@pytest.mark.parametrize('algorithm, kwargs', list(_check_kwargs()))
+@pytest.mark.parametrize('algorithm, kwargs',
+                         list(_check_kwargs(_one_rule_of_each_state_kind)))
 def test_injected_learning_rate_matches_apply_gradient_override(
     algorithm, kwargs):
   kwargs.pop('learning_rate')

@@ -146,7 +146,17 @@ SPELLINGS = {
 }
 
 
-@pytest.mark.parametrize('spelling', sorted(SPELLINGS))
+# Each spelling is a Python start-up. The default run keeps one through the
+# finder (every submodule, old pickles) and one through flax's module
+# __getattr__; the others run with -m slow.
+QUICK_SPELLINGS = ('every_submodule_and_private_class',
+                   'import_flax_then_attribute')
+
+
+@pytest.mark.parametrize('spelling', [
+    spelling if spelling in QUICK_SPELLINGS
+    else pytest.param(spelling, marks=pytest.mark.slow)
+    for spelling in sorted(SPELLINGS)])
 def test_spelling_works_without_importing_legacy_optim(spelling, tmp_path):
   code = _PRELUDE + textwrap.dedent(SPELLINGS[spelling]) + _SAME_OBJECTS
   assert_ok(run_python(code, tmp_path))

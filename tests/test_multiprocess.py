@@ -18,11 +18,14 @@ failure or timeout.
 """
 
 import os
+import pathlib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
+import _devices
 import numpy as np
 import pytest
 
@@ -191,25 +194,31 @@ def _wait_all(procs, deadline):
                 + f'\n{logs}')
 
 
-@pytest.fixture(scope='module')
-def runs(tmp_path_factory):
-  tmp = tmp_path_factory.mktemp('multiprocess')
-  deadline = time.monotonic() + DEADLINE
-  port = _free_port()
-  procs = [
-      _spawn(i, N_PROCESSES, port, tmp / f'worker{i}.npz',
-             tmp / f'worker{i}.log') for i in range(N_PROCESSES)]
-  # The single-process reference runs alongside: same code, 8 local devices.
-  procs.append(_spawn(0, 1, 0, tmp / 'single.npz', tmp / 'single.log'))
-  _wait_all(procs, deadline)
-  workers = [dict(np.load(tmp / f'worker{i}.npz'))
-             for i in range(N_PROCESSES)]
-  return workers, dict(np.load(tmp / 'single.npz'))
+def _run_all():
+  """Both workers and the single-process reference: their final params."""
+  with tempfile.TemporaryDirectory(prefix='multiprocess') as tmp:
+    tmp = pathlib.Path(tmp)
+    deadline = time.monotonic() + DEADLINE
+    port = _free_port()
+    procs = [
+        _spawn(i, N_PROCESSES, port, tmp / f'worker{i}.npz',
+               tmp / f'worker{i}.log') for i in range(N_PROCESSES)]
+    # The single-process reference runs alongside: same code, 8 local
+    # devices.
+    procs.append(_spawn(0, 1, 0, tmp / 'single.npz', tmp / 'single.log'))
+    _wait_all(procs, deadline)
+    workers = [dict(np.load(tmp / f'worker{i}.npz'))
+               for i in range(N_PROCESSES)]
+    return workers, dict(np.load(tmp / 'single.npz'))
+
+
+# Started after collection, beside the main process (tests/_devices.py).
+outcomes = _devices.Background(_run_all).fixture(__file__)
 
 
 @pytest.mark.parametrize('variant', VARIANTS)
-def test_two_processes_match_the_single_process_run(runs, variant):
-  workers, single = runs
+def test_two_processes_match_the_single_process_run(outcomes, variant):
+  workers, single = outcomes
   keys = sorted(k for k in single if k.startswith(variant + '/'))
   assert keys, sorted(single)
   for key in keys:
