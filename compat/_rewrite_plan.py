@@ -632,7 +632,8 @@ class Planner:
         continue
       target = removal.target or (node.value if isinstance(node, ast.Assign)
                                   else node)
-      self.edit(target, removal.rewrite, removal.construct, source=target)
+      self.edit(target, removal.rewrite, removal.construct, source=target,
+                **dict(removal.parts))
       module = _scan_removals.needed_import(removal.rewrite)
       if module and not isinstance(node, ast.ImportFrom):
         self.imports.append((module, None, None))

@@ -79,6 +79,7 @@ class Removal(NamedTuple):
   # the statement.
   rewrite: Optional[str]
   target: Optional[ast.AST] = None  # what the rewrite replaces; default: node
+  parts: tuple = ()  # (name, node): more ``{name}`` sources for the template
 
 
 def needed_import(rewrite: str) -> Optional[str]:
@@ -135,7 +136,7 @@ def match(node, names) -> Optional[Removal]:
       return Removal('removed_api', f'{path}()', _NO_OPS[path], '')
     return None
   if isinstance(node, ast.Call):
-    return _match_positional_mask(node, names)
+    return _match_positional_mask(node, names) or _match_frozen_copy(node)
   if not isinstance(node, ast.Attribute):
     return None
   path = names.resolve(node)
@@ -276,6 +277,21 @@ def _match_positional_mask(node: ast.Call, names) -> Optional[Removal]:
                  'inputs_kv, mask)', 'the call now takes (inputs_q, inputs_k, '
                  'inputs_v, *, mask): pass the mask as mask=...',
                  'mask={source}', node.args[2])
+
+
+def _match_frozen_copy(node: ast.Call) -> Optional[Removal]:
+  """``variables.copy({...})``: FrozenDict's merge; ``init`` returns a plain
+  dict today, whose ``copy`` takes no argument. Only a dict display as the
+  argument says it is that merge (``ndarray.copy('C')`` is not)."""
+  if not (isinstance(node.func, ast.Attribute) and node.func.attr == 'copy'
+          and len(node.args) == 1 and isinstance(node.args[0], ast.Dict)
+          and not node.keywords):
+    return None
+  return Removal('removed_api', 'FrozenDict.copy(add_or_replace)',
+                 'flax.core.copy(variables, add_or_replace): init returns a '
+                 'plain dict today, whose copy takes no argument',
+                 'flax.core.copy({receiver}, {update})', node,
+                 (('receiver', node.func.value), ('update', node.args[0])))
 
 
 def _literal(text: str) -> str:

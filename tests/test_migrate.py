@@ -376,6 +376,8 @@ def test_neighbouring_removals_are_rewritten_and_run(tmp_path):
   assert (model_state, params) == ({'batch_stats': 2}, 1)
   assert b'omnistaging' not in new and b'config.update' in new
   assert b'host_id' not in new and module.is_chief()
+  assert module.with_batch_stats({'params': 1}, 2) == {'params': 1,
+                                                       'batch_stats': 2}
   # The mask goes by name: masking out every key but the first one gives
   # attention over that key alone, whatever the other keys hold.
   queries = jnp.ones((1, 1, 2))
@@ -641,3 +643,67 @@ def test_replicate_is_left_when_not_certain(change, reason):
   new, plan = migrate.migrate_source(source, 'replicate_like.py')
   assert b'.replicate(' in new and b'jax_utils' not in new
   assert any(reason in l.reason for l in plan.leftovers), plan.leftovers
+
+
+_CREATING_MODULE = '''from flax import optim
+
+
+def create_optimizer(params, learning_rate):
+  return optim.Adam(learning_rate, beta2=0.99).create(params)
+'''
+_RATE_SETTING_MODULE = '''import jax
+import jax.numpy as jnp
+from flax import optim
+
+import models
+
+
+@jax.jit
+def train_step(optimizer: optim.Optimizer, batch, lr):
+  grad = jax.grad(lambda p: jnp.mean((batch['x'] @ p['w'] - batch['y']) ** 2))(
+      optimizer.target)
+  return optimizer.apply_gradient(grad, learning_rate=lr)
+
+
+def train(params, batches):
+  optimizer = models.create_optimizer(params, 0.1)
+  for step, batch in enumerate(batches):
+    optimizer = train_step(optimizer, batch, 0.1 / (step + 1))
+  return optimizer
+'''
+
+
+def _train_project(directory, params, batches):
+  sys.path.insert(0, str(directory))
+  try:
+    for name in ('models', 'steps'):
+      sys.modules.pop(name, None)
+    return load_module(str(directory / 'steps.py'), 'steps').train(
+        params, batches)
+  finally:
+    sys.path.remove(str(directory))
+    sys.modules.pop('models', None)
+
+
+def test_a_rate_set_in_another_module_injects_the_definition(tmp_path):
+  project = tmp_path / 'project'
+  project.mkdir()
+  (project / 'models.py').write_text(_CREATING_MODULE)
+  (project / 'steps.py').write_text(_RATE_SETTING_MODULE)
+  sources, results = migrate.migrate_paths([str(project)])
+  migrated = tmp_path / 'migrated'
+  migrated.mkdir()
+  for path, result in zip(sources, results):
+    assert not result.plan.leftovers, result.plan.leftovers
+    assert_no_legacy_import(result.new)
+    (migrated / os.path.basename(path)).write_bytes(result.new)
+  assert b'inject_learning_rate(flax_optim_rules.adam)' in (
+      migrated / 'models.py').read_bytes()
+  rng = np.random.RandomState(3)
+  params = {'w': jnp.asarray(rng.randn(4, 2), jnp.float32)}
+  batches = [{'x': jnp.asarray(rng.randn(8, 4), jnp.float32),
+              'y': jnp.asarray(rng.randn(8, 2), jnp.float32)}
+             for _ in range(4)]
+  old = _train_project(project, params, batches)
+  new = _train_project(migrated, params, batches)
+  assert_same_bits(old.target, new.params)
