@@ -7,7 +7,9 @@ must be equal bit for bit after several steps.
 """
 
 import ast
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -233,12 +235,21 @@ def test_stock_tier_leaves_a_per_step_rate():
 
 
 def run_cli(args, cwd):
-  env = dict(os.environ)
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env['PYTHONPATH'] = root + os.pathsep + env.get('PYTHONPATH', '')
-  return subprocess.run([sys.executable, '-m', 'compat', 'migrate', *args],
-                        cwd=cwd, env=env, capture_output=True, text=True,
-                        check=False)
+  """``migrate``'s command line, run in this process from ``cwd`` (the
+  console script itself is run by tests/test_good_citizen.py)."""
+  out, err = io.StringIO(), io.StringIO()
+  previous = os.getcwd()
+  os.chdir(cwd)
+  try:
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      try:
+        code = migrate.main(list(args))
+      except SystemExit as e:  # argparse's usage errors
+        code = e.code
+  finally:
+    os.chdir(previous)
+  return subprocess.CompletedProcess(args, code, out.getvalue(),
+                                     err.getvalue())
 
 
 def git(args, cwd):
