@@ -315,8 +315,8 @@ def _out_layout(paths) -> dict:
   return layout
 
 
-def write_tree(paths, out: str, results) -> None:
-  """Copies the inputs into ``out`` with the migrated files replaced."""
+def check_out(paths, out: str) -> None:
+  """Raises unless ``out`` can take the rewritten copy of ``paths``."""
   out_path = pathlib.Path(out)
   if out_path.exists() and (not out_path.is_dir() or any(out_path.iterdir())):
     raise _atomic.DestinationExistsError(
@@ -328,6 +328,13 @@ def write_tree(paths, out: str, results) -> None:
                                                os.sep):
       raise ValueError(f'--out {out} lies inside the source {path}; pick a '
                        'directory outside it')
+  _out_layout(paths)
+
+
+def write_tree(paths, out: str, results) -> None:
+  """Copies the inputs into ``out`` with the migrated files replaced."""
+  check_out(paths, out)
+  out_path = pathlib.Path(out)
   changed = {os.path.abspath(r.path): r.new for r in results
              if r.new != r.old}
   if out_path.is_dir():
@@ -447,6 +454,12 @@ def main(argv=None) -> int:
   args, exit_code = scan.parse_command_line(parser, argv)
   if args is None:
     return exit_code
+  if args.out:
+    try:  # before any work: the destination is the user's to pick again
+      check_out(args.paths, args.out)
+    except (ValueError, FileExistsError) as e:
+      print(f'refusing --out: {e}', file=sys.stderr)
+      return EXIT_USAGE
   sources, results = migrate_paths(args.paths, args.tier, args.exclude)
   pins = find_pins(args.paths)
   to_change = [(p, r) for p, r in zip(sources, results) if r.new != r.old]
