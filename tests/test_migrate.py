@@ -6,7 +6,6 @@ migrated, on plain Optax/TrainState; every parameter and optimizer-state leaf
 must be equal bit for bit after several steps.
 """
 
-import ast
 import contextlib
 import importlib.util
 import io
@@ -16,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+import _legacy_imports
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,19 +51,8 @@ def migrated_copy(tmp_path, name):
   return path, new
 
 
-def imported_modules(source: bytes) -> set:
-  names = set()
-  for node in ast.walk(ast.parse(source)):
-    if isinstance(node, ast.Import):
-      names |= {a.name for a in node.names}
-    elif isinstance(node, ast.ImportFrom):
-      names |= {f'{node.module}.{a.name}' for a in node.names}
-  return names
-
-
 def assert_no_legacy_import(source: bytes):
-  for name in imported_modules(source):
-    assert not name.startswith(('flax.optim', 'legacy_optim', 'compat')), name
+  assert not _legacy_imports.legacy_imports(source)
 
 
 def assert_same_bits(a, b):

@@ -19,12 +19,12 @@ same synthetic batches; every step's parameters and metrics must be equal
 bit for bit.
 """
 
-import ast
 import os
 import shutil
 import subprocess
 import sys
 
+import _legacy_imports
 import numpy as np
 import pytest
 
@@ -35,7 +35,6 @@ EXAMPLES = os.environ.get('FLAX_V033_EXAMPLES')
 DRIVER = os.path.join(os.path.dirname(__file__), '_v033_driver.py')
 NAMES = ('mnist', 'imagenet', 'lm1b', 'wmt', 'nlp_seq', 'pixelcnn', 'ppo',
          'vae')
-_LEGACY_MODULES = ('flax.optim', 'legacy_optim', 'compat')
 
 pytestmark = pytest.mark.skipif(
     not EXAMPLES, reason='FLAX_V033_EXAMPLES is set by tox -e migrate-examples')
@@ -48,16 +47,6 @@ def removals_only(source: bytes, path: str) -> bytes:
   rendered, dropped = _rewrite_plan.render(source, edits)
   assert not dropped, dropped
   return rendered
-
-
-def imports_legacy(source: bytes) -> list:
-  found = []
-  for node in ast.walk(ast.parse(source)):
-    if isinstance(node, ast.Import):
-      found += [a.name for a in node.names]
-    elif isinstance(node, ast.ImportFrom) and not node.level:
-      found += [f'{node.module}.{a.name}' for a in node.names]
-  return [n for n in found if n.startswith(_LEGACY_MODULES)]
 
 
 def copies(name, tmp_path):
@@ -75,8 +64,7 @@ def copies(name, tmp_path):
     (original / relative).write_bytes(removals_only(result.old, relative))
     assert result.error is None, (relative, result.error)
     assert not result.plan.leftovers, (relative, result.plan.leftovers)
-    assert not imports_legacy(result.new), (relative,
-                                            imports_legacy(result.new))
+    assert not _legacy_imports.legacy_imports(result.new), relative
     (migrated / relative).write_bytes(result.new)
   return original, migrated
 
