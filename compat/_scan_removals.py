@@ -103,15 +103,12 @@ def _source_of(node) -> Optional[str]:
   return None
 
 
-# Calls that are no-ops today, as expression statements: deleted.
-_NO_OPS = {
-    'jax.config.enable_omnistaging': (
-        'jax.config.enable_omnistaging() was removed: omnistaging is always '
-        'on (jax >= 0.2.12); delete the call'),
-    'jax.config.config.enable_omnistaging': (
-        'jax.config.enable_omnistaging() was removed: omnistaging is always '
-        'on (jax >= 0.2.12); delete the call'),
-}
+# Calls that are no-ops today, as expression statements: deleted. Both
+# spellings of the config object (``from jax.config import config``).
+_NO_OPS = dict.fromkeys(
+    ('jax.config.enable_omnistaging', 'jax.config.config.enable_omnistaging'),
+    'jax.config.enable_omnistaging() was removed: omnistaging is always on '
+    '(jax >= 0.2.12); delete the call')
 # Modules whose call took (inputs_q, inputs_kv, mask) and now takes
 # (inputs_q, inputs_k, inputs_v, *, mask): a third positional argument that
 # was the mask would become the values.

@@ -97,8 +97,8 @@ def migrate_source(source: bytes, path: str = '<string>',
   flax.optim (``scan.parse_project``); such usages are listed, not
   rewritten, and a re-exported import stays. ``rate_set_elsewhere``:
   another module of the project sets the learning rate per step on
-  optimizers it receives (``rate_set_elsewhere``), so this module's
-  definitions must take it as an injected hyper-parameter.
+  optimizers it receives (the function ``rate_set_elsewhere``), so this
+  module's definitions must take it as an injected hyper-parameter.
   """
   tree = ast.parse(source, filename=path)
   names = _scan_names.ModuleNames(tree, reexports)

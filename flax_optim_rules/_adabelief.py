@@ -35,7 +35,7 @@ def legacy_adabelief(hyper_params: Any,
     ``optax.adabelief`` takes separate ``eps``/``eps_root`` and applies the
     learning rate after the division; it has no weight decay. The result
     rounds differently from flax.optim. With a non-zero weight decay
-    ``update`` needs ``params`` (see ``_transforms_numerics.descent``).
+    ``update`` needs ``params`` (see ``_numerics.descent``).
 
   Args:
     hyper_params: the hyper-parameters (attributes named as in ``adabelief``);

@@ -53,7 +53,7 @@ def legacy_adam(hyper_params: Any,
     update, and ``optax.chain(optax.scale_by_adam(), ...)`` divides before
     scaling by the learning rate; both round differently from flax.optim.
     This transform returns ``new_p - p`` as the update when the weight decay
-    is not a static zero (see ``_transforms_numerics.descent``), so it needs
+    is not a static zero (see ``_numerics.descent``), so it needs
     ``params`` in ``update`` in that case.
 
   Args:
