@@ -8,20 +8,20 @@ from compat import _lazy
 
 _EXPORTS = {
     # Optax, TrainState and nnx bridges.
-    'to_optax': 'compat.optax_bridge',
-    'from_optax': 'compat.optax_bridge',
-    'traversal_labels': 'compat.optax_bridge',
-    'to_train_state': 'compat.train_state',
-    'to_nnx_optimizer': 'compat.nnx',
+    'to_optax': 'compat.bridges.optax_bridge',
+    'from_optax': 'compat.bridges.optax_bridge',
+    'traversal_labels': 'compat.bridges.optax_bridge',
+    'to_train_state': 'compat.bridges.train_state',
+    'to_nnx_optimizer': 'compat.bridges.nnx',
     # The stock exit: stock Optax transforms and states, no shim needed.
-    'to_stock_optax': 'compat.stock_exit',
+    'to_stock_optax': 'compat.bridges.stock_exit',
     # Checkpoints.
     'load_legacy_checkpoint': 'compat.checkpoints',
     'convert_checkpoint': 'compat.checkpoints',
     'read_checkpoint': 'compat.checkpoints',
     'restore_checkpoint': 'compat.checkpoints',
     # Sharding.
-    'state_shardings': 'compat.sharding',
+    'state_shardings': 'compat.bridges.sharding',
     # Source scanner.
     'scan_paths': 'compat.scan',
 }

@@ -25,7 +25,7 @@ from compat import _atomic
 from compat import _file_skeleton
 from compat import _safe_msgpack
 from compat import _spec
-from compat import optax_bridge
+from compat.bridges import optax_bridge
 
 _VALUE = 'value'  # How an nnx Variable's array is stored by Orbax.
 # The Orbax items of a converted checkpoint (see compat.checkpoints).
@@ -46,7 +46,7 @@ class ConversionReport:
   bytes_written: int
   steps: tuple = ()  # a CheckpointManager tree: every step converted
   # The stock exit (stock=True): what continues the run and how far it
-  # measured from flax 0.5.3 (a compat.stock_exit.StockReport).
+  # measured from flax 0.5.3 (a compat.bridges.stock_exit.StockReport).
   stock: Any = None
 
   def __str__(self):
@@ -119,7 +119,7 @@ def _state_only_overrides(optimizer) -> dict[str, Any]:
 
 def _stock_item(to: str, optimizer, closest: bool):
   """(the stock exit's state item, its StockReport)."""
-  from compat import stock_exit
+  from compat.bridges import stock_exit
   overrides = {}
   if optax_bridge.lacks_learning_rate(optimizer.optimizer_def.hyper_params):
     # Only the state is written, and a constant rate lays it out like any
@@ -144,12 +144,12 @@ def _modern_item(to: str, optimizer, model, path_map) -> Any:
     _, opt_state = optax_bridge.to_optax(optimizer, **overrides)
     return {'params': optimizer.target, 'opt_state': opt_state}
   if to == 'train_state':
-    from compat import train_state
+    from compat.bridges import train_state
     return train_state.to_train_state(optimizer, apply_fn=None,
                                       overrides=overrides)
   from flax import nnx
 
-  from compat import nnx as nnx_bridge
+  from compat.bridges import nnx as nnx_bridge
   if model is None:
     model = _mirror_module(optimizer.target)
   nnx_optimizer = nnx_bridge.to_nnx_optimizer(optimizer, model,

@@ -47,7 +47,7 @@ from compat import _atomic
 from compat import _convert
 from compat import _file_skeleton
 from compat import _infer
-from compat import _paths
+from compat.bridges import _paths
 from compat import _safe_msgpack
 from compat import _spec
 from legacy_optim import _restore

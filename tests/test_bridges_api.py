@@ -15,7 +15,7 @@ import pytest
 import compat
 from compat import _configs
 from compat import check
-from compat import nnx as compat_nnx
+from compat.bridges import nnx as compat_nnx
 import legacy_optim as optim
 from legacy_optim import traverse_util
 

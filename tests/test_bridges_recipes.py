@@ -17,7 +17,7 @@ import optax
 import pytest
 
 import compat
-from compat import nnx as compat_nnx
+from compat.bridges import nnx as compat_nnx
 import legacy_optim as optim
 
 X = jnp.asarray(np.random.default_rng(0).standard_normal((6, 4)), jnp.float32)

@@ -12,7 +12,7 @@ import pytest
 from compat import _configs
 from compat import check
 from compat import cli
-from compat import optax_bridge
+from compat.bridges import optax_bridge
 import legacy_optim as optim
 
 

@@ -402,7 +402,7 @@ def _convert(name, to, tmp_path):
   return dst
 
 
-# The nnx target needs the nnx bridge (compat.nnx.NNX_MIN_FLAX).
+# The nnx target needs the nnx bridge (compat.bridges.nnx.NNX_MIN_FLAX).
 MODERN_TARGETS = [pytest.param(to, marks=pytest.mark.nnx) if to == 'nnx'
                   else to for to in checkpoints.MODERN]
 

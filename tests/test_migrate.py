@@ -23,7 +23,7 @@ import pytest
 
 from compat import _rewrite_plan
 from compat import migrate
-from compat import optax_bridge
+from compat.bridges import optax_bridge
 from legacy_optim import catalogue
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'fixtures', 'migrate')
@@ -576,7 +576,7 @@ def test_reexported_optim_is_listed_and_its_import_kept(tmp_path):
 _REPLICATED_RUN = '''
 import importlib.util, sys
 import jax, jax.numpy as jnp, numpy as np
-from compat import optax_bridge
+from compat.bridges import optax_bridge
 
 
 def load(path, name):

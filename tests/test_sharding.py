@@ -21,7 +21,7 @@ import optax
 import pytest
 
 import compat
-from compat import sharding
+from compat.bridges import sharding
 import legacy_optim as optim
 from legacy_optim import traverse_util
 

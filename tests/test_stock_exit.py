@@ -16,7 +16,7 @@ import optax
 import pytest
 
 import compat
-from compat import stock_exit
+from compat.bridges import stock_exit
 import legacy_optim
 from legacy_optim import catalogue
 

@@ -30,7 +30,7 @@ import jax
 import numpy as np
 import optax
 
-from compat import optax_bridge
+from compat.bridges import optax_bridge
 from legacy_optim import _field_trees
 from legacy_optim import base
 from legacy_optim import catalogue

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from flax.training import train_state
 
-from compat import optax_bridge
+from compat.bridges import optax_bridge
 from legacy_optim import base
 
 

@@ -28,9 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from compat import _paths
-from compat import optax_bridge
-from compat import sharding
+from compat.bridges import _paths
+from compat.bridges import optax_bridge
+from compat.bridges import sharding
 from legacy_optim import base
 
 # The installed nnx API, detected here and nowhere else. The bridge needs
