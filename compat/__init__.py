@@ -16,10 +16,10 @@ _EXPORTS = {
     # The stock exit: stock Optax transforms and states, no shim needed.
     'to_stock_optax': 'compat.bridges.stock_exit',
     # Checkpoints.
-    'load_legacy_checkpoint': 'compat.checkpoints',
-    'convert_checkpoint': 'compat.checkpoints',
-    'read_checkpoint': 'compat.checkpoints',
-    'restore_checkpoint': 'compat.checkpoints',
+    'load_legacy_checkpoint': 'compat.checkpoints.api',
+    'convert_checkpoint': 'compat.checkpoints.api',
+    'read_checkpoint': 'compat.checkpoints.api',
+    'restore_checkpoint': 'compat.checkpoints.api',
     # Sharding.
     'state_shardings': 'compat.bridges.sharding',
     # Source scanner.

@@ -23,7 +23,7 @@ COMMANDS = {
     'check': ('compat.check', 'Train a small model through the legacy path '
               'and every new path; print where they differ.'),
     'scan': ('compat.scan', 'Find flax.optim usages in source files.'),
-    'convert': ('compat.checkpoints', 'Convert a flax.optim checkpoint to '
+    'convert': ('compat.checkpoints.api', 'Convert a flax.optim checkpoint to '
                 'Optax/TrainState/nnx (Orbax) or back.'),
     'migrate': ('compat.migrate', 'Rewrite flax.optim code to Optax/'
                 'TrainState code (--diff, --write, --out DIR).'),

@@ -4,8 +4,9 @@ Hypothesis mutates the flax 0.5.3 fixtures (truncation, flipped bytes,
 spliced garbage; or, one level up, a state dict with a leaf replaced by a
 value of another type, shape or dtype) and checks every entry point:
 
-* ``compat._safe_msgpack.decode`` and ``compat.load_legacy_checkpoint``
-  either succeed or raise ValueError (``CheckpointFormatError`` is one);
+* ``compat.checkpoints._safe_msgpack.decode`` and
+  ``compat.load_legacy_checkpoint`` either succeed or raise ValueError
+  (``CheckpointFormatError`` is one);
 * ``flax.serialization.from_bytes(optimizer, data)`` either raises
   ValueError/TypeError, or returns an optimizer with exactly the template's
   structure, shapes and dtypes holding what the bytes say (the strict
@@ -32,7 +33,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent / 'checkpoints'))
 import fixture_lib as fx
 
 import compat
-from compat import _safe_msgpack
+from compat.checkpoints import _safe_msgpack
 from legacy_optim import _restore
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')

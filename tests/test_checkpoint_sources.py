@@ -20,7 +20,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import compat
-from compat import checkpoints
+from compat.checkpoints import api as checkpoints
 import legacy_optim
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')

@@ -33,8 +33,8 @@ import fixture_lib as fx
 
 import compat
 from compat import _atomic
-from compat import _convert as convert_impl
-from compat import checkpoints
+from compat.checkpoints import _convert as convert_impl
+from compat.checkpoints import api as checkpoints
 import legacy_optim
 from legacy_optim import _restore
 from legacy_optim import catalogue

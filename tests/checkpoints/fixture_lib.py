@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import tree_paths
 
-from compat import _spec
+from compat.checkpoints import _spec
 from compat.testing import _compare
 import legacy_optim
 

@@ -22,7 +22,7 @@ container), which the tests use to build templates.
 Gradients and params come from numpy (seeded), never from a forward pass, so
 both venvs see identical inputs. Optimizers are built from the same spec
 strings the tests and ``python -m compat convert --optimizer`` use
-(``compat._spec``, which imports neither jax nor flax).
+(``compat.checkpoints._spec``, which imports neither jax nor flax).
 """
 
 import json
@@ -48,7 +48,7 @@ from flax.optim import dynamic_scale
 import jax.numpy as jnp
 import tree_paths
 
-from compat import _spec
+from compat.checkpoints import _spec
 
 warnings.simplefilter('ignore')  # flax.optim re-enables its warnings.
 

@@ -36,7 +36,7 @@ from flax import serialization
 import jax.numpy as jnp
 import tree_paths
 
-from compat import _spec
+from compat.checkpoints import _spec
 
 warnings.simplefilter('ignore')
 

@@ -22,10 +22,10 @@ import jax
 import numpy as np
 
 from compat import _atomic
-from compat import _file_skeleton
-from compat import _safe_msgpack
-from compat import _spec
 from compat.bridges import optax_bridge
+from compat.checkpoints import _file_skeleton
+from compat.checkpoints import _safe_msgpack
+from compat.checkpoints import _spec
 
 _VALUE = 'value'  # How an nnx Variable's array is stored by Orbax.
 # The Orbax items of a converted checkpoint (see compat.checkpoints).

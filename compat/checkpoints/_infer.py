@@ -7,10 +7,10 @@ layout-relevant static configuration (RMSProp ``centered``; Adafactor
 ``factored``/``min_dim_size_to_factor``/momentum). Hyper-parameter values
 (learning rate, betas...) are not stored anywhere.
 
-``infer`` turns that into a *layout-equivalent* spec (``compat._spec``): an
-optimizer definition whose state has exactly the checkpoint's structure,
-shapes and dtypes. It refuses to guess between algorithms with the same
-fields (the Adam family; Momentum and LARS).
+``infer`` turns that into a *layout-equivalent* spec
+(``compat.checkpoints._spec``): an optimizer definition whose state has
+exactly the checkpoint's structure, shapes and dtypes. It refuses to guess
+between algorithms with the same fields (the Adam family; Momentum and LARS).
 """
 
 import dataclasses

@@ -11,7 +11,7 @@ bytes.
 
 import numpy as np
 
-from compat import _infer
+from compat.checkpoints import _infer
 
 _OPTIMIZER = '__optimizer__'
 _LEAF = '__leaf__'

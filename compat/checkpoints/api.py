@@ -6,9 +6,9 @@ installed (``flax.training.checkpoints.restore_checkpoint(dir, target=opt)``,
 
 * ``load_legacy_checkpoint(path)``: reads a checkpoint file (or the latest
   ``checkpoint_<step>`` in a directory) with a strict decoder
-  (``compat._safe_msgpack``; nothing is ever unpickled) and reports what it
-  can infer: the step, each param's state fields, the candidate algorithms
-  and a layout-equivalent optimizer spec.
+  (``compat.checkpoints._safe_msgpack``; nothing is ever unpickled) and
+  reports what it can infer: the step, each param's state fields, the
+  candidate algorithms and a layout-equivalent optimizer spec.
 * ``convert_checkpoint(src, dst, to=...)`` and ``flax-optim-compat convert``:
   legacy msgpack -> an Orbax checkpoint that modern code restores directly
   (``to='train_state'``, ``'optax'`` or ``'nnx'``), and such an Orbax
@@ -44,12 +44,12 @@ import jax
 import numpy as np
 
 from compat import _atomic
-from compat import _convert
-from compat import _file_skeleton
-from compat import _infer
 from compat.bridges import _paths
-from compat import _safe_msgpack
-from compat import _spec
+from compat.checkpoints import _convert
+from compat.checkpoints import _file_skeleton
+from compat.checkpoints import _infer
+from compat.checkpoints import _safe_msgpack
+from compat.checkpoints import _spec
 from legacy_optim import _restore
 
 FORMAT = 'flax-optim-compat/converted-checkpoint/1'
