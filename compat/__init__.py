@@ -23,7 +23,7 @@ _EXPORTS = {
     # Sharding.
     'state_shardings': 'compat.bridges.sharding',
     # Source scanner.
-    'scan_paths': 'compat.scan',
+    'scan_paths': 'compat.codemod.scan',
 }
 
 __all__ = sorted(_EXPORTS)

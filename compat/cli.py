@@ -22,10 +22,10 @@ EXIT_BROKEN_PIPE = 141
 COMMANDS = {
     'check': ('compat.check', 'Train a small model through the legacy path '
               'and every new path; print where they differ.'),
-    'scan': ('compat.scan', 'Find flax.optim usages in source files.'),
+    'scan': ('compat.codemod.scan', 'Find flax.optim usages in source files.'),
     'convert': ('compat.checkpoints.api', 'Convert a flax.optim checkpoint to '
                 'Optax/TrainState/nnx (Orbax) or back.'),
-    'migrate': ('compat.migrate', 'Rewrite flax.optim code to Optax/'
+    'migrate': ('compat.codemod.migrate', 'Rewrite flax.optim code to Optax/'
                 'TrainState code (--diff, --write, --out DIR).'),
     'guide': ('compat.guide', 'Print the migration guide (or where it is).'),
 }

@@ -19,8 +19,8 @@ import collections
 import os
 import sys
 
-from compat import migrate
-from compat import scan
+from compat.codemod import migrate
+from compat.codemod import scan
 
 EXAMPLES = ('mnist', 'imagenet', 'lm1b', 'wmt', 'nlp_seq', 'pixelcnn', 'ppo',
             'vae')

@@ -15,7 +15,7 @@ against the golden values real flax 0.5.3 computed
   ``|optax - flax| / |flax|`` over its cases and steps (where flax gives 0,
   any non-zero Optax value counts as the deviation ``inf``).
 
-The figures are quoted in ``compat/_scan_removals.py`` (what ``scan`` and
+The figures are quoted in ``compat/codemod/_removals.py`` (what ``scan`` and
 ``migrate`` report); ``tests/test_lr_schedule.py`` checks that the quoted
 text is what this script measures. Run (a few seconds)::
 

@@ -22,7 +22,7 @@ import textwrap
 import pytest
 
 from compat import cli
-from compat import scan
+from compat.codemod import scan
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 DOCS = (REPO / 'README.md', REPO / 'migration_guide.md')

@@ -171,7 +171,7 @@ def test_graph_sees_the_hidden_kinds_of_import():
   assert 'compat.checkpoints.api' in graph['compat.cli']
   # A stdlib-only module loaded by file (the scanner reads the catalogue
   # without running legacy_optim/__init__).
-  assert 'legacy_optim.catalogue' in graph['compat.scan']
+  assert 'legacy_optim.catalogue' in graph['compat.codemod.scan']
   # The algorithm modules the package imports by the catalogue's names.
   assert 'legacy_optim.adam' in graph['legacy_optim']
 

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from compat import _scan_removals
-from compat import migrate
-from compat import scan
+from compat.codemod import _removals
+from compat.codemod import migrate
+from compat.codemod import scan
 import flax_optim_rules
 from flax_optim_rules import lr_schedule
 
@@ -108,7 +108,7 @@ def test_reported_stock_figures_are_the_measured_ones():
     guide = ' '.join(f.read().split())
   for key, spelling in deviation.SPELLINGS.items():
     stated = f'{spelling.text} {deviation.phrase(measured[key])}'
-    assert stated in _scan_removals.LR_SCHEDULE_REPLACEMENT, stated
+    assert stated in _removals.LR_SCHEDULE_REPLACEMENT, stated
     assert (f'`{spelling.text}` {deviation.phrase(measured[key])}' in
             guide), stated
 

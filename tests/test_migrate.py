@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compat import _rewrite_plan
-from compat import migrate
 from compat.bridges import optax_bridge
+from compat.codemod import _rewrite_plan
+from compat.codemod import migrate
 from legacy_optim import catalogue
 
 FIXTURES = os.path.join(os.path.dirname(__file__), 'fixtures', 'migrate')

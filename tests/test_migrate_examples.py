@@ -28,8 +28,8 @@ import _legacy_imports
 import numpy as np
 import pytest
 
-from compat import _rewrite_plan
-from compat import migrate
+from compat.codemod import _rewrite_plan
+from compat.codemod import migrate
 
 EXAMPLES = os.environ.get('FLAX_V033_EXAMPLES')
 DRIVER = os.path.join(os.path.dirname(__file__), '_v033_driver.py')

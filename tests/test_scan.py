@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from compat import scan
+from compat.codemod import scan
 
 TREE = os.path.join(os.path.dirname(__file__), 'fixtures', 'scan_tree')
 GUIDE = os.path.join(os.path.dirname(os.path.dirname(__file__)),

@@ -47,9 +47,9 @@ import sys
 from typing import Iterable, NamedTuple, Optional
 
 from compat import _lazy
-from compat import _scan_flow
-from compat import _scan_names
-from compat import _scan_removals
+from compat.codemod import _flow
+from compat.codemod import _names
+from compat.codemod import _removals
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
 
@@ -97,7 +97,7 @@ class ScanResult(NamedTuple):
 
 
 def _algorithm_replacement(name: str, call: ast.Call) -> str:
-  values = _scan_names.bind_arguments(name, call)
+  values = _names.bind_arguments(name, call)
   stock = rep.stock_optax(name, values, render=lambda v: 'None' if v is None
                           else v)
   faithful = f'{ast.unparse(call)}.to_optax()'
@@ -121,9 +121,9 @@ _ANNOTATIONS = {
 class _Visitor(ast.NodeVisitor):
   """Reports legacy constructs of one parsed file."""
 
-  def __init__(self, path: str, module: _scan_names.ModuleNames, lines: list):
+  def __init__(self, path: str, module: _names.ModuleNames, lines: list):
     self.path, self.module, self.lines = path, module, lines
-    self.flow = _scan_flow.OptimizerFlow(module.tree, module)
+    self.flow = _flow.OptimizerFlow(module.tree, module)
     self.findings: list[Finding] = []
 
   def add(self, node, construct, replacement=None, section=None,
@@ -143,7 +143,7 @@ class _Visitor(ast.NodeVisitor):
       self._check_import(node, alias.name)
 
   def _check_removal(self, node):
-    removal = _scan_removals.match(node, self.module)
+    removal = _removals.match(node, self.module)
     if removal is not None:
       self.add(node, removal.construct, removal.replacement,
                rep.SECTION_FIND)
@@ -163,7 +163,7 @@ class _Visitor(ast.NodeVisitor):
         for alias in node.names:
           self._check_import(node, f'flax.{alias.name}', from_flax=True)
       elif node.module in ('flax.traverse_util',):
-        if any(a.name in _scan_names.TRAVERSALS for a in node.names):
+        if any(a.name in _names.TRAVERSALS for a in node.names):
           self.add(node, 'traversal')
       elif node.module == 'compat':
         if any(a.name in BRIDGES for a in node.names):
@@ -175,7 +175,7 @@ class _Visitor(ast.NodeVisitor):
             self.add(node, 'import')
 
   def _check_import(self, node, name, from_flax=False):
-    canonical = _scan_names.canonical(name)
+    canonical = _names.canonical(name)
     if name == 'legacy_optim' or name.startswith('legacy_optim.'):
       self.add(node, 'shim')
     elif canonical == 'flax.optim' or canonical.startswith('flax.optim.'):
@@ -189,7 +189,7 @@ class _Visitor(ast.NodeVisitor):
     if (node.attr == 'optim' and isinstance(node.value, ast.Name) and
         self.module.bindings.get(node.value.id) == 'flax'):
       self.add(node, 'import')
-    elif node.attr in _scan_names.TRAVERSALS and self.module.resolve(
+    elif node.attr in _names.TRAVERSALS and self.module.resolve(
         node) == f'flax.traverse_util.{node.attr}':
       self.add(node, 'traversal')
     elif (node.attr in BRIDGES and isinstance(node.value, ast.Name) and
@@ -230,7 +230,7 @@ class _Visitor(ast.NodeVisitor):
   def _check_call(self, node):
     module = self.module
     name = module.legacy_class(node.func)
-    if name in _scan_names.ALGORITHMS:
+    if name in _names.ALGORITHMS:
       self.add(node, 'optimizer_def', _algorithm_replacement(name, node),
                rep.SECTION_ALGORITHMS)
       return
@@ -241,7 +241,7 @@ class _Visitor(ast.NodeVisitor):
     if name == 'ReplicatedOptimizer':
       self.add(node, 'replicate')
       return
-    if name in _scan_names.TRAVERSALS:  # flax.optim.ModelParamTraversal
+    if name in _names.TRAVERSALS:  # flax.optim.ModelParamTraversal
       self.add(node, 'traversal')
       return
     if name == 'DynamicScale':
@@ -252,7 +252,7 @@ class _Visitor(ast.NodeVisitor):
       return
     path = module.resolve(node.func)
     if path and path.startswith('flax.traverse_util.') and (
-        path.rsplit('.', 1)[1] in _scan_names.TRAVERSALS):
+        path.rsplit('.', 1)[1] in _names.TRAVERSALS):
       self.add(node, 'traversal')
       return
     if path in _CHECKPOINT_FUNCS:
@@ -315,13 +315,13 @@ def scan_source(source, path: str = '<string>', reexports=None,
   """Findings of one file's source (str or bytes). Raises SyntaxError.
 
   ``reexports``: names other scanned modules bound to flax.optim
-  (``_scan_names.project_reexports``); ``tree``: the source already parsed.
+  (``_names.project_reexports``); ``tree``: the source already parsed.
   """
   if tree is None:
     tree = ast.parse(source, filename=path)
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
-  visitor = _Visitor(path, _scan_names.ModuleNames(tree, reexports),
+  visitor = _Visitor(path, _names.ModuleNames(tree, reexports),
                      text.splitlines())
   visitor.visit(tree)
   return sorted(set(visitor.findings))
@@ -396,16 +396,16 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
         errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
         continue
       parsed.append((shown, source, tree))
-      for name in _scan_names.module_names(path, root):
+      for name in _names.module_names(path, root):
         if name in by_module and by_module[name] is not tree:
           ambiguous.add(name)
         by_module[name] = tree
         module_paths[name] = os.path.abspath(path)
   modules = {k: v for k, v in by_module.items() if k not in ambiguous}
-  reexports = _scan_names.project_reexports(modules)
+  reexports = _names.project_reexports(modules)
   exported: dict[str, set[str]] = {}
   for _, _, tree in parsed:
-    for dotted in _scan_names.used_reexports(tree, reexports):
+    for dotted in _names.used_reexports(tree, reexports):
       module, _, local = dotted.rpartition('.')
       exported.setdefault(module_paths[module], set()).add(local)
   return Project(parsed, errors, reexports, exported)

@@ -1,6 +1,6 @@
 """What a scanned module's names mean: imports, assignments, legacy classes.
 
-The static half of ``compat.scan``: resolves names through a module's imports
+The static half of ``scan``: resolves names through a module's imports
 (``legacy_optim`` counts as ``flax.optim``), tracks which names hold an
 ``OptimizerDef`` or an ``Optimizer`` (flow-insensitively), finds user
 ``OptimizerDef`` subclasses, and reads the legacy constructors' signatures

@@ -1,8 +1,8 @@
 """What ``compat migrate`` changes in one module, decided from scan's findings.
 
-Stdlib only: ``compat.scan`` finds the usages, this module turns each finding
+Stdlib only: ``scan`` finds the usages, this module turns each finding
 (and each use of an object the scanner proved to be an ``Optimizer``) into a
-source edit or a leftover with its reason. ``compat.migrate`` applies the
+source edit or a leftover with its reason. ``migrate`` applies the
 edits (LibCST) and writes the report.
 
 Each built-in rule gets its exact spelling: stock Optax where the catalogue
@@ -43,9 +43,9 @@ import ast
 from typing import NamedTuple, Optional
 
 from compat import _lazy
-from compat import _scan_flow
-from compat import _scan_names
-from compat import _scan_removals
+from compat.codemod import _flow
+from compat.codemod import _names
+from compat.codemod import _removals
 
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
 FLOW_CONSTRUCTS = frozenset((
@@ -153,9 +153,9 @@ class Planner:
     # did not create: definitions that leave this module get injected.
     self.rate_set_elsewhere = rate_set_elsewhere
     self.exported = frozenset(exported)  # names other modules import
-    self.flow = _scan_flow.OptimizerFlow(tree, names)
+    self.flow = _flow.OptimizerFlow(tree, names)
     # Which optimizers are ReplicatedOptimizers (made by .replicate()).
-    self.replicated = _scan_flow.OptimizerFlow(tree, names,
+    self.replicated = _flow.OptimizerFlow(tree, names,
                                                replicated_of=self.flow)
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
@@ -256,7 +256,7 @@ class Planner:
         raw = self.names.bindings.get(local, '')
         path = self.names.resolve(ast.Name(id=local))
         if path and path.startswith('flax.optim') and not (
-            _scan_names.canonical(raw).startswith('flax.optim')):
+            _names.canonical(raw).startswith('flax.optim')):
           leftovers.append(self._leftover(
               node, 'reexport', f'{local} is flax.optim re-exported by '
               f'{raw}: import it from flax directly (`from flax import '
@@ -389,7 +389,7 @@ class Planner:
     if any(isinstance(a, ast.Starred) for a in node.args) or any(
         k.arg is None for k in node.keywords):
       return None
-    params = [p for p, _ in _scan_names.legacy_signatures()[name]]
+    params = [p for p, _ in _names.legacy_signatures()[name]]
     given = {p: a for p, a in zip(params, node.args)}
     given.update({k.arg: k.value for k in node.keywords})
     return given
@@ -407,8 +407,8 @@ class Planner:
     if name not in _STOCK_EXACT:
       return self._plan_exact_rule(node, name, given)
     algorithm, mapping = _ALGORITHMS[name]
-    params = [p for p, _ in _scan_names.legacy_signatures()[name]]
-    defaults = dict(_scan_names.legacy_signatures()[name])
+    params = [p for p, _ in _names.legacy_signatures()[name]]
+    defaults = dict(_names.legacy_signatures()[name])
     values = {p: given.get(p, defaults[p]) for p in params}
     decay = values.get('weight_decay')
     decay_literal = None
@@ -460,7 +460,7 @@ class Planner:
     reason = self._missing_rate(given)
     if reason:
       return reason
-    params = [p for p, _ in _scan_names.legacy_signatures()[name]]
+    params = [p for p, _ in _names.legacy_signatures()[name]]
     args = [f'{p}={{{p}}}' for p in params if p in given]
     if self.inject and _is_none(given.get('learning_rate')):
       args = ['learning_rate=0.0'] + [a for a in args if not a.startswith(
@@ -484,7 +484,7 @@ class Planner:
     if self.inject:
       return ('--tier stock does not inject a per-step learning rate; give '
               'the alias a schedule instead, or use the exact tier')
-    defaults = dict(_scan_names.legacy_signatures()[name])
+    defaults = dict(_names.legacy_signatures()[name])
     texts = {p: self.text(given[p]) if p in given else (default or 'None')
              for p, default in defaults.items()}
     # Literal values are written out (they select the variant: a zero
@@ -609,7 +609,7 @@ class Planner:
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
         self.imports.append(('flax.training', 'dynamic_scale', name))
         self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
-      elif path in _scan_flow.OPTIMIZER_CLASSES:
+      elif path in _flow.OPTIMIZER_CLASSES:
         if flow_ok:
           name = self._train_state_name()
           self.edit(node, f'{name}.TrainState', 'annotation')
@@ -621,7 +621,7 @@ class Planner:
   def _plan_removals(self):
     """Neighbouring removals (``jax.tree_map``...): the mechanical ones."""
     for node in ast.walk(self.tree):
-      removal = _scan_removals.match(node, self.names)
+      removal = _removals.match(node, self.names)
       if removal is None:
         continue
       if removal.rewrite is None:
@@ -634,7 +634,7 @@ class Planner:
                                   else node)
       self.edit(target, removal.rewrite, removal.construct, source=target,
                 **dict(removal.parts))
-      module = _scan_removals.needed_import(removal.rewrite)
+      module = _removals.needed_import(removal.rewrite)
       if module and not isinstance(node, ast.ImportFrom):
         self.imports.append((module, None, None))
 

@@ -1,7 +1,7 @@
 """``flax-optim-compat migrate PATH...``: rewrite code off flax.optim.
 
-Finds the usages with ``compat.scan`` (one list), plans the edits with
-``compat._rewrite_plan`` and applies them: only the rewritten expressions
+Finds the usages with ``scan`` (one list), plans the edits with
+``_rewrite_plan`` and applies them: only the rewritten expressions
 change, every other byte of the file stays as it was (comments and formatting
 included); imports are added and the now unused ``flax.optim`` ones dropped
 with LibCST, which also checks that the result parses.
@@ -43,9 +43,9 @@ from libcst import codemod
 from libcst.codemod import visitors
 
 from compat import _atomic
-from compat import _rewrite_plan
-from compat import _scan_names
-from compat import scan
+from compat.codemod import _names
+from compat.codemod import _rewrite_plan
+from compat.codemod import scan
 
 EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE = 0, 1, 2
 _MAGIC = re.compile(r'^\s*[%!?]')
@@ -101,7 +101,7 @@ def migrate_source(source: bytes, path: str = '<string>',
   module's definitions must take it as an injected hyper-parameter.
   """
   tree = ast.parse(source, filename=path)
-  names = _scan_names.ModuleNames(tree, reexports)
+  names = _names.ModuleNames(tree, reexports)
   findings = scan.scan_source(source, path, reexports, tree)
   planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
                                   exported, rate_set_elsewhere)

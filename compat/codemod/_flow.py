@@ -22,7 +22,7 @@ results are ``step``'s results (these wrappers keep a pytree's classes).
 import ast
 from typing import NamedTuple, Optional
 
-from compat import _scan_names
+from compat.codemod import _names
 
 _ANY = object()  # an element of a returned tuple that is not an optimizer
 # Wrappers (also as decorators, also through functools.partial) whose
@@ -86,7 +86,7 @@ class OptimizerFlow:
     """``replicated_of``: this module's plain flow; given, this flow proves
     instead which expressions hold an optimizer made by ``.replicate()`` (a
     ReplicatedOptimizer: annotations and fields do not say so)."""
-    self.names = names  # a _scan_names.ModuleNames
+    self.names = names  # a _names.ModuleNames
     self.base = replicated_of
     self.scopes: dict[ast.AST, _Scope] = {}
     self.functions: dict[str, ast.AST] = {}  # module-level defs by name
@@ -479,7 +479,7 @@ class OptimizerFlow:
       return False  # recursion proves nothing
     self._factories_open.add(function)
     try:
-      returns = _scan_names.own_returns(function)
+      returns = _names.own_returns(function)
       return bool(returns) and all(
           r is not None and self.is_def(r, self.scopes[function])
           for r in returns)

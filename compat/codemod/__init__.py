@@ -1,0 +1,8 @@
+"""The codemod: ``scan`` finds flax.optim usages, ``migrate`` rewrites them.
+
+Analysis (``_names``, ``_flow``), the table of removals (``_removals``), the
+rewrite plan and the report. Standard library and LibCST only: never jax,
+flax or the bridges (it reads ``legacy_optim.catalogue`` without importing
+``legacy_optim``); of ``compat`` only the shared helpers (``_atomic``,
+``_lazy``).
+"""
