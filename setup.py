@@ -11,7 +11,7 @@ Two packaging details need code:
   ``migration_guide.md``, which lives at the repository's root (the README
   links it there). ``build_py`` copies it into the built ``compat`` package,
   so wheels carry it as ``compat/migration_guide.md``; an editable install
-  reads the root file itself (``compat.guide``).
+  reads the root file itself (``compat.cli.guide``).
 """
 
 import os

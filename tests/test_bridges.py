@@ -1,6 +1,6 @@
 """Old path = new path: K legacy steps, convert, K more on each new path.
 
-For every configuration of ``compat._configs`` the params (and, where the
+For every configuration of ``compat.cli._configs`` the params (and, where the
 path allows converting back, the whole optimizer state) after 2K steps must be
 bit-identical to 2K legacy steps: raw Optax loop, ``TrainState`` and
 ``nnx.Optimizer`` on a ``bridge.ToNNX`` model under jit (the eager Optax loop
@@ -14,8 +14,8 @@ import functools
 import chex
 import pytest
 
-from compat import _configs
-from compat import check
+from compat.cli import _configs
+from compat.cli import check
 
 K = 2
 NAMES = [config.name for config in _configs.CONFIGS]

@@ -13,9 +13,9 @@ import optax
 import pytest
 
 import compat
-from compat import _configs
-from compat import check
 from compat.bridges import nnx as compat_nnx
+from compat.cli import _configs
+from compat.cli import check
 import legacy_optim as optim
 from legacy_optim import traverse_util
 

@@ -11,8 +11,8 @@ import functools
 import chex
 import pytest
 
-from compat import _configs
-from compat import check
+from compat.cli import _configs
+from compat.cli import check
 
 K = 2
 

@@ -10,8 +10,8 @@ import optax
 import pytest
 
 import compat
-from compat import _configs
-from compat import check
+from compat.cli import _configs
+from compat.cli import check
 import legacy_optim as optim
 
 # Every test here needs the nnx bridge; its refusal on older flax is tested in

@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compat import _configs
-from compat import check
 from compat import cli
 from compat.bridges import optax_bridge
+from compat.cli import _configs
+from compat.cli import check
 import legacy_optim as optim
 
 
@@ -118,7 +118,7 @@ def test_help_through_the_cli():
   for option in ('--steps', '--only', '--eager', '--jobs', '--list',
                  '--no-progress'):
     assert option in result.stdout
-  assert cli.COMMANDS['check'][0] == 'compat.check'
+  assert cli.COMMANDS['check'][0] == 'compat.cli.check'
 
 
 @pytest.mark.parametrize('expected, actual, difference', [

@@ -1,7 +1,7 @@
 """``flax-optim-compat check``: old path = new path, for every optimizer.
 
 Trains a small built-in model (a two-layer linen MLP on synthetic regression
-data) with every configuration of ``compat._configs``: ``2K`` steps through the
+data) with every configuration of ``_configs``: ``2K`` steps through the
 legacy ``Optimizer``, and ``K`` legacy steps followed by ``K`` steps on each
 new path: a raw Optax loop (``to_optax``; with ``--eager`` also without jit,
 against the legacy rule run op by op), ``TrainState.apply_gradients`` and
@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 import compat
-from compat import _configs
+from compat.cli import _configs
 from legacy_optim import deprecation
 
 PATHS = ('round trip', 'optax', 'optax (eager)', 'TrainState', 'nnx.Optimizer')

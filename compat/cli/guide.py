@@ -13,7 +13,7 @@ from typing import Optional
 
 FILE_NAME = 'migration_guide.md'
 
-_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent.parent  # compat/
 _CANDIDATES = (_PACKAGE_DIR / FILE_NAME, _PACKAGE_DIR.parent / FILE_NAME)
 
 

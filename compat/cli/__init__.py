@@ -6,6 +6,10 @@ works but runs a project's own ``compat`` instead when the current directory
 has one. Each command lives in its own module as ``main(argv) -> exit
 status``; this module only dispatches, so ``--help``, ``--version`` and the
 commands stay cheap to start.
+
+The package holds the commands that are not a subsystem's own (``check`` and
+its configurations, ``guide``); the others are found in the table below. It
+sits on top: it may import every other part of ``compat``, none imports it.
 """
 
 import importlib
@@ -20,14 +24,15 @@ DISTRIBUTION = 'flax-optim-compat'
 EXIT_BROKEN_PIPE = 141
 
 COMMANDS = {
-    'check': ('compat.check', 'Train a small model through the legacy path '
+    'check': ('compat.cli.check', 'Train a small model through the legacy path '
               'and every new path; print where they differ.'),
     'scan': ('compat.codemod.scan', 'Find flax.optim usages in source files.'),
     'convert': ('compat.checkpoints.api', 'Convert a flax.optim checkpoint to '
                 'Optax/TrainState/nnx (Orbax) or back.'),
     'migrate': ('compat.codemod.migrate', 'Rewrite flax.optim code to Optax/'
                 'TrainState code (--diff, --write, --out DIR).'),
-    'guide': ('compat.guide', 'Print the migration guide (or where it is).'),
+    'guide': ('compat.cli.guide',
+              'Print the migration guide (or where it is).'),
 }
 
 
