@@ -1,5 +1,13 @@
 """The way out of flax.optim: bridges to Optax, TrainState and nnx.Optimizer.
 
+Four subsystems, each a package that imports only those below it:
+``cli`` (the command line) over ``codemod`` (``scan``, ``migrate``) and
+``checkpoints``; ``checkpoints`` over ``bridges``; ``bridges`` over
+``legacy_optim`` and ``flax_optim_rules``. ``codemod`` needs no bridge and
+no jax. Beside them: ``testing`` (proving a migration), ``importer`` (the
+``flax.optim`` alias) and the helpers the subsystems share (``_atomic``,
+``_lazy``).
+
 Public names are resolved lazily, so ``import compat`` stays cheap (it must
 not import jax or flax until a name is used).
 """
@@ -26,7 +34,21 @@ _EXPORTS = {
     'scan_paths': 'compat.codemod.scan',
 }
 
+# Modules that moved into the subpackages keep their old names (``import
+# compat.scan``, ``from compat import optax_bridge``).
+_MOVED = {
+    'optax_bridge': 'compat.bridges.optax_bridge',
+    'train_state': 'compat.bridges.train_state',
+    'nnx': 'compat.bridges.nnx',
+    'stock_exit': 'compat.bridges.stock_exit',
+    'sharding': 'compat.bridges.sharding',
+    'scan': 'compat.codemod.scan',
+    'migrate': 'compat.codemod.migrate',
+    'check': 'compat.cli.check',
+    'guide': 'compat.cli.guide',
+}
+
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__ = _lazy.exports(__name__, _EXPORTS, globals(), _MOVED)

@@ -1,4 +1,5 @@
-"""No import cycles in ``legacy_optim`` and ``compat``, hidden ones included.
+"""No import cycles in ``legacy_optim`` and ``compat``, hidden ones included;
+``compat``'s subsystems import only downwards.
 
 The graph is read from the source with ``ast``, not from ``sys.modules``, so
 it sees every import a module can ever run:
@@ -25,10 +26,13 @@ its parents.
 """
 
 import ast
+import importlib
 import pathlib
+import sys
 
 import pytest
 
+import compat
 from legacy_optim import catalogue
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -200,3 +204,103 @@ def test_every_listed_computed_import_exists():
 def test_no_import_cycles():
   cycle = find_cycle(import_graph())
   assert cycle is None, 'import cycle: ' + ' -> '.join(cycle)
+
+
+# compat's subsystems, top to bottom: each may import those below it and the
+# helpers compat shares, never one above it or beside it.
+LAYERS = (
+    ('compat.cli',),
+    ('compat.codemod', 'compat.checkpoints'),
+    ('compat.bridges',),
+    ('legacy_optim',),
+    ('flax_optim_rules',),
+)
+SHARED = ('compat._atomic', 'compat._lazy')
+# The codemod stays free of jax: of the layers below it, only the
+# stdlib-only catalogue (read without running legacy_optim/__init__).
+CODEMOD_MAY_IMPORT = ('legacy_optim.catalogue',)
+
+
+def _subsystem(module: str):
+  for rank, layer in enumerate(LAYERS):
+    for name in layer:
+      if module == name or module.startswith(name + '.'):
+        return name, rank
+  return None, None
+
+
+def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+  """Every edge that goes up, sideways between subsystems, or out of bounds."""
+  wrong = []
+  for module, targets in sorted(graph.items()):
+    source, source_rank = _subsystem(module)
+    if source is None:  # compat's package, testing, importer: not layered.
+      continue
+    for target in sorted(targets):
+      dest, dest_rank = _subsystem(target)
+      if dest == source or target in SHARED:
+        continue
+      if source == 'compat.codemod':
+        allowed = target in CODEMOD_MAY_IMPORT
+      elif dest is None:  # compat's package (it imports every layer)
+        allowed = False
+      else:
+        allowed = dest_rank > source_rank
+      if not allowed:
+        wrong.append(f'{module} -> {target}')
+  return wrong
+
+
+@pytest.mark.parametrize('edge, allowed', [
+    (('compat.cli.check', 'compat.bridges.nnx'), True),
+    (('compat.checkpoints.api', 'compat.bridges._paths'), True),
+    (('compat.checkpoints.api', 'compat._atomic'), True),
+    (('compat.codemod.scan', 'legacy_optim.catalogue'), True),
+    (('compat.bridges.nnx', 'compat.checkpoints.api'), False),  # up
+    (('compat.checkpoints.api', 'compat.codemod.scan'), False),  # beside
+    (('compat.codemod.migrate', 'compat.bridges.nnx'), False),  # jax
+    (('compat.codemod.migrate', 'legacy_optim.base'), False),  # jax
+    (('legacy_optim.base', 'compat.bridges.nnx'), False),  # up
+    (('compat.cli.check', 'compat'), False),  # the package imports them all
+    (('flax_optim_rules._adam', 'legacy_optim.base'), False),  # up
+])
+def test_layering_rule(edge, allowed):
+  source, target = edge
+  assert (layering_violations({source: {target}}) == []) == allowed
+
+
+def test_subsystems_import_only_downwards():
+  wrong = layering_violations(import_graph())
+  assert not wrong, 'imports against the layering:\n' + '\n'.join(wrong)
+
+
+def test_every_subsystem_is_a_package():
+  for layer in LAYERS:
+    for name in layer:
+      assert (ROOT / name.replace('.', '/') / '__init__.py').is_file(), name
+
+
+def test_codemod_imports_only_the_standard_library_and_libcst():
+  allowed = set(sys.stdlib_module_names) | {'libcst', 'compat', 'legacy_optim'}
+  for path in sorted((ROOT / 'compat' / 'codemod').glob('*.py')):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+      elif isinstance(node, ast.ImportFrom) and not node.level:
+        names = [node.module]
+      else:
+        continue
+      for name in names:
+        assert name.split('.')[0] in allowed, f'{path.name} imports {name}'
+
+
+@pytest.mark.parametrize('old, new', sorted(compat._MOVED.items()))
+def test_moved_modules_keep_their_old_names(old, new):
+  module = importlib.import_module(new)
+  assert importlib.import_module(f'compat.{old}') is module
+  assert getattr(compat, old) is module
+  namespace = {}
+  exec(f'from compat import {old} as found', namespace)
+  assert namespace['found'] is module
+  # The module still says where it lives.
+  assert module.__spec__.name == new

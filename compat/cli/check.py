@@ -30,7 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import compat
+from compat.bridges import nnx as nnx_bridge
+from compat.bridges import optax_bridge
+from compat.bridges import train_state as train_state_bridge
 from compat.cli import _configs
 from legacy_optim import deprecation
 
@@ -137,12 +139,12 @@ optax_step = jax.jit(optax_update, static_argnums=0)
 
 def run_optax(config, problem, optimizer, start, stop, jit=True):
   """Converts with ``to_optax``, runs a raw Optax loop, converts back."""
-  tx, opt_state = compat.to_optax(optimizer, **config.optax_overrides())
+  tx, opt_state = optax_bridge.to_optax(optimizer, **config.optax_overrides())
   step = optax_step if jit else optax_update
   params = optimizer.target
   for i in range(start, stop):
     params, opt_state = step(tx, params, opt_state, problem.grads(params, i))
-  return compat.from_optax(optimizer.optimizer_def, params, opt_state)
+  return optax_bridge.from_optax(optimizer.optimizer_def, params, opt_state)
 
 
 _train_state_step = jax.jit(lambda state, grads: state.apply_gradients(
@@ -151,8 +153,8 @@ _train_state_step = jax.jit(lambda state, grads: state.apply_gradients(
 
 def run_train_state(config, problem, optimizer, start, stop):
   """``TrainState.apply_gradients`` steps; returns the final TrainState."""
-  state = compat.to_train_state(optimizer, MLP().apply,
-                                overrides=config.optax_overrides())
+  state = train_state_bridge.to_train_state(
+      optimizer, MLP().apply, overrides=config.optax_overrides())
   for i in range(start, stop):
     state = _train_state_step(state, problem.grads(state.params, i))
   return state
@@ -168,7 +170,7 @@ def nnx_step(model, nnx_opt, grads):
 def run_nnx(config, problem, optimizer, start, stop):
   """``nnx.Optimizer.update`` steps on a ToNNX model; returns its params."""
   model = problem.nnx_model()
-  nnx_opt = compat.to_nnx_optimizer(optimizer, model,
+  nnx_opt = nnx_bridge.to_nnx_optimizer(optimizer, model,
                                     **config.optax_overrides())
   for i in range(start, stop):
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
@@ -206,9 +208,9 @@ def run_config(config, problem: Problem, k: int,
 
   def round_trip():
     mid, _ = legacy()
-    _, opt_state = compat.to_optax(mid, **config.optax_overrides())
-    return Comparison(mid, compat.from_optax(mid.optimizer_def, mid.target,
-                                             opt_state))
+    _, opt_state = optax_bridge.to_optax(mid, **config.optax_overrides())
+    return Comparison(mid, optax_bridge.from_optax(mid.optimizer_def,
+                                                   mid.target, opt_state))
 
   def optax_loop(jit):
     mid, reference = legacy(jit)
@@ -218,7 +220,7 @@ def run_config(config, problem: Problem, k: int,
   def train_state():
     mid, reference = legacy()
     state = run_train_state(config, problem, mid, k, 2 * k)
-    back = compat.from_optax(reference.optimizer_def, state.params,
+    back = optax_bridge.from_optax(reference.optimizer_def, state.params,
                              state.opt_state)
     return Comparison((reference, reference.state.step), (back, state.step))
 
