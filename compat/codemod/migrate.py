@@ -35,7 +35,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from typing import NamedTuple, Optional
 
 import libcst
@@ -283,22 +282,7 @@ def dirty_files(paths) -> tuple[list, list]:
   return outside, dirty
 
 
-def _write_in_place(path: str, data: bytes) -> None:
-  """Replaces ``path``'s content atomically (the old file is never lost)."""
-  mode = os.stat(path).st_mode
-  fd, temp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.',
-                              dir=os.path.dirname(os.path.abspath(path)))
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.chmod(temp, mode)
-    os.replace(temp, path)
-  except BaseException:
-    if os.path.exists(temp):
-      os.unlink(temp)
-    raise
+_write_in_place = _atomic.rewrite_in_place
 
 
 def _out_layout(paths) -> dict:

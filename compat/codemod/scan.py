@@ -23,19 +23,30 @@ functions that return an OptimizerDef (``make_def(lr).create(params)``);
 where only a name suggests an optimizer (``optimizer``, ``opt``), the
 finding's confidence is ``likely`` instead of ``certain``.
 
-Output (stable order: path, line, column, construct): a table, or with
-``--format json`` one object::
+Each kind of finding has a stable code (``FOC108``; ``--list-codes``,
+``_codes``): ``--select``/``--ignore`` take codes and prefixes, a line
+ending in ``# noqa: FOC108`` (or a bare ``# noqa``) is not reported
+(``_noqa``), ``--add-noqa`` marks every current finding, and
+``[tool.flax-optim-compat]`` in ``pyproject.toml`` holds the defaults
+(``_config``).
+
+Output (stable order: path, line, column, construct): a table
+(``--format text``), ``github`` workflow commands or SARIF 2.1.0
+(``_formats``), or with ``--format json`` one object::
 
   {"version": 1,
    "files_scanned": int,
    "findings": [{"path": str, "line": int, "column": int,
-                 "construct": str, "code": str, "replacement": str,
-                 "guide_section": str, "confidence": "certain" | "likely"}],
+                 "construct": str, "code": str (the source line),
+                 "replacement": str, "guide_section": str,
+                 "confidence": "certain" | "likely",
+                 "rule": str (the stable code, FOC108)}],
    "errors": [{"path": str, "line": int | null, "message": str}],
    "summary": {construct: count}}
 
-Exit status: 0 no usage found, 1 usages remain, 2 bad arguments, 3 no usage
-found but some files could not be parsed (they are listed, never fatal).
+Exit status: 0 no usage found (after selection and ``# noqa``), 1 usages
+remain, 2 bad arguments or configuration, 3 no usage found but some files
+could not be parsed (they are listed, never fatal).
 """
 
 import argparse
@@ -46,9 +57,14 @@ import os
 import sys
 from typing import Iterable, NamedTuple, Optional
 
+from compat import _atomic
 from compat import _lazy
+from compat.codemod import _codes
+from compat.codemod import _config
 from compat.codemod import _flow
+from compat.codemod import _formats
 from compat.codemod import _names
+from compat.codemod import _noqa
 from compat.codemod import _removals
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
@@ -67,6 +83,7 @@ _CHECKPOINT_FUNCS = {
     'flax.serialization.from_bytes': ('target', 0),
 }
 EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_UNPARSEABLE = 0, 1, 2, 3
+FORMATS = ('text', 'table', 'json', 'github', 'sarif')
 
 
 class Finding(NamedTuple):
@@ -78,6 +95,7 @@ class Finding(NamedTuple):
   replacement: str
   guide_section: str
   confidence: str = 'certain'
+  rule: str = ''  # the stable code (FOC108: _codes.CODES)
 
 
 class ScanError(NamedTuple):
@@ -127,14 +145,15 @@ class _Visitor(ast.NodeVisitor):
     self.findings: list[Finding] = []
 
   def add(self, node, construct, replacement=None, section=None,
-          confidence='certain'):
+          confidence='certain', removed=None):
     fixed_text, fixed_section = _FIXED.get(construct, ('', ''))
     line = self.lines[node.lineno - 1].strip() if node.lineno <= len(
         self.lines) else ''
     self.findings.append(Finding(
         self.path, node.lineno, node.col_offset + 1, construct,
         line if len(line) <= 100 else line[:97] + '...',
-        replacement or fixed_text, section or fixed_section, confidence))
+        replacement or fixed_text, section or fixed_section, confidence,
+        _codes.code_of(construct, removed)))
 
   # -- imports
   def visit_Import(self, node):
@@ -146,7 +165,7 @@ class _Visitor(ast.NodeVisitor):
     removal = _removals.match(node, self.module)
     if removal is not None:
       self.add(node, removal.construct, removal.replacement,
-               rep.SECTION_FIND)
+               rep.SECTION_FIND, removed=removal.old)
 
   def visit_Assign(self, node):
     self._check_removal(node)
@@ -411,17 +430,43 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
   return Project(parsed, errors, reexports, exported)
 
 
-def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
+def unused_noqa(path: str, lines: list):
+  """``_noqa.apply``'s finding for a ``# noqa`` code that keeps nothing."""
+  def finding(mark, code):
+    line = lines[mark.line - 1].strip() if mark.line <= len(lines) else ''
+    known = '' if code in _codes.BY_CODE else ' (no such code)'
+    return Finding(path, mark.line, mark.column, 'unused_noqa',
+                   line if len(line) <= 100 else line[:97] + '...',
+                   f'remove {code}{known} from the # noqa comment: nothing '
+                   'on this line has that code', rep.SECTION_FIND, 'certain',
+                   _codes.UNUSED_NOQA)
+  return finding
+
+
+def scan_file(source: bytes, shown: str, tree, reexports,
+              chosen=None) -> tuple:
+  """``(reported, suppressed)`` findings of one parsed file: only codes in
+  ``chosen`` (default all), ``# noqa`` lines kept out of ``reported``."""
+  findings = scan_source(source, shown, reexports, tree)
+  marks = _noqa.suppressions(source)
+  lines = source.decode('utf-8', 'replace').splitlines()
+  return _noqa.apply(findings, marks, set(_codes.BY_CODE) if chosen is None
+                     else chosen, unused_noqa(shown, lines))
+
+
+def scan_paths(paths: Iterable[str], exclude=(), chosen=None) -> ScanResult:
   """Scans files and directories; unparseable files become ``errors``.
 
   One project: a name a scanned module re-exports from flax.optim
   (``from flax import optim as optimizers`` in mylib) is followed into the
-  modules that import it (``from mylib import optimizers``).
+  modules that import it (``from mylib import optimizers``). ``chosen``:
+  the codes to report (``_codes.selected``; default all); findings on a
+  line marked ``# noqa`` are not reported.
   """
   project = parse_project(list(paths), exclude)
   findings = []
   for shown, source, tree in project.parsed:
-    findings += scan_source(source, shown, project.reexports, tree)
+    findings += scan_file(source, shown, tree, project.reexports, chosen)[0]
   return ScanResult(len(project.parsed) + len(project.errors),
                     sorted(findings), sorted(project.errors))
 
@@ -444,13 +489,13 @@ def to_json(result: ScanResult) -> dict:
 
 
 def format_table(result: ScanResult) -> str:
-  rows = [('location', 'construct', 'replacement', 'guide section')]
-  rows += [(f'{f.path}:{f.line}',
+  rows = [('location', 'code', 'construct', 'replacement', 'guide section')]
+  rows += [(f'{f.path}:{f.line}', f.rule,
             f.construct + ('?' if f.confidence == 'likely' else ''),
             f.replacement, f.guide_section) for f in result.findings]
   w0 = max(len(r[0]) for r in rows)
-  w1 = max(len(r[1]) for r in rows)
-  lines = [f'{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}  [{r[3]}]'
+  w2 = max(len(r[2]) for r in rows)
+  lines = [f'{r[0]:<{w0}}  {r[1]:<6}  {r[2]:<{w2}}  {r[3]}  [{r[4]}]'
            for r in rows] if result.findings else []
   lines += [f'{e.path}:{e.line or "?"}  unparseable: {e.message}'
             for e in result.errors]
@@ -478,24 +523,126 @@ def parse_command_line(parser: argparse.ArgumentParser, argv):
   return args, None
 
 
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(
-      prog='flax-optim-compat scan',
-      description='Find flax.optim usages in Python sources (no code runs).')
-  parser.add_argument('paths', nargs='+', metavar='PATH',
-                      help='files or directories to scan')
-  parser.add_argument('--format', choices=('table', 'json'), default='table')
+def _codes_list(text: str) -> list:
+  return [c for c in text.split(',') if c.strip()]
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+  """``--select``, ``--ignore`` and ``--exclude`` (scan and migrate)."""
+  parser.add_argument('--select', type=_codes_list, metavar='CODE[,CODE]',
+                      help='only these codes or prefixes (FOC1, FOC108, '
+                      'ALL); replaces the configured select')
+  parser.add_argument('--ignore', type=_codes_list, metavar='CODE[,CODE]',
+                      help='leave out these codes or prefixes; replaces the '
+                      'configured ignore')
   parser.add_argument('--exclude', action='append', default=[],
                       metavar='NAME_OR_GLOB',
                       help='skip files and directories whose name or path '
                       'matches (e.g. build, "*_pb2.py", "src/gen"; '
-                      'repeatable)')
+                      'repeatable; added to the configured exclude)')
+
+
+def configure(args):
+  """``(config, chosen codes, exclude)`` for the parsed ``args``, flags
+  over ``[tool.flax-optim-compat]``. Raises _config.ConfigError (and
+  _codes.SelectionError, a ValueError) naming the bad value."""
+  config = _config.load(args.paths)
+  select = args.select if args.select is not None else config.select
+  ignore = args.ignore if args.ignore is not None else config.ignore
+  source = ('command line' if args.select is not None or args.ignore is not
+            None else f'{config.path}: [tool.{_config.SECTION}]')
+  chosen = _codes.selected(select, ignore or (), source)
+  return config, chosen, tuple(config.exclude) + tuple(args.exclude)
+
+
+EPILOG = """\
+codes (--list-codes prints each with its title and guide section):
+  FOC1xx flax.optim constructs, FOC2xx removed jax/flax APIs next to it,
+  FOC901 a # noqa code that keeps nothing.
+  A line ending in "# noqa: FOC108" (or a bare "# noqa") is neither reported
+  nor rewritten.
+
+configuration (pyproject.toml, found upwards from the paths):
+  [tool.flax-optim-compat]
+  exclude = ["build"]
+  select = ["FOC1"]
+  ignore = ["FOC201"]
+  tier = "exact"          # migrate only
+
+pre-commit (.pre-commit-config.yaml):
+  - repo: <this repository's URL>
+    rev: <a tag>
+    hooks:
+      - id: flax-optim-compat-scan
+
+exit status: 0 nothing found (after selection and # noqa), 1 findings,
+2 bad arguments or configuration, 3 nothing found but some files could not
+be parsed (listed)."""
+
+
+def _add_noqa(result: ScanResult) -> int:
+  """Marks every finding's line with its code; prints what it did."""
+  by_file: dict[str, dict[int, set]] = {}
+  for f in result.findings:
+    if f.rule != _codes.UNUSED_NOQA:
+      by_file.setdefault(f.path, {}).setdefault(f.line, set()).add(f.rule)
+  marked = 0
+  for path, codes_by_line in sorted(by_file.items()):
+    with open(path, 'rb') as f:
+      source = f.read()
+    new, unmarked = _noqa.add(source, codes_by_line)
+    if new != source:
+      _atomic.rewrite_in_place(path, new)
+    marked += len(codes_by_line) - len(unmarked)
+    for line in unmarked:
+      print(f'{path}:{line}: not marked: the line ends inside a string or '
+            'continues with a backslash', file=sys.stderr)
+  print(f'added # noqa to {marked} line(s) in {len(by_file)} file(s)')
+  return EXIT_CLEAN
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(
+      prog='flax-optim-compat scan',
+      description='Find flax.optim usages in Python sources (no code runs).',
+      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('paths', nargs='*', metavar='PATH',
+                      help='files or directories to scan')
+  parser.add_argument('--format', choices=FORMATS, default='text',
+                      help='text (a table; "table" is the same), json, '
+                      'github (workflow commands: annotations on the pull '
+                      'request), sarif (SARIF 2.1.0)')
+  add_selection_arguments(parser)
+  parser.add_argument('--add-noqa', action='store_true',
+                      help='append "# noqa: CODE" to every line with a '
+                      'finding (a clean baseline); edits the files')
+  parser.add_argument('--list-codes', action='store_true',
+                      help='print every code, its title and guide section')
   args, exit_code = parse_command_line(parser, argv)
   if args is None:
     return exit_code
-  result = scan_paths(args.paths, args.exclude)
+  if args.list_codes:
+    print(_codes.listing())
+    return EXIT_CLEAN
+  if not args.paths:
+    print('scan: give at least one PATH (or --list-codes)', file=sys.stderr)
+    return EXIT_USAGE
+  try:
+    _, chosen, exclude = configure(args)
+  except ValueError as e:
+    print(f'scan: {e}', file=sys.stderr)
+    return EXIT_USAGE
+  result = scan_paths(args.paths, exclude, chosen)
+  if args.add_noqa:
+    return _add_noqa(result)
   if args.format == 'json':
     print(json.dumps(to_json(result), indent=1))
+  elif args.format == 'github':
+    text = _formats.github(result)
+    if text:
+      print(text)
+  elif args.format == 'sarif':
+    print(json.dumps(_formats.sarif(result, chosen), indent=1))
   else:
     print(format_table(result))
   if result.findings:
