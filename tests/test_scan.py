@@ -94,7 +94,7 @@ def test_json_output_schema_and_summary():
                        'summary'}
   assert data['version'] == 1 and data['files_scanned'] == 11
   keys = {'path', 'line', 'column', 'construct', 'code', 'replacement',
-          'guide_section', 'confidence'}
+          'guide_section', 'confidence', 'rule'}
   assert all(set(f) == keys for f in data['findings'])
   assert all(set(e) == {'path', 'line', 'message'} for e in data['errors'])
   counted = {}
