@@ -19,8 +19,8 @@ from typing import NamedTuple, Optional
 
 from compat.codemod import _codes
 
-# ``# noqa``, ``# noqa: A1, B2``, ``# NOQA:A1 B2`` (ruff's and flake8's
-# spellings); codes are letters then digits.
+# A bare noqa, ``noqa: A1, B2``, ``NOQA:A1 B2`` after the hash (ruff's and
+# flake8's spellings); codes are letters then digits.
 _NOQA = re.compile(r'#\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+'
                    r'[A-Za-z]+\d+)*))?', re.IGNORECASE)
 
@@ -28,7 +28,7 @@ _NOQA = re.compile(r'#\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+'
 class Suppression(NamedTuple):
   line: int
   column: int  # 1-based, of the comment
-  codes: Optional[frozenset]  # None: a bare ``# noqa`` (every code)
+  codes: Optional[frozenset]  # None: a bare noqa (every code)
 
 
 def suppressions(source: bytes) -> dict:
@@ -58,6 +58,21 @@ def _is_ours(code: str) -> bool:
   return code.startswith(_codes.PREFIX)
 
 
+def _marked(finding, marks: dict) -> bool:
+  mark = marks.get(finding.line)
+  return mark is not None and (mark.codes is None or
+                               finding.rule in mark.codes)
+
+
+def held(findings, source: bytes, chosen) -> set:
+  """``{(line, code)}`` of the findings ``migrate`` keeps as they are: on a
+  ``# noqa`` line for their code, or not in ``chosen`` (None: all)."""
+  marks = suppressions(source)
+  return {(f.line, f.rule) for f in findings
+          if (chosen is not None and f.rule not in chosen) or
+          _marked(f, marks)}
+
+
 def apply(findings, marks: dict, chosen: set, unused_finding):
   """``(kept, suppressed)``: ``findings`` split by ``marks``
   (``suppressions``), plus one ``unused_finding(suppression, code)`` in
@@ -69,8 +84,7 @@ def apply(findings, marks: dict, chosen: set, unused_finding):
   for finding in findings:
     if finding.rule not in chosen:
       continue
-    mark = marks.get(finding.line)
-    if mark is not None and (mark.codes is None or finding.rule in mark.codes):
+    if _marked(finding, marks):
       suppressed.append(finding)
       used.add((finding.line, finding.rule))
       continue

@@ -43,6 +43,7 @@ import ast
 from typing import NamedTuple, Optional
 
 from compat import _lazy
+from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _names
 from compat.codemod import _removals
@@ -55,6 +56,8 @@ FLOW_CONSTRUCTS = frozenset((
     'optimizer_def', 'reexport'))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
+HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
+             '(--select/--ignore) hold it')
 
 CHECKPOINT_NOTE = (
     'the checkpoint now holds a TrainState (step, params, opt_state); '
@@ -146,8 +149,16 @@ class Planner:
   """Builds the ``Plan`` of one module from its scan findings."""
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
-               tier: str = 'exact', exported=(), rate_set_elsewhere=False):
+               tier: str = 'exact', exported=(), rate_set_elsewhere=False,
+               held=frozenset()):
     self.source, self.tree, self.names = source, tree, names
+    # (line, code) of findings kept as they are (noqa, --ignore): the
+    # flow is rewritten whole or not at all, so one held flax.optim finding
+    # holds the file's flow; a held removal holds only itself.
+    self.held = frozenset(held)
+    self.flow_held = any((f.line, f.rule) in self.held and
+                         f.rule.startswith(_codes.FLAX_OPTIM)
+                         for f in findings)
     self.findings, self.tier = findings, tier
     # Another module overrides hyper-parameters per step on optimizers it
     # did not create: definitions that leave this module get injected.
@@ -198,7 +209,13 @@ class Planner:
 
   # ---------------------------------------------------------------- plan
   def plan(self) -> Plan:
-    flow_edits, flow_leftovers = self._plan_flow()
+    if self.flow_held:
+      flow_edits, flow_leftovers = [], []
+      self.notes += [Leftover(f.line, f.construct, f.code, HELD_NOTE)
+                     for f in self.findings
+                     if f.rule.startswith(_codes.FLAX_OPTIM)]
+    else:
+      flow_edits, flow_leftovers = self._plan_flow()
     if flow_leftovers:
       self.leftovers += flow_leftovers
       self.edits = [e for e in self.edits if e not in flow_edits]
@@ -210,7 +227,7 @@ class Planner:
             'be (see above); the file is migrated as a whole or not at all'))
       self.imports = [i for i in self.imports if i[0] not in (
           'optax', RULES_MODULE) and i[1] != 'train_state']
-    else:
+    elif not self.flow_held:
       for module in ('flax', 'legacy_optim'):
         self.removed.append((module, 'optim', None))
       self._plan_import_removals()
@@ -604,6 +621,8 @@ class Planner:
       if isinstance(self._parents.get(node), ast.Attribute):
         continue  # only whole references
       path = self.names.resolve(node)
+      if self.flow_held:
+        continue  # the file keeps flax.optim: its classes stay named
       if path in ('flax.optim.DynamicScale',
                   'flax.optim.dynamic_scale.DynamicScale'):
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
@@ -623,6 +642,11 @@ class Planner:
     for node in ast.walk(self.tree):
       removal = _removals.match(node, self.names)
       if removal is None:
+        continue
+      if (node.lineno, _codes.code_of(removal.construct,
+                                      removal.old)) in self.held:
+        self.notes.append(Leftover(node.lineno, removal.construct,
+                                   removal.old, HELD_NOTE))
         continue
       if removal.rewrite is None:
         self.leave(node, removal.construct, removal.replacement)

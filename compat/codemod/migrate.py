@@ -42,7 +42,9 @@ from libcst import codemod
 from libcst.codemod import visitors
 
 from compat import _atomic
+from compat.codemod import _config
 from compat.codemod import _names
+from compat.codemod import _noqa
 from compat.codemod import _rewrite_plan
 from compat.codemod import scan
 
@@ -89,7 +91,7 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
 
 def migrate_source(source: bytes, path: str = '<string>',
                    tier: str = 'exact', reexports=None, exported=(),
-                   rate_set_elsewhere: bool = False):
+                   rate_set_elsewhere: bool = False, chosen=None):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
@@ -98,12 +100,16 @@ def migrate_source(source: bytes, path: str = '<string>',
   another module of the project sets the learning rate per step on
   optimizers it receives (the function ``rate_set_elsewhere``), so this
   module's definitions must take it as an injected hyper-parameter.
+  ``chosen``: the codes to rewrite (default all); findings of other codes,
+  and those on a ``# noqa`` line for their code, stay as they are (a
+  flax.optim one keeps the file's whole flow).
   """
   tree = ast.parse(source, filename=path)
   names = _names.ModuleNames(tree, reexports)
   findings = scan.scan_source(source, path, reexports, tree)
   planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
-                                  exported, rate_set_elsewhere)
+                                  exported, rate_set_elsewhere,
+                                  _noqa.held(findings, source, chosen))
   plan = planner.plan()
   if not plan.edits:
     return source, plan
@@ -128,7 +134,8 @@ def _split_magics(cell: str):
   return '\n'.join(lines), magics
 
 
-def migrate_notebook(raw: bytes, path: str, tier: str = 'exact'):
+def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
+                     chosen=None):
   """``(new_notebook_bytes, plan)``: all code cells migrated as one module."""
   notebook = json.loads(raw)
   cells = [c for c in notebook.get('cells', []) if c.get('cell_type') ==
@@ -140,7 +147,7 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact'):
     magics.append(cell_magics)
     parts.append(f'{_CELL}({index})\n{text}\n')
   combined = ''.join(parts).encode('utf-8')
-  new, plan = migrate_source(combined, path, tier)
+  new, plan = migrate_source(combined, path, tier, chosen=chosen)
   if new == combined:
     return raw, plan
   chunks = re.split(rf'^{_CELL}\((\d+)\)\n', new.decode('utf-8'),
@@ -193,7 +200,7 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
 
 def migrate_file(path: str, tier: str = 'exact',
                  project: Optional[scan.Project] = None,
-                 rate_elsewhere: bool = False) -> FileResult:
+                 rate_elsewhere: bool = False, chosen=None) -> FileResult:
   """One file migrated in memory; ``project``: re-exports to follow;
   ``rate_elsewhere``: ``rate_set_elsewhere(project)``."""
   shown = _shown(path)
@@ -201,13 +208,14 @@ def migrate_file(path: str, tier: str = 'exact',
     old = f.read()
   try:
     if path.endswith('.ipynb'):
-      new, plan = migrate_notebook(old, shown, tier)
+      new, plan = migrate_notebook(old, shown, tier, chosen)
     elif project is not None:
       new, plan = migrate_source(
           old, shown, tier, project.reexports,
-          project.exported.get(os.path.abspath(path), ()), rate_elsewhere)
+          project.exported.get(os.path.abspath(path), ()), rate_elsewhere,
+          chosen)
     else:
-      new, plan = migrate_source(old, shown, tier)
+      new, plan = migrate_source(old, shown, tier, chosen=chosen)
   except SyntaxError as e:
     return FileResult(shown, old, old, None, f'syntax error line {e.lineno}: '
                       f'{e.msg}')
@@ -216,13 +224,13 @@ def migrate_file(path: str, tier: str = 'exact',
   return FileResult(shown, old, new, plan, None)
 
 
-def migrate_paths(paths, tier: str = 'exact', exclude=()):
+def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   """``(sources, results)``: every file under ``paths`` migrated in memory
   as one project (re-exports and per-step rates followed across modules)."""
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)
-  return sources, [migrate_file(p, tier, project, rate_elsewhere)
+  return sources, [migrate_file(p, tier, project, rate_elsewhere, chosen)
                    for p in sources]
 
 
@@ -412,10 +420,17 @@ def format_summary(results, pins) -> str:
 # Command line.
 
 
+MIGRATE_EXIT = """
+exit status: 0 nothing left to change, 1 usages remain (or --diff has
+changes), 2 bad arguments or configuration, or a refused write."""
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
       prog='flax-optim-compat migrate',
-      description='Rewrite flax.optim code to Optax/TrainState code.')
+      description='Rewrite flax.optim code to Optax/TrainState code.',
+      epilog=scan.EPILOG + MIGRATE_EXIT,
+      formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('paths', nargs='+', metavar='PATH')
   mode = parser.add_mutually_exclusive_group()
   mode.add_argument('--diff', action='store_true',
@@ -425,26 +440,29 @@ def main(argv=None) -> int:
   mode.add_argument('--out', metavar='DIR',
                     help='write a rewritten copy of the tree into DIR')
   parser.add_argument(
-      '--tier', choices=('exact', 'stock'), default='exact',
+      '--tier', choices=_config.TIERS, default=None,
       help='exact (default): bit-identical training (stock Optax where it '
       'is exact, else flax_optim_rules); stock: the nearest stock Optax '
       'alias, each line annotated with its measured deviation')
   parser.add_argument('--report', metavar='FILE',
                       help='write a Markdown report to FILE')
-  parser.add_argument('--exclude', action='append', default=[],
-                      metavar='NAME_OR_GLOB',
-                      help='skip files and directories whose name or path '
-                      'matches, as scan --exclude does (repeatable)')
+  scan.add_selection_arguments(parser)
   args, exit_code = scan.parse_command_line(parser, argv)
   if args is None:
     return exit_code
+  try:
+    config, chosen, exclude = scan.configure(args)
+  except ValueError as e:
+    print(f'migrate: {e}', file=sys.stderr)
+    return EXIT_USAGE
+  tier = args.tier or config.tier or 'exact'
   if args.out:
     try:  # before any work: the destination is the user's to pick again
       check_out(args.paths, args.out)
     except (ValueError, FileExistsError) as e:
       print(f'refusing --out: {e}', file=sys.stderr)
       return EXIT_USAGE
-  sources, results = migrate_paths(args.paths, args.tier, args.exclude)
+  sources, results = migrate_paths(args.paths, tier, exclude, chosen)
   pins = find_pins(args.paths)
   to_change = [(p, r) for p, r in zip(sources, results) if r.new != r.old]
   if args.write and to_change:
@@ -472,7 +490,7 @@ def main(argv=None) -> int:
     print(format_summary(results, pins) or 'nothing to migrate')
   if args.report:
     with open(args.report, 'w', encoding='utf-8') as f:
-      f.write(format_report(results, pins, args.tier))
+      f.write(format_report(results, pins, tier))
   left = any(r.error or (r.plan is not None and r.plan.leftovers)
              for r in results)
   pending = bool(to_change) and not (args.write or args.out)

@@ -574,7 +574,10 @@ pre-commit (.pre-commit-config.yaml):
     rev: <a tag>
     hooks:
       - id: flax-optim-compat-scan
+"""
 
+
+SCAN_EXIT = """
 exit status: 0 nothing found (after selection and # noqa), 1 findings,
 2 bad arguments or configuration, 3 nothing found but some files could not
 be parsed (listed)."""
@@ -605,7 +608,8 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
       prog='flax-optim-compat scan',
       description='Find flax.optim usages in Python sources (no code runs).',
-      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+      epilog=EPILOG + SCAN_EXIT,
+      formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('paths', nargs='*', metavar='PATH',
                       help='files or directories to scan')
   parser.add_argument('--format', choices=FORMATS, default='text',
