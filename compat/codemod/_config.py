@@ -21,8 +21,11 @@ from typing import NamedTuple, Optional
 
 try:
   import tomllib
-except ModuleNotFoundError:  # Python 3.10
-  import tomli as tomllib  # type: ignore[no-redef]
+except ModuleNotFoundError:  # Python 3.10: tomli (install_requires has it)
+  try:
+    import tomli as tomllib  # type: ignore[no-redef]
+  except ModuleNotFoundError:  # the pre-commit hook runs from a clone
+    tomllib = None  # type: ignore[assignment]
 
 from compat.codemod import _codes
 
@@ -65,6 +68,9 @@ def find(paths) -> Optional[str]:
 
 
 def _section(path: str) -> Optional[dict]:
+  if tomllib is None:
+    raise ConfigError(f'{path}: reading it needs Python >= 3.11 or the '
+                      'tomli package')
   try:
     with open(path, 'rb') as f:
       document = tomllib.load(f)

@@ -105,7 +105,7 @@ def apply(findings, marks: dict, chosen: set, unused_finding):
 def _unmarkable_lines(source: bytes) -> set:
   """Lines whose end a comment cannot go after: inside a multi-line string,
   or continued with a backslash."""
-  lines = set()
+  lines: set[int] = set()
   for token in tokenize.tokenize(io.BytesIO(source).readline):
     if token.type == tokenize.STRING and token.end[0] > token.start[0]:
       lines.update(range(token.start[0], token.end[0]))
