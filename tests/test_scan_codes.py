@@ -397,3 +397,44 @@ def test_migrate_exit_status_counts_held_findings_as_done(tmp_path):
                'opt_def = optim.Adam(0.1)  # noqa: FOC103\n')
   assert run([path], migrate)[0] == migrate.EXIT_CLEAN
   assert run([path])[0] == scan.EXIT_CLEAN
+
+
+# ---------------------------------------------------------------------------
+# Speed: the fast paths give the full path's result.
+
+FIXTURES = os.path.join(ROOT, 'tests', 'fixtures')
+
+
+def _corpus(tmp_path):
+  """The scan and migrate fixtures, plus modules that reach flax.optim
+  only through a re-export chain (no word ``optim`` in the last ones)."""
+  root = str(tmp_path)
+  write(root, 'lib/__init__.py', 'from flax import optim as O\n')
+  write(root, 'lib/alias.py', 'from lib import O as P\n')
+  write(root, 'use.py', 'from lib.alias import P\nd = P.Adam(0.1)\n'
+        'state = d.create(p)\n')
+  write(root, 'plain.py', 'import jax\nx = jax.tree_map(f, x)\n'
+        'def step(s):\n  return s.replicate()\n')
+  return [FIXTURES, root]
+
+
+def test_prefilters_and_processes_give_the_full_result(tmp_path,
+                                                       monkeypatch):
+  paths = _corpus(tmp_path)
+  fast = scan.scan_paths(paths)
+  assert ('use.py', 2, 'FOC103') in {
+      (os.path.basename(f.path), f.line, f.rule) for f in fast.findings}
+  monkeypatch.setattr(scan, '_FILES_PER_JOB', 1)
+  assert scan.scan_paths(paths, jobs=2) == fast
+  assert scan.scan_paths(paths, jobs=3) == fast
+  # the full path: every module may name flax.optim
+  monkeypatch.setattr(scan, '_mentions_optim', lambda text: True)
+  full = scan.scan_paths(paths)
+  assert full == fast
+  assert len(full.findings) > 100 and full.errors
+
+
+def test_jobs_flag(tmp_path):
+  path = write(str(tmp_path), 'm.py', SOURCE)
+  assert run(['-j', '0', path])[0] == scan.EXIT_USAGE
+  assert run(['-j', '2', path])[:2] == run(['-j', '1', path])[:2]

@@ -97,11 +97,15 @@ def project_reexports(modules: dict) -> dict:
   at module level, to flax.optim or something in it (followed through other
   user modules too). ``modules``: dotted module name -> its ``ast.Module``.
   """
-  table = {}
+  table: dict = {}
+  # Each module's imports, collected once; only the table changes per round.
+  module_names = {module: ModuleNames(tree, None, collect=False)
+                  for module, tree in modules.items()}
   for _ in range(len(modules) + 1):  # chains through user modules
     found = {}
     for module, tree in modules.items():
-      names = ModuleNames(tree, table, collect=False)
+      names = module_names[module]
+      names.reexports = table
       for node in tree.body:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
           continue

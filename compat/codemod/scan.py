@@ -51,9 +51,12 @@ could not be parsed (they are listed, never fatal).
 
 import argparse
 import ast
+import concurrent.futures
 import fnmatch
+import functools
 import json
 import os
+import re
 import sys
 from typing import Iterable, NamedTuple, Optional
 
@@ -141,8 +144,13 @@ class _Visitor(ast.NodeVisitor):
 
   def __init__(self, path: str, module: _names.ModuleNames, lines: list):
     self.path, self.module, self.lines = path, module, lines
-    self.flow = _flow.OptimizerFlow(module.tree, module)
     self.findings: list[Finding] = []
+
+  @functools.cached_property
+  def flow(self) -> _flow.OptimizerFlow:
+    """The module's proven optimizer flow: built on the first method call
+    that needs it (most modules have none, and it is the costly part)."""
+    return _flow.OptimizerFlow(self.module.tree, self.module)
 
   def add(self, node, construct, replacement=None, section=None,
           confidence='certain', removed=None):
@@ -329,6 +337,24 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, 'checkpoint', confidence=confidence)
 
 
+# A module can name flax.optim only through an import of ``flax.optim``,
+# ``legacy_optim`` or ``from flax import optim`` (the word ``optim``), or
+# through a name another scanned module re-exports (its own word).
+_FLAX_OPTIM_WORD = re.compile(r'\boptim\b|legacy_optim')
+
+
+def _mentions_optim(text: str) -> bool:
+  return 'optim' in text and bool(_FLAX_OPTIM_WORD.search(text))
+
+
+def _may_name_flax_optim(text: str, reexports) -> bool:
+  """False only when nothing in ``text`` can resolve to flax.optim: then
+  ``ModuleNames``' classes and assignments (all rooted in a legacy class)
+  are provably empty and are not collected."""
+  return _mentions_optim(text) or any(
+      key.rpartition('.')[2] in text for key in reexports or ())
+
+
 def scan_source(source, path: str = '<string>', reexports=None,
                 tree: Optional[ast.Module] = None) -> list:
   """Findings of one file's source (str or bytes). Raises SyntaxError.
@@ -340,8 +366,9 @@ def scan_source(source, path: str = '<string>', reexports=None,
     tree = ast.parse(source, filename=path)
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
-  visitor = _Visitor(path, _names.ModuleNames(tree, reexports),
-                     text.splitlines())
+  names = _names.ModuleNames(tree, reexports, collect=_may_name_flax_optim(
+      text, reexports))
+  visitor = _Visitor(path, names, text.splitlines())
   visitor.visit(tree)
   return sorted(set(visitor.findings))
 
@@ -420,10 +447,16 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
           ambiguous.add(name)
         by_module[name] = tree
         module_paths[name] = os.path.abspath(path)
-  modules = {k: v for k, v in by_module.items() if k not in ambiguous}
-  reexports = _names.project_reexports(modules)
+  trees = {module_paths[k]: v for k, v in by_module.items()}
+  sources = {id(tree): source for _, source, tree in parsed}
+  reexports = _reexports(
+      {k: module_paths[k] for k in by_module if k not in ambiguous},
+      lambda path: sources[id(trees[path])], trees.get)
   exported: dict[str, set[str]] = {}
-  for _, _, tree in parsed:
+  for _, source, tree in parsed:
+    if not _may_name_flax_optim(source.decode('utf-8', 'replace'),
+                                reexports):
+      continue  # resolves nothing to flax.optim, so no re-export either
     for dotted in _names.used_reexports(tree, reexports):
       module, _, local = dotted.rpartition('.')
       exported.setdefault(module_paths[module], set()).add(local)
@@ -449,21 +482,153 @@ def scan_file(source: bytes, shown: str, tree, reexports,
   ``chosen`` (default all), ``# noqa`` lines kept out of ``reported``."""
   findings = scan_source(source, shown, reexports, tree)
   marks = _noqa.suppressions(source)
-  lines = source.decode('utf-8', 'replace').splitlines()
+  lines = source.decode('utf-8', 'replace').splitlines() if marks else []
   return _noqa.apply(findings, marks, set(_codes.BY_CODE) if chosen is None
                      else chosen, unused_noqa(shown, lines))
 
 
-def scan_paths(paths: Iterable[str], exclude=(), chosen=None) -> ScanResult:
+def _reexports(modules: dict, source_of, tree_of) -> dict:
+  """``_names.project_reexports`` of the project's modules (``modules``:
+  dotted name -> path; ``source_of(path)``: its bytes; ``tree_of(path)``:
+  its ``ast.Module``, None if it does not parse), computed over the modules
+  that can bind a name to flax.optim: those whose source has the word
+  ``optim`` or the name of a re-export found so far (a chain ``from mylib
+  import optimizers as o`` names it), repeated until no new name appears.
+  The others cannot add an entry, so the table is the same, without
+  parsing them (``-j``) or walking every module once per round."""
+  words: set[str] = set()
+  texts = {path: source_of(path).decode('utf-8', 'replace')
+           for path in set(modules.values())}
+  rooted = {path for path, text in texts.items() if _mentions_optim(text)}
+  while True:
+    candidates = {name: tree_of(path) for name, path in modules.items()
+                  if path in rooted or any(w in texts[path] for w in words)}
+    table = _names.project_reexports(
+        {name: tree for name, tree in candidates.items() if tree is not None})
+    found = {key.rpartition('.')[2] for key in table}
+    if found <= words:
+      return table
+    words |= found
+
+
+# Files per worker process below which ``-j`` scans in this process (a pool
+# costs more to start than a few files take to scan).
+_FILES_PER_JOB = 32
+
+
+def _read_and_parse(path: str, shown: str):
+  """``(source, tree, None)`` or ``(source or None, None, ScanError)``."""
+  try:
+    with open(path, 'rb') as f:
+      source = f.read()
+  except OSError as e:
+    return None, None, ScanError(shown, None, f'{type(e).__name__}: {e}')
+  try:
+    return source, ast.parse(source, filename=shown), None
+  except SyntaxError as e:
+    return source, None, ScanError(shown, e.lineno, f'syntax error: {e.msg}')
+  except ValueError as e:  # NUL bytes, bad coding
+    return source, None, ScanError(shown, None, f'{type(e).__name__}: {e}')
+
+
+def _scan_chunk(task) -> tuple:
+  """A worker's share of ``scan_paths(..., jobs)``: ``(findings, errors,
+  parsed count)`` of the files ``task`` names."""
+  files, reexports, chosen = task
+  findings, errors, parsed = [], [], 0
+  for path, shown in files:
+    source, tree, error = _read_and_parse(path, shown)
+    if error is not None:
+      errors.append(error)
+      continue
+    parsed += 1
+    findings += scan_file(source, shown, tree, reexports, chosen)[0]
+  return findings, errors, parsed
+
+
+def _scan_parallel(files: list, jobs: int, chosen) -> ScanResult:
+  """``scan_paths`` over ``files`` (``[(root, path)]``) in ``jobs``
+  processes: the re-export table first (here, parsing only the modules
+  that can take part), then each process reads, parses and scans its
+  contiguous share. Same findings, same order as one process."""
+  shown = [path.replace(os.sep, '/') for _, path in files]
+  sources: dict[str, Optional[bytes]] = {}
+  trees: dict[str, Optional[ast.Module]] = {}
+
+  def source_of(path):
+    if path not in sources:
+      sources[path] = _read_bytes(path)
+    return sources[path] or b''
+
+  def tree_of(path):
+    if path not in trees:
+      source, tree, _ = _read_and_parse(path, path)
+      sources[path], trees[path] = source, tree
+    return trees[path]
+
+  paths_of: dict[str, list] = {}
+  for root, path in files:
+    for name in _names.module_names(path, root):
+      paths_of.setdefault(name, []).append(path)
+  modules = {}
+  for name, paths in paths_of.items():
+    # As parse_project: files that do not parse name no module; a name
+    # two parsed files share names neither.
+    parsed = paths if len(paths) == 1 else [
+        p for p in paths if tree_of(p) is not None]
+    if len(parsed) == 1:
+      modules[name] = parsed[0]
+  reexports = _reexports(modules, source_of, tree_of)
+  size = -(-len(files) // (jobs * 4))  # a few shares per process
+  tasks = [(list(zip([p for _, p in files[i:i + size]],
+                     shown[i:i + size])), reexports, chosen)
+           for i in range(0, len(files), size)]
+  findings, errors, parsed_count = [], [], 0
+  with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+    for share in pool.map(_scan_chunk, tasks):
+      findings += share[0]
+      errors += share[1]
+      parsed_count += share[2]
+  return ScanResult(parsed_count + len(errors), sorted(findings),
+                    sorted(errors))
+
+
+def _read_bytes(path: str) -> Optional[bytes]:
+  try:
+    with open(path, 'rb') as f:
+      return f.read()
+  except OSError:
+    return None
+
+
+def default_jobs() -> int:
+  """Every core this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not on Linux
+    return os.cpu_count() or 1
+
+
+def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
+               jobs: int = 1) -> ScanResult:
   """Scans files and directories; unparseable files become ``errors``.
 
   One project: a name a scanned module re-exports from flax.optim
   (``from flax import optim as optimizers`` in mylib) is followed into the
   modules that import it (``from mylib import optimizers``). ``chosen``:
   the codes to report (``_codes.selected``; default all); findings on a
-  line marked ``# noqa`` are not reported.
+  line marked ``# noqa`` are not reported. ``jobs``: processes to spread
+  the files over (the result is the same; small trees are scanned in this
+  process).
   """
-  project = parse_project(list(paths), exclude)
+  paths = list(paths)
+  if jobs > 1:
+    files = [(root, path) for root in paths
+             for path in iter_python_files([root], exclude)]
+    jobs = min(jobs, len(files) // _FILES_PER_JOB)
+    if jobs > 1:
+      return _scan_parallel(files, jobs, chosen)
+  project = parse_project(paths, exclude)
   findings = []
   for shown, source, tree in project.parsed:
     findings += scan_file(source, shown, tree, project.reexports, chosen)[0]
@@ -622,6 +787,9 @@ def main(argv=None) -> int:
                       'finding (a clean baseline); edits the files')
   parser.add_argument('--list-codes', action='store_true',
                       help='print every code, its title and guide section')
+  parser.add_argument('-j', '--jobs', type=int, default=default_jobs(),
+                      metavar='N', help='processes to scan with (default: '
+                      'every core; the output is the same)')
   args, exit_code = parse_command_line(parser, argv)
   if args is None:
     return exit_code
@@ -636,7 +804,10 @@ def main(argv=None) -> int:
   except ValueError as e:
     print(f'scan: {e}', file=sys.stderr)
     return EXIT_USAGE
-  result = scan_paths(args.paths, exclude, chosen)
+  if args.jobs < 1:
+    print(f'scan: --jobs {args.jobs}: expected 1 or more', file=sys.stderr)
+    return EXIT_USAGE
+  result = scan_paths(args.paths, exclude, chosen, args.jobs)
   if args.add_noqa:
     return _add_noqa(result)
   if args.format == 'json':
