@@ -415,6 +415,11 @@ def _corpus(tmp_path):
         'state = d.create(p)\n')
   write(root, 'plain.py', 'import jax\nx = jax.tree_map(f, x)\n'
         'def step(s):\n  return s.replicate()\n')
+  # definitions and subclasses reached through assignments only
+  write(root, 'assigned.py', 'from flax import optim\n'
+        'opt_def = optim.Adam(0.1)\nstate = opt_def.create(p)\n'
+        'class Mine(optim.Adam):\n  pass\n'
+        'def make():\n  return Mine()\nother = make().create(p)\n')
   return [FIXTURES, root]
 
 
@@ -422,13 +427,17 @@ def test_prefilters_and_processes_give_the_full_result(tmp_path,
                                                        monkeypatch):
   paths = _corpus(tmp_path)
   fast = scan.scan_paths(paths)
-  assert ('use.py', 2, 'FOC103') in {
-      (os.path.basename(f.path), f.line, f.rule) for f in fast.findings}
+  found = {(os.path.basename(f.path), f.line, f.rule) for f in fast.findings}
+  assert {('use.py', 2, 'FOC103'), ('use.py', 3, 'FOC108'),
+          ('assigned.py', 3, 'FOC108'), ('assigned.py', 4, 'FOC104'),
+          ('assigned.py', 8, 'FOC108')} <= found
   monkeypatch.setattr(scan, '_FILES_PER_JOB', 1)
   assert scan.scan_paths(paths, jobs=2) == fast
   assert scan.scan_paths(paths, jobs=3) == fast
   # the full path: every module may name flax.optim
   monkeypatch.setattr(scan, '_mentions_optim', lambda text: True)
+  monkeypatch.setattr(scan, '_may_name_flax_optim',
+                      lambda text, reexports: True)
   full = scan.scan_paths(paths)
   assert full == fast
   assert len(full.findings) > 100 and full.errors
