@@ -15,6 +15,7 @@ import re
 from typing import Optional
 
 from compat import _lazy
+from compat.codemod import _walk
 
 ALGORITHMS = _lazy.module_without_package('legacy_optim',
                                           'catalogue').RULE_NAMES
@@ -171,7 +172,7 @@ class ModuleNames:
       self._collect_assignments()
 
   def _collect_imports(self):
-    for node in ast.walk(self.tree):
+    for node in _walk.statements(self.tree):  # imports are statements
       if isinstance(node, ast.Import):
         for alias in node.names:
           if alias.asname:

@@ -139,12 +139,39 @@ _ANNOTATIONS = {
 }
 
 
+# Nodes without children that no visit_ method handles.
+_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
+           ast.unaryop, ast.Constant)
+_DISPATCH: dict = {}  # node class -> the _Visitor method that visits it
+
+
 class _Visitor(ast.NodeVisitor):
   """Reports legacy constructs of one parsed file."""
 
   def __init__(self, path: str, module: _names.ModuleNames, lines: list):
     self.path, self.module, self.lines = path, module, lines
     self.findings: list[Finding] = []
+
+  # NodeVisitor's own visit/generic_visit look the method up by name on
+  # every node and descend into contexts and operators too; scanning is
+  # bounded by parsing, so these dispatch through a per-class table and skip
+  # the nodes that have no children and no visit_ method (same order).
+  def visit(self, node):
+    method = _DISPATCH.get(type(node))
+    if method is None:
+      method = _DISPATCH[type(node)] = getattr(
+          type(self), 'visit_' + type(node).__name__, _Visitor.generic_visit)
+    method(self, node)
+
+  def generic_visit(self, node):
+    for field in node._fields:
+      value = getattr(node, field, None)
+      if type(value) is list:
+        for item in value:
+          if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
+            self.visit(item)
+      elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
+        self.visit(value)
 
   @functools.cached_property
   def flow(self) -> _flow.OptimizerFlow:
@@ -352,7 +379,14 @@ def _may_name_flax_optim(text: str, reexports) -> bool:
   ``ModuleNames``' classes and assignments (all rooted in a legacy class)
   are provably empty and are not collected."""
   return _mentions_optim(text) or any(
-      key.rpartition('.')[2] in text for key in reexports or ())
+      word in text for word in _reexported_words(frozenset(reexports or ())))
+
+
+@functools.lru_cache(maxsize=4)
+def _reexported_words(keys: frozenset) -> frozenset:
+  """The local names of re-export keys (``optimizers`` of
+  ``mylib.optimizers``): what a module that uses one must spell."""
+  return frozenset(key.rpartition('.')[2] for key in keys)
 
 
 def scan_source(source, path: str = '<string>', reexports=None,
@@ -442,11 +476,12 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
         errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
         continue
       parsed.append((shown, source, tree))
+      absolute = os.path.abspath(path)
       for name in _names.module_names(path, root):
         if name in by_module and by_module[name] is not tree:
           ambiguous.add(name)
         by_module[name] = tree
-        module_paths[name] = os.path.abspath(path)
+        module_paths[name] = absolute
   trees = {module_paths[k]: v for k, v in by_module.items()}
   sources = {id(tree): source for _, source, tree in parsed}
   reexports = _reexports(
