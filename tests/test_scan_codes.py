@@ -447,3 +447,65 @@ def test_jobs_flag(tmp_path):
   path = write(str(tmp_path), 'm.py', SOURCE)
   assert run(['-j', '0', path])[0] == scan.EXIT_USAGE
   assert run(['-j', '2', path])[:2] == run(['-j', '1', path])[:2]
+
+
+def test_statement_walk_yields_ast_walks_statements_in_its_order():
+  from compat.codemod import _walk
+  sources = [os.path.join(d, f) for top in ('compat', 'tests')
+             for d, _, files in os.walk(os.path.join(ROOT, top))
+             for f in files if f.endswith('.py')]
+  sources.append(None)
+  for path in sources:
+    if path is None:
+      text = textwrap.dedent('''\
+          try:
+            import a
+          except E as e:
+            import b
+          else:
+            import c
+          finally:
+            import d
+          match x:
+            case 1:
+              import e
+          f = lambda: (yield)
+          class K:
+            def m(self):
+              import g
+          ''')
+    else:
+      with open(path, 'rb') as f:
+        text = f.read()
+    try:
+      tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+      continue  # the fixtures' broken files
+    expected = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+    assert [n for n in _walk.statements(tree)
+            if isinstance(n, ast.stmt)] == expected, path
+
+
+def test_every_removal_matcher_has_its_words():
+  from compat.codemod import _prefilter
+  from compat.codemod import _removals
+  matchers = {name for name in vars(_removals) if name.startswith('_match')}
+  assert matchers == set(_prefilter.MATCHER_WORDS)
+
+
+@pytest.mark.parametrize('source, may', [
+    ('import flax.linen as nn\nx = nn.Dense(3)\ny = jax.nn.relu(x)\n', False),
+    ('from flax import linen as nn\n', False),
+    ('from flax import nn\n', True),
+    ('from flax import (linen,\n    nn)\n', True),
+    ('from flax import (  # the old API\n  nn)\n', True),
+    ('import flax\nm = flax.nn.Dense\n', True),
+    ('import flax as f\nm = f . nn\n', True),
+    ('import flax as jax\nm = jax.nn\n', True),
+    ('from jax . config import config\n', True),
+    ('import numpy as np\nx = np.ones(3)\n', False),
+])
+def test_prefilter_looks_closely_at_flax_nn_and_jax_config(source, may):
+  from compat.codemod import _prefilter
+  assert _prefilter.may_find(source, frozenset()) is may
+  assert bool(scan.scan_source(source)) is may
