@@ -504,8 +504,16 @@ def test_every_removal_matcher_has_its_words():
     ('import flax as jax\nm = jax.nn\n', True),
     ('from jax . config import config\n', True),
     ('import numpy as np\nx = np.ones(3)\n', False),
+    ('state = state.apply_gradients(grads=g)\n', False),
+    ('state = state.apply_gradient(g)\n', True),
+    ('x = jax.tree_util.tree_map(f, x)\n', False),
+    ('import jax as tree_util\nx = tree_util.tree_map(f, x)\n', True),
+    ('from flax.training import checkpoints\n'
+     'checkpoints.save_checkpoint(d, state, 1)\n', False),
+    ('from flax.training import checkpoints\n'
+     'checkpoints.save_checkpoint(d, my_opt, 1)\n', True),
 ])
-def test_prefilter_looks_closely_at_flax_nn_and_jax_config(source, may):
+def test_prefilter_looks_closely(source, may):
   from compat.codemod import _prefilter
-  assert _prefilter.may_find(source, frozenset()) is may
+  assert _prefilter.may_find(source, scan._TRIGGERS) is may
   assert bool(scan.scan_source(source)) is may

@@ -23,7 +23,7 @@ TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
               'TraverseCompose', 'TraverseEach', 'TraverseFilter',
               'TraverseId', 'TraverseItem', 'TraverseMerge', 'TraverseTree',
               't_identity')
-_OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
+OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
                              re.IGNORECASE)
 
 
@@ -252,9 +252,9 @@ class ModuleNames:
     if isinstance(node, ast.Name):
       if node.id in self.optimizers:
         return 'certain'
-      return 'likely' if _OPTIMIZER_NAME.search(node.id) else None
+      return 'likely' if OPTIMIZER_NAME.search(node.id) else None
     if isinstance(node, ast.Attribute):
-      return 'likely' if _OPTIMIZER_NAME.search(node.attr) else None
+      return 'likely' if OPTIMIZER_NAME.search(node.attr) else None
     if isinstance(node, ast.Call):
       func = node.func
       if isinstance(func, ast.Attribute):

@@ -14,7 +14,9 @@ row brings its word; a new kind of matcher must add its own here
 (tests/test_scan_codes.py lists the matchers it knows). Stdlib only.
 """
 
+import functools
 import re
+from typing import NamedTuple
 
 from compat.codemod import _names
 from compat.codemod import _removals
@@ -33,7 +35,8 @@ MATCHER_WORDS = {
 _SCAN_WORDS = (
     'traverse_util',  # flax.traverse_util traversals
     'compat',  # the bridges
-    'apply_gradient', 'compute_gradient', 'optimize', 'replicate',
+    'apply_gradient', 'compute_gradient', 'compute_gradients', 'optimize',
+    'replicate',
 )
 
 
@@ -41,20 +44,37 @@ def _last(path: str) -> str:
   return path.rpartition('.')[2]
 
 
-def words(checkpoint_functions) -> frozenset:
-  """Every word a finding outside flax.optim's imports may need, except
-  ``nn`` (see ``_mentions_flax_nn``)."""
+class Triggers(NamedTuple):
+  words: frozenset  # any of them: maybe a finding
+  # checkpoint functions: a finding needs an optimizer among the arguments,
+  # which without flax.optim means a name such as ``opt_state``
+  checkpoint_words: frozenset
+  # removed ``jax.W`` whose ``jax.tree_util.W`` is today's name: spelled
+  # after ``tree_util.``, W is not the removed one
+  tree_util_words: frozenset
+
+
+def triggers(checkpoint_functions) -> Triggers:
+  """The words a finding outside flax.optim's imports may need (``nn``:
+  ``_mentions_flax_nn``)."""
   found = set(_SCAN_WORDS)
-  found |= {_last(p) for p in checkpoint_functions}
-  for table in (_removals._RENAMED, _removals._MOVED, _removals._NO_OPS,
+  for table in (_removals._MOVED, _removals._NO_OPS,
                 _removals._KV_ATTENTION):
     found |= {_last(p).rstrip('()') for p in table}
+  renamed: dict = {}
+  for path in _removals._RENAMED:
+    renamed.setdefault(_last(path), set()).add(path.rpartition('.')[0])
+  tree_util = {word for word, parents in renamed.items()
+               if not any(p.endswith('tree_util') for p in parents)}
+  found |= set(renamed) - tree_util
   found |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
   found.add(_last(_removals.LR_SCHEDULE))
   for needed in MATCHER_WORDS.values():
     found |= set(needed)
   found |= set(_names.TRAVERSALS)
-  return frozenset(found)
+  return Triggers(frozenset(found),
+                  frozenset(_last(p) for p in checkpoint_functions),
+                  frozenset(tree_util))
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -75,9 +95,8 @@ _JAX_CONFIG = re.compile(rf'\bjax{_GAP}\.{_GAP}config\b')
 def _mentions_flax_nn(text: str) -> bool:
   if 'nn' not in text:
     return False
-  attribute = _ANY_ATTRIBUTE_NN if _FLAX_AS_JAX.search(text) else (
-      _ATTRIBUTE_NN)
-  if attribute.search(text):
+  if _ANY_ATTRIBUTE_NN.search(text) and (
+      _ATTRIBUTE_NN.search(text) or _FLAX_AS_JAX.search(text)):
     return True
   for names in _FROM_FLAX_IMPORT.findall(text):
     if '#' in names or re.search(r'\bnn\b', _ALIAS.sub('', names)):
@@ -85,8 +104,45 @@ def _mentions_flax_nn(text: str) -> bool:
   return False
 
 
-def may_find(text: str, trigger_words: frozenset) -> bool:
-  """False only when ``text`` has none of ``trigger_words`` (``words()``
-  plus flax.optim's and the re-exports') and no flax.nn."""
-  return (any(w in text for w in trigger_words) or
-          bool(_JAX_CONFIG.search(text)) or _mentions_flax_nn(text))
+_TREE_UTIL_ALIAS = re.compile(r'\bas\s+tree_util\b')
+# ``_names.OPTIMIZER_NAME`` (an identifier with ``optimizer`` in it, or
+# ``opt``/``optim`` as one of its ``_``-separated parts) read on the whole
+# text: a letter or digit next to the part ends it, ``_`` does not.
+_OPTIMIZER_NAME_IN_TEXT = re.compile(
+    r'optimizer|(?<![a-z0-9])opt(?:im)?(?![a-z0-9])', re.IGNORECASE)
+
+
+def _has_optimizer_name(text: str) -> bool:
+  return 'opt' in text.lower() and bool(_OPTIMIZER_NAME_IN_TEXT.search(text))
+
+
+def _mentions_removed_tree_function(text: str, words: frozenset) -> bool:
+  if not _spells(text, words):
+    return False
+  if _TREE_UTIL_ALIAS.search(text):  # ``import jax as tree_util``
+    return True
+  today = re.compile(rf'\btree_util{_GAP}\.{_GAP}(?:{"|".join(words)})\b')
+  return _spells(today.sub('', text), words)
+
+
+@functools.lru_cache(maxsize=None)
+def _whole(word: str) -> re.Pattern:
+  return re.compile(rf'\b{word}\b')
+
+
+def _spells(text: str, words) -> bool:
+  """Whether ``text`` has one of ``words`` as a whole identifier (names
+  and attributes are: ``apply_gradients`` is not ``apply_gradient``)."""
+  return any(w in text and _whole(w).search(text) for w in words)
+
+
+def may_find(text: str, given: Triggers) -> bool:
+  """False only when ``text`` has none of the words ``given`` names
+  (``triggers()``) and no flax.nn. Only for a module that cannot name
+  flax.optim (scan looks at every other one)."""
+  return (_spells(text, given.words) or
+          ('config' in text and bool(_JAX_CONFIG.search(text))) or
+          _mentions_flax_nn(text) or
+          _mentions_removed_tree_function(text, given.tree_util_words) or
+          (_spells(text, given.checkpoint_words) and
+           _has_optimizer_name(text)))

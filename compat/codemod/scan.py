@@ -88,7 +88,7 @@ _CHECKPOINT_FUNCS = {
     'flax.serialization.to_bytes': ('target', 0),
     'flax.serialization.from_bytes': ('target', 0),
 }
-_WORDS = _prefilter.words(_CHECKPOINT_FUNCS)
+_TRIGGERS = _prefilter.triggers(_CHECKPOINT_FUNCS)
 EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_UNPARSEABLE = 0, 1, 2, 3
 FORMATS = ('text', 'table', 'json', 'github', 'sarif')
 
@@ -405,7 +405,7 @@ def scan_source(source, path: str = '<string>', reexports=None,
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
   may_name_flax_optim = _may_name_flax_optim(text, reexports)
-  if not may_name_flax_optim and not _prefilter.may_find(text, _WORDS):
+  if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
     return []  # none of the words any finding needs
   names = _names.ModuleNames(tree, reexports, collect=may_name_flax_optim)
   visitor = _Visitor(path, names, text.splitlines())
