@@ -383,14 +383,21 @@ def _may_name_flax_optim(text: str, reexports) -> bool:
   ``ModuleNames``' classes and assignments (all rooted in a legacy class)
   are provably empty and are not collected."""
   return _mentions_optim(text) or any(
-      word in text for word in _reexported_words(frozenset(reexports or ())))
+      word in text for word in _reexported_words(reexports or {}))
 
 
-@functools.lru_cache(maxsize=4)
-def _reexported_words(keys: frozenset) -> frozenset:
+# The table _reexported_words last read and its words: a scan reads one
+# table for every module.
+_WORDS_OF: list = [None, frozenset()]
+
+
+def _reexported_words(reexports: dict) -> frozenset:
   """The local names of re-export keys (``optimizers`` of
   ``mylib.optimizers``): what a module that uses one must spell."""
-  return frozenset(key.rpartition('.')[2] for key in keys)
+  if _WORDS_OF[0] is not reexports or len(_WORDS_OF[1]) > len(reexports):
+    _WORDS_OF[:] = [reexports, frozenset(key.rpartition('.')[2]
+                                         for key in reexports)]
+  return _WORDS_OF[1]
 
 
 def scan_source(source, path: str = '<string>', reexports=None,
@@ -638,6 +645,7 @@ def _scan_parallel(files: list, jobs: int, chosen) -> ScanResult:
       modules[name] = parsed[0]
   with _without_cycle_collection():
     reexports = _reexports(modules, source_of, tree_of)
+    trees.clear()  # the trees go before the collector comes back
   size = -(-len(files) // (jobs * 4))  # a few shares per process
   tasks = [(list(zip([p for _, p in files[i:i + size]],
                      shown[i:i + size])), reexports, chosen)
@@ -693,8 +701,10 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
     for shown, source, tree in project.parsed:
       findings += scan_file(source, shown, tree, project.reexports,
                             chosen)[0]
-  return ScanResult(len(project.parsed) + len(project.errors),
-                    sorted(findings), sorted(project.errors))
+    files_scanned = len(project.parsed) + len(project.errors)
+    errors = project.errors
+    del project  # the trees go before the collector comes back
+  return ScanResult(files_scanned, sorted(findings), sorted(errors))
 
 
 # ---------------------------------------------------------------------------
