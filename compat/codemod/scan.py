@@ -386,18 +386,18 @@ def _may_name_flax_optim(text: str, reexports) -> bool:
       word in text for word in _reexported_words(reexports or {}))
 
 
-# The table _reexported_words last read and its words: a scan reads one
-# table for every module.
-_WORDS_OF: list = [None, frozenset()]
+# The table _reexported_words last read, its size and its words: a scan
+# reads one table for every module.
+_WORDS_OF: list = [None, 0, frozenset()]
 
 
 def _reexported_words(reexports: dict) -> frozenset:
   """The local names of re-export keys (``optimizers`` of
   ``mylib.optimizers``): what a module that uses one must spell."""
-  if _WORDS_OF[0] is not reexports or len(_WORDS_OF[1]) > len(reexports):
-    _WORDS_OF[:] = [reexports, frozenset(key.rpartition('.')[2]
-                                         for key in reexports)]
-  return _WORDS_OF[1]
+  if _WORDS_OF[0] is not reexports or _WORDS_OF[1] != len(reexports):
+    _WORDS_OF[:] = [reexports, len(reexports),
+                    frozenset(key.rpartition('.')[2] for key in reexports)]
+  return _WORDS_OF[2]
 
 
 def scan_source(source, path: str = '<string>', reexports=None,
