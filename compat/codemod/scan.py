@@ -57,6 +57,7 @@ import fnmatch
 import functools
 import gc
 import json
+import multiprocessing
 import os
 import re
 import sys
@@ -651,13 +652,23 @@ def _scan_parallel(files: list, jobs: int, chosen) -> ScanResult:
                      shown[i:i + size])), reexports, chosen)
            for i in range(0, len(files), size)]
   findings, errors, parsed_count = [], [], 0
-  with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+  with concurrent.futures.ProcessPoolExecutor(jobs, _worker_start()) as pool:
     for share in pool.map(_scan_chunk, tasks):
       findings += share[0]
       errors += share[1]
       parsed_count += share[2]
   return ScanResult(parsed_count + len(errors), sorted(findings),
                     sorted(errors))
+
+
+def _worker_start():
+  """How workers start: forked (the command line's process holds no
+  threads), or from a fresh server process where jax is loaded (its
+  threads make a fork unsafe: scan_paths called from a JAX program)."""
+  if 'jax' in sys.modules and (
+      'forkserver' in multiprocessing.get_all_start_methods()):
+    return multiprocessing.get_context('forkserver')
+  return None
 
 
 def _read_bytes(path: str) -> Optional[bytes]:
