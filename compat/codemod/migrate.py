@@ -28,7 +28,6 @@ import argparse
 import ast
 import difflib
 import fnmatch
-import json
 import os
 import pathlib
 import re
@@ -44,13 +43,11 @@ from libcst.codemod import visitors
 
 from compat import _atomic
 from compat.codemod import _names
+from compat.codemod import _notebook
 from compat.codemod import _rewrite_plan
 from compat.codemod import scan
 
 EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE = 0, 1, 2
-_MAGIC = re.compile(r'^\s*[%!?]')
-_CELL = '__flax_optim_compat_cell__'
-_MAGIC_CALL = '__flax_optim_compat_magic__'
 _PIN_FILES = ('requirements*.txt', 'setup.cfg', 'pyproject.toml', 'setup.py')
 _PIN = re.compile(r'''flax\s*(==\s*0\.[0-5](\.\d+)*|<=?\s*0\.[0-6](\.\d+)?|'''
                   r'''~=\s*0\.[0-5](\.\d+)*)''')
@@ -116,51 +113,24 @@ def migrate_source(source: bytes, path: str = '<string>',
   return code.encode('utf-8'), plan
 
 
-def _split_magics(cell: str):
-  lines: list[str] = []
-  magics: list[str] = []
-  for line in cell.splitlines():
-    if _MAGIC.match(line):
-      indent = line[:len(line) - len(line.lstrip())]
-      lines.append(f'{indent}{_MAGIC_CALL}({len(magics)})')
-      magics.append(line.lstrip())
-    else:
-      lines.append(line)
-  return '\n'.join(lines), magics
+def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
+                     reexports=None):
+  """``(new_notebook_bytes, plan)``: all code cells migrated as one module.
 
-
-def migrate_notebook(raw: bytes, path: str, tier: str = 'exact'):
-  """``(new_notebook_bytes, plan)``: all code cells migrated as one module."""
-  notebook = json.loads(raw)
-  cells = [c for c in notebook.get('cells', []) if c.get('cell_type') ==
-           'code']
-  parts, magics = [], []
-  for index, cell in enumerate(cells):
-    text = ''.join(cell.get('source', []))
-    text, cell_magics = _split_magics(text)
-    magics.append(cell_magics)
-    parts.append(f'{_CELL}({index})\n{text}\n')
-  combined = ''.join(parts).encode('utf-8')
-  new, plan = migrate_source(combined, path, tier)
+  Only the source lines that change differ in the file's bytes
+  (``_notebook.Notebook.rewrite``); the plan's lines are the notebook
+  file's.
+  """
+  notebook = _notebook.Notebook(raw)
+  combined = notebook.module.encode('utf-8')
+  new, plan = migrate_source(combined, path, tier, reexports)
+  plan = plan._replace(**{
+      field: [item._replace(line=notebook.file_line(item.line))
+              for item in getattr(plan, field)]
+      for field in ('leftovers', 'notes')})
   if new == combined:
     return raw, plan
-  chunks = re.split(rf'^{_CELL}\((\d+)\)\n', new.decode('utf-8'),
-                    flags=re.MULTILINE)
-  prefix, bodies = chunks[0], dict(zip(chunks[1::2], chunks[2::2]))
-  for index, cell in enumerate(cells):
-    body = bodies[str(index)]
-    body = body[:-1] if body.endswith('\n') else body
-    if index == 0:
-      body = prefix + body
-    body = re.sub(rf'{_MAGIC_CALL}\((\d+)\)',
-                  lambda m, i=index: magics[i][int(m.group(1))], body)
-    old = ''.join(cell.get('source', []))
-    if body != old:
-      cell['source'] = body.splitlines(keepends=True)
-  # Jupyter's own layout (nbformat writes it so), so only the cells change.
-  text = json.dumps(notebook, indent=1, sort_keys=True,
-                    ensure_ascii=False) + '\n'
-  return text.encode('utf-8'), plan
+  return notebook.rewrite(new.decode('utf-8')), plan
 
 
 # ---------------------------------------------------------------------------
@@ -175,7 +145,7 @@ def _shown(path: str) -> str:
 def iter_sources(paths, exclude=()):
   """The .py files and notebooks under ``paths`` (``scan``'s walk and
   ``--exclude`` rules)."""
-  return scan.iter_python_files(paths, exclude, suffixes=('.py', '.ipynb'))
+  return scan.iter_python_files(paths, exclude, scan.SOURCE_SUFFIXES)
 
 
 def rate_set_elsewhere(project: scan.Project) -> bool:
@@ -184,8 +154,11 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
   definition for: they come from another module (ppo's ``models.py``
   creates, ``ppo_lib.py`` sets the rate)."""
   for shown, source, tree in project.parsed:
-    constructs = {f.construct for f in scan.scan_source(
-        source, shown, project.reexports, tree)}
+    try:
+      found = scan.scan_source(source, shown, project.reexports, tree)
+    except Exception:  # pylint: disable=broad-except
+      continue  # migrate_file reports the file
+    constructs = {f.construct for f in found}
     if 'apply_gradient_overrides' in constructs and not constructs & {
         'create', 'optimizer_def'}:
       return True
@@ -198,11 +171,15 @@ def migrate_file(path: str, tier: str = 'exact',
   """One file migrated in memory; ``project``: re-exports to follow;
   ``rate_elsewhere``: ``rate_set_elsewhere(project)``."""
   shown = _shown(path)
-  with open(path, 'rb') as f:
-    old = f.read()
+  try:
+    with open(path, 'rb') as f:
+      old = f.read()
+  except OSError as e:
+    return FileResult(shown, b'', b'', None, f'unreadable: {e}')
   try:
     if path.endswith('.ipynb'):
-      new, plan = migrate_notebook(old, shown, tier)
+      new, plan = migrate_notebook(
+          old, shown, tier, project.reexports if project else None)
     elif project is not None:
       new, plan = migrate_source(
           old, shown, tier, project.reexports,
@@ -212,8 +189,11 @@ def migrate_file(path: str, tier: str = 'exact',
   except SyntaxError as e:
     return FileResult(shown, old, old, None, f'syntax error line {e.lineno}: '
                       f'{e.msg}')
-  except (ValueError, UnicodeDecodeError, libcst.ParserSyntaxError) as e:
-    return FileResult(shown, old, old, None, f'{type(e).__name__}: {e}')
+  except Exception as e:  # pylint: disable=broad-except
+    # Unreadable (NUL bytes, bad coding, not a notebook) or beyond the
+    # analysis (e.g. RecursionError): this file stays as it is, the others
+    # are still migrated.
+    return FileResult(shown, old, old, None, scan.failure(shown, e).message)
   return FileResult(shown, old, new, plan, None)
 
 
