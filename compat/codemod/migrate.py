@@ -16,8 +16,9 @@ Modes (one at most; without one, a summary and the exit status only):
 
 ``--report FILE`` writes a Markdown report: per file, each rewritten line old
 -> new, what was left and why, notes (checkpoints), dependency pins that
-exist only for flax.optim. Jupyter notebooks (``.ipynb``) are migrated cell
-by cell (code cells; IPython magics are kept as they are).
+exist only for flax.optim. Jupyter notebooks (``.ipynb``) are migrated with
+their code cells as one module (IPython magics kept as they are); only the
+JSON strings of the source lines that change differ in the file.
 
 Exit status: 0 no flax.optim usage is left (after ``--write``/``--out``; for
 ``--diff`` and the summary, nothing to change either), 1 usages remain, 2
