@@ -46,6 +46,7 @@ from compat import _atomic
 from compat.codemod import _names
 from compat.codemod import _notebook
 from compat.codemod import _rewrite_plan
+from compat.codemod import _self_check
 from compat.codemod import scan
 
 EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE = 0, 1, 2
@@ -60,6 +61,9 @@ class FileResult(NamedTuple):
   new: bytes
   plan: Optional[_rewrite_plan.Plan]
   error: Optional[str]
+  # What is left in ``new``: every flax.optim usage and reference a re-scan
+  # finds, at its line in ``new``, with the reason (``left_in_output``).
+  left: tuple = ()
 
 
 class Pin(NamedTuple):
@@ -110,8 +114,23 @@ def migrate_source(source: bytes, path: str = '<string>',
   for edit in dropped:
     plan.leftovers.append(_rewrite_plan.Leftover(
         edit.line, edit.construct, '', 'overlaps another rewrite; left as is'))
-  code = _fix_imports(rendered.decode('utf-8'), plan)
-  return code.encode('utf-8'), plan
+  new = _fix_imports(rendered.decode('utf-8'), plan).encode('utf-8')
+  problems = _self_check.problems(source, new, path)
+  if problems:
+    return source, rolled_back(source, plan, problems)
+  return new, plan
+
+
+def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
+  """The plan of a module left as it was: no edit, each problem a
+  leftover (``self_check``) at the original line it concerns."""
+  lines = source.decode('utf-8', 'replace').splitlines()
+  leftovers = plan.leftovers + [_rewrite_plan.Leftover(
+      p.line, 'self_check', lines[p.line - 1].strip() if p.line <= len(
+          lines) else '', f'the rewrite of this file was rolled back: '
+      f'{p.reason}') for p in problems]
+  return plan._replace(edits=[], leftovers=sorted(set(leftovers)),
+                       imports=[], removed_imports=[])
 
 
 def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
@@ -195,7 +214,100 @@ def migrate_file(path: str, tier: str = 'exact',
     # analysis (e.g. RecursionError): this file stays as it is, the others
     # are still migrated.
     return FileResult(shown, old, old, None, scan.failure(shown, e).message)
-  return FileResult(shown, old, new, plan, None)
+  result = FileResult(shown, old, new, plan, None)
+  try:
+    return result._replace(left=left_in_output(
+        result, project.reexports if project else None))
+  except Exception as e:  # pylint: disable=broad-except
+    return FileResult(shown, old, old, None, 'not migrated: re-scanning the '
+                      f'result failed: {scan.failure(shown, e).message}')
+
+
+# Imports: they stay while other usages or references in the file do.
+_KEPT_FOR_OTHERS = frozenset(('import', 'shim'))
+# Scan's construct -> the plan's, where they name one usage differently.
+_PLAN_CONSTRUCT = {'optimizer_def': 'algorithm', 'weight_norm': 'algorithm',
+                   'multi_optimizer': 'algorithm'}
+
+
+def _old_lines_of_new(old: bytes, new: bytes) -> dict:
+  """Line of ``new`` -> its line in ``old``, for the lines the rewrite kept."""
+  matcher = difflib.SequenceMatcher(
+      a=old.decode('utf-8', 'replace').splitlines(),
+      b=new.decode('utf-8', 'replace').splitlines(), autojunk=False)
+  kept = {}
+  for tag, i1, _, j1, j2 in matcher.get_opcodes():
+    if tag == 'equal':
+      kept.update({j + 1: i1 + (j - j1) + 1 for j in range(j1, j2)})
+  return kept
+
+
+def references(tree: ast.Module, reexports=None) -> list:
+  """``(line, dotted path)`` of every name or attribute chain that resolves
+  into flax.optim (``legacy_optim`` included), outermost chains only."""
+  names = _names.ModuleNames(tree, reexports)
+  inner = {id(n.value) for n in ast.walk(tree)
+           if isinstance(n, ast.Attribute)}
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in inner:
+      path = names.resolve(node)
+      if path and (path == 'flax.optim' or path.startswith('flax.optim.')):
+        found.append((node.lineno, path))
+  return sorted(found)
+
+
+def left_in_output(result: FileResult, reexports=None) -> tuple:
+  """Every flax.optim usage (scan's findings) and reference left in
+  ``result.new``, as ``Leftover``s at their lines there, each with the
+  plan's reason for leaving it (or why no rule covered it). What the
+  report and the summary count: what is left, not what was attempted."""
+  notebook = None
+  module = result.new
+  if result.path.endswith('.ipynb'):
+    notebook = _notebook.Notebook(result.new)
+    module = notebook.module.encode('utf-8')
+  tree = ast.parse(module, filename=result.path)
+  findings = scan.in_file_lines(
+      scan.scan_source(module, result.path, reexports, tree), notebook)
+  items = [(f.line, f.construct, f'by hand: {f.replacement}')
+           for f in findings]
+  covered = {f.line for f in findings}
+  for line, path in references(tree, reexports):
+    line = notebook.file_line(line) if notebook else line
+    if line not in covered:
+      covered.add(line)
+      items.append((line, 'reference', f'{path} is still named here'))
+  plan = result.plan
+  planned = plan.leftovers if plan else []
+  rolled_back = [l for l in planned if l.construct == 'self_check']
+  flow_left = any(l.construct in _rewrite_plan.FLOW_CONSTRUCTS
+                  for l in planned) or rolled_back
+  old_line = _old_lines_of_new(result.old, result.new)
+  noted = {(n.line, n.construct) for n in (plan.notes if plan else [])}
+  if not flow_left:
+    # The flow moved to TrainState: a checkpoint the plan noted now saves
+    # one (the report's notes say so), whatever its variable's name.
+    items = [i for i in items if (old_line.get(i[0]), i[1]) not in noted]
+  kept_for_others = any(c not in _KEPT_FOR_OTHERS for _, c, _ in items)
+  lines = result.new.decode('utf-8', 'replace').splitlines()
+  left = []
+  for line, construct, fallback in sorted(set(items)):
+    here = [l for l in planned if l.line == old_line.get(line)]
+    same = [l for l in here if l.construct in (
+        construct, _PLAN_CONSTRUCT.get(construct))]
+    if same or here:
+      reason = (same or here)[0].reason
+    elif rolled_back:
+      reason = 'left as it was: the rewrite of this file was rolled back'
+    elif construct in _KEPT_FOR_OTHERS and kept_for_others:
+      reason = ('kept: the usages and references of flax.optim left in '
+                'this file (the other entries) still need it')
+    else:
+      reason = f'not rewritten; {fallback}'
+    code = lines[line - 1].strip() if line <= len(lines) else ''
+    left.append(_rewrite_plan.Leftover(line, construct, code, reason))
+  return tuple(sorted(left + rolled_back))  # rolled back: new is old
 
 
 def migrate_paths(paths, tier: str = 'exact', exclude=()):
@@ -355,26 +467,29 @@ def _changed_lines(result: FileResult):
 
 def format_report(results, pins, tier: str) -> str:
   lines = [f'# flax-optim-compat migrate report (tier: {tier})', '']
-  left = sum(len(r.plan.leftovers) for r in results if r.plan)
+  left = sum(l.construct != 'self_check' for r in results for l in r.left)
   changed = sum(r.new != r.old for r in results)
+  failed = sum(bool(r.error) for r in results)
   lines += [f'{len(results)} file(s) read, {changed} rewritten, {left} '
-            'usage(s) left.', '']
+            'flax.optim usage(s) and reference(s) left in the output'
+            + (f', {failed} file(s) not migrated' if failed else '') + '.',
+            '']
   for result in results:
     plan = result.plan
     if result.error:
       lines += [f'## {result.path}', '', f'Not migrated: {result.error}', '']
       continue
-    if result.new == result.old and not (plan.leftovers or plan.notes):
+    if result.new == result.old and not (result.left or plan.notes):
       continue
     lines += [f'## {result.path}', '']
     for line, old, new in _changed_lines(result):
       lines.append(f'- line {line}:')
       lines += [f'  - old: `{o.strip()}`' for o in old if o.strip()]
       lines += [f'  - new: `{n.strip()}`' for n in new if n.strip()]
-    if plan.leftovers:
-      lines += ['', 'Left unchanged:', '']
+    if result.left:
+      lines += ['', 'Left in the output (lines of the migrated file):', '']
       lines += [f'- line {l.line} ({l.construct}): `{l.code}`: {l.reason}'
-                for l in plan.leftovers]
+                for l in result.left]
     if plan.notes:
       lines += ['', 'Notes:', '']
       lines += [f'- line {n.line} ({n.construct}): `{n.code}`: {n.reason}'
@@ -397,7 +512,7 @@ def format_summary(results, pins) -> str:
       continue
     if r.new != r.old:
       out.append(f'{r.path}: {len(r.plan.edits)} rewrite(s)')
-    for left in r.plan.leftovers:
+    for left in r.left:
       out.append(f'{r.path}:{left.line}: left ({left.construct}): '
                  f'{left.reason}')
   out += [f'{p.path}:{p.line}: pin kept for flax.optim: {p.text}'
@@ -470,7 +585,6 @@ def main(argv=None) -> int:
   if args.report:
     with open(args.report, 'w', encoding='utf-8') as f:
       f.write(format_report(results, pins, args.tier))
-  left = any(r.error or (r.plan is not None and r.plan.leftovers)
-             for r in results)
+  left = any(r.error or r.left for r in results)
   pending = bool(to_change) and not (args.write or args.out)
   return EXIT_LEFT if left or pending else EXIT_CLEAN
