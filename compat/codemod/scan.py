@@ -103,14 +103,22 @@ class ScanResult(NamedTuple):
 
 
 def _algorithm_replacement(name: str, call: ast.Call) -> str:
+  """What ``migrate`` writes for the definition (the catalogue's
+  ``migrate_call``), then the nearest stock alias ``--tier stock`` writes."""
+  signature = _names.legacy_signatures()[name]
+  given = {p: ast.unparse(a) for (p, _), a in zip(signature, call.args)
+           if not isinstance(a, ast.Starred)}
+  given.update({k.arg: ast.unparse(k.value) for k in call.keywords if k.arg})
+  exact = rep.migrate_call(name, {p: given[p] for p, _ in signature
+                                  if p in given}, dict(signature))
+  text = f'{exact} (what migrate writes: same numbers as flax 0.5.3)'
   values = _names.bind_arguments(name, call)
   stock = rep.stock_optax(name, values, render=lambda v: 'None' if v is None
                           else v)
-  faithful = f'{ast.unparse(call)}.to_optax()'
   if not stock.expression:
-    return f'{faithful} (same numbers)'
-  text = (f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]; '
-          f'same numbers: {faithful}')
+    return text
+  text += (f'; nearest stock Optax (migrate --tier stock): '
+           f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]')
   return text + (f'; note: {stock.note}' if stock.note else '')
 
 
