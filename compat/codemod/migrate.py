@@ -333,8 +333,11 @@ def find_pins(paths) -> list:
         if not any(fnmatch.fnmatch(name, p) for p in _PIN_FILES):
           continue
         path = os.path.join(dirpath, name)
-        with open(path, 'rb') as f:
-          text = f.read().decode('utf-8', 'replace')
+        try:
+          with open(path, 'rb') as f:
+            text = f.read().decode('utf-8', 'replace')
+        except OSError:
+          continue  # unreadable: no pin to report, never the run's end
         for lineno, line in enumerate(text.splitlines(), 1):
           if _PIN.search(line.split('#')[0]):
             pins.append(Pin(_shown(path), lineno, line.strip()))
