@@ -142,3 +142,12 @@ def test_leftovers_in_a_notebook_are_reported_at_its_lines(tmp_path):
   assert plan.leftovers
   for leftover in plan.leftovers:
     assert 'WeightNorm' in lines[leftover.line - 1], leftover
+
+
+def test_a_byte_order_mark_stays():
+  raw = read('colab_like.ipynb')
+  new, _ = migrate.migrate_notebook(b'\xef\xbb\xbf' + raw, 'bom.ipynb')
+  assert new.startswith(b'\xef\xbb\xbf')
+  removed, added = changed_lines(raw, new[3:])
+  assert [source_string(l) for l in removed] == REMOVED
+  assert [source_string(l) for l in added] == ADDED

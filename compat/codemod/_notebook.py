@@ -153,11 +153,11 @@ class Notebook:
   def __init__(self, raw: bytes):
     self.raw = raw
     self.text = raw.decode('utf-8')
-    document = json.loads(self.text)
+    start = 1 if self.text.startswith('\ufeff') else 0  # a BOM stays
+    document = json.loads(self.text[start:])
     if not isinstance(document, dict) or not isinstance(
         document.get('cells'), list):
       raise NotNotebookError('no list of "cells" at the top level')
-    start = 1 if self.text.startswith('\ufeff') else 0
     walker = _Spans(self.text)
     walker.value(start, ())
     self.sources = walker.sources
