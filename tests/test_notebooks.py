@@ -142,6 +142,15 @@ def test_leftovers_in_a_notebook_are_reported_at_its_lines(tmp_path):
   assert plan.leftovers
   for leftover in plan.leftovers:
     assert 'WeightNorm' in lines[leftover.line - 1], leftover
+  # What is left in the output: at the file's lines, shown as Python.
+  path = tmp_path / 'w.ipynb'
+  path.write_bytes(raw)
+  result = migrate.migrate_file(str(path))
+  assert {(l.line, l.construct, l.code) for l in result.left} >= {
+      (lines.index('    "from flax import optim\\n",') + 1, 'import',
+       'from flax import optim'),
+      (lines.index('    "opt_def = optim.WeightNorm(optim.Adam(0.1))"') + 1,
+       'weight_norm', 'opt_def = optim.WeightNorm(optim.Adam(0.1))')}
 
 
 def test_a_byte_order_mark_stays():

@@ -268,16 +268,19 @@ def left_in_output(result: FileResult, reexports=None) -> tuple:
     notebook = _notebook.Notebook(result.new)
     module = notebook.module.encode('utf-8')
   tree = ast.parse(module, filename=result.path)
-  findings = scan.in_file_lines(
-      scan.scan_source(module, result.path, reexports, tree), notebook)
-  items = [(f.line, f.construct, f'by hand: {f.replacement}')
-           for f in findings]
-  covered = {f.line for f in findings}
+  # (line in the module, construct, what to do by hand)
+  found = [(f.line, f.construct, f'by hand: {f.replacement}')
+           for f in scan.scan_source(module, result.path, reexports, tree)]
+  covered = {line for line, _, _ in found}
   for line, path in references(tree, reexports):
-    line = notebook.file_line(line) if notebook else line
     if line not in covered:
       covered.add(line)
-      items.append((line, 'reference', f'{path} is still named here'))
+      found.append((line, 'reference', f'{path} is still named here'))
+  module_lines = module.decode('utf-8', 'replace').splitlines()
+  # (line in the file, construct, what to do by hand, the source line)
+  items = [(notebook.file_line(line) if notebook else line, construct,
+            fallback, module_lines[line - 1].strip())
+           for line, construct, fallback in found]
   plan = result.plan
   planned = plan.leftovers if plan else []
   rolled_back = [l for l in planned if l.construct == 'self_check']
@@ -289,10 +292,9 @@ def left_in_output(result: FileResult, reexports=None) -> tuple:
     # The flow moved to TrainState: a checkpoint the plan noted now saves
     # one (the report's notes say so), whatever its variable's name.
     items = [i for i in items if (old_line.get(i[0]), i[1]) not in noted]
-  kept_for_others = any(c not in _KEPT_FOR_OTHERS for _, c, _ in items)
-  lines = result.new.decode('utf-8', 'replace').splitlines()
+  kept_for_others = any(i[1] not in _KEPT_FOR_OTHERS for i in items)
   left = []
-  for line, construct, fallback in sorted(set(items)):
+  for line, construct, fallback, code in sorted(set(items)):
     here = [l for l in planned if l.line == old_line.get(line)]
     same = [l for l in here if l.construct in (
         construct, _PLAN_CONSTRUCT.get(construct))]
@@ -305,7 +307,6 @@ def left_in_output(result: FileResult, reexports=None) -> tuple:
                 'this file (the other entries) still need it')
     else:
       reason = f'not rewritten; {fallback}'
-    code = lines[line - 1].strip() if line <= len(lines) else ''
     left.append(_rewrite_plan.Leftover(line, construct, code, reason))
   return tuple(sorted(left + rolled_back))  # rolled back: new is old
 
