@@ -44,9 +44,14 @@ Output (stable order: path, line, column, construct): a table
    "errors": [{"path": str, "line": int | null, "message": str}],
    "summary": {construct: count}}
 
+Jupyter notebooks (``.ipynb``) are scanned as ``migrate`` reads them: their
+code cells as one module (IPython magics skipped); a finding's line is the
+notebook file's line holding that source line.
+
 Exit status: 0 no usage found (after selection and ``# noqa``), 1 usages
 remain, 2 bad arguments or configuration, 3 no usage found but some files
-could not be parsed (they are listed, never fatal).
+could not be read, parsed or analysed (each is listed with the reason; one
+file never stops the scan of the others).
 """
 
 import argparse
@@ -71,6 +76,7 @@ from compat.codemod import _flow
 from compat.codemod import _formats
 from compat.codemod import _names
 from compat.codemod import _noqa
+from compat.codemod import _notebook
 from compat.codemod import _prefilter
 from compat.codemod import _removals
 
@@ -123,14 +129,22 @@ class ScanResult(NamedTuple):
 
 
 def _algorithm_replacement(name: str, call: ast.Call) -> str:
+  """What ``migrate`` writes for the definition (the catalogue's
+  ``migrate_call``), then the nearest stock alias ``--tier stock`` writes."""
+  signature = _names.legacy_signatures()[name]
+  given = {p: ast.unparse(a) for (p, _), a in zip(signature, call.args)
+           if not isinstance(a, ast.Starred)}
+  given.update({k.arg: ast.unparse(k.value) for k in call.keywords if k.arg})
+  exact = rep.migrate_call(name, {p: given[p] for p, _ in signature
+                                  if p in given}, dict(signature))
+  text = f'{exact} (what migrate writes: same numbers as flax 0.5.3)'
   values = _names.bind_arguments(name, call)
   stock = rep.stock_optax(name, values, render=lambda v: 'None' if v is None
                           else v)
-  faithful = f'{ast.unparse(call)}.to_optax()'
   if not stock.expression:
-    return f'{faithful} (same numbers)'
-  text = (f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]; '
-          f'same numbers: {faithful}')
+    return text
+  text += (f'; nearest stock Optax (migrate --tier stock): '
+           f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]')
   return text + (f'; note: {stock.note}' if stock.note else '')
 
 
@@ -457,8 +471,10 @@ def iter_python_files(paths: Iterable[str], exclude=(),
 
 
 class Project(NamedTuple):
-  """Every .py file under the scanned paths, read once."""
-  parsed: list  # [(shown path, source bytes, ast.Module)]
+  """Every .py file and notebook under the scanned paths, read once."""
+  # [(shown path, source bytes, ast.Module)]; a notebook's source is its
+  # code cells as one module (``_notebook.Notebook.module``).
+  parsed: list
   errors: list  # [ScanError]
   # 'mylib.optimizers' -> 'flax.optim': names scanned modules bind to
   # flax.optim, by every dotted name they may be imported by (a name two
@@ -467,29 +483,63 @@ class Project(NamedTuple):
   # absolute path -> its local names that other scanned modules reach
   # through ``reexports`` (``optimizers`` for mylib/__init__.py).
   exported: dict
+  # shown path -> its ``_notebook.Notebook``, for each notebook in ``parsed``.
+  notebooks: dict = {}
+
+
+SOURCE_SUFFIXES = ('.py', '.ipynb')
+# The path of an error in the analysis across modules (no one file's).
+ACROSS_MODULES = '<names re-exported across modules>'
+
+
+def failure(path: str, error: BaseException) -> ScanError:
+  """A file that could not be read, parsed or analysed, and why."""
+  if isinstance(error, SyntaxError):
+    return ScanError(path, error.lineno, f'syntax error: {error.msg}')
+  if isinstance(error, (OSError, ValueError)):  # NUL bytes, bad coding, JSON
+    return ScanError(path, None, f'unreadable: {type(error).__name__}: '
+                     f'{error}')
+  # The analysis itself failed (e.g. RecursionError on code it cannot
+  # follow): the file is skipped, the rest is still scanned.
+  message = str(error).splitlines()[0] if str(error) else ''
+  return ScanError(path, None, f'analysis failed, file skipped: '
+                   f'{type(error).__name__}: {message}')
+
+
+def read_source(path: str, shown: str):
+  """``(source bytes, ast.Module, Notebook or None)`` of a .py file or a
+  notebook (its code cells as one module). Raises ``OSError``,
+  ``ValueError``, ``SyntaxError`` (see ``failure``)."""
+  with open(path, 'rb') as f:
+    raw = f.read()
+  notebook = None
+  if path.endswith('.ipynb'):
+    notebook = _notebook.Notebook(raw)
+    raw = notebook.module.encode('utf-8')
+  return raw, ast.parse(raw, filename=shown), notebook
 
 
 def parse_project(paths: Iterable[str], exclude=()) -> Project:
-  """Reads and parses every .py file under ``paths`` (see ``Project``)."""
+  """Reads and parses every .py file and notebook under ``paths`` (see
+  ``Project``); a file that fails is an error, never the run's end."""
   parsed: list[tuple[str, bytes, ast.Module]] = []
   errors: list[ScanError] = []
+  notebooks: dict[str, _notebook.Notebook] = {}
   by_module: dict[str, ast.Module] = {}
   ambiguous: set[str] = set()
   module_paths: dict[str, str] = {}
   for root in paths:
-    for path in iter_python_files([root], exclude):
+    for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
       shown = path.replace(os.sep, '/')
       try:
-        with open(path, 'rb') as f:
-          source = f.read()
-        tree = ast.parse(source, filename=shown)
-      except SyntaxError as e:
-        errors.append(ScanError(shown, e.lineno, f'syntax error: {e.msg}'))
-        continue
-      except (OSError, ValueError) as e:  # unreadable, NUL bytes, bad coding
-        errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
+        source, tree, notebook = read_source(path, shown)
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
         continue
       parsed.append((shown, source, tree))
+      if notebook is not None:
+        notebooks[shown] = notebook
+        continue  # not importable: a consumer only
       absolute = os.path.abspath(path)
       for name in _names.module_names(path, root):
         if name in by_module and by_module[name] is not tree:
@@ -498,18 +548,35 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
         module_paths[name] = absolute
   trees = {module_paths[k]: v for k, v in by_module.items()}
   sources = {id(tree): source for _, source, tree in parsed}
-  reexports = _reexports(
-      {k: module_paths[k] for k in by_module if k not in ambiguous},
-      lambda path: sources[id(trees[path])], trees.get)
+  try:
+    reexports = _reexports(
+        {k: module_paths[k] for k in by_module if k not in ambiguous},
+        lambda path: sources[id(trees[path])], trees.get)
+  except Exception as e:  # pylint: disable=broad-except
+    # Each file is still scanned on its own; none follows another's names.
+    errors.append(failure(ACROSS_MODULES, e))
+    reexports = {}
   exported: dict[str, set[str]] = {}
-  for _, source, tree in parsed:
+  for shown, source, tree in parsed:
     if not _may_name_flax_optim(source.decode('utf-8', 'replace'),
                                 reexports):
       continue  # resolves nothing to flax.optim, so no re-export either
-    for dotted in _names.used_reexports(tree, reexports):
+    try:
+      used = _names.used_reexports(tree, reexports)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(failure(shown, e))
+      continue
+    for dotted in used:
       module, _, local = dotted.rpartition('.')
       exported.setdefault(module_paths[module], set()).add(local)
-  return Project(parsed, errors, reexports, exported)
+  return Project(parsed, errors, reexports, exported, notebooks)
+
+
+def in_file_lines(findings: list, notebook) -> list:
+  """A notebook's findings at the notebook file's lines (``file_line``)."""
+  if notebook is None:
+    return findings
+  return [f._replace(line=notebook.file_line(f.line)) for f in findings]
 
 
 def unused_noqa(path: str, lines: list):
@@ -565,21 +632,6 @@ def _reexports(modules: dict, source_of, tree_of) -> dict:
 _FILES_PER_JOB = 32
 
 
-def _read_and_parse(path: str, shown: str):
-  """``(source, tree, None)`` or ``(source or None, None, ScanError)``."""
-  try:
-    with open(path, 'rb') as f:
-      source = f.read()
-  except OSError as e:
-    return None, None, ScanError(shown, None, f'{type(e).__name__}: {e}')
-  try:
-    return source, ast.parse(source, filename=shown), None
-  except SyntaxError as e:
-    return source, None, ScanError(shown, e.lineno, f'syntax error: {e.msg}')
-  except ValueError as e:  # NUL bytes, bad coding
-    return source, None, ScanError(shown, None, f'{type(e).__name__}: {e}')
-
-
 @contextlib.contextmanager
 def _without_cycle_collection():
   """Pauses the cyclic garbage collector. Parsing a tree allocates a node
@@ -600,16 +652,21 @@ def _scan_chunk(task) -> tuple:
   """A worker's share of ``scan_paths(..., jobs)``: ``(findings, errors,
   parsed count)`` of the files ``task`` names."""
   files, reexports, chosen = task
-  findings, errors, parsed = [], [], 0
+  findings, errors, parsed, unread = [], [], 0, 0
   with _without_cycle_collection():
     for path, shown in files:
-      source, tree, error = _read_and_parse(path, shown)
-      if error is not None:
-        errors.append(error)
+      try:
+        source, tree, _ = read_source(path, shown)
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
+        unread += 1
         continue
       parsed += 1
-      findings += scan_file(source, shown, tree, reexports, chosen)[0]
-  return findings, errors, parsed
+      try:
+        findings += scan_file(source, shown, tree, reexports, chosen)[0]
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
+  return findings, errors, parsed, unread
 
 
 def _scan_parallel(files: list, jobs: int, chosen) -> ScanResult:
@@ -628,8 +685,10 @@ def _scan_parallel(files: list, jobs: int, chosen) -> ScanResult:
 
   def tree_of(path):
     if path not in trees:
-      source, tree, _ = _read_and_parse(path, path)
-      sources[path], trees[path] = source, tree
+      try:
+        sources[path], trees[path], _ = read_source(path, path)
+      except Exception:  # pylint: disable=broad-except
+        trees[path] = None  # the worker reports it
     return trees[path]
 
   paths_of: dict[str, list] = {}
@@ -644,21 +703,27 @@ def _scan_parallel(files: list, jobs: int, chosen) -> ScanResult:
         p for p in paths if tree_of(p) is not None]
     if len(parsed) == 1:
       modules[name] = parsed[0]
+  errors = []
   with _without_cycle_collection():
-    reexports = _reexports(modules, source_of, tree_of)
+    try:
+      reexports = _reexports(modules, source_of, tree_of)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(failure(ACROSS_MODULES, e))
+      reexports = {}
     trees.clear()  # the trees go before the collector comes back
   size = -(-len(files) // (jobs * 4))  # a few shares per process
   tasks = [(list(zip([p for _, p in files[i:i + size]],
                      shown[i:i + size])), reexports, chosen)
            for i in range(0, len(files), size)]
-  findings, errors, parsed_count = [], [], 0
+  findings, parsed_count, unread = [], 0, 0
   with concurrent.futures.ProcessPoolExecutor(jobs, _worker_start()) as pool:
     for share in pool.map(_scan_chunk, tasks):
       findings += share[0]
       errors += share[1]
       parsed_count += share[2]
-  return ScanResult(parsed_count + len(errors), sorted(findings),
-                    sorted(errors))
+      unread += share[3]
+  return ScanResult(parsed_count + unread, sorted(findings),
+                    sorted(errors, key=lambda e: (e.path, e.line or 0)))
 
 
 def _worker_start():
@@ -689,7 +754,9 @@ def default_jobs() -> int:
 
 def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
                jobs: int = 1) -> ScanResult:
-  """Scans files and directories; unparseable files become ``errors``.
+  """Scans files and directories (``.py`` and notebooks); a file that
+  cannot be read, parsed or analysed becomes an ``errors`` entry naming
+  why, and the rest is scanned.
 
   One project: a name a scanned module re-exports from flax.optim
   (``from flax import optim as optimizers`` in mylib) is followed into the
@@ -702,20 +769,27 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
   paths = list(paths)
   if jobs > 1:
     files = [(root, path) for root in paths
-             for path in iter_python_files([root], exclude)]
+             for path in iter_python_files([root], exclude, SOURCE_SUFFIXES)]
     jobs = min(jobs, len(files) // _FILES_PER_JOB)
-    if jobs > 1:
+    # Notebooks are mapped back to their cells here: scanned in-process.
+    if jobs > 1 and not any(p.endswith('.ipynb') for _, p in files):
       return _scan_parallel(files, jobs, chosen)
   with _without_cycle_collection():
     project = parse_project(paths, exclude)
-    findings = []
+    findings, errors = [], list(project.errors)
     for shown, source, tree in project.parsed:
-      findings += scan_file(source, shown, tree, project.reexports,
-                            chosen)[0]
-    files_scanned = len(project.parsed) + len(project.errors)
-    errors = project.errors
+      try:
+        found = scan_file(source, shown, tree, project.reexports, chosen)[0]
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
+        continue
+      findings += in_file_lines(found, project.notebooks.get(shown))
+    unread = {e.path for e in project.errors} - {
+        shown for shown, _, _ in project.parsed} - {ACROSS_MODULES}
+    files_scanned = len(project.parsed) + len(unread)
     del project  # the trees go before the collector comes back
-  return ScanResult(files_scanned, sorted(findings), sorted(errors))
+  return ScanResult(files_scanned, sorted(findings),
+                    sorted(errors, key=lambda e: (e.path, e.line or 0)))
 
 
 # ---------------------------------------------------------------------------
@@ -744,14 +818,15 @@ def format_table(result: ScanResult) -> str:
   w2 = max(len(r[2]) for r in rows)
   lines = [f'{r[0]:<{w0}}  {r[1]:<6}  {r[2]:<{w2}}  {r[3]}  [{r[4]}]'
            for r in rows] if result.findings else []
-  lines += [f'{e.path}:{e.line or "?"}  unparseable: {e.message}'
+  lines += [f'{e.path}:{e.line or "?"}  not scanned: {e.message}'
             for e in result.errors]
   likely = sum(f.confidence == 'likely' for f in result.findings)
   lines.append(
       f'{len(result.findings)} flax.optim usage(s) in {result.files_scanned} '
       f'file(s) scanned' + (f' ({likely} marked ? are likely, judged by '
                             'names)' if likely else '') +
-      (f'; {len(result.errors)} file(s) could not be parsed'
+      (f'; {len(result.errors)} file(s) could not be read, parsed or '
+       'analysed (listed above)'
        if result.errors else '') + f'. See {rep.GUIDE}.')
   return '\n'.join(lines)
 
