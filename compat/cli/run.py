@@ -12,7 +12,9 @@ import os
 import runpy
 import sys
 
-from compat import legacy_jax
+# The layer itself (compat.legacy_jax is its public face, above the
+# subsystems; the command sits in cli).
+from flax_optim_compat import _legacy_jax as legacy_jax
 
 USAGE = '''usage: flax-optim-compat run SCRIPT [ARGS...]
        flax-optim-compat run -m MODULE [ARGS...]
