@@ -93,12 +93,29 @@ def _add_attributes(module, aliases) -> None:
     if alias is None:
       raise AttributeError(
           f'module {module.__name__!r} has no attribute {name!r}')
+    if alias.kind == table().AT_METHOD:
+      return _at_method(alias)
     _warn(alias)
     return resolve(alias.new)
 
   __getattr__.previous = previous  # type: ignore[attr-defined]
   module.__getattr__ = __getattr__
   _undo.append(functools.partial(_restore_getattr, module, __getattr__))
+
+
+def _at_method(alias):
+  """``jax.ops.index_update`` and kin: ``jnp.asarray(x).at[idx].<new>``."""
+
+  def index_function(x, idx, y, indices_are_sorted=False,
+                     unique_indices=False):
+    _warn(alias, f'jnp.asarray(x).at[idx].{alias.new}(y)')
+    import jax.numpy as jnp
+    method = getattr(jnp.asarray(x).at[idx], alias.new)
+    return method(y, indices_are_sorted=indices_are_sorted,
+                  unique_indices=unique_indices)
+
+  index_function.__name__ = alias.old.rpartition('.')[2]
+  return index_function
 
 
 def _restore_getattr(module, added) -> None:
@@ -201,7 +218,7 @@ def _ndim(value):
 def _module_of(alias) -> str:
   """The module whose import applies ``alias``."""
   rows = table()
-  if alias.kind == rows.ATTRIBUTE:
+  if alias.kind in (rows.ATTRIBUTE, rows.AT_METHOD):
     return alias.old.rpartition('.')[0]
   if alias.kind == rows.ROUTE_MASK:
     return alias.new.rpartition('.')[0]
@@ -228,7 +245,8 @@ def _plan():
 def _apply(module) -> None:
   rows = table()
   aliases = _plan()[0].get(module.__name__, ())
-  attributes = [a for a in aliases if a.kind == rows.ATTRIBUTE]
+  attributes = [a for a in aliases
+                if a.kind in (rows.ATTRIBUTE, rows.AT_METHOD)]
   if attributes:
     _add_attributes(module, attributes)
   flax_config = [a for a in aliases if a.kind == rows.FLAX_CONFIG]

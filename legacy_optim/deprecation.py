@@ -169,8 +169,8 @@ def warn_removed_api(old: str, served_as: str, fix: str) -> None:
   """
   def message():
     return (f'{old} was removed from jax/flax; the legacy layer serves it as '
-            f'{served_as}. `flax-optim-compat migrate` rewrites it: '
-            f'{fix.rstrip(".")}.')
+            f'{served_as}. Fix: {fix.rstrip(".")} (`flax-optim-compat '
+            'migrate` makes the mechanical fixes).')
 
   _report(old, REMOVED_FROM_JAX, message, RemovedJaxApiWarning)
 
@@ -178,7 +178,7 @@ def warn_removed_api(old: str, served_as: str, fix: str) -> None:
 def _report(feature: str, subject: str, message, category) -> None:
   """Records one use; warns (or raises, strict) at the first use of each
   call site. ``message()`` gives the text, built only when shown."""
-  frame, level = _user_frame(sys._getframe(1))
+  frame, _ = _user_frame(sys._getframe(1))
   site = (feature, frame.f_code.co_filename, frame.f_lineno)
   with _lock:
     key = (feature, subject) + site[1:]
@@ -192,7 +192,12 @@ def _report(feature: str, subject: str, message, category) -> None:
     raise category(
         f'{message()}\n({STRICT_ENV_VAR}=1 makes legacy flax.optim use an '
         f'error; unset it to run legacy code.)')
-  warnings.warn(message(), category, stacklevel=level + 1)
+  # Explicit, not warn(stacklevel=): warn skips the import system's frames
+  # when it counts, so a use during an import would land past the stack.
+  warnings.warn_explicit(
+      message(), category, frame.f_code.co_filename, frame.f_lineno,
+      module=frame.f_globals.get('__name__'),
+      registry=frame.f_globals.setdefault('__warningregistry__', {}))
 
 
 # ----------------------------------------------------------------------------

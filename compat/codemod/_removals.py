@@ -35,6 +35,22 @@ _MOVED = {
     'jax.numpy.DeviceArray': 'jax.Array',
     'jax.interpreters.xla.DeviceArray': 'jax.Array',
     'jax.random.KeyArray': 'jax.Array',
+    'jax.partial': 'functools.partial',
+    'jax.ops.index': 'numpy.index_exp',
+}
+# Removed modules -> where they live today (``from jax.experimental import
+# optimizers``).
+_MOVED_MODULES = {
+    'jax.experimental.optimizers': 'jax.example_libraries.optimizers',
+    'jax.experimental.stax': 'jax.example_libraries.stax',
+}
+# Removed ``jax.ops.index_*(x, idx, y)`` -> the method of ``x.at[idx]``.
+_AT_METHODS = {
+    'jax.ops.index_update': 'set',
+    'jax.ops.index_add': 'add',
+    'jax.ops.index_mul': 'multiply',
+    'jax.ops.index_min': 'min',
+    'jax.ops.index_max': 'max',
 }
 # Reported only: no mechanical rewrite.
 _REPORTED = {
@@ -92,7 +108,7 @@ def needed_import(rewrite: str) -> Optional[str]:
   if rewrite == LR_SCHEDULE_EXACT or rewrite.startswith(
       LR_SCHEDULE_EXACT + '.'):
     return LR_SCHEDULE_EXACT
-  if rewrite.startswith(('jax.', 'flax.')):
+  if rewrite.startswith(('jax.', 'flax.', 'functools.', 'numpy.')):
     return rewrite.partition('.')[0]
   return None
 
@@ -148,7 +164,8 @@ def match(node, names) -> Optional[Removal]:
       return Removal('removed_api', f'{path}()', _NO_OPS[path], '')
     return None
   if isinstance(node, ast.Call):
-    return _match_positional_mask(node, names) or _match_frozen_copy(node)
+    return (_match_positional_mask(node, names) or
+            _match_frozen_copy(node) or _match_at_method(node, names))
   if not isinstance(node, ast.Attribute):
     return None
   path = names.resolve(node)
@@ -175,6 +192,9 @@ def _match_import(node: ast.ImportFrom) -> Optional[Removal]:
                    'from jax import config', 'from jax import config')
   if node.module in (LR_SCHEDULE, LR_SCHEDULE.rpartition('.')[0]):
     return _match_lr_schedule_from(node)
+  moved = _match_moved_module_from(node)
+  if moved:
+    return moved
   imported = {f'{node.module}.{a.name}' for a in node.names}
   for prefix, reason in _REPORTED.items():
     if node.module == prefix or node.module.startswith(prefix + '.') or (
@@ -220,6 +240,42 @@ def _import_from(module: str, aliases, statement: ast.ImportFrom) -> str:
   indent = ' ' * (statement.col_offset + 4)  # inside parentheses: any
   lines = ''.join(f'{indent}{name},\n' for name in names)
   return f'from {module} import (\n{lines}{indent[:-4]})'
+
+
+def _match_moved_module_from(node: ast.ImportFrom) -> Optional[Removal]:
+  """``from jax.experimental.optimizers import x`` and ``from
+  jax.experimental import optimizers``: the same names from where the module
+  lives today (only where every name imported moved alike)."""
+  if node.module in _MOVED_MODULES:
+    new = _MOVED_MODULES[node.module]
+    return Removal('removed_api', node.module, f'{node.module} moved to {new}',
+                   _literal(_import_from(new, node.names, node)))
+  moved = [f'{node.module}.{a.name}' for a in node.names
+           if f'{node.module}.{a.name}' in _MOVED_MODULES]
+  if not moved:
+    return None
+  parents = {_MOVED_MODULES[m].rpartition('.')[0] for m in moved}
+  fix = ', '.join(f'{m} moved to {_MOVED_MODULES[m]}' for m in moved)
+  if len(moved) < len(node.names) or len(parents) > 1:
+    return Removal('removed_api', moved[0], fix + ' (import it from there; '
+                   'an import that also names others is not rewritten)', None)
+  return Removal('removed_api', moved[0], fix,
+                 _literal(_import_from(parents.pop(), node.names, node)))
+
+
+def _match_at_method(node: ast.Call, names) -> Optional[Removal]:
+  """``jax.ops.index_update(x, idx, y)``: ``x.at[idx].set(y)``, reported
+  (the rewrite needs ``x`` to be a jax array, which the source does not
+  say)."""
+  path = names.resolve(node.func)
+  if path not in _AT_METHODS:
+    return None
+  return Removal('removed_api', path, _at_method_fix(path), None)
+
+
+def _at_method_fix(path: str) -> str:
+  return (f'{path}(x, idx, y) was removed: x.at[idx].{_AT_METHODS[path]}(y) '
+          '(x a jax array: jnp.asarray(x) for a numpy one)')
 
 
 def _match_lr_schedule_import(node: ast.Import, names) -> Optional[Removal]:
@@ -312,6 +368,8 @@ def _literal(text: str) -> str:
 
 # What the layer does for a removal (``RuntimeAlias.kind``):
 ATTRIBUTE = 'attribute'  # module ``old``'s parent gets the object at ``new``
+AT_METHOD = 'at_method'  # module ``old``'s parent gets a function calling
+# the method ``new`` of ``jnp.asarray(x).at[idx]``
 MODULE = 'module'  # ``import old`` gives the module ``new``
 MODULE_ATTRIBUTE = 'module_attribute'  # a module ``old``'s parent holding
 # the object at ``new`` under ``old``'s last name (``from jax.config import
@@ -350,8 +408,12 @@ def runtime_aliases() -> tuple[RuntimeAlias, ...]:
               _NO_OPS.items() if old.count('.') == 2]  # one object: once
   aliases.append(RuntimeAlias('jax.config.config', MODULE_ATTRIBUTE,
                               'jax.config', 'from jax import config'))
+  aliases += [RuntimeAlias(old, AT_METHOD, new, _at_method_fix(old))
+              for old, new in _AT_METHODS.items()]
   aliases.append(RuntimeAlias(LR_SCHEDULE, MODULE, LR_SCHEDULE_EXACT,
                               LR_SCHEDULE_REPLACEMENT))
+  aliases += [RuntimeAlias(old, MODULE, new, f'{old} moved to {new}')
+              for old, new in _MOVED_MODULES.items()]
   aliases += [RuntimeAlias(_POP_UNPACKING, FLAX_CONFIG, RETURN_FROZENDICT,
                            _POP_UNPACKING_FIX),
               RuntimeAlias(_FROZEN_COPY, FLAX_CONFIG, RETURN_FROZENDICT,
