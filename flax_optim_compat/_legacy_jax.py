@@ -261,6 +261,10 @@ def _apply(module) -> None:
       _route_positional_mask(alias)
 
 
+# The packages whose modules the table names.
+_ROOTS = ('jax', 'flax')
+
+
 class _ServedModule:
   """Loads a removed module as today's (``sys.modules`` holds that one)."""
 
@@ -284,6 +288,8 @@ class _Finder:
     self._busy = threading.local()
 
   def find_spec(self, fullname, path=None, target=None):
+    if fullname.partition('.')[0] not in _ROOTS:  # every import asks
+      return None
     after_import, served = _plan()
     alias = served.get(fullname) or next(
         (served[name] for name in served

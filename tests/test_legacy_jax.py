@@ -315,3 +315,16 @@ def test_run_command_runs_a_script_as_python_would(tmp_path):
   assert run.returncode == 3, run.stderr
   assert run.stdout == "['a', '--b'] __main__ [1, 2]\n"
   assert f'{script}:2: RemovedJaxApiWarning' in run.stderr
+
+
+def test_run_command_runs_a_module_as_python_m_would(tmp_path):
+  (tmp_path / 'old_module.py').write_text(
+      'import sys, jax\nprint(sys.argv[1:], __name__, jax.tree_leaves([3]))\n')
+  environ = dict(os.environ, JAX_PLATFORMS='cpu')
+  run = subprocess.run([sys.executable, '-m', 'flax_optim_compat', 'run',
+                        '-m', 'old_module', 'x'], env=environ, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300,
+                       check=False)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout == "['x'] __main__ [3]\n"
+  assert 'old_module.py:2: RemovedJaxApiWarning' in run.stderr
