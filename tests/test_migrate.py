@@ -409,21 +409,20 @@ import functools
 import numpy
 
 add_one = functools.partial(jax.numpy.add, 1)
-x = jax.ops.index_update(jax.numpy.zeros(2), numpy.index_exp[0], 1.)
+x = jax.numpy.asarray(jax.numpy.zeros(2)).at[numpy.index_exp[0]].set(1.)
 '''
-  # Not guessed: an import naming other modules too, and index_update,
-  # whose x.at[idx].set(y) needs x to be a jax array.
+  # Not guessed: an import naming other modules too.
   assert [(leftover.line, leftover.reason.split(' (')[0])
           for leftover in plan.leftovers] == [
               (4, 'jax.experimental.optimizers moved to '
-               'jax.example_libraries.optimizers'),
-              (7, 'jax.ops.index_update(x, idx, y) was removed: '
-               'x.at[idx].set(y)')]
+               'jax.example_libraries.optimizers')]
   namespace = {}
-  exec(b'\n'.join(new.split(b'\n')[:3] + new.split(b'\n')[4:8]),
-       namespace)  # noqa: S102 - the migrated module, less its leftovers
+  exec(b'\n'.join(new.split(b'\n')[:3] + new.split(b'\n')[4:]),
+       namespace)  # noqa: S102 - the migrated module, less its leftover
   assert int(namespace['add_one'](2)) == 3
+  assert namespace['x'].tolist() == [1., 0.]
   assert namespace['Relu'] is jax.example_libraries.stax.Relu
+
 
 def test_device_put_and_replicate_keep_the_optimizer_kind():
   source = b'''import jax

@@ -264,18 +264,24 @@ def _match_moved_module_from(node: ast.ImportFrom) -> Optional[Removal]:
 
 
 def _match_at_method(node: ast.Call, names) -> Optional[Removal]:
-  """``jax.ops.index_update(x, idx, y)``: ``x.at[idx].set(y)``, reported
-  (the rewrite needs ``x`` to be a jax array, which the source does not
-  say)."""
+  """``jax.ops.index_update(x, idx, y)``: ``jax.numpy.asarray(x).at[idx]
+  .set(y)``, which converts ``x`` as the removed function did."""
   path = names.resolve(node.func)
   if path not in _AT_METHODS:
     return None
-  return Removal('removed_api', path, _at_method_fix(path), None)
+  if len(node.args) != 3 or node.keywords or any(
+      isinstance(a, ast.Starred) for a in node.args):
+    return Removal('removed_api', path, _at_method_fix(path) + ' (a call '
+                   'with keywords or unpacking is not rewritten)', None)
+  return Removal('removed_api', path, _at_method_fix(path),
+                 'jax.numpy.asarray({x}).at[{idx}].'
+                 f'{_AT_METHODS[path]}({{y}})', node,
+                 tuple(zip(('x', 'idx', 'y'), node.args)))
 
 
 def _at_method_fix(path: str) -> str:
-  return (f'{path}(x, idx, y) was removed: x.at[idx].{_AT_METHODS[path]}(y) '
-          '(x a jax array: jnp.asarray(x) for a numpy one)')
+  return (f'{path}(x, idx, y) was removed: '
+          f'jax.numpy.asarray(x).at[idx].{_AT_METHODS[path]}(y)')
 
 
 def _match_lr_schedule_import(node: ast.Import, names) -> Optional[Removal]:
