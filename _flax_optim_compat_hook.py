@@ -60,15 +60,31 @@ def _alias_imported_submodules() -> None:
       sys.modules.setdefault(ALIAS + name[len(TARGET):], module)
 
 
-class _PostImportLoader:
-  """Wraps the real loader of ``flax``; adds ``flax.optim`` lazily after it.
+class PostImportLoader:
+  """Wraps a module's real loader; calls ``after(module)`` once it has run.
 
   Once the module has run, the original loader is put back on the module and
-  its spec, so nothing downstream sees the wrapper.
+  its spec, so nothing downstream sees the wrapper (also when wrappers nest:
+  the legacy jax layer, ``compat.legacy_jax``, wraps ``flax`` too).
   """
 
-  def __init__(self, loader):
+  def __init__(self, loader, after):
     self._loader = loader
+    self._after = after
+
+  def original(self):
+    loader = self._loader
+    while isinstance(loader, PostImportLoader):
+      loader = loader._loader
+    return loader
+
+  def calls(self, after) -> bool:
+    loader = self
+    while isinstance(loader, PostImportLoader):
+      if loader._after is after:
+        return True
+      loader = loader._loader
+    return False
 
   def create_module(self, spec):
     return self._loader.create_module(spec)
@@ -77,13 +93,22 @@ class _PostImportLoader:
     try:
       self._loader.exec_module(module)
     finally:
-      module.__loader__ = self._loader
+      module.__loader__ = self.original()
       if getattr(module, '__spec__', None) is not None:
-        module.__spec__.loader = self._loader
-    _patch_flax(module)
+        module.__spec__.loader = module.__loader__
+    self._after(module)
 
   def __getattr__(self, name):
     return getattr(self._loader, name)
+
+
+def run_after_import(spec, after):
+  """``spec`` whose module calls ``after(module)`` once loaded (once, however
+  often this is asked)."""
+  if spec is not None and spec.loader is not None and not (
+      isinstance(spec.loader, PostImportLoader) and spec.loader.calls(after)):
+    spec.loader = PostImportLoader(spec.loader, after)
+  return spec
 
 
 def _patch_flax(flax_module) -> None:
@@ -131,11 +156,8 @@ class _FlaxOptimFinder:
     if not fullname.startswith('flax'):
       return None
     if fullname == 'flax':
-      spec = _other_finders_spec(fullname, path, target)
-      if spec is not None and spec.loader is not None and not isinstance(
-          spec.loader, _PostImportLoader):
-        spec.loader = _PostImportLoader(spec.loader)
-      return spec
+      return run_after_import(_other_finders_spec(fullname, path, target),
+                              _patch_flax)
     if fullname == ALIAS:
       real = _other_finders_spec(fullname, path, target)
       return real if real is not None else _alias_spec(fullname, TARGET)
@@ -155,8 +177,13 @@ class _FlaxOptimFinder:
 
 
 def _other_finders_spec(fullname, path, target):
+  return other_finders_spec(_FINDER, fullname, path, target)
+
+
+def other_finders_spec(own, fullname, path, target):
+  """The spec the finders on ``sys.meta_path`` other than ``own`` give."""
   for finder in list(sys.meta_path):
-    if finder is _FINDER or not hasattr(finder, 'find_spec'):
+    if finder is own or not hasattr(finder, 'find_spec'):
       continue
     spec = finder.find_spec(fullname, path, target)
     if spec is not None:

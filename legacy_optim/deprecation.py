@@ -31,11 +31,18 @@ import warnings
 from legacy_optim import catalogue as rep
 
 STRICT_ENV_VAR = 'LEGACY_OPTIM_STRICT'
+# usage_report's subject for a removed jax/flax name the layer served.
+REMOVED_FROM_JAX = 'removed from jax/flax'
 _TRUE_VALUES = ('1', 'true', 'yes', 'on')
 
 
 class LegacyOptimDeprecationWarning(DeprecationWarning):
   """Raised when code uses the legacy ``flax.optim`` API through this shim."""
+
+
+class RemovedJaxApiWarning(LegacyOptimDeprecationWarning):
+  """A jax/flax name removed next to flax.optim, served to an old program
+  by the opt-in layer (``compat.legacy_jax``)."""
 
 
 # ----------------------------------------------------------------------------
@@ -45,11 +52,15 @@ _LEGACY_DIR = os.path.dirname(os.path.abspath(__file__))
 _INTERNAL_DIRS = (
     _LEGACY_DIR + os.sep,
     os.path.join(os.path.dirname(_LEGACY_DIR), 'compat') + os.sep,
+    # The opt-in layer's aliases (compat.legacy_jax).
+    os.path.join(os.path.dirname(_LEGACY_DIR), 'flax_optim_compat') + os.sep,
 )
 # Frames of these packages sit between a user's line and our code (jax.jit
 # tracing, tree_map callbacks, the import system); they are never the caller.
 _LIBRARY_PACKAGES = frozenset(
-    ('jax', 'jaxlib', 'flax', 'optax', 'chex', 'orbax', 'importlib'))
+    ('jax', 'jaxlib', 'flax', 'optax', 'chex', 'orbax', 'importlib',
+     # the import hooks (top-level modules, stdlib only)
+     '_flax_optim_compat_hook', '_flax_optim_compat_startup'))
 
 
 def _is_internal(frame) -> bool:
@@ -142,9 +153,33 @@ def warn_legacy_use(feature, obj=None, **details):
   Raises:
     LegacyOptimDeprecationWarning: in strict mode (``LEGACY_OPTIM_STRICT=1``).
   """
-  frame, level = _user_frame(sys._getframe(0))
-  site = (feature, frame.f_code.co_filename, frame.f_lineno)
   subject = '' if obj is None else type(obj).__name__
+  _report(feature, subject, lambda: describe(feature, obj, **details),
+          LegacyOptimDeprecationWarning)
+
+
+def warn_removed_api(old: str, served_as: str, fix: str) -> None:
+  """Reports one use of a jax/flax name removed next to flax.optim that the
+  opt-in layer (``compat.legacy_jax``) serves: once per call site, at the
+  user's line, as a ``RemovedJaxApiWarning``; listed by :func:`usage_report`
+  (feature ``old``, subject ``removed from jax/flax``).
+
+  Raises:
+    RemovedJaxApiWarning: in strict mode (``LEGACY_OPTIM_STRICT=1``).
+  """
+  def message():
+    return (f'{old} was removed from jax/flax; the legacy layer serves it as '
+            f'{served_as}. Fix: {fix.rstrip(".")} (`flax-optim-compat '
+            'migrate` makes the mechanical fixes).')
+
+  _report(old, REMOVED_FROM_JAX, message, RemovedJaxApiWarning)
+
+
+def _report(feature: str, subject: str, message, category) -> None:
+  """Records one use; warns (or raises, strict) at the first use of each
+  call site. ``message()`` gives the text, built only when shown."""
+  frame, _ = _user_frame(sys._getframe(1))
+  site = (feature, frame.f_code.co_filename, frame.f_lineno)
   with _lock:
     key = (feature, subject) + site[1:]
     _uses[key] = _uses.get(key, 0) + 1
@@ -153,12 +188,16 @@ def warn_legacy_use(feature, obj=None, **details):
   strict = strict_mode()
   if not (first or strict):
     return
-  message = describe(feature, obj, **details)
   if strict:
-    raise LegacyOptimDeprecationWarning(
-        f'{message}\n({STRICT_ENV_VAR}=1 makes legacy flax.optim use an '
+    raise category(
+        f'{message()}\n({STRICT_ENV_VAR}=1 makes legacy flax.optim use an '
         f'error; unset it to run legacy code.)')
-  warnings.warn(message, LegacyOptimDeprecationWarning, stacklevel=level)
+  # Explicit, not warn(stacklevel=): warn skips the import system's frames
+  # when it counts, so a use during an import would land past the stack.
+  warnings.warn_explicit(
+      message(), category, frame.f_code.co_filename, frame.f_lineno,
+      module=frame.f_globals.get('__name__'),
+      registry=frame.f_globals.setdefault('__warningregistry__', {}))
 
 
 # ----------------------------------------------------------------------------

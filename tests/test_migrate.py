@@ -390,6 +390,40 @@ def test_neighbouring_removals_are_rewritten_and_run(tmp_path):
   np.testing.assert_allclose(masked, first_only, rtol=1e-6)
 
 
+
+def test_moved_jax_modules_partial_and_index_functions():
+  source = b'''import jax
+from jax.experimental import optimizers
+from jax.experimental.stax import Relu
+from jax.experimental import optimizers as o, host_callback
+
+add_one = jax.partial(jax.numpy.add, 1)
+x = jax.ops.index_update(jax.numpy.zeros(2), jax.ops.index[0], 1.)
+'''
+  new, plan = migrate.migrate_source(source, 'old.py')
+  assert new == b'''import jax
+from jax.example_libraries import optimizers
+from jax.example_libraries.stax import Relu
+from jax.experimental import optimizers as o, host_callback
+import functools
+import numpy
+
+add_one = functools.partial(jax.numpy.add, 1)
+x = jax.numpy.asarray(jax.numpy.zeros(2)).at[numpy.index_exp[0]].set(1.)
+'''
+  # Not guessed: an import naming other modules too.
+  assert [(leftover.line, leftover.reason.split(' (')[0])
+          for leftover in plan.leftovers] == [
+              (4, 'jax.experimental.optimizers moved to '
+               'jax.example_libraries.optimizers')]
+  namespace = {}
+  exec(b'\n'.join(new.split(b'\n')[:3] + new.split(b'\n')[4:]),
+       namespace)  # noqa: S102 - the migrated module, less its leftover
+  assert int(namespace['add_one'](2)) == 3
+  assert namespace['x'].tolist() == [1., 0.]
+  assert namespace['Relu'] is jax.example_libraries.stax.Relu
+
+
 def test_device_put_and_replicate_keep_the_optimizer_kind():
   source = b'''import jax
 from flax import jax_utils

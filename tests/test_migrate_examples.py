@@ -17,6 +17,10 @@ Each example is copied twice:
 Both copies are trained by tests/_v033_driver.py in their own process on the
 same synthetic batches; every step's parameters and metrics must be equal
 bit for bit.
+
+A third copy, *unchanged* (flax's files as they are, no edit at all), runs
+under ``flax-optim-compat run`` (the legacy jax layer, compat.legacy_jax) and
+must train bit for bit like the migrated copy.
 """
 
 import os
@@ -69,11 +73,11 @@ def copies(name, tmp_path):
   return original, migrated
 
 
-def train(directory, name, tmp_path, variant):
+def train(directory, name, tmp_path, variant, runner=()):
   out = tmp_path / f'{variant}.npz'
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('FLAX_V033_EXAMPLES', None)
-  run = subprocess.run([sys.executable, DRIVER, str(directory), name,
+  run = subprocess.run([sys.executable, *runner, DRIVER, str(directory), name,
                         str(out)], env=env, capture_output=True, text=True,
                        timeout=900, check=False)
   assert run.returncode == 0, f'{variant} run failed:\n{run.stderr[-4000:]}'
@@ -81,11 +85,7 @@ def train(directory, name, tmp_path, variant):
     return {key: arrays[key] for key in arrays.files}
 
 
-@pytest.mark.parametrize('name', NAMES)
-def test_migrated_example_trains_bit_identically(name, tmp_path):
-  original_dir, migrated_dir = copies(name, tmp_path)
-  old = train(original_dir, name, tmp_path, 'original')
-  new = train(migrated_dir, name, tmp_path, 'migrated')
+def assert_same_steps(old, new):
   assert sorted(old) == sorted(new)
   steps = {key.split('/')[0] for key in old}
   assert len(steps) >= 5, steps
@@ -93,3 +93,23 @@ def test_migrated_example_trains_bit_identically(name, tmp_path):
     a, b = old[key], new[key]
     assert a.dtype == b.dtype and a.shape == b.shape, key
     assert a.tobytes() == b.tobytes(), (key, a, b)
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_migrated_example_trains_bit_identically(name, tmp_path):
+  original_dir, migrated_dir = copies(name, tmp_path)
+  old = train(original_dir, name, tmp_path, 'original')
+  new = train(migrated_dir, name, tmp_path, 'migrated')
+  assert_same_steps(old, new)
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_unchanged_example_runs_under_the_legacy_layer(name, tmp_path):
+  """flax's files, no edit at all, under ``flax-optim-compat run``."""
+  unchanged = tmp_path / 'unchanged'
+  shutil.copytree(os.path.join(EXAMPLES, name), unchanged)
+  _, migrated_dir = copies(name, tmp_path)
+  old = train(unchanged, name, tmp_path, 'unchanged',
+              runner=('-m', 'flax_optim_compat', 'run'))
+  new = train(migrated_dir, name, tmp_path, 'migrated')
+  assert_same_steps(old, new)

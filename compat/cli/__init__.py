@@ -8,8 +8,9 @@ status``; this module only dispatches, so ``--help``, ``--version`` and the
 commands stay cheap to start.
 
 The package holds the commands that are not a subsystem's own (``check`` and
-its configurations, ``guide``); the others are found in the table below. It
-sits on top: it may import every other part of ``compat``, none imports it.
+its configurations, ``guide``, ``run``); the others are found in the table
+below. It sits on top: it may import every other part of ``compat``, none
+imports it.
 """
 
 import importlib
@@ -33,6 +34,9 @@ COMMANDS = {
                 'TrainState code (--diff, --write, --out DIR).'),
     'guide': ('compat.cli.guide',
               'Print the migration guide (or where it is).'),
+    'run': ('compat.cli.run', 'Run an old program unchanged, with the jax/'
+            'flax names removed next to flax.optim served (SCRIPT or -m '
+            'MODULE).'),
 }
 
 

@@ -2,7 +2,10 @@
 
 One table for ``compat scan`` (which reports them) and ``compat migrate``
 (which rewrites the mechanical ones): ``match(node, names)`` says what a node
-is and, when the rewrite is mechanical, what it becomes. Stdlib only.
+is and, when the rewrite is mechanical, what it becomes. The opt-in runtime
+layer (``compat.legacy_jax``) serves the same rows to old programs that run
+unchanged: ``runtime_aliases()`` derives what it adds from them, so each
+alias and its rewrite are one fact. Stdlib only.
 """
 
 import ast
@@ -31,6 +34,23 @@ _RENAMED = {
 _MOVED = {
     'jax.numpy.DeviceArray': 'jax.Array',
     'jax.interpreters.xla.DeviceArray': 'jax.Array',
+    'jax.random.KeyArray': 'jax.Array',
+    'jax.partial': 'functools.partial',
+    'jax.ops.index': 'numpy.index_exp',
+}
+# Removed modules -> where they live today (``from jax.experimental import
+# optimizers``).
+_MOVED_MODULES = {
+    'jax.experimental.optimizers': 'jax.example_libraries.optimizers',
+    'jax.experimental.stax': 'jax.example_libraries.stax',
+}
+# Removed ``jax.ops.index_*(x, idx, y)`` -> the method of ``x.at[idx]``.
+_AT_METHODS = {
+    'jax.ops.index_update': 'set',
+    'jax.ops.index_add': 'add',
+    'jax.ops.index_mul': 'multiply',
+    'jax.ops.index_min': 'min',
+    'jax.ops.index_max': 'max',
 }
 # Reported only: no mechanical rewrite.
 _REPORTED = {
@@ -88,7 +108,7 @@ def needed_import(rewrite: str) -> Optional[str]:
   if rewrite == LR_SCHEDULE_EXACT or rewrite.startswith(
       LR_SCHEDULE_EXACT + '.'):
     return LR_SCHEDULE_EXACT
-  if rewrite.startswith(('jax.', 'flax.')):
+  if rewrite.startswith(('jax.', 'flax.', 'functools.', 'numpy.')):
     return rewrite.partition('.')[0]
   return None
 
@@ -116,6 +136,17 @@ _KV_ATTENTION = frozenset((
     'flax.linen.MultiHeadDotProductAttention',
     'flax.linen.attention.MultiHeadDotProductAttention',
 ))
+_POSITIONAL_MASK = ('MultiHeadDotProductAttention(...)(inputs_q, inputs_kv, '
+                    'mask)')
+_POSITIONAL_MASK_FIX = ('the call now takes (inputs_q, inputs_k, inputs_v, *, '
+                        'mask): pass the mask as mask=...')
+# linen's ``init`` returned a FrozenDict until flax 0.7.
+_POP_UNPACKING = 'FrozenDict.pop unpacking'
+_POP_UNPACKING_FIX = ('flax.core.pop(variables, key): init returns a plain '
+                      'dict today, whose pop gives only the value')
+_FROZEN_COPY = 'FrozenDict.copy(add_or_replace)'
+_FROZEN_COPY_FIX = ('flax.core.copy(variables, add_or_replace): init returns '
+                    'a plain dict today, whose copy takes no argument')
 
 
 def match(node, names) -> Optional[Removal]:
@@ -133,7 +164,8 @@ def match(node, names) -> Optional[Removal]:
       return Removal('removed_api', f'{path}()', _NO_OPS[path], '')
     return None
   if isinstance(node, ast.Call):
-    return _match_positional_mask(node, names) or _match_frozen_copy(node)
+    return (_match_positional_mask(node, names) or
+            _match_frozen_copy(node) or _match_at_method(node, names))
   if not isinstance(node, ast.Attribute):
     return None
   path = names.resolve(node)
@@ -160,6 +192,9 @@ def _match_import(node: ast.ImportFrom) -> Optional[Removal]:
                    'from jax import config', 'from jax import config')
   if node.module in (LR_SCHEDULE, LR_SCHEDULE.rpartition('.')[0]):
     return _match_lr_schedule_from(node)
+  moved = _match_moved_module_from(node)
+  if moved:
+    return moved
   imported = {f'{node.module}.{a.name}' for a in node.names}
   for prefix, reason in _REPORTED.items():
     if node.module == prefix or node.module.startswith(prefix + '.') or (
@@ -205,6 +240,48 @@ def _import_from(module: str, aliases, statement: ast.ImportFrom) -> str:
   indent = ' ' * (statement.col_offset + 4)  # inside parentheses: any
   lines = ''.join(f'{indent}{name},\n' for name in names)
   return f'from {module} import (\n{lines}{indent[:-4]})'
+
+
+def _match_moved_module_from(node: ast.ImportFrom) -> Optional[Removal]:
+  """``from jax.experimental.optimizers import x`` and ``from
+  jax.experimental import optimizers``: the same names from where the module
+  lives today (only where every name imported moved alike)."""
+  if node.module in _MOVED_MODULES:
+    new = _MOVED_MODULES[node.module]
+    return Removal('removed_api', node.module, f'{node.module} moved to {new}',
+                   _literal(_import_from(new, node.names, node)))
+  moved = [f'{node.module}.{a.name}' for a in node.names
+           if f'{node.module}.{a.name}' in _MOVED_MODULES]
+  if not moved:
+    return None
+  parents = {_MOVED_MODULES[m].rpartition('.')[0] for m in moved}
+  fix = ', '.join(f'{m} moved to {_MOVED_MODULES[m]}' for m in moved)
+  if len(moved) < len(node.names) or len(parents) > 1:
+    return Removal('removed_api', moved[0], fix + ' (import it from there; '
+                   'an import that also names others is not rewritten)', None)
+  return Removal('removed_api', moved[0], fix,
+                 _literal(_import_from(parents.pop(), node.names, node)))
+
+
+def _match_at_method(node: ast.Call, names) -> Optional[Removal]:
+  """``jax.ops.index_update(x, idx, y)``: ``jax.numpy.asarray(x).at[idx]
+  .set(y)``, which converts ``x`` as the removed function did."""
+  path = names.resolve(node.func)
+  if path not in _AT_METHODS:
+    return None
+  if len(node.args) != 3 or node.keywords or any(
+      isinstance(a, ast.Starred) for a in node.args):
+    return Removal('removed_api', path, _at_method_fix(path) + ' (a call '
+                   'with keywords or unpacking is not rewritten)', None)
+  return Removal('removed_api', path, _at_method_fix(path),
+                 'jax.numpy.asarray({x}).at[{idx}].'
+                 f'{_AT_METHODS[path]}({{y}})', node,
+                 tuple(zip(('x', 'idx', 'y'), node.args)))
+
+
+def _at_method_fix(path: str) -> str:
+  return (f'{path}(x, idx, y) was removed: '
+          f'jax.numpy.asarray(x).at[idx].{_AT_METHODS[path]}(y)')
 
 
 def _match_lr_schedule_import(node: ast.Import, names) -> Optional[Removal]:
@@ -256,9 +333,7 @@ def _match_pop_unpacking(node: ast.Assign, names) -> Optional[Removal]:
   receiver = _source_of(value.func.value)
   rewrite = (_literal(f'flax.core.pop({receiver}, {value.args[0].value!r})')
              if receiver else None)
-  return Removal('removed_api', 'FrozenDict.pop unpacking',
-                 'flax.core.pop(variables, key): init returns a plain dict '
-                 'today, whose pop gives only the value', rewrite)
+  return Removal('removed_api', _POP_UNPACKING, _POP_UNPACKING_FIX, rewrite)
 
 
 def _match_positional_mask(node: ast.Call, names) -> Optional[Removal]:
@@ -270,9 +345,7 @@ def _match_positional_mask(node: ast.Call, names) -> Optional[Removal]:
           not any(isinstance(a, ast.Starred) for a in node.args) and
           not any(k.arg in (None, 'mask', 'inputs_v') for k in node.keywords)):
     return None
-  return Removal('removed_api', 'MultiHeadDotProductAttention(...)(inputs_q, '
-                 'inputs_kv, mask)', 'the call now takes (inputs_q, inputs_k, '
-                 'inputs_v, *, mask): pass the mask as mask=...',
+  return Removal('removed_api', _POSITIONAL_MASK, _POSITIONAL_MASK_FIX,
                  'mask={source}', node.args[2])
 
 
@@ -284,9 +357,7 @@ def _match_frozen_copy(node: ast.Call) -> Optional[Removal]:
           and len(node.args) == 1 and isinstance(node.args[0], ast.Dict)
           and not node.keywords):
     return None
-  return Removal('removed_api', 'FrozenDict.copy(add_or_replace)',
-                 'flax.core.copy(variables, add_or_replace): init returns a '
-                 'plain dict today, whose copy takes no argument',
+  return Removal('removed_api', _FROZEN_COPY, _FROZEN_COPY_FIX,
                  'flax.core.copy({receiver}, {update})', node,
                  (('receiver', node.func.value), ('update', node.args[0])))
 
@@ -294,3 +365,68 @@ def _match_frozen_copy(node: ast.Call) -> Optional[Removal]:
 def _literal(text: str) -> str:
   """``text`` as a rewrite template: braces doubled."""
   return text.replace('{', '{{').replace('}', '}}')
+
+
+# ---------------------------------------------------------------------------
+# The runtime layer (``compat.legacy_jax``, opt-in): how it serves each row
+# above to an old program run unchanged. It adds a name only where the
+# installed jax/flax lacks it, and never replaces one that exists.
+
+# What the layer does for a removal (``RuntimeAlias.kind``):
+ATTRIBUTE = 'attribute'  # module ``old``'s parent gets the object at ``new``
+AT_METHOD = 'at_method'  # module ``old``'s parent gets a function calling
+# the method ``new`` of ``jnp.asarray(x).at[idx]``
+MODULE = 'module'  # ``import old`` gives the module ``new``
+MODULE_ATTRIBUTE = 'module_attribute'  # a module ``old``'s parent holding
+# the object at ``new`` under ``old``'s last name (``from jax.config import
+# config``: ``jax.config`` is an object today, not a module)
+NO_OP = 'no_op'  # the object ``old``'s parent gets a method doing nothing
+FLAX_CONFIG = 'flax_config'  # flax's configuration flag ``new`` set True
+ROUTE_MASK = 'route_mask'  # module ``new``'s call gets a positional mask
+# routed to ``mask=`` (only where it cannot be values: one more dimension
+# than the keys, as flax's masks have)
+REFUSE = 'refuse'  # not guessed: importing ``old`` raises naming the fix
+
+# The flag that makes linen's ``init`` return a FrozenDict again.
+RETURN_FROZENDICT = 'flax.config.flax_return_frozendict'
+
+
+class RuntimeAlias(NamedTuple):
+  old: str  # the removed name, dotted as old code reaches it
+  kind: str  # ATTRIBUTE, MODULE, ...
+  new: str  # today's equivalent, dotted (FLAX_CONFIG: flax.config.<flag>)
+  fix: str  # what ``migrate`` does or the report says (Removal.replacement)
+
+
+def runtime_aliases() -> tuple[RuntimeAlias, ...]:
+  """Every removal the runtime layer serves, derived from the tables above.
+
+  A removal missing here is one the layer leaves failing as it does today
+  (an ``import`` of an absent module, a missing attribute).
+  """
+  aliases = []
+  for old, new in _RENAMED.items():
+    absolute = f'{old.rsplit(".", 1)[0]}.{new}'
+    aliases.append(RuntimeAlias(old, ATTRIBUTE, absolute, absolute))
+  aliases += [RuntimeAlias(old, ATTRIBUTE, new, new)
+              for old, new in _MOVED.items()]
+  aliases += [RuntimeAlias(old, NO_OP, '', fix) for old, fix in
+              _NO_OPS.items() if old.count('.') == 2]  # one object: once
+  aliases.append(RuntimeAlias('jax.config.config', MODULE_ATTRIBUTE,
+                              'jax.config', 'from jax import config'))
+  aliases += [RuntimeAlias(old, AT_METHOD, new, _at_method_fix(old))
+              for old, new in _AT_METHODS.items()]
+  aliases.append(RuntimeAlias(LR_SCHEDULE, MODULE, LR_SCHEDULE_EXACT,
+                              LR_SCHEDULE_REPLACEMENT))
+  aliases += [RuntimeAlias(old, MODULE, new, f'{old} moved to {new}')
+              for old, new in _MOVED_MODULES.items()]
+  aliases += [RuntimeAlias(_POP_UNPACKING, FLAX_CONFIG, RETURN_FROZENDICT,
+                           _POP_UNPACKING_FIX),
+              RuntimeAlias(_FROZEN_COPY, FLAX_CONFIG, RETURN_FROZENDICT,
+                           _FROZEN_COPY_FIX)]
+  aliases += [RuntimeAlias(_POSITIONAL_MASK, ROUTE_MASK, path,
+                           _POSITIONAL_MASK_FIX)
+              for path in sorted(_KV_ATTENTION) if path.count('.') == 3]
+  aliases += [RuntimeAlias(old, REFUSE, '', fix)
+              for old, fix in _REPORTED.items()]
+  return tuple(aliases)
