@@ -32,10 +32,12 @@ broken    links of a migrated program that cannot work (``broken_links``):
           a file that no longer parses, a name used that only a removed
           import bound (in the file, or imported from a project module that
           lost it), or a legacy ``Optimizer`` attribute used on a value that
-          migrate turned into Optax/TrainState (see ``_legacy_on_migrated``
-          for how that is approximated);
-imports   files of the output that still import flax.optim, legacy_optim or
-          compat.
+          migrate turned into Optax/TrainState (approximated two ways: within
+          a function, ``_legacy_on_migrated``; and any use of that API once
+          no module of the output makes a legacy optimizer any more,
+          ``_legacy_api_uses``);
+legacy    files of the output that still use flax.optim (the independent
+          count) or import legacy_optim or compat.
 
 ``--json FILE`` writes the same figures. Exit status 0 when every repository
 was got and analysed.
@@ -70,6 +72,8 @@ SHIM_MODULES = ('flax.optim', 'legacy_optim', 'compat')
 LEGACY_ATTRIBUTES = frozenset({
     'apply_gradient', 'create', 'hyper_params', 'optimizer_def',
     'param_states', 'state', 'target'})
+# The subset that no other common object has.
+_ALWAYS_LEGACY = frozenset({'apply_gradient', 'optimizer_def', 'param_states'})
 # Calls whose result is migrate's output: Optax/TrainState values.
 _MIGRATED_CALL = re.compile(r'^(flax_optim_rules|optax)\.|(^|\.)TrainState\.'
                             r'create$')
@@ -352,6 +356,25 @@ def _legacy_on_migrated(tree: ast.AST, producers: set) -> list:
   return sorted(set(found))
 
 
+def _legacy_api_uses(tree: ast.AST) -> list:
+  """``[(line, text)]``: uses of the legacy Optimizer API whatever the
+  value: ``.apply_gradient``, ``.optimizer_def``, ``.param_states`` on
+  anything, ``.target``/``.state`` on a name or field called like an
+  optimizer (``opt``, ``*optim*``): with no legacy optimizer left in a
+  program, each of them is broken."""
+  found = []
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.Attribute):
+      continue
+    receiver = _dotted(node.value)
+    named = receiver[-1].lower() if receiver else ''
+    if node.attr in _ALWAYS_LEGACY or (
+        node.attr in ('target', 'state') and
+        (named == 'opt' or 'optim' in named)):
+      found.append((node.lineno, ast.unparse(node)))
+  return found
+
+
 def broken_links(old_sources: dict, new_sources: dict) -> list:
   """``[(path, line, why)]`` over a migrated project; ``*_sources``:
   relative path -> Python source text (old, migrated)."""
@@ -388,10 +411,16 @@ def broken_links(old_sources: dict, new_sources: dict) -> list:
                              'which no longer binds it'))
   changed = {p for p in new_sources if new_sources[p] != old_sources[p]}
   producers = _migrated_producers(new_trees, changed)
+  legacy_left = any(count_usages(t) or legacy_imports(t)
+                    for p, t in new_trees.items() if p.endswith('.py'))
   for path, tree in new_trees.items():
     for line, text in _legacy_on_migrated(tree, producers):
       broken.append((path, line,
                      f'{text}: legacy Optimizer API on a migrated value'))
+    if not legacy_left:
+      for line, text in _legacy_api_uses(tree):
+        broken.append((path, line, f'{text}: legacy Optimizer API, but no '
+                       'module makes a flax.optim optimizer any more'))
   return sorted(set(broken))
 
 
@@ -407,7 +436,7 @@ class Row(NamedTuple):
   rewritten: int
   left: int
   broken: list  # [(path, line, why)]
-  still_importing: list  # relative paths
+  legacy_files: list  # relative paths
   reasons: collections.Counter  # 'construct: reason' -> count
   unfound: list  # [(path, line, what)]: usages scan did not report
 
@@ -420,7 +449,7 @@ def analyse(root: str, entry: Repo) -> Row:
                 for f in scanned.findings}
   usages = found = rewritten = left = 0
   reasons: collections.Counter = collections.Counter()
-  unfound, still, old_py, new_py = [], [], {}, {}
+  unfound, legacy, old_py, new_py = [], [], {}, {}
   for path, result in zip(sources, results):
     relative = os.path.relpath(path, root)
     try:
@@ -443,15 +472,16 @@ def analyse(root: str, entry: Repo) -> Row:
     new = python_source(path, result.new)
     old_py[relative], new_py[relative] = old, new
     try:
-      after = count_usages(ast.parse(new, relative))
-      if legacy_imports(ast.parse(new, relative)):
-        still.append(relative)
+      new_tree = ast.parse(new, relative)
+      after = count_usages(new_tree)
+      if after or legacy_imports(new_tree):
+        legacy.append(relative)
     except SyntaxError:
       after = before  # broken_links reports it
     rewritten += max(0, len(before) - len(after))
     left += len(after)
   return Row(entry.name, len(sources), usages, found, rewritten, left,
-             broken_links(old_py, new_py), still, reasons, unfound)
+             broken_links(old_py, new_py), legacy, reasons, unfound)
 
 
 def _percent(part: int, whole: int) -> str:
@@ -461,26 +491,26 @@ def _percent(part: int, whole: int) -> str:
 def format_table(rows: list, missing: list) -> str:
   header = (f'{"repository":10} {"files":>5} {"usages":>6} {"found":>6} '
             f'{"rewritten":>9} {"left":>5} {"broken":>6} '
-            f'{"still imports":>13}')
+            f'{"legacy files":>12}')
   lines = [header]
   for r in rows:
     lines.append(f'{r.name:10} {r.files:5} {r.usages:6} {r.found:6} '
                  f'{r.rewritten:9} {r.left:5} {len(r.broken):6} '
-                 f'{len(r.still_importing):13}')
+                 f'{len(r.legacy_files):12}')
   total = Row('all', *(sum(getattr(r, f) for r in rows)
                        for f in ('files', 'usages', 'found', 'rewritten',
                                  'left')),
               [b for r in rows for b in r.broken],
-              [s for r in rows for s in r.still_importing],
+              [s for r in rows for s in r.legacy_files],
               collections.Counter(), [])
   lines.append(f'{"all":10} {total.files:5} {total.usages:6} '
                f'{total.found:6} {total.rewritten:9} {total.left:5} '
-               f'{len(total.broken):6} {len(total.still_importing):13}')
+               f'{len(total.broken):6} {len(total.legacy_files):12}')
   lines.append(f'\nfound by scan: {_percent(total.found, total.usages)}; '
                'rewritten in the exact tier: '
                f'{_percent(total.rewritten, total.usages)}; repositories '
-               'left importing no flax.optim/legacy_optim: '
-               f'{sum(not r.still_importing for r in rows)}/{len(rows)}')
+               'left without flax.optim/legacy_optim: '
+               f'{sum(not r.legacy_files for r in rows)}/{len(rows)}')
   for r in rows:
     if r.reasons:
       lines.append(f'\n{r.name}: left, and why (migrate\'s report):')
