@@ -48,19 +48,6 @@ class _ShimBlocker(importlib.abc.MetaPathFinder):
 # stand-in modules, function yielding (params, metrics) after each step).
 
 
-def _ladax_gp():
-  import jax  # noqa: PLC0415 - after the stand-ins are installed
-  basic_gp = importlib.import_module('basic_gp')
-  basic_gp.FLAGS(['basic_gp'])  # the flags' defaults: learning_rate
-  params = basic_gp.get_initial_params(jax.random.PRNGKey(0))
-  optimizer = basic_gp.create_optimizer(params)
-  for step in range(STEPS):
-    # Its own synthetic data: a noisy sine, new noise each step.
-    batch, _ = basic_gp.get_datasets(jax.random.PRNGKey(step + 1))
-    optimizer, metrics = basic_gp.train_step(optimizer, batch)
-    yield _v033_driver.params_of(optimizer), metrics
-
-
 def _vit():
   import jax  # noqa: PLC0415 - after the stand-ins are installed
   from flax import jax_utils  # noqa: PLC0415
@@ -127,7 +114,6 @@ def _nested():
 
 
 RECIPES = {
-    'ladax': (('.', 'examples'), (), (), _ladax_gp),
     'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
                      'clu', 'flaxformer', 'pandas', 'tqdm', 'einops'),
             (), _vit),
