@@ -49,8 +49,8 @@ class _ShimBlocker(importlib.abc.MetaPathFinder):
 
 
 def _vit():
-  import jax  # noqa: PLC0415 - after the stand-ins are installed
   from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
   import ml_collections  # noqa: PLC0415
   train = importlib.import_module('vit_jax.train')
   models = importlib.import_module('vit_jax.models')
@@ -86,8 +86,8 @@ def _vit():
 
 
 def _nested():
-  import jax  # noqa: PLC0415 - after the stand-ins are installed
   from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
   train = importlib.import_module('train')
   config = importlib.import_module('configs.cifar_nest').get_config()
   model, state = train.create_train_state(
