@@ -54,3 +54,16 @@ def copies(source_dir, tmp_path, exclude=()):
                  for name in _legacy_imports.legacy_imports(result.new)]
     (migrated / relative).write_bytes(result.new)
   return original, migrated, problems
+
+
+def assert_bit_identical(old: dict, new: dict, min_steps: int = 5) -> None:
+  """Two drivers' runs (``stepN/params/...``, ``stepN/metrics/...`` ->
+  array) hold the same keys, at least ``min_steps`` steps, and equal bytes,
+  dtypes and shapes under each key."""
+  assert sorted(old) == sorted(new)
+  steps = {key.split('/')[0] for key in old}
+  assert len(steps) >= min_steps, steps
+  for key in sorted(old):
+    a, b = old[key], new[key]
+    assert a.dtype == b.dtype and a.shape == b.shape, key
+    assert a.tobytes() == b.tobytes(), (key, a, b)
