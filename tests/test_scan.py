@@ -75,7 +75,7 @@ def test_unparseable_files_are_reported_not_fatal():
   assert 'null bytes' in result.errors[1].message
   status, out = run_main([os.path.join(TREE, 'broken')])
   assert status == scan.EXIT_UNPARSEABLE
-  assert 'bad_syntax.py:3  unparseable' in out
+  assert 'bad_syntax.py:3  not scanned: syntax error' in out
 
 
 def test_exit_status():

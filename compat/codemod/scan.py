@@ -34,8 +34,13 @@ Output (stable order: path, line, column, construct): a table, or with
    "errors": [{"path": str, "line": int | null, "message": str}],
    "summary": {construct: count}}
 
+Jupyter notebooks (``.ipynb``) are scanned as ``migrate`` reads them: their
+code cells as one module (IPython magics skipped); a finding's line is the
+notebook file's line holding that source line.
+
 Exit status: 0 no usage found, 1 usages remain, 2 bad arguments, 3 no usage
-found but some files could not be parsed (they are listed, never fatal).
+found but some files could not be read, parsed or analysed (each is listed
+with the reason; one file never stops the scan of the others).
 """
 
 import argparse
@@ -49,6 +54,7 @@ from typing import Iterable, NamedTuple, Optional
 from compat import _lazy
 from compat.codemod import _flow
 from compat.codemod import _names
+from compat.codemod import _notebook
 from compat.codemod import _removals
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
@@ -97,14 +103,22 @@ class ScanResult(NamedTuple):
 
 
 def _algorithm_replacement(name: str, call: ast.Call) -> str:
+  """What ``migrate`` writes for the definition (the catalogue's
+  ``migrate_call``), then the nearest stock alias ``--tier stock`` writes."""
+  signature = _names.legacy_signatures()[name]
+  given = {p: ast.unparse(a) for (p, _), a in zip(signature, call.args)
+           if not isinstance(a, ast.Starred)}
+  given.update({k.arg: ast.unparse(k.value) for k in call.keywords if k.arg})
+  exact = rep.migrate_call(name, {p: given[p] for p, _ in signature
+                                  if p in given}, dict(signature))
+  text = f'{exact} (what migrate writes: same numbers as flax 0.5.3)'
   values = _names.bind_arguments(name, call)
   stock = rep.stock_optax(name, values, render=lambda v: 'None' if v is None
                           else v)
-  faithful = f'{ast.unparse(call)}.to_optax()'
   if not stock.expression:
-    return f'{faithful} (same numbers)'
-  text = (f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]; '
-          f'same numbers: {faithful}')
+    return text
+  text += (f'; nearest stock Optax (migrate --tier stock): '
+           f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]')
   return text + (f'; note: {stock.note}' if stock.note else '')
 
 
@@ -363,8 +377,10 @@ def iter_python_files(paths: Iterable[str], exclude=(),
 
 
 class Project(NamedTuple):
-  """Every .py file under the scanned paths, read once."""
-  parsed: list  # [(shown path, source bytes, ast.Module)]
+  """Every .py file and notebook under the scanned paths, read once."""
+  # [(shown path, source bytes, ast.Module)]; a notebook's source is its
+  # code cells as one module (``_notebook.Notebook.module``).
+  parsed: list
   errors: list  # [ScanError]
   # 'mylib.optimizers' -> 'flax.optim': names scanned modules bind to
   # flax.optim, by every dotted name they may be imported by (a name two
@@ -373,57 +389,117 @@ class Project(NamedTuple):
   # absolute path -> its local names that other scanned modules reach
   # through ``reexports`` (``optimizers`` for mylib/__init__.py).
   exported: dict
+  # shown path -> its ``_notebook.Notebook``, for each notebook in ``parsed``.
+  notebooks: dict = {}
+
+
+SOURCE_SUFFIXES = ('.py', '.ipynb')
+# The path of an error in the analysis across modules (no one file's).
+ACROSS_MODULES = '<names re-exported across modules>'
+
+
+def failure(path: str, error: BaseException) -> ScanError:
+  """A file that could not be read, parsed or analysed, and why."""
+  if isinstance(error, SyntaxError):
+    return ScanError(path, error.lineno, f'syntax error: {error.msg}')
+  if isinstance(error, (OSError, ValueError)):  # NUL bytes, bad coding, JSON
+    return ScanError(path, None, f'unreadable: {type(error).__name__}: '
+                     f'{error}')
+  # The analysis itself failed (e.g. RecursionError on code it cannot
+  # follow): the file is skipped, the rest is still scanned.
+  message = str(error).splitlines()[0] if str(error) else ''
+  return ScanError(path, None, f'analysis failed, file skipped: '
+                   f'{type(error).__name__}: {message}')
+
+
+def read_source(path: str, shown: str):
+  """``(source bytes, ast.Module, Notebook or None)`` of a .py file or a
+  notebook (its code cells as one module). Raises ``OSError``,
+  ``ValueError``, ``SyntaxError`` (see ``failure``)."""
+  with open(path, 'rb') as f:
+    raw = f.read()
+  notebook = None
+  if path.endswith('.ipynb'):
+    notebook = _notebook.Notebook(raw)
+    raw = notebook.module.encode('utf-8')
+  return raw, ast.parse(raw, filename=shown), notebook
 
 
 def parse_project(paths: Iterable[str], exclude=()) -> Project:
-  """Reads and parses every .py file under ``paths`` (see ``Project``)."""
+  """Reads and parses every .py file and notebook under ``paths`` (see
+  ``Project``); a file that fails is an error, never the run's end."""
   parsed: list[tuple[str, bytes, ast.Module]] = []
   errors: list[ScanError] = []
+  notebooks: dict[str, _notebook.Notebook] = {}
   by_module: dict[str, ast.Module] = {}
   ambiguous: set[str] = set()
   module_paths: dict[str, str] = {}
   for root in paths:
-    for path in iter_python_files([root], exclude):
+    for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
       shown = path.replace(os.sep, '/')
       try:
-        with open(path, 'rb') as f:
-          source = f.read()
-        tree = ast.parse(source, filename=shown)
-      except SyntaxError as e:
-        errors.append(ScanError(shown, e.lineno, f'syntax error: {e.msg}'))
-        continue
-      except (OSError, ValueError) as e:  # unreadable, NUL bytes, bad coding
-        errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
+        source, tree, notebook = read_source(path, shown)
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
         continue
       parsed.append((shown, source, tree))
+      if notebook is not None:
+        notebooks[shown] = notebook
+        continue  # not importable: a consumer only
       for name in _names.module_names(path, root):
         if name in by_module and by_module[name] is not tree:
           ambiguous.add(name)
         by_module[name] = tree
         module_paths[name] = os.path.abspath(path)
   modules = {k: v for k, v in by_module.items() if k not in ambiguous}
-  reexports = _names.project_reexports(modules)
+  try:
+    reexports = _names.project_reexports(modules)
+  except Exception as e:  # pylint: disable=broad-except
+    # Each file is still scanned on its own; none follows another's names.
+    errors.append(failure(ACROSS_MODULES, e))
+    reexports = {}
   exported: dict[str, set[str]] = {}
-  for _, _, tree in parsed:
-    for dotted in _names.used_reexports(tree, reexports):
+  for shown, _, tree in parsed:
+    try:
+      used = _names.used_reexports(tree, reexports)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(failure(shown, e))
+      continue
+    for dotted in used:
       module, _, local = dotted.rpartition('.')
       exported.setdefault(module_paths[module], set()).add(local)
-  return Project(parsed, errors, reexports, exported)
+  return Project(parsed, errors, reexports, exported, notebooks)
+
+
+def in_file_lines(findings: list, notebook) -> list:
+  """A notebook's findings at the notebook file's lines (``file_line``)."""
+  if notebook is None:
+    return findings
+  return [f._replace(line=notebook.file_line(f.line)) for f in findings]
 
 
 def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
-  """Scans files and directories; unparseable files become ``errors``.
+  """Scans files and directories (``.py`` and notebooks); a file that
+  cannot be read, parsed or analysed becomes an ``errors`` entry naming
+  why, and the rest is scanned.
 
   One project: a name a scanned module re-exports from flax.optim
   (``from flax import optim as optimizers`` in mylib) is followed into the
   modules that import it (``from mylib import optimizers``).
   """
   project = parse_project(list(paths), exclude)
-  findings = []
+  findings, errors = [], list(project.errors)
   for shown, source, tree in project.parsed:
-    findings += scan_source(source, shown, project.reexports, tree)
-  return ScanResult(len(project.parsed) + len(project.errors),
-                    sorted(findings), sorted(project.errors))
+    try:
+      found = scan_source(source, shown, project.reexports, tree)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(failure(shown, e))
+      continue
+    findings += in_file_lines(found, project.notebooks.get(shown))
+  unread = {e.path for e in project.errors} - {
+      shown for shown, _, _ in project.parsed} - {ACROSS_MODULES}
+  return ScanResult(len(project.parsed) + len(unread), sorted(findings),
+                    sorted(errors, key=lambda e: (e.path, e.line or 0)))
 
 
 # ---------------------------------------------------------------------------
@@ -452,14 +528,15 @@ def format_table(result: ScanResult) -> str:
   w1 = max(len(r[1]) for r in rows)
   lines = [f'{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}  [{r[3]}]'
            for r in rows] if result.findings else []
-  lines += [f'{e.path}:{e.line or "?"}  unparseable: {e.message}'
+  lines += [f'{e.path}:{e.line or "?"}  not scanned: {e.message}'
             for e in result.errors]
   likely = sum(f.confidence == 'likely' for f in result.findings)
   lines.append(
       f'{len(result.findings)} flax.optim usage(s) in {result.files_scanned} '
       f'file(s) scanned' + (f' ({likely} marked ? are likely, judged by '
                             'names)' if likely else '') +
-      (f'; {len(result.errors)} file(s) could not be parsed'
+      (f'; {len(result.errors)} file(s) could not be read, parsed or '
+       'analysed (listed above)'
        if result.errors else '') + f'. See {rep.GUIDE}.')
   return '\n'.join(lines)
 
