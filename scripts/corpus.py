@@ -453,6 +453,10 @@ def analyse(root: str, entry: Repo) -> Row:
   scanned = scan.scan_paths(paths)
   scan_lines = {(os.path.relpath(os.path.abspath(f.path), root), f.line)
                 for f in scanned.findings}
+  # scan gives a notebook finding the line of the notebook file, this
+  # count the line of its joined code cells: those are matched by text.
+  scan_code = {(os.path.relpath(os.path.abspath(f.path), root),
+                f.code.strip()) for f in scanned.findings}
   usages = found = rewritten = left = 0
   reasons: collections.Counter = collections.Counter()
   unfound, legacy, old_py, new_py = [], [], {}, {}
@@ -465,8 +469,11 @@ def analyse(root: str, entry: Repo) -> Row:
       reasons[f'unreadable here: {type(e).__name__}'] += 1
       continue
     usages += len(before)
+    lines = old.splitlines()
     for line, _, what in before:
-      if (relative, line) in scan_lines:
+      if (relative, line) in scan_lines or (
+          path.endswith('.ipynb') and
+          (relative, lines[line - 1].strip()) in scan_code):
         found += 1
       else:
         unfound.append((relative, line, what))
