@@ -49,13 +49,16 @@ class _StandIn(types.ModuleType):
     return value
 
 
-class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-  """Serves a ``_StandIn`` for the stubbed modules and their submodules."""
+class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """Serves a ``_StandIn`` for the stubbed modules: ``roots`` with their
+  submodules, and ``modules`` by their exact names."""
+
+  def __init__(self, roots=STUBBED_ROOTS, modules=STUBBED_MODULES):
+    self.roots, self.modules = frozenset(roots), frozenset(modules)
 
   def find_spec(self, fullname, path=None, target=None):
     del path, target
-    if (fullname.split('.')[0] in STUBBED_ROOTS or
-        fullname in STUBBED_MODULES):
+    if fullname.split('.')[0] in self.roots or fullname in self.modules:
       return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
     return None
 
@@ -375,21 +378,26 @@ RECIPES = {'mnist': _mnist, 'vae': _vae, 'imagenet': _imagenet,
            'nlp_seq': _nlp_seq}
 
 
-def main(argv):
-  directory, name, out = argv[1:]
-  sys.meta_path.insert(0, _StandInFinder())
-  sys.path.insert(0, os.path.abspath(directory))
-  os.chdir(directory)
+def record(steps, out: str) -> None:
+  """Saves each ``(params, metrics)`` of ``steps`` to the npz ``out``."""
   import jax  # noqa: PLC0415 - after the stand-ins are installed
 
   arrays = {}
-  for step, (params, metrics) in enumerate(RECIPES[name]()):
+  for step, (params, metrics) in enumerate(steps):
     for key, leaf in enumerate(jax.tree_util.tree_leaves(params)):
       arrays[f'step{step}/params/{key}'] = np.asarray(leaf)
     for key, value in jax.tree_util.tree_flatten_with_path(metrics)[0]:
       arrays[f'step{step}/metrics/{jax.tree_util.keystr(key)}'] = (
           np.asarray(value))
   np.savez(out, **arrays)
+
+
+def main(argv):
+  directory, name, out = argv[1:]
+  sys.meta_path.insert(0, StandInFinder())
+  sys.path.insert(0, os.path.abspath(directory))
+  os.chdir(directory)
+  record(RECIPES[name](), out)
   return 0
 
 

@@ -1,0 +1,578 @@
+"""``scan`` and ``migrate --tier exact`` on public research repositories.
+
+Run by ``tox -e corpus`` (as ruff's ecosystem check runs ruff on other
+people's code). The repositories, their pinned commits and the subdirectories
+read are one table, ``tests/corpus/repos.toml``. Each is got at its commit
+into ``--into`` (default: a temporary directory), never committed:
+
+- from a local mirror when ``FLAX_OPTIM_CORPUS_MIRRORS`` names a directory
+  holding ``owner+name`` git directories (``owner+name``, ``owner+name/repo``
+  or ``owner+name/repo/.git``): ``git archive COMMIT PATHS | tar -x``;
+- else by ``git clone`` from github.com and ``git checkout COMMIT``.
+
+A repository that cannot be got is named as such and the run exits 2 after
+the table. For each repository that was got it prints one row:
+
+usages    the INDEPENDENT count (``count_usages``, a plain AST pass that
+          shares no code with ``scan``): each import of flax.optim (one per
+          imported name), each reference chain that resolves to flax.optim
+          (``optim.Adam``, ``flax.optim.OptimizerDef``,
+          ``optim.Adam.create``: one per outermost chain) and each load of a
+          name imported from flax.optim; in .py files and notebooks' code
+          cells. Not followed: a user's own module that re-exports
+          flax.optim, nor methods called on optimizer objects
+          (``.apply_gradient``), which are not flax.optim names;
+found     how many of those usages sit on a line where ``scan`` reports a
+          finding (any construct);
+rewritten usages that are gone from ``migrate --tier exact``'s output
+          (the independent count before minus after, per file);
+left      usages still in the output; migrate's own leftovers are listed
+          below the table with their reasons, grouped;
+broken    links of a migrated program that cannot work (``broken_links``):
+          a file that no longer parses, a name used that only a removed
+          import bound (in the file, or imported from a project module that
+          lost it), or a legacy ``Optimizer`` attribute used on a value that
+          migrate turned into Optax/TrainState (approximated two ways: within
+          a function, ``_legacy_on_migrated``; and any use of that API once
+          no module of the output makes a legacy optimizer any more,
+          ``_legacy_api_uses``);
+legacy    files of the output that still use flax.optim (the independent
+          count) or import legacy_optim or compat.
+
+``--json FILE`` writes the same figures. Exit status: 2 when a repository
+could not be got, else 1 when a migrated program has a broken link, else 0.
+"""
+
+import argparse
+import ast
+import collections
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from typing import NamedTuple, Optional
+
+from compat.codemod import migrate
+from compat.codemod import scan
+
+try:  # Python 3.11+; the table is read only by the corpus run itself
+  import tomllib
+except ModuleNotFoundError:  # Python 3.10: the checks below still import
+  tomllib = None
+
+TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                     'tests', 'corpus', 'repos.toml')
+MIRRORS_ENV = 'FLAX_OPTIM_CORPUS_MIRRORS'
+LEGACY_MODULE = 'flax.optim'
+# What migrated code must not import (tests/_legacy_imports.py's list).
+SHIM_MODULES = ('flax.optim', 'legacy_optim', 'compat')
+# Attributes of flax.optim's Optimizer/OptimizerDef that neither a TrainState
+# nor an Optax GradientTransformation has.
+LEGACY_ATTRIBUTES = frozenset({
+    'apply_gradient', 'create', 'hyper_params', 'optimizer_def',
+    'param_states', 'state', 'target'})
+# The subset that no other common object has.
+_ALWAYS_LEGACY = frozenset({'apply_gradient', 'optimizer_def', 'param_states'})
+# Calls whose result is migrate's output: Optax/TrainState values.
+_MIGRATED_CALL = re.compile(r'^(flax_optim_rules|optax)\.|(^|\.)TrainState\.'
+                            r'create$')
+_MAGIC = re.compile(r'^\s*[%!]')
+
+
+class Repo(NamedTuple):
+  name: str
+  repo: str  # owner/name
+  commit: str
+  paths: tuple  # subdirectories read; () = the whole tree
+  what: str
+
+
+def load_table(path: str = TABLE) -> list:
+  if tomllib is None:
+    raise RuntimeError(f'reading {path} needs Python 3.11 or later (tomllib)')
+  with open(path, 'rb') as f:
+    rows = tomllib.load(f)['repo']
+  return [Repo(r['name'], r['repo'], r['commit'], tuple(r.get('paths', ())),
+               r.get('what', '')) for r in rows]
+
+
+# ---------------------------------------------------------------------------
+# Getting a repository at its commit.
+
+
+def _mirror_git_dir(mirrors: str, repo: str) -> Optional[str]:
+  base = os.path.join(mirrors, repo.replace('/', '+'))
+  for candidate in (os.path.join(base, 'repo', '.git'),
+                    os.path.join(base, 'repo'), base):
+    if os.path.isfile(os.path.join(candidate, 'HEAD')):
+      return candidate
+  return None
+
+
+def _mirrored_files(git_dir: str, entry: Repo) -> list:
+  """The files of ``entry`` under its paths that a mirror holds: a mirror
+  may lack large blobs (data, binaries), which nothing here reads."""
+  listing = subprocess.run(
+      ['git', '--git-dir', git_dir, 'ls-tree', '-r', '-l', '-z',
+       entry.commit, '--', *entry.paths], capture_output=True, check=True)
+  files = []
+  for record in listing.stdout.decode('utf-8').split('\0'):
+    if not record:
+      continue
+    meta, _, path = record.partition('\t')
+    size = meta.split()[3]
+    if size.isdigit():  # git shows BAD for a blob the mirror lacks
+      files.append(path)
+  return files
+
+
+def get_repo(entry: Repo, into: str, mirrors: Optional[str]) -> str:
+  """The directory holding ``entry`` at its commit; raises ``OSError``
+  saying why it could not be got."""
+  target = os.path.join(into, entry.name)
+  marker = os.path.join(target, '.corpus-commit')
+  if os.path.isfile(marker):
+    with open(marker, encoding='utf-8') as f:
+      if f.read().strip() == entry.commit:
+        return target
+  shutil.rmtree(target, ignore_errors=True)
+  os.makedirs(target)
+  git_dir = mirrors and _mirror_git_dir(mirrors, entry.repo)
+  if mirrors and not git_dir:
+    raise OSError(f'no mirror of {entry.repo} under {mirrors}')
+  if git_dir:
+    archive = subprocess.run(
+        ['git', '--git-dir', git_dir, 'archive', '--format=tar',
+         entry.commit, '--', *_mirrored_files(git_dir, entry)],
+        capture_output=True, check=False)
+    if archive.returncode:
+      raise OSError(f'git archive {entry.commit} in {git_dir}: '
+                    f'{archive.stderr.decode(errors="replace").strip()}')
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+      tar.extractall(target, filter='data')
+  else:
+    url = f'https://github.com/{entry.repo}'
+    for command in (['git', 'clone', '--quiet', '--no-checkout', url, target],
+                    ['git', '-C', target, 'checkout', '--quiet',
+                     entry.commit]):
+      run = subprocess.run(command, capture_output=True, text=True,
+                           check=False)
+      if run.returncode:
+        raise OSError(f'{" ".join(command[:2])} {url}: '
+                      f'{run.stderr.strip()}')
+  with open(marker, 'w', encoding='utf-8') as f:
+    f.write(entry.commit)
+  return target
+
+
+# ---------------------------------------------------------------------------
+# The independent count.
+
+
+def notebook_code(raw: bytes) -> str:
+  """A notebook's code cells as one module (shell and magic lines become
+  ``pass``, so that line numbers count the joined cells)."""
+  cells = json.loads(raw).get('cells', [])
+  lines = []
+  for cell in cells:
+    if cell.get('cell_type') != 'code':
+      continue
+    source = cell.get('source', [])
+    text = ''.join(source) if isinstance(source, list) else source
+    # A magic may be a block's only statement: ``pass`` keeps it a block.
+    lines += [line[:len(line) - len(line.lstrip())] + 'pass'
+              if _MAGIC.match(line) else line for line in text.splitlines()]
+  return '\n'.join(lines) + '\n'
+
+
+def python_source(path: str, raw: bytes) -> str:
+  if path.endswith('.ipynb'):
+    return notebook_code(raw)
+  return raw.decode('utf-8')
+
+
+def _flax_bindings(tree: ast.AST) -> dict:
+  """Local name -> the dotted flax name an import binds it to."""
+  bound = {}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        if alias.name.split('.')[0] != 'flax':
+          continue
+        if alias.asname:
+          bound[alias.asname] = alias.name
+        else:
+          bound['flax'] = 'flax'
+    elif (isinstance(node, ast.ImportFrom) and not node.level and
+          node.module and node.module.split('.')[0] == 'flax'):
+      for alias in node.names:
+        bound[alias.asname or alias.name] = f'{node.module}.{alias.name}'
+  return bound
+
+
+def _dotted(node: ast.AST) -> Optional[list]:
+  parts = []
+  while isinstance(node, ast.Attribute):
+    parts.append(node.attr)
+    node = node.value
+  if isinstance(node, ast.Name):
+    return [node.id] + parts[::-1]
+  return None
+
+
+def _is_legacy(name: str) -> bool:
+  return name == LEGACY_MODULE or name.startswith(LEGACY_MODULE + '.')
+
+
+def count_usages(tree: ast.AST) -> list:
+  """``[(line, column, what)]``: every flax.optim usage of a module (see
+  the module docstring). Shares nothing with ``scan`` on purpose."""
+  bound = _flax_bindings(tree)
+  inner = set()  # chains that are the .value of a longer chain
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Attribute):
+      inner.add(id(node.value))
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found += [(node.lineno, node.col_offset, f'import {a.name}')
+                for a in node.names if _is_legacy(a.name)]
+    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+      found += [(node.lineno, node.col_offset, f'import {a.name}')
+                for a in node.names
+                if _is_legacy(f'{node.module}.{a.name}')]
+    elif (isinstance(node, (ast.Attribute, ast.Name)) and
+          id(node) not in inner and isinstance(node.ctx, ast.Load)):
+      parts = _dotted(node)
+      if parts is None or parts[0] not in bound:
+        continue
+      name = '.'.join([bound[parts[0]]] + parts[1:])
+      if _is_legacy(name):
+        found.append((node.lineno, node.col_offset, name))
+  return sorted(found)
+
+
+def legacy_imports(tree: ast.AST) -> list:
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found += [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+      found += [f'{node.module}.{a.name}' for a in node.names]
+  return [n for n in found
+          if any(n == m or n.startswith(m + '.') for m in SHIM_MODULES)]
+
+
+# ---------------------------------------------------------------------------
+# Broken links of a migrated program.
+
+
+def _import_bound(tree: ast.AST) -> set:
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      for alias in node.names:
+        names.add(alias.asname or alias.name.split('.')[0])
+  return names
+
+
+def _top_level_bound(tree: ast.Module) -> set:
+  names = set()
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                         ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      names |= {a.asname or a.name.split('.')[0] for a in node.names}
+    else:
+      for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+          names.add(sub.id)
+  return names
+
+
+def _module_name(relative: str) -> str:
+  stem = relative[:-3] if relative.endswith('.py') else relative
+  parts = stem.split('/')
+  if parts[-1] == '__init__':
+    parts = parts[:-1]
+  return '.'.join(parts)
+
+
+def _call_name(call: ast.Call) -> str:
+  parts = _dotted(call.func)
+  return '.'.join(parts) if parts else ''
+
+
+def _migrated_producers(new_trees: dict, changed: set) -> set:
+  """Names of functions in changed files whose return makes an
+  Optax/TrainState value in the output (``create_optimizer_def``)."""
+  names = set()
+  for path, tree in new_trees.items():
+    if path not in changed:
+      continue
+    for node in ast.walk(tree):
+      if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        continue
+      for sub in ast.walk(node):
+        if (isinstance(sub, ast.Return) and sub.value is not None and any(
+            isinstance(c, ast.Call) and _MIGRATED_CALL.search(_call_name(c))
+            for c in ast.walk(sub.value))):
+          names.add(node.name)
+  return names
+
+
+def _legacy_on_migrated(tree: ast.AST, producers: set) -> list:
+  """``[(line, text)]``: a legacy Optimizer attribute used on a migrated
+  value. Approximated within one function (or the module level): a value
+  is migrated when it is a call of ``flax_optim_rules.*``, ``optax.*`` or
+  ``*TrainState.create``, a call of a function in ``producers`` (by its
+  last name: ``self.factory.create_optimizer_def()``), or a plain name
+  assigned from one of those in the same scope. Values carried in
+  containers, fields or parameters are not followed."""
+  found = []
+  scopes = [tree] + [n for n in ast.walk(tree) if isinstance(
+      n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+  def migrated_call(node):
+    if not isinstance(node, ast.Call):
+      return False
+    name = _call_name(node)
+    return bool(_MIGRATED_CALL.search(name)) or (
+        name.rpartition('.')[2] in producers)
+
+  for scope in scopes:
+    body = [s for s in ast.walk(scope)]
+    values = {t.id for s in body if isinstance(s, ast.Assign) and
+              migrated_call(s.value)
+              for t in s.targets if isinstance(t, ast.Name)}
+    for node in body:
+      if not (isinstance(node, ast.Attribute) and
+              node.attr in LEGACY_ATTRIBUTES):
+        continue
+      value = node.value
+      if (isinstance(value, ast.Name) and value.id in values) or (
+          migrated_call(value)):
+        found.append((node.lineno, ast.unparse(node)))
+  return sorted(set(found))
+
+
+def _legacy_api_uses(tree: ast.AST) -> list:
+  """``[(line, text)]``: uses of the legacy Optimizer API whatever the
+  value: ``.apply_gradient``, ``.optimizer_def``, ``.param_states`` on
+  anything, ``.target``/``.state`` on a name or field called like an
+  optimizer (``opt``, ``*optim*``): with no legacy optimizer left in a
+  program, each of them is broken."""
+  found = []
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.Attribute):
+      continue
+    receiver = _dotted(node.value)
+    named = receiver[-1].lower() if receiver else ''
+    if node.attr in _ALWAYS_LEGACY or (
+        node.attr in ('target', 'state') and
+        (named == 'opt' or 'optim' in named)):
+      found.append((node.lineno, ast.unparse(node)))
+  return found
+
+
+def broken_links(old_sources: dict, new_sources: dict) -> list:
+  """``[(path, line, why)]`` over a migrated project; ``*_sources``:
+  relative path -> Python source text (old, migrated)."""
+  broken, new_trees, lost = [], {}, {}
+  for path, new in new_sources.items():
+    try:
+      new_trees[path] = ast.parse(new, path)
+    except SyntaxError as e:
+      broken.append((path, e.lineno or 0, f'does not parse: {e.msg}'))
+  old_trees = {p: ast.parse(s, p) for p, s in old_sources.items()
+               if p in new_trees}
+  for path, new_tree in new_trees.items():
+    gone = _import_bound(old_trees[path]) - _import_bound(new_tree)
+    gone -= _top_level_bound(new_tree)
+    lost[_module_name(path)] = (_top_level_bound(old_trees[path]) -
+                                _top_level_bound(new_tree))
+    for node in ast.walk(new_tree):
+      if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and
+          node.id in gone):
+        broken.append((path, node.lineno,
+                       f'uses {node.id}, bound only by a removed import'))
+  for path, new_tree in new_trees.items():
+    for node in ast.walk(new_tree):
+      if not (isinstance(node, ast.ImportFrom) and node.module):
+        continue
+      for module, names in lost.items():
+        if module and (module == node.module or
+                       module.endswith('.' + node.module) or
+                       node.module.endswith('.' + module)):
+          for alias in node.names:
+            if alias.name in names:
+              broken.append((path, node.lineno,
+                             f'imports {alias.name} from {node.module}, '
+                             'which no longer binds it'))
+  changed = {p for p in new_sources if new_sources[p] != old_sources[p]}
+  producers = _migrated_producers(new_trees, changed)
+  legacy_left = any(count_usages(t) or legacy_imports(t)
+                    for p, t in new_trees.items() if p.endswith('.py'))
+  for path, tree in new_trees.items():
+    for line, text in _legacy_on_migrated(tree, producers):
+      broken.append((path, line,
+                     f'{text}: legacy Optimizer API on a migrated value'))
+    if not legacy_left:
+      for line, text in _legacy_api_uses(tree):
+        broken.append((path, line, f'{text}: legacy Optimizer API, but no '
+                       'module makes a flax.optim optimizer any more'))
+  return sorted(set(broken))
+
+
+# ---------------------------------------------------------------------------
+# One repository.
+
+
+class Row(NamedTuple):
+  name: str
+  files: int
+  usages: int
+  found: int
+  rewritten: int
+  left: int
+  broken: list  # [(path, line, why)]
+  legacy_files: list  # relative paths
+  reasons: collections.Counter  # 'construct: reason' -> count
+  unfound: list  # [(path, line, what)]: usages scan did not report
+
+
+def analyse(root: str, entry: Repo) -> Row:
+  paths = [os.path.join(root, p) for p in entry.paths] or [root]
+  sources, results = migrate.migrate_paths(paths, 'exact')
+  scanned = scan.scan_paths(paths)
+  scan_lines = {(os.path.relpath(os.path.abspath(f.path), root), f.line)
+                for f in scanned.findings}
+  # scan gives a notebook finding the line of the notebook file, this
+  # count the line of its joined code cells: those are matched by text.
+  scan_code = {(os.path.relpath(os.path.abspath(f.path), root),
+                f.code.strip()) for f in scanned.findings}
+  usages = found = rewritten = left = 0
+  reasons: collections.Counter = collections.Counter()
+  unfound, legacy, old_py, new_py = [], [], {}, {}
+  for path, result in zip(sources, results):
+    relative = os.path.relpath(path, root)
+    try:
+      old = python_source(path, result.old)
+      before = count_usages(ast.parse(old, relative))
+    except (SyntaxError, ValueError) as e:
+      reasons[f'unreadable here: {type(e).__name__}'] += 1
+      continue
+    usages += len(before)
+    lines = old.splitlines()
+    for line, _, what in before:
+      if (relative, line) in scan_lines or (
+          path.endswith('.ipynb') and
+          (relative, lines[line - 1].strip()) in scan_code):
+        found += 1
+      else:
+        unfound.append((relative, line, what))
+    if result.error:
+      reasons[f'not migrated: {result.error}'] += 1
+    else:
+      for leftover in result.plan.leftovers:
+        reasons[f'{leftover.construct}: {leftover.reason}'] += 1
+    new = python_source(path, result.new)
+    old_py[relative], new_py[relative] = old, new
+    try:
+      new_tree = ast.parse(new, relative)
+      after = count_usages(new_tree)
+      if after or legacy_imports(new_tree):
+        legacy.append(relative)
+    except SyntaxError:
+      after = before  # broken_links reports it
+    rewritten += max(0, len(before) - len(after))
+    left += len(after)
+  return Row(entry.name, len(sources), usages, found, rewritten, left,
+             broken_links(old_py, new_py), legacy, reasons, unfound)
+
+
+def _percent(part: int, whole: int) -> str:
+  return f'{100 * part / whole:.0f}%' if whole else '-'
+
+
+def format_table(rows: list, missing: list) -> str:
+  header = (f'{"repository":10} {"files":>5} {"usages":>6} {"found":>6} '
+            f'{"rewritten":>9} {"left":>5} {"broken":>6} '
+            f'{"legacy files":>12}')
+  lines = [header]
+  for r in rows:
+    lines.append(f'{r.name:10} {r.files:5} {r.usages:6} {r.found:6} '
+                 f'{r.rewritten:9} {r.left:5} {len(r.broken):6} '
+                 f'{len(r.legacy_files):12}')
+  total = Row('all', *(sum(getattr(r, f) for r in rows)
+                       for f in ('files', 'usages', 'found', 'rewritten',
+                                 'left')),
+              [b for r in rows for b in r.broken],
+              [s for r in rows for s in r.legacy_files],
+              collections.Counter(), [])
+  lines.append(f'{"all":10} {total.files:5} {total.usages:6} '
+               f'{total.found:6} {total.rewritten:9} {total.left:5} '
+               f'{len(total.broken):6} {len(total.legacy_files):12}')
+  lines.append(f'\nfound by scan: {_percent(total.found, total.usages)}; '
+               'rewritten in the exact tier: '
+               f'{_percent(total.rewritten, total.usages)}; repositories '
+               'left without flax.optim/legacy_optim: '
+               f'{sum(not r.legacy_files for r in rows)}/{len(rows)}')
+  for r in rows:
+    if r.reasons:
+      lines.append(f'\n{r.name}: left, and why (migrate\'s report):')
+      lines += [f'  {n} x {reason}' for reason, n in
+                sorted(r.reasons.items(), key=lambda kv: (-kv[1], kv[0]))]
+    if r.broken:
+      lines.append(f'\n{r.name}: broken links of the migrated program:')
+      lines += [f'  {p}:{line}: {why}' for p, line, why in r.broken]
+    if r.unfound:
+      lines.append(f'\n{r.name}: usages scan does not report:')
+      lines += [f'  {p}:{line}: {what}' for p, line, what in r.unfound]
+  for name, why in missing:
+    lines.append(f'\nNOT GOT: {name}: {why}')
+  return '\n'.join(lines)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--into', help='where the repositories are put (kept; '
+                      'default: a temporary directory, removed after)')
+  parser.add_argument('--only', nargs='*', help='these rows of the table')
+  parser.add_argument('--json', help='also write the figures here')
+  args = parser.parse_args(argv)
+  mirrors = os.environ.get(MIRRORS_ENV)
+  table = [e for e in load_table() if not args.only or e.name in args.only]
+  into = args.into or tempfile.mkdtemp(prefix='flax-optim-corpus-')
+  where = f'mirrors in {mirrors}' if mirrors else 'github.com'
+  print(f'corpus: {len(table)} repositories from {where}, into {into}')
+  rows, missing = [], []
+  try:
+    for entry in table:
+      try:
+        root = get_repo(entry, into, mirrors)
+      except OSError as e:
+        missing.append((entry.name, str(e)))
+        continue
+      rows.append(analyse(root, entry))
+    print(format_table(rows, missing))
+  finally:
+    if not args.into:
+      shutil.rmtree(into, ignore_errors=True)
+  if args.json:
+    with open(args.json, 'w', encoding='utf-8') as f:
+      json.dump({'rows': [r._asdict() for r in rows],
+                 'missing': missing}, f, indent=1, default=list)
+  if missing:
+    return 2
+  return 1 if any(r.broken for r in rows) else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,142 @@
+"""Child process: train one corpus repository's own train step.
+
+  python tests/_corpus_driver.py REPO_DIR NAME OUT_NPZ [--no-shim]
+
+``REPO_DIR`` holds the repository (tests/corpus/repos.toml, got by
+scripts/corpus.py) as written or as ``migrate --tier exact`` rewrote it. The
+recipe for ``NAME`` builds a small model with the repository's own code,
+creates the optimizer with its own code and calls its own train step
+``STEPS`` times on synthetic batches; after every step the parameters and
+metrics go to ``OUT_NPZ`` (tests/test_corpus_train.py compares two runs).
+
+``--no-shim`` (the migrated copy): this library is out of reach. The
+``flax.optim`` import alias is off (the caller sets
+``LEGACY_OPTIM_IMPORT_HOOK=0``) and importing ``legacy_optim``, ``compat``
+or ``flax_optim_compat`` raises ``ModuleNotFoundError``, so the migrated
+code runs on flax, Optax and ``flax_optim_rules`` alone.
+
+Modules used only by data pipelines, logging and checkpoint writers are
+stand-ins (tests/_v033_driver.py's ``StandInFinder``).
+"""
+
+import importlib
+import importlib.abc
+import os
+import sys
+
+import _v033_driver
+import numpy as np
+
+STEPS = _v033_driver.STEPS
+SHIM_ROOTS = ('legacy_optim', 'compat', 'flax_optim_compat')
+
+
+class _ShimBlocker(importlib.abc.MetaPathFinder):
+  """Refuses this library's modules: what migrated code must not need."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target
+    if fullname.split('.')[0] in SHIM_ROOTS:
+      raise ModuleNotFoundError(
+          f'{fullname} is blocked: migrated code must run without the shim',
+          name=fullname)
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Recipes: NAME -> (sys.path entries under REPO_DIR, stand-in roots,
+# stand-in modules, function yielding (params, metrics) after each step).
+
+
+def _vit():
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  import ml_collections  # noqa: PLC0415
+  train = importlib.import_module('vit_jax.train')
+  models = importlib.import_module('vit_jax.models')
+  utils = importlib.import_module('vit_jax.utils')
+  model_config = ml_collections.ConfigDict(dict(
+      model_name='tiny', patches=dict(size=(4, 4)), hidden_size=8,
+      transformer=dict(mlp_dim=16, num_heads=2, num_layers=1,
+                       attention_dropout_rate=0., dropout_rate=0.),
+      classifier='token', representation_size=None))
+  model = models.VisionTransformer(num_classes=3, **model_config)
+  images = np.random.RandomState(0).rand(1, 4, 8, 8, 3).astype(np.float32)
+  params = model.init(jax.random.PRNGKey(0), images[0],
+                      train=False)['params']
+  config = ml_collections.ConfigDict(dict(optim_dtype='float32',
+                                          grad_norm_clip=1.0))
+  opt = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'opt', 'initial_step', params=params,
+      config=config)['opt']
+  lr_fn = utils.create_learning_rate_schedule(
+      total_steps=10, base=0.03, decay_type='cosine', warmup_steps=2)
+  update_fn_repl = train.make_update_fn(apply_fn=model.apply, accum_steps=1,
+                                        lr_fn=lr_fn)
+  opt_repl = jax_utils.replicate(opt)
+  rng_repl = jax_utils.replicate(jax.random.PRNGKey(0))
+  rng = np.random.RandomState(1)
+  for step in range(1, STEPS + 1):
+    batch = {'image': rng.rand(1, 4, 8, 8, 3).astype(np.float32),
+             'label': np.eye(3, dtype=np.float32)[rng.randint(0, 3, (1, 4))]}
+    opt_repl, loss_repl, rng_repl = update_fn_repl(
+        opt_repl, jax_utils.replicate(step), batch, rng_repl)
+    yield (_v033_driver.params_of(jax_utils.unreplicate(opt_repl)),
+           {'loss': jax_utils.unreplicate(loss_repl)})
+
+
+def _nested():
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train')
+  config = importlib.import_module('configs.cifar_nest').get_config()
+  model, state = train.create_train_state(
+      config, jax.random.PRNGKey(0), input_shape=(2, 32, 32, 3),
+      num_classes=10)
+  learning_rate_fn = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'base_learning_rate', 'learning_rate_fn',
+      config=config, global_batch_size=2, steps_per_epoch=10,
+  )['learning_rate_fn']
+  p_train_step = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'disable_l2_wd', 'p_train_step',
+      config=config, model=model, state=state,
+      learning_rate_fn=learning_rate_fn)
+  state, p_train_step = p_train_step['state'], p_train_step['p_train_step']
+  rng = np.random.RandomState(0)
+  for step in range(STEPS):
+    batch = {'image': rng.rand(1, 2, 32, 32, 3).astype(np.float32),
+             'label': np.eye(10, dtype=np.float32)[rng.randint(0, 10, (1, 2))]}
+    state, metrics_update = p_train_step(
+        state=state, batch=batch,
+        rng=jax.random.split(jax.random.PRNGKey(step), 1))
+    yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+           jax_utils.unreplicate(metrics_update))
+
+
+RECIPES = {
+    'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
+                     'clu', 'flaxformer', 'pandas', 'tqdm', 'einops'),
+            (), _vit),
+    'nested': (('.',), ('tensorflow', 'tensorflow_datasets', 'augment'),
+               tuple(f'clu.{m}' for m in (
+                   'checkpoint', 'deterministic_data', 'metric_writers',
+                   'parameter_overview', 'periodic_actions', 'platform')),
+               _nested),
+}
+
+
+def main(argv):
+  directory, name, out = argv[1:4]
+  paths, roots, modules, recipe = RECIPES[name]
+  if '--no-shim' in argv[4:]:
+    sys.meta_path.insert(0, _ShimBlocker())
+  sys.meta_path.insert(0, _v033_driver.StandInFinder(roots, modules))
+  for path in reversed(paths):
+    sys.path.insert(0, os.path.abspath(os.path.join(directory, path)))
+  os.chdir(directory)
+  _v033_driver.record(recipe(), out)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv))
