@@ -98,8 +98,14 @@ class OptimizerFlow:
     self._scope_of: dict[ast.AST, _Scope] = {}
     self._loads: list[ast.Name] = []  # every name read: escape candidates
     self._factories_open: set = set()  # factories being checked (recursion)
+    self._returns_open: set = set()  # functions whose returns are asked
+    # Answers of _returned once the fixpoint is solved (they no longer
+    # change), asked outside any other question.
+    self._returned_memo: dict = {}
+    self._solved = False
     self._collect(tree, None)
     self._solve()
+    self._solved = True
 
   # -------------------------------------------------------------- collect
   def _collect(self, node, parent):
@@ -395,18 +401,33 @@ class OptimizerFlow:
     return True if self.is_optimizer(value, scope) else None
 
   def _returned(self, call, scope):
-    """What a call to a module function returns: True, a tuple, or None."""
+    """What a call to a module function returns: True, a tuple, or None.
+
+    A function whose result flows back into itself (directly or through
+    other functions: ``return get_mesh(x.sharding)``) is being asked about
+    already; that inner question proves nothing (None), so the answer
+    rests on its other returns and the walk ends.
+    """
     function = self._callee(call, scope)
-    if function is None:
+    if function is None or function in self._returns_open:
       return None
-    inner = self.scopes[function]
-    returns = [n.value for n in self._own_nodes(function)
-               if isinstance(n, ast.Return)]
-    if not returns or any(r is None for r in returns):
-      return None
-    kinds = [self._kind(value, inner) for value in returns]
-    first = kinds[0]
-    return first if all(k == first for k in kinds) else None
+    if function in self._returned_memo:
+      return self._returned_memo[function]
+    self._returns_open.add(function)
+    try:
+      inner = self.scopes[function]
+      returns = [n.value for n in self._own_nodes(function)
+                 if isinstance(n, ast.Return)]
+      if not returns or any(r is None for r in returns):
+        kind = None
+      else:
+        kinds = [self._kind(value, inner) for value in returns]
+        kind = kinds[0] if all(k == kinds[0] for k in kinds) else None
+    finally:
+      self._returns_open.discard(function)
+    if not self._returns_open and self._solved:
+      self._returned_memo[function] = kind
+    return kind
 
   def _callee(self, call, scope):
     """The module function a call runs (directly or via an alias), or None."""
