@@ -30,8 +30,7 @@ _ANY = object()  # an element of a returned tuple that is not an optimizer
 # classes kept.
 _WRAPPERS = ('jax.jit', 'jax.pmap', 'jax.named_call')
 _PARTIAL = 'functools.partial'
-# The class an ``optim.Optimizer`` annotation names, by either import path.
-OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
+OPTIMIZER_CLASSES = _names.OPTIMIZER_CLASSES
 # Calls that return one argument's kind (a pytree moved or replicated across
 # devices, a checkpoint restored into the target's classes): an optimizer in,
 # an optimizer out; a tuple of them in, the same tuple out. The argument's
@@ -215,12 +214,17 @@ class OptimizerFlow:
             if isinstance(n, ast.Name)]
 
   def _is_optimizer_annotation(self, node) -> bool:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-      try:
-        node = ast.parse(node.value, mode='eval').body
-      except SyntaxError:
-        return False
-    return self.names.resolve(node) in OPTIMIZER_CLASSES
+    return _names.is_optimizer_annotation(self.names, node)
+
+  def _field_holds(self, attr) -> bool:
+    """Every class declaring field ``attr`` (here, and in the project's
+    other modules) annotates it ``optim.Optimizer``."""
+    here = self.fields.get(attr)
+    model = self.names.model
+    there = None if model is None else model.fields.get(attr)
+    if here is None and there is None:
+      return False
+    return here is not False and there is not False
 
   def _unwrap(self, node, scope) -> Optional[_Bound]:
     """The module function ``node`` wraps (partials, jit, pmap), or None."""
@@ -469,7 +473,7 @@ class OptimizerFlow:
         scope = scope.parent
       return False
     if isinstance(node, ast.Attribute):
-      return (self.base is None and self.fields.get(node.attr) is True and
+      return (self.base is None and self._field_holds(node.attr) and
               not isinstance(node.value, ast.Call))
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True

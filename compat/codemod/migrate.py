@@ -43,7 +43,7 @@ from libcst import codemod
 from libcst.codemod import visitors
 
 from compat import _atomic
-from compat.codemod import _names
+from compat.codemod import _project
 from compat.codemod import _rewrite_plan
 from compat.codemod import scan
 
@@ -90,7 +90,8 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
 
 def migrate_source(source: bytes, path: str = '<string>',
                    tier: str = 'exact', reexports=None, exported=(),
-                   rate_set_elsewhere: bool = False):
+                   rate_set_elsewhere: bool = False, model=None,
+                   blocked=()):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
@@ -99,12 +100,16 @@ def migrate_source(source: bytes, path: str = '<string>',
   another module of the project sets the learning rate per step on
   optimizers it receives (the function ``rate_set_elsewhere``), so this
   module's definitions must take it as an injected hyper-parameter.
+  ``model``: the project (``scan.parse_project(...).model``; ``path`` is
+  the module's key in it); ``blocked``: ``Leftover``s of this module's
+  optimizer flow that other modules keep as they are (``migrate_paths``):
+  given, the flow here stays too.
   """
   tree = ast.parse(source, filename=path)
-  names = _names.ModuleNames(tree, reexports)
-  findings = scan.scan_source(source, path, reexports, tree)
+  names = scan.module_names(tree, path, reexports, model)
+  findings = scan.scan_source(source, path, reexports, tree, model)
   planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
-                                  exported, rate_set_elsewhere)
+                                  exported, rate_set_elsewhere, blocked)
   plan = planner.plan()
   if not plan.edits:
     return source, plan
@@ -194,9 +199,10 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
 
 def migrate_file(path: str, tier: str = 'exact',
                  project: Optional[scan.Project] = None,
-                 rate_elsewhere: bool = False) -> FileResult:
-  """One file migrated in memory; ``project``: re-exports to follow;
-  ``rate_elsewhere``: ``rate_set_elsewhere(project)``."""
+                 rate_elsewhere: bool = False, blocked=()) -> FileResult:
+  """One file migrated in memory; ``project``: re-exports and the flows
+  across modules to follow; ``rate_elsewhere``:
+  ``rate_set_elsewhere(project)``; ``blocked``: see ``migrate_source``."""
   shown = _shown(path)
   with open(path, 'rb') as f:
     old = f.read()
@@ -205,8 +211,9 @@ def migrate_file(path: str, tier: str = 'exact',
       new, plan = migrate_notebook(old, shown, tier)
     elif project is not None:
       new, plan = migrate_source(
-          old, shown, tier, project.reexports,
-          project.exported.get(os.path.abspath(path), ()), rate_elsewhere)
+          old, path.replace(os.sep, '/'), tier, project.reexports,
+          project.exported.get(os.path.abspath(path), ()), rate_elsewhere,
+          project.model, blocked)
     else:
       new, plan = migrate_source(old, shown, tier)
   except SyntaxError as e:
@@ -219,12 +226,31 @@ def migrate_file(path: str, tier: str = 'exact',
 
 def migrate_paths(paths, tier: str = 'exact', exclude=()):
   """``(sources, results)``: every file under ``paths`` migrated in memory
-  as one project (re-exports and per-step rates followed across modules)."""
+  as one project (re-exports, per-step rates and definitions made in one
+  module and created in another followed across modules).
+
+  Before anything is returned (and so written), each flow that crosses
+  modules is checked whole (``_project.flow_violations``): where one end
+  of a link was rewritten and the other was not, every module of that flow
+  is migrated again with its optimizer flow kept as it was, and the report
+  lists each link with its file, line and reason.
+  """
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)
-  return sources, [migrate_file(p, tier, project, rate_elsewhere)
-                   for p in sources]
+  results = {p: migrate_file(p, tier, project, rate_elsewhere)
+             for p in sources}
+  key_of = {p.replace(os.sep, '/'): p for p in sources}
+  for path, blocked in _project.roll_back(
+      project.model.links, lambda key: _result_plan(results, key_of, key)):
+    results[key_of[path]] = migrate_file(key_of[path], tier, project,
+                                         rate_elsewhere, blocked)
+  return sources, [results[p] for p in sources]
+
+
+def _result_plan(results, key_of, key):
+  result = results.get(key_of.get(key))
+  return None if result is None else result.plan
 
 
 def find_pins(paths) -> list:

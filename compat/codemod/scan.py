@@ -49,6 +49,7 @@ from typing import Iterable, NamedTuple, Optional
 from compat import _lazy
 from compat.codemod import _flow
 from compat.codemod import _names
+from compat.codemod import _project
 from compat.codemod import _removals
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
@@ -310,18 +311,27 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, 'checkpoint', confidence=confidence)
 
 
+def module_names(tree, path, reexports=None, model=None):
+  """``tree``'s ``ModuleNames``, as part of the project ``model`` if given
+  (its relative imports, the factories of its other modules)."""
+  if model is None:
+    return _names.ModuleNames(tree, reexports)
+  return model.module_names(path, tree)
+
+
 def scan_source(source, path: str = '<string>', reexports=None,
-                tree: Optional[ast.Module] = None) -> list:
+                tree: Optional[ast.Module] = None, model=None) -> list:
   """Findings of one file's source (str or bytes). Raises SyntaxError.
 
   ``reexports``: names other scanned modules bound to flax.optim
-  (``_names.project_reexports``); ``tree``: the source already parsed.
+  (``_names.project_reexports``); ``tree``: the source already parsed;
+  ``model``: the project's ``_project.Model`` (``parse_project``).
   """
   if tree is None:
     tree = ast.parse(source, filename=path)
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
-  visitor = _Visitor(path, _names.ModuleNames(tree, reexports),
+  visitor = _Visitor(path, module_names(tree, path, reexports, model),
                      text.splitlines())
   visitor.visit(tree)
   return sorted(set(visitor.findings))
@@ -373,6 +383,8 @@ class Project(NamedTuple):
   # absolute path -> its local names that other scanned modules reach
   # through ``reexports`` (``optimizers`` for mylib/__init__.py).
   exported: dict
+  # The definition factories, fields and links across modules.
+  model: _project.Model
 
 
 def parse_project(paths: Iterable[str], exclude=()) -> Project:
@@ -382,6 +394,7 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
   by_module: dict[str, ast.Module] = {}
   ambiguous: set[str] = set()
   module_paths: dict[str, str] = {}
+  dotted_of: dict[str, list] = {}  # shown path -> its dotted names
   for root in paths:
     for path in iter_python_files([root], exclude):
       shown = path.replace(os.sep, '/')
@@ -396,7 +409,8 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
         errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
         continue
       parsed.append((shown, source, tree))
-      for name in _names.module_names(path, root):
+      dotted_of[shown] = _names.module_names(path, root)
+      for name in dotted_of[shown]:
         if name in by_module and by_module[name] is not tree:
           ambiguous.add(name)
         by_module[name] = tree
@@ -408,7 +422,10 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
     for dotted in _names.used_reexports(tree, reexports):
       module, _, local = dotted.rpartition('.')
       exported.setdefault(module_paths[module], set()).add(local)
-  return Project(parsed, errors, reexports, exported)
+  unique = {shown: [n for n in names if n not in ambiguous]
+            for shown, names in dotted_of.items()}
+  model = _project.Model(parsed, unique, reexports)
+  return Project(parsed, errors, reexports, exported, model)
 
 
 def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
@@ -421,7 +438,8 @@ def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
   project = parse_project(list(paths), exclude)
   findings = []
   for shown, source, tree in project.parsed:
-    findings += scan_source(source, shown, project.reexports, tree)
+    findings += scan_source(source, shown, project.reexports, tree,
+                            project.model)
   return ScanResult(len(project.parsed) + len(project.errors),
                     sorted(findings), sorted(project.errors))
 
