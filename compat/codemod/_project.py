@@ -32,6 +32,7 @@ its type inference needs pyre (a server, not here). Stdlib only.
 """
 
 import ast
+import re
 from typing import NamedTuple, Optional
 
 from compat.codemod import _names
@@ -61,6 +62,11 @@ class Link(NamedTuple):
             f'definition, {self.consumer_path}:{where}: {self.reason}')
 
 
+class _ReturnsOf(NamedTuple):
+  name: str  # the function's name
+  values: list  # its own returns' values (None: a bare return)
+
+
 class _Function(NamedTuple):
   path: str  # shown path of its module
   node: ast.AST  # the FunctionDef
@@ -85,22 +91,26 @@ class Model:
     self.fields: dict[str, bool] = {}
     self.links: list[Link] = []
     self._taken: set[str] = set()  # dotted names two functions share
+    # FunctionDef -> its own returns, read once.
+    self._returns: dict = {}
     sources = {path: (source, tree) for path, source, tree in parsed}
     self.sources = {path: source for path, source, _ in parsed}
     # Only modules that can see flax.optim, or name a factory found so far,
     # can hold or call one: the rest of a large tree is never analysed.
-    tokens = {b'optim'} | {k.rpartition('.')[2].encode() for k in reexports}
+    tokens = {'optim', 'flax.optim', 'legacy_optim'} | {
+        k.rpartition('.')[2] for k in reexports}
     while tokens:
+      pattern = re.compile(rb'\b(' + b'|'.join(
+          re.escape(t.encode()) for t in sorted(tokens)) + rb')\b')
       fresh = [p for p, (source, _) in sources.items()
-               if p not in self.names and any(t in source for t in tokens)]
+               if p not in self.names and pattern.search(source)]
       for path in fresh:
         self._read(path, sources[path][1])
       for dotted in self._taken:
         self.functions.pop(dotted, None)
-      known = {f.name for f in self.def_functions}
+      known = {self._returns[f].name for f in self.def_functions}
       self._solve_factories()
-      tokens = {f.name.encode() for f in self.def_functions} - {
-          n.encode() for n in known}
+      tokens = {self._returns[f].name for f in self.def_functions} - known
       if not fresh and not tokens:
         break
       tokens = tokens or set()
@@ -213,20 +223,25 @@ class Model:
     everything = {id(f.node): f for f in self.functions.values()}
     for group in self.methods.values():
       everything.update({id(f.node): f for f in group})
+    for function in everything.values():
+      if function.node not in self._returns:
+        self._returns[function.node] = _ReturnsOf(
+            function.node.name, _names.own_returns(function.node))
     changed = True
     while changed:
       changed = False
-      for names in self.names.values():
-        names.collect()  # names bound to definitions, with what is known
       for function in everything.values():
         if function.node in self.def_functions:
           continue
         names = self.names[function.path]
-        returns = _names.own_returns(function.node)
+        returns = self._returns[function.node].values
         if returns and all(r is not None and names.is_def(r)
                            for r in returns):
           self.def_functions.add(function.node)
           changed = True
+      if changed:  # names bound to the new factories' definitions
+        for names in self.names.values():
+          names.collect()
 
   # ---------------------------------------------------------------- links
   def _producers(self, function, seen=None) -> list:
@@ -237,7 +252,7 @@ class Model:
     seen.add(function.node)
     names = self.names[function.path]
     found = []
-    for value in _names.own_returns(function.node):
+    for value in self._returns[function.node].values:
       found += self._definitions_of(value, names, function, seen)
     return found
 
