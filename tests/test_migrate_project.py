@@ -288,3 +288,25 @@ def test_migrating_the_migrated_project_changes_nothing(tmp_path):
   again = _migrate_into(migrated, tmp_path / 'again')
   for name, result in again.items():
     assert result.new == result.old, name
+
+
+def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
+    tmp_path):
+  # Called by name nowhere (a config system or another package calls it),
+  # or decorated so: rewriting its definitions alone would hand an Optax
+  # transform to a caller that expects an OptimizerDef.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  decorated = ('import functools\n\nfrom flax import optim\n\n\n'
+               '@functools.lru_cache()\n'
+               'def make_def(rate):\n'
+               '  return optim.Momentum(rate, beta=0.9)\n')
+  _write(project, {'configs.py': _CONFIGS, 'cached.py': decorated})
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  reasons = [left.reason for left in results['configs.py'].plan.leftovers]
+  assert any('create_optimizer_def() is called nowhere' in r
+             for r in reasons), reasons
+  reasons = [left.reason for left in results['cached.py'].plan.leftovers]
+  assert any('decorated with `functools.lru_cache()`' in r
+             for r in reasons), reasons

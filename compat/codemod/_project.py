@@ -40,6 +40,8 @@ from compat.codemod import _names
 # What a factory's result meets at a call site that migrate can follow.
 _CREATE = 'create'
 _CREATED_HERE = 'its `.create(...)` is here'
+# Decorators that leave who calls a method as it was.
+_PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 
 
 class Link(NamedTuple):
@@ -114,8 +116,10 @@ class Model:
       if not fresh and not tokens:
         break
       tokens = tokens or set()
+    self._called: set = set()  # factories with a call in the project
     for path in self.names:
       self._link_calls(path, self.trees[path])
+    self._link_unseen_callers()
 
   def _read(self, path, tree):
     dotted = self.module_names_of.get(path) or [None]
@@ -290,6 +294,10 @@ class Model:
     for node in ast.walk(tree):
       if not isinstance(node, ast.Call) or not self.returns_def(node, names):
         continue
+      function = self.callee(node, names)
+      self._called.update(
+          [function.node] if function is not None else
+          [c.node for c in self._method_candidates(node)])
       producers = [p for p in self._factory_producers(node, names)
                    if p[0] != path]
       if not producers:
@@ -299,6 +307,29 @@ class Model:
         for line, reason in consumers:
           self.links.append(Link(producer_path, producer_line, path, line,
                                  node.lineno, reason))
+
+  def _link_unseen_callers(self):
+    """A factory no code of the project calls (or a decorated one: gin and
+    its kind call it from elsewhere) hands its definition to code migrate
+    does not see: its definitions stay (a link with no consumer)."""
+    functions = {id(f.node): f for f in self.functions.values()}
+    for group in self.methods.values():
+      functions.update({id(f.node): f for f in group})
+    for node in self.def_functions:
+      decorated = [d for d in node.decorator_list if not (
+          isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS)]
+      if node in self._called and not decorated:
+        continue
+      function = functions[id(node)]
+      reason = (f'{node.name}() is decorated with '
+                f'`{ast.unparse(decorated[0])}`: its callers are not in the '
+                'scanned code' if decorated else
+                f'{node.name}() is called nowhere in the scanned code: its '
+                'callers (another package, a config system) cannot be '
+                'rewritten with it')
+      for path, line in self._producers(function):
+        self.links.append(Link(path, line, function.path, None, node.lineno,
+                               reason))
 
   def _factory_producers(self, call, names) -> list:
     function = self.callee(call, names)
