@@ -32,6 +32,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 
 class HyperParams(types.SimpleNamespace):
@@ -224,6 +225,23 @@ def descent(steps: Any, params: Any, learning_rate: Any, weight_decay: Any,
   decay = learning_rate * weight_decay
   return jax.tree_util.tree_map(
       lambda p, s: update_to((p - s) - decay * p, p), params, steps)
+
+
+def with_float_grads(
+    tx: optax.GradientTransformation) -> optax.GradientTransformation:
+  """``tx`` given integer (and bool) gradient leaves as floats: ``g * 1.0``
+  promotes them as flax.optim's ``learning_rate * g`` did (to float32, or
+  float64 with x64 on). Same state as ``tx``."""
+
+  def as_float(g):
+    if hasattr(g, 'dtype') and not jnp.issubdtype(g.dtype, jnp.inexact):
+      return g * 1.0
+    return g
+
+  def update_fn(updates, state, params=None):
+    return tx.update(jax.tree_util.tree_map(as_float, updates), state, params)
+
+  return optax.GradientTransformation(tx.init, update_fn)
 
 
 def update_to(new_param: jax.Array, param: jax.Array) -> jax.Array:

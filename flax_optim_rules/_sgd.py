@@ -10,9 +10,14 @@ from flax_optim_rules import _numerics
 def legacy_gradient_descent(
     hyper_params: Any,
     owner: str = 'GradientDescent') -> optax.GradientTransformation:
-  """``p <- p - learning_rate * g``: ``optax.scale_by_learning_rate``."""
-  return optax.scale_by_learning_rate(
-      _numerics.learning_rate_schedule(hyper_params.learning_rate, owner))
+  """``p <- p - learning_rate * g``: ``optax.scale_by_learning_rate``.
+
+  Integer gradients are made floats first, as ``learning_rate * g`` made
+  them in flax.optim (Optax scales in the gradient's dtype, truncating the
+  rate to an integer).
+  """
+  return _numerics.with_float_grads(optax.scale_by_learning_rate(
+      _numerics.learning_rate_schedule(hyper_params.learning_rate, owner)))
 
 
 def legacy_momentum(hyper_params: Any,

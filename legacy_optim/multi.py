@@ -83,13 +83,26 @@ def _as_nested_dict(tree):
   return tree
 
 
-def _match_leaves(params, traversals):
+def _has_non_str_keys(tree) -> bool:
+  return isinstance(tree, collections.abc.Mapping) and any(
+      not isinstance(key, str) or _has_non_str_keys(value)
+      for key, value in tree.items())
+
+
+def _match_leaves(params, traversals, any_keys: bool = False):
   """``params`` as ``_ShapeDtype`` leaves, each listing the traversals that
   select it; raises ``ValueError`` naming every leaf selected more than once.
+
+  With ``any_keys``, dicts with non-string keys (``nnx.to_pure_dict`` of an
+  ``nnx.Sequential``) are walked with their keys as strings, as an
+  ``nnx.State`` is; flax.optim's MultiOptimizer raised ``TypeError`` there,
+  and still does.
   """
   is_leaf = _leaf_predicate(params)
   shapes = jax.tree_util.tree_map(_ShapeDtype.create, params, is_leaf=is_leaf)
-  walked = shapes if is_leaf is None else _as_nested_dict(shapes)
+  walked = shapes
+  if is_leaf is not None or (any_keys and _has_non_str_keys(shapes)):
+    walked = _as_nested_dict(shapes)
   for k, traversal in enumerate(traversals):
     for item in traversal.iterate(walked):
       if not isinstance(item, _ShapeDtype):
@@ -120,9 +133,10 @@ def traversal_labels(params: Any, traversals: Sequence[Any]) -> Any:
   Leaf ``i`` gets ``sub_label(k)`` when ``traversals[k]`` selects it and
   ``FROZEN_LABEL`` when none does. Raises ``ValueError`` naming every leaf
   that more than one traversal selects. ``params`` may be an ``nnx.State``:
-  its Variables are leaves, and traversals see its int keys as strings.
+  its Variables are leaves, and traversals see its int keys as strings, as
+  they do a dict's non-string keys.
   """
-  shapes = _match_leaves(params, traversals)
+  shapes = _match_leaves(params, traversals, any_keys=True)
   treedef: Any = jax.tree_util.tree_structure(
       params, is_leaf=_leaf_predicate(params))
   return treedef.unflatten([

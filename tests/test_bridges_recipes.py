@@ -214,6 +214,23 @@ def test_raw_optax_update_takes_overrides_and_passes_other_kwargs():
 
 # ---------------------------------------------- per-parameter rates on nnx
 @pytest.mark.nnx
+def test_traversal_labels_on_pure_dict_with_int_keys_as_on_state():
+  """flax.traverse_util traversals on nnx.to_pure_dict of a Sequential."""
+  from flax import traverse_util  # pylint: disable=g-import-not-at-top
+  kernels = traverse_util.ModelParamTraversal(
+      lambda path, _: path.endswith('kernel'))
+  biases = traverse_util.ModelParamTraversal(
+      lambda path, _: path.endswith('bias'))
+  model = nnx.Sequential(nnx.Linear(4, 5, rngs=nnx.Rngs(0)),
+                         nnx.Linear(5, 3, rngs=nnx.Rngs(1)))
+  state = nnx.state(model, nnx.Param)
+  expected = {'layers': {i: {'kernel': '0', 'bias': '1'} for i in (0, 1)}}
+  assert compat.traversal_labels(
+      nnx.to_pure_dict(state), kernels, biases) == expected
+  assert compat.traversal_labels(state, kernels, biases) == nnx.State(expected)
+
+
+@pytest.mark.nnx
 def test_multi_optimizer_inside_nnx_optimizer_on_sequential_state():
   kernels = optim.ModelParamTraversal(lambda path, _: path.endswith('kernel'))
   biases = optim.ModelParamTraversal(lambda path, _: path.endswith('bias'))

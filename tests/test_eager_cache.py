@@ -114,16 +114,18 @@ def test_equal_definitions_share_kernels():
 
 # Values equal as Python values would be (0.0 == -0.0), and as NumPy arrays
 # (float32 and float64 0.2). The default run takes a chain of definitions
-# each equal that way to the one before; the whole grid (a compile each)
-# runs with -m slow.
+# each equal that way to the one before, after one whose NumPy value differs
+# (float32 0.1, then 0.2: a key that ignored array values would reuse the
+# first kernel); the whole grid (a compile each) runs with -m slow.
 _LEARNING_RATES = (np.float32(0.1), np.float32(0.2),
                    np.asarray(0.2, np.float64))
 _WEIGHT_DECAYS = (0.0, -0.0, 1e-2)
 
 
 @pytest.mark.parametrize('values', [
-    pytest.param(((_LEARNING_RATES[1], 0.0), (_LEARNING_RATES[1], -0.0),
-                  (_LEARNING_RATES[2], -0.0)), id='equal-values'),
+    pytest.param(((_LEARNING_RATES[0], 0.0), (_LEARNING_RATES[1], 0.0),
+                  (_LEARNING_RATES[1], -0.0), (_LEARNING_RATES[2], -0.0)),
+                 id='equal-values'),
     pytest.param(tuple(itertools.product(_LEARNING_RATES, _WEIGHT_DECAYS)),
                  id='grid', marks=pytest.mark.slow)])
 def test_definitions_with_other_values_get_their_own_kernels(values):

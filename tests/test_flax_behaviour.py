@@ -1,7 +1,8 @@
 """What flax 0.5.3 did with the inputs it accepted, and what its tests checked.
 
 ``golden/inputs.json`` holds flax 0.5.3's results for every algorithm given
-Python numbers, NumPy float64/float32/int64 arrays and int32 params, eager and
+Python numbers, NumPy float64/float32/int64 arrays and int32 params (with
+float and with integer gradients), eager and
 jitted, through ``Optimizer.apply_gradient`` and the def-level
 ``apply_gradient`` (``golden/generate_inputs.py``, run with the oracle). Each
 case must come back with the same leaves: container kind, type, dtype, values.
@@ -32,7 +33,8 @@ with open(os.path.join(os.path.dirname(__file__), 'golden', 'inputs.json'),
 # Eager Optimizer.apply_gradient runs the cached compiled step for inputs JAX
 # represents exactly (README: "Eager apply_gradient runs one cached compiled
 # step"): its result is flax 0.5.3's *jitted* one, not its op-by-op one.
-COMPILED_EAGER_KINDS = ('numpy_f32', 'jax_int32')
+COMPILED_EAGER_KINDS = ('numpy_f32', 'jax_int32', 'jax_int32_int_grads',
+                        'jax_f32_int_grads')
 
 
 def _expected(case):
@@ -55,7 +57,9 @@ QUICK_OPTIMIZERS = ('GradientDescent', 'Momentum', 'Adam', 'RMSProp_centered',
 
 def _param(case):
   quick = case['optimizer'] in QUICK_OPTIMIZERS and (
-      not case['jit'] or case['optimizer'] == 'GradientDescent')
+      not case['jit'] or case['optimizer'] == 'GradientDescent') and (
+          # Integer gradients: the Optimizer route only.
+          'int_grads' not in case['inputs'] or case['route'] == 'optimizer')
   return pytest.param(case, id=case['name'],
                       marks=() if quick else pytest.mark.slow)
 
@@ -73,11 +77,17 @@ def test_same_result_as_flax_0_5_3(case):
 
 
 def test_the_cases_cover_every_algorithm_input_and_route():
-  assert len(ANSWERED) + len(FLAX_RAISED) == len(input_cases.CASES) == 468
-  # flax raised only for Python numbers into rules that read .dtype.
-  assert {c['inputs'] for c in FLAX_RAISED} == {'python_float', 'python_int'}
-  assert {c['optimizer'] for c in FLAX_RAISED} == {
-      'Adam', 'Adam_wd', 'AdaBelief', 'Adafactor', 'LAMB'}
+  assert len(ANSWERED) + len(FLAX_RAISED) == len(input_cases.CASES) == 780
+  raised = {(c['inputs'], c['optimizer']) for c in FLAX_RAISED}
+  # flax raised for Python numbers into rules that read .dtype, and for NumPy
+  # int64 gradients where it added a float decay term to them in place.
+  reads_dtype = {'Adam', 'Adam_wd', 'AdaBelief', 'Adafactor', 'LAMB'}
+  assert raised == {
+      (kind, name) for kind in ('python_float', 'python_int',
+                                'python_int_int_grads')
+      for name in reads_dtype} | {
+          ('numpy_int_int_grads', 'LARS'),
+          ('numpy_int_int_grads', 'Momentum_wd_nesterov')}
 
 
 @pytest.mark.parametrize('name', ['Adam', 'LAMB', 'AdaBelief'])

@@ -92,7 +92,7 @@ def test_json_output_schema_and_summary():
   data = json.loads(out)
   assert set(data) == {'version', 'files_scanned', 'findings', 'errors',
                        'summary'}
-  assert data['version'] == 1 and data['files_scanned'] == 11
+  assert data['version'] == 1 and data['files_scanned'] == 12
   keys = {'path', 'line', 'column', 'construct', 'code', 'replacement',
           'guide_section', 'confidence'}
   assert all(set(f) == keys for f in data['findings'])

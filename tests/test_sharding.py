@@ -384,6 +384,107 @@ def nnx_state_follows_sharded_params(axis_type):
   assert _spec(model.linear.kernel[...].sharding) == P(None, 'data')
 
 
+# ZeRO-1 wherever the model's params start: off any mesh (as nnx.Rngs makes
+# them), replicated on the mesh, or on another mesh; the state split either
+# before the conversion (the legacy optimizer) or after it (the nnx state).
+# The kernel is (24, 16): ZeRO-1 splits its rows, the dimension the forward
+# matmul contracts, so params left split like the state fail the next step.
+class _WideNet(nnx.Module):
+
+  def __init__(self):
+    self.linear = nnx.Linear(24, 16, rngs=nnx.Rngs(0))
+
+  def __call__(self, x):
+    return self.linear(x)
+
+
+_WIDE_X = jnp.asarray(np.random.default_rng(8).standard_normal((8, 24)),
+                      jnp.float32)
+
+
+def _wide_legacy():
+  rng = np.random.default_rng(3)
+  params = {'Dense_0': {
+      'kernel': jnp.asarray(rng.standard_normal((24, 16)), jnp.float32),
+      'bias': jnp.zeros((16,), jnp.float32)}}
+  legacy = optim.Adam(1e-3, weight_decay=1e-4).create(params)
+  step = jax.jit(lambda o, g: o.apply_gradient(g))
+  for i in range(3):
+    legacy = step(legacy, jax.tree_util.tree_map(
+        lambda p, i=i: jnp.full_like(p, 0.1 * (i + 1)), params))
+  return legacy
+
+
+def _wide_run(mesh=None, params_at=None, order=None, steps=3):
+  """Trains _WideNet from the legacy run with the cookbook nnx step; returns
+  the model and the params after each step."""
+  legacy = _wide_legacy()
+  model = _WideNet()
+  if params_at is not None:
+    nnx.update(model, jax.device_put(nnx.state(model, nnx.Param),
+                                     NamedSharding(params_at, P())))
+  if order == 'shard_then_convert':
+    legacy = jax.device_put(legacy,
+                            compat.state_shardings(legacy, mesh, 'zero1'))
+  nnx_opt = compat.to_nnx_optimizer(legacy, model,
+                                    path_map={'Dense_0': 'linear'})
+  if order == 'convert_then_shard':
+    state = nnx.as_pure(nnx.state(nnx_opt.opt_state))
+    nnx.update(nnx_opt.opt_state, jax.device_put(
+        state, compat.state_shardings(state, mesh, 'zero1')))
+
+  @nnx.jit
+  def step(model, nnx_opt):
+    _, grads = nnx.value_and_grad(
+        lambda m: jnp.mean(m(_WIDE_X) ** 2))(model)
+    nnx_opt.update(model, grads)
+
+  trajectory = []
+  for _ in range(steps):
+    step(model, nnx_opt)
+    trajectory.append(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+  return model, trajectory
+
+
+@CASES.register(*[f'{axes}-{at}-{order}'
+                  for axes in ('Explicit', 'Auto')
+                  for at in ('off_mesh', 'replicated', 'other_mesh')
+                  for order in ('shard_then_convert', 'convert_then_shard')])
+def nnx_zero1_keeps_the_params_where_they_are(variant):
+  axes, at, order = variant.split('-')
+  axis_type = getattr(AxisType, axes)
+  mesh = jax.make_mesh((N_DEVICES,), ('data',), axis_types=(axis_type,))
+  params_at = {'off_mesh': None, 'replicated': mesh,
+               'other_mesh': Mesh(np.array(jax.devices()[:4]), ('data',),
+                                  axis_types=(axis_type,))}[at]
+  if at == 'other_mesh' and order == 'convert_then_shard':
+    # jax refuses the step before it runs (the params' devices are not the
+    # state's); neither the conversion nor state_shardings sees both.
+    with pytest.raises(ValueError, match='incompatible devices|Mesh for all '
+                       'inputs should be equal'):
+      _wide_run(mesh, params_at, order, steps=1)
+    return
+  if variant == 'Auto-off_mesh-convert_then_shard':
+    # Caught while the first step is traced, naming the param and the fix.
+    with pytest.raises(ValueError, match=r'model param linear/\w+ is on no '
+                       'mesh.*Put the params on the mesh before'):
+      _wide_run(mesh, params_at, order, steps=1)
+    return
+  expected = _wide_run()[1]
+  model, trajectory = _wide_run(mesh, params_at, order)
+  # Off any mesh: the step (explicit axes) or the conversion (which writes
+  # the legacy target, replicated by state_shardings) replicates them.
+  before = NamedSharding(mesh if params_at is None else params_at, P())
+  for leaf in jax.tree_util.tree_leaves(nnx.state(model, nnx.Param)):
+    got = leaf[...].sharding
+    assert got.is_equivalent_to(before, leaf.ndim), (got, before)
+  # The first step of params off any mesh runs on other devices than the
+  # later ones: within rounding there.
+  _assert_matches_unsharded(
+      trajectory, expected, bit_identical=axes == 'Explicit' and (
+          at, order) != ('off_mesh', 'convert_then_shard'))
+
+
 outcomes, test_on_8_devices = CASES.pytest_items(__file__)
 
 

@@ -71,7 +71,9 @@ def _with_state(nnx_opt, step, opt_state=None) -> nnx.Optimizer:
   """``nnx_opt`` at ``step``, holding ``opt_state`` (None: its own init)."""
   if opt_state is not None:
     nnx.update(nnx_opt.opt_state, nnx.state(opt_state))
-  nnx_opt.step[...] = jnp.asarray(step, jnp.uint32)
+  # From the host: the legacy step may sit on other devices than the params
+  # (state sharded on one mesh, params on another, the state following them).
+  nnx_opt.step[...] = jnp.asarray(jax.device_get(step), jnp.uint32)
   return nnx_opt
 
 
@@ -133,6 +135,9 @@ class _Relayout:
     self.legacy_def = jax.tree_util.tree_structure(legacy_params)
     self.model_def = jax.tree_util.tree_structure(model_params)
     self.order = order
+    self.model_names = [
+        _paths.show(_paths.segments(path)) for path, _ in
+        jax.tree_util.tree_flatten_with_path(model_params)[0]]
 
   def to_model(self, tree):
     leaves = self.legacy_def.flatten_up_to(tree)
@@ -192,28 +197,54 @@ def _with_param_metadata(tree, model_vars):
       wrap, model_vars, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
-def _param_shardings(model_params) -> Optional[list]:
-  """The params' ``NamedSharding``s in leaf order; None off a mesh."""
-  shardings = [getattr(leaf, 'sharding', None)
-               for leaf in jax.tree_util.tree_leaves(model_params)]
-  if not any(isinstance(s, jax.sharding.NamedSharding) for s in shardings):
-    return None
-  return shardings
+def _param_shardings(model_params) -> list:
+  """The params' shardings in leaf order (None for a leaf without one)."""
+  return [getattr(leaf, 'sharding', None)
+          for leaf in jax.tree_util.tree_leaves(model_params)]
 
 
-def _place_as(update, param_sharding):
+def _constrain(update, where: jax.sharding.NamedSharding):
+  explicit = jax.sharding.AxisType.Explicit
+  if any(t == explicit for t in where.mesh.axis_types):
+    return jax.sharding.reshard(update, where)
+  return jax.lax.with_sharding_constraint(update, where)
+
+
+def _place_as(update, param, param_sharding, name: str):
   """``update`` placed as its param: ZeRO-1 splits the state, not the params.
 
   Without this, params plus updates computed from split state come out split
   under ``nnx.jit`` (which writes them back into the model), and the next
-  step contracts over a split dimension.
+  step contracts over a split dimension. Where the param is: its traced type
+  on explicit axes; else its sharding at conversion, if it was on a mesh
+  then. A param made off any mesh (uncommitted, as ``nnx.Rngs`` makes them)
+  is replicated over an explicit mesh; auto axes leave its placement to
+  XLA, which splits it like the state, so that raises while tracing the
+  first step, as does a param put on auto axes after the conversion.
   """
-  if not isinstance(param_sharding, jax.sharding.NamedSharding):
-    return update
+  update_mesh = jax.typeof(update).sharding.mesh
+  param_type = None if param is None else jax.typeof(param).sharding
   explicit = jax.sharding.AxisType.Explicit
-  if any(t == explicit for t in param_sharding.mesh.axis_types):
-    return jax.sharding.reshard(update, param_sharding)
-  return jax.lax.with_sharding_constraint(update, param_sharding)
+  if param_type is not None and any(t == explicit
+                                    for t in param_type.mesh.axis_types):
+    return jax.sharding.reshard(update, param_type)
+  if isinstance(param_sharding, jax.sharding.NamedSharding):
+    return _constrain(update, param_sharding)
+  if update_mesh.empty:
+    return update  # Neither on a mesh: nothing to keep.
+  if any(t == explicit for t in update_mesh.axis_types) and (
+      param_type is None or param_type.mesh.empty):
+    return jax.sharding.reshard(update, jax.sharding.NamedSharding(
+        update_mesh, jax.sharding.PartitionSpec()))
+  where = ('on no mesh' if param_type is None or param_type.mesh.empty else
+           'put on a mesh with auto axes after compat.to_nnx_optimizer')
+  raise ValueError(
+      f'model param {name} is {where}, its optimizer state on {update_mesh}: '
+      'on auto axes the step cannot keep the param where it is and would '
+      'split it like the state. Put the params on the mesh before '
+      'compat.to_nnx_optimizer (for ZeRO-1 replicated: nnx.update(model, '
+      'jax.device_put(nnx.state(model, nnx.Param), NamedSharding(mesh, '
+      'PartitionSpec())))), or use a mesh with explicit axes.')
 
 
 def relayout_transform(tx: optax.GradientTransformation,
@@ -223,9 +254,11 @@ def relayout_transform(tx: optax.GradientTransformation,
   """``tx`` (written for the legacy layout) on trees in the model's layout.
 
   Extra ``update`` kwargs reach ``tx``, params-shaped ones re-keyed too.
-  With ``param_shardings`` (the model's params' shardings, leaf by leaf) the
-  updates are placed as the params are.
+  The updates are placed as the params are (``_place_as``);
+  ``param_shardings`` are the model's params' shardings at conversion, leaf
+  by leaf.
   """
+  param_shardings = param_shardings or [None] * len(relayout.model_names)
   tx = optax.with_extra_args_support(tx)
 
   def init_fn(params):
@@ -243,10 +276,12 @@ def relayout_transform(tx: optax.GradientTransformation,
         **_map_params_shaped(extra_args, relayout.model_def,
                              relayout.to_legacy))
     new_updates = relayout.to_model(new_updates)
-    if param_shardings is not None:
-      new_updates = relayout.model_def.unflatten([
-          _place_as(u, s) for u, s in zip(
-              relayout.model_def.flatten_up_to(new_updates), param_shardings)])
+    params_flat = ([None] * len(param_shardings) if params is None
+                   else relayout.model_def.flatten_up_to(params))
+    new_updates = relayout.model_def.unflatten([
+        _place_as(u, p, s, name) for u, p, s, name in zip(
+            relayout.model_def.flatten_up_to(new_updates), params_flat,
+            param_shardings, relayout.model_names)])
     return new_updates, relayout.state_to_model(new_state)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
@@ -258,14 +293,16 @@ def _variable_paths(model: nnx.Module, where: Any) -> list[_paths.Path]:
               as_pure(nnx.state(model, where)))[0]]
 
 
-def _load_target(model, relayout: _Relayout, target, model_params) -> None:
-  """Writes the legacy target into the model, placed as its params were."""
+def _placed_target(relayout: _Relayout, target, model_params):
+  """The legacy target in the model's layout, placed as the model's params
+  where those are on a mesh, else where the target is."""
   new_params = relayout.to_model(target)
-  if _param_shardings(model_params) is not None:
+  if any(isinstance(s, jax.sharding.NamedSharding)
+         for s in _param_shardings(model_params)):
     new_params = jax.tree_util.tree_map(
         lambda new, old: jax.device_put(new, old.sharding), new_params,
         model_params)
-  nnx.update(model, new_params)
+  return new_params
 
 
 def _follow_param_shardings(opt_state, model_params):
@@ -340,17 +377,19 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
   if load is not wrt and (_variable_paths(model, load) !=
                           _variable_paths(model, wrt)):
     optax_bridge.transform(optimizer, **overrides)  # Refuses what cannot go.
-    _load_target(model, relayout, target, model_params)
+    nnx.update(model, _placed_target(relayout, target, model_params))
     tx = optax_bridge.wrapped_transform(
         lambda **hp: optax_bridge.transform(optimizer, **{**overrides, **hp}),
         wrap=wrap, inject=optax_bridge.injectable(
             inject, optimizer.optimizer_def, overrides))
     return _new_optimizer(model, tx, wrt, 0)
 
+  # The params as the model will hold them: the updates keep them there.
+  new_params = _placed_target(relayout, target, model_params)
   tx, new_state = optax_bridge.compose(
       lambda **hp: relayout_transform(
           optax_bridge.transform(optimizer, **{**overrides, **hp}), relayout,
-          _param_shardings(model_params)),
+          _param_shardings(new_params)),
       relayout.state_to_model(opt_state), model_params, optimizer.state.step,
       wrap=wrap, inject=optax_bridge.injectable(
           inject, optimizer.optimizer_def, overrides))
@@ -366,6 +405,6 @@ def to_nnx_optimizer(optimizer: base.Optimizer,
         f'  converted: {jax.tree_util.tree_structure(new_state)}\n'
         f'  expected:  {expected}')
 
-  _load_target(model, relayout, target, model_params)
+  nnx.update(model, new_params)
   return _with_state(nnx_opt, optimizer.state.step,
                      _follow_param_shardings(new_state, model_params))

@@ -53,9 +53,17 @@ INPUTS = {
     'numpy_int': ({'w': np.array([1, 2, 3])}, {'w': np.full(3, 0.5)}),
     'jax_int32': ({'w': np.array([1, 2, 3], np.int32)},
                   {'w': np.full(3, 0.5, np.float32)}),
+    # Integer gradients, on integer and on float params.
+    'python_int_int_grads': ({'a': 1, 'b': 3}, {'a': 2, 'b': -1}),
+    'numpy_int_int_grads': ({'w': np.array([1, 2, 3])},
+                            {'w': np.array([1, -2, 0])}),
+    'jax_int32_int_grads': ({'w': np.array([1, 2, 3], np.int32)},
+                            {'w': np.array([1, -2, 0], np.int32)}),
+    'jax_f32_int_grads': ({'w': np.array([1.0, -2.0, 0.3], np.float32)},
+                          {'w': np.array([1, -2, 0], np.int32)}),
 }
 # Kinds whose leaves are handed to flax as jax arrays (the others as given).
-JAX_KINDS = ('jax_int32',)
+JAX_KINDS = ('jax_int32', 'jax_int32_int_grads', 'jax_f32_int_grads')
 
 ROUTES = (('optimizer', None), ('def', 'init'), ('def', 'host'))
 
@@ -117,7 +125,7 @@ def host_state(state, kind: str, state_cls):
   if kind.startswith('python'):
     convert = lambda x: float(x) if np.ndim(x) == 0 else np.asarray(
         x, np.float64)
-  elif kind == 'numpy_f32':
+  elif kind in ('numpy_f32', 'jax_f32_int_grads'):
     convert = lambda x: np.asarray(x, np.float32)
   elif kind == 'numpy_f64':
     convert = lambda x: np.asarray(x, np.float64)
