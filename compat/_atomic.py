@@ -112,6 +112,24 @@ def write_bytes(path: pathlib.Path, data: bytes) -> None:
     os.fsync(f.fileno())
 
 
+def rewrite_in_place(path: str, data: bytes) -> None:
+  """Replaces ``path``'s content atomically (the old file is never lost)."""
+  mode = os.stat(path).st_mode
+  fd, temp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.',
+                              dir=os.path.dirname(os.path.abspath(path)))
+  try:
+    with os.fdopen(fd, 'wb') as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.chmod(temp, mode)
+    os.replace(temp, path)
+  except BaseException:
+    if os.path.exists(temp):
+      os.unlink(temp)
+    raise
+
+
 class Progress:
   """A one-line text progress bar on a terminal (silent otherwise).
 

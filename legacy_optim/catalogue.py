@@ -14,6 +14,7 @@ classes. A new algorithm needs its own module, a record here and tests.
 Stdlib only: the scanner loads it without importing legacy_optim (and jax).
 """
 
+import ast
 import dataclasses
 import functools
 import json
@@ -244,7 +245,8 @@ class Replacement(NamedTuple):
 
 REPLACEMENTS = {
     'import': Replacement(
-        'import optax (the shim serves this import until step 5)',
+        'import optax and flax_optim_rules (flax-optim-compat migrate drops '
+        'this import once nothing uses it; the shim serves it until step 5)',
         SECTION_ALGORITHMS),
     'shim': Replacement('remove once migrated: uninstall flax-optim-compat',
                         SECTION_STRICT),
@@ -265,17 +267,21 @@ REPLACEMENTS = {
         'reparameterise the model with flax.linen.WeightNorm',
         SECTION_WEIGHT_NORM),
     'create': Replacement(
-        'tx = opt_def.to_optax(); state = TrainState.create(apply_fn=..., '
-        'params=params, tx=tx)  (existing: compat.to_train_state(optimizer, '
-        'apply_fn), compat.to_optax(optimizer) or '
-        'compat.to_nnx_optimizer(optimizer, model))', SECTION_LOOP),
+        'train_state.TrainState.create(apply_fn=None, params=params, '
+        'tx=opt_def), opt_def being the transform flax-optim-compat migrate '
+        'writes for the definition (it rewrites both; an existing optimizer: '
+        'compat.to_train_state(optimizer, apply_fn), '
+        'compat.to_optax(optimizer) or compat.to_nnx_optimizer(optimizer, '
+        'model))', SECTION_LOOP),
     'apply_gradient': Replacement('state = state.apply_gradients(grads=grads)',
                                   SECTION_LOOP),
     'apply_gradient_overrides': Replacement(
-        'a schedule: opt_def.to_optax(learning_rate=schedule) or '
-        'compat.to_optax(optimizer, learning_rate=schedule), or '
-        'optax.inject_hyperparams and opt_state.hyperparams[...]',
-        SECTION_OVERRIDES),
+        'what flax-optim-compat migrate writes for learning_rate=lr: '
+        'state.replace(opt_state=optax.tree_utils.tree_set(state.opt_state, '
+        'learning_rate=lr)).apply_gradients(grads=grads), the definition '
+        'wrapped in flax_optim_rules.inject_learning_rate (stock rules: '
+        'optax.inject_hyperparams); or a schedule: '
+        'opt_def.to_optax(learning_rate=schedule)', SECTION_OVERRIDES),
     'compute_gradient': Replacement(
         'loss, grads = jax.value_and_grad(loss_fn)(params) (has_aux=True '
         'when loss_fn returns (loss, aux))', SECTION_LOOP),
@@ -376,6 +382,92 @@ def hyper_param_values(hyper_params: Any) -> dict[str, Any]:
     return {f.name: getattr(hyper_params, f.name)
             for f in dataclasses.fields(hyper_params)}
   return {}
+
+
+# ----------------------------------------------------------------------------
+# What ``flax-optim-compat migrate`` writes for a definition (its exact
+# tier). The warnings and ``scan`` name the same spelling: one voice.
+
+MIGRATE = 'flax-optim-compat migrate'
+RULES_MODULE = 'flax_optim_rules'  # the exact rules; jax and optax only
+
+
+class ExactStock(NamedTuple):
+  """A rule whose stock Optax alias measured bit-identical to flax 0.5.3
+  (``stock_exact``): ``migrate`` writes the alias itself."""
+  factory: str
+  arguments: Mapping[str, str]  # legacy hyper-parameter -> alias keyword
+  # Keywords that stay Python values under optax.inject_hyperparams.
+  static: tuple[str, ...] = ()
+
+
+EXACT_STOCK = {
+    'GradientDescent': ExactStock('optax.sgd',
+                                  {'learning_rate': 'learning_rate'}),
+    'Momentum': ExactStock('optax.sgd', {
+        'learning_rate': 'learning_rate', 'beta': 'momentum',
+        'nesterov': 'nesterov'}, ('momentum', 'nesterov')),
+}
+
+
+def stock_exact() -> frozenset:
+  """The rules all of whose stock variants measured bit-identical."""
+  results = deviations().get('results', {})
+  return frozenset(
+      a.name for a in RULES if a.stock and all(
+          (results.get(s.variant) or {}).get('rel_err') == 0
+          for s in a.stock))
+
+
+def migrate_call(name: str, given: Mapping[str, str],
+                 defaults: Mapping[str, Optional[str]],
+                 inject: bool = False) -> str:
+  """The expression ``migrate`` writes for ``flax.optim.<name>(...)``.
+
+  Args:
+    name: a built-in rule ('Adam', 'Momentum', ...).
+    given: the hyper-parameters the call passes -> source text, in the
+      constructor's order.
+    defaults: every hyper-parameter -> its default's source text.
+    inject: the learning rate is set per step (``apply_gradient(g,
+      learning_rate=lr)``): the transform takes it as an injected
+      hyper-parameter, 0.0 until the first step sets it if none is given.
+
+  Returns:
+    The stock alias for the rules in ``stock_exact`` (a non-zero weight
+    decay chained first, as flax.optim skipped a zero one), else the
+    keyword function of ``flax_optim_rules`` named after the algorithm's
+    module with the given values: the same rule, bit for bit.
+  """
+  if inject and given.get('learning_rate') in (None, 'None'):
+    given = {'learning_rate': '0.0', **{
+        k: v for k, v in given.items() if k != 'learning_rate'}}
+  if name in stock_exact():
+    stock = EXACT_STOCK[name]
+    values = {**defaults, **given}
+    if inject and values.get('learning_rate') in (None, 'None'):
+      values['learning_rate'] = '0.0'
+    factory = stock.factory
+    if inject:
+      static = f', static_args={stock.static!r}' if stock.static else ''
+      factory = f'optax.inject_hyperparams({factory}{static})'
+    call = factory + '(' + ', '.join(
+        f'{keyword}={values[legacy]}'
+        for legacy, keyword in stock.arguments.items()
+        if values[legacy] != 'False') + ')'
+    decay = values.get('weight_decay')
+    if _is_set(decay):
+      try:  # a literal is written as its value (1e-4 -> 0.0001)
+        decay = repr(ast.literal_eval(str(decay)))
+      except (SyntaxError, ValueError):
+        pass
+      call = f'optax.chain(optax.add_decayed_weights({decay}), {call})'
+    return call
+  factory = f'{RULES_MODULE}.{BY_NAME[name].module}'
+  if inject:
+    factory = f'{RULES_MODULE}.inject_learning_rate({factory})'
+  return factory + '(' + ', '.join(f'{k}={v}' for k, v in given.items()) + ')'
+
 
 
 # ----------------------------------------------------------------------------

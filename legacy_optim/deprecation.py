@@ -180,17 +180,17 @@ def _builtin_base(obj) -> str:
   return ''
 
 
-def _call(name: str, obj, values: dict[str, Any]) -> str:
-  """``Name(arg=value, ...)`` listing the values that differ from defaults."""
+def _migrate_call(name: str, obj, values: dict[str, Any],
+                  inject: bool = False) -> str:
+  """What ``migrate`` writes for this definition had the user's source
+  passed the values that differ from the defaults (``rep.migrate_call``)."""
   try:
-    defaults = {
-        p.name: p.default
-        for p in inspect.signature(type(obj).__init__).parameters.values()
-        if p.default is not inspect.Parameter.empty
-    }
+    parameters = inspect.signature(type(obj).__init__).parameters.values()
+    defaults = {p.name: p.default for p in parameters
+                if p.default is not inspect.Parameter.empty}
   except (TypeError, ValueError):
     defaults = {}
-  shown = []
+  given = {}
   for key, value in values.items():
     if key in defaults:
       try:
@@ -198,8 +198,9 @@ def _call(name: str, obj, values: dict[str, Any]) -> str:
           continue
       except Exception:
         pass  # arrays, traced values: show them
-    shown.append(f'{key}={rep.literal(value)}')
-  return f'{name}({", ".join(shown)})'
+    given[key] = rep.literal(value)
+  return rep.migrate_call(name, given, {k: rep.literal(v)
+                                        for k, v in defaults.items()}, inject)
 
 
 def _see(section: str) -> str:
@@ -224,11 +225,19 @@ def _optimizer_def_message(obj) -> str:
   if base in _NO_STOCK:
     return _replace(head, _NO_STOCK[base])
   values = rep.hyper_param_values(obj.hyper_params)
-  faithful = (_call(f'legacy_optim.{base}', obj, values) if base == name
-              else 'opt_def') + '.to_optax()'
-  lines = [head, 'Replace it with:',
-           f'  same numbers as flax 0.5.3: {faithful} (an Optimizer: '
-           'tx, opt_state = compat.to_optax(optimizer))']
+  # Without a rate, the code sets one per step: migrate injects it.
+  per_step = values.get('learning_rate', 0) is None
+  if base == name:
+    lines = [head, f'Replace it with what `{rep.MIGRATE}` writes (same '
+             'numbers as flax 0.5.3; jax and optax only):',
+             f'  {_migrate_call(name, obj, values, inject=per_step)}',
+             '  and the Optimizer it creates with a flax TrainState (migrate '
+             'rewrites both; an existing Optimizer: '
+             'compat.to_train_state(optimizer, apply_fn))']
+  else:
+    lines = [head, 'Replace it with:',
+             '  same numbers as flax 0.5.3: opt_def.to_optax() (an '
+             'Optimizer: tx, opt_state = compat.to_optax(optimizer))']
   stock = rep.stock_optax(base, values)
   if stock.expression:
     detail = rep.deviation_phrase(stock.variant)
@@ -236,10 +245,13 @@ def _optimizer_def_message(obj) -> str:
       detail += f'; {stock.note}'
     if base != name:
       detail += f'; if {name} keeps the {base} rule'
+    else:
+      detail += f'; `{rep.MIGRATE} --tier stock` writes it'
     lines.append(f'  nearest stock Optax: {stock.expression} ({detail})')
-  if values.get('learning_rate', 0) is None:
-    lines.append('  (no learning rate given: pass one per step as a schedule '
-                 'or with optax.inject_hyperparams)')
+  if per_step:
+    lines.append('  (no learning rate given: migrate injects the one '
+                 'apply_gradient passes per step; or give the transform a '
+                 'schedule)')
   lines.append(_see(rep.SECTION_ALGORITHMS))
   return '\n'.join(lines)
 
@@ -259,17 +271,13 @@ def _overrides_message(obj, overrides=None, **unused) -> str:
   del unused
   overrides = dict(overrides or {})
   names = ', '.join(f'{k}={rep.literal(v)}' for k, v in overrides.items())
-  stock = rep.StockReplacement(None, None, None)
-  if obj is not None and _builtin_base(obj) in rep.BY_NAME:
-    stock = rep.stock_optax(_builtin_base(obj),
-                            rep.hyper_param_values(obj.hyper_params))
   example = ''
-  if stock.expression and stock.expression.startswith('optax.') and (
-      not stock.expression.startswith('optax.chain')):
-    alias, _, args = stock.expression[len('optax.'):].partition('(')
-    example = (f' E.g. tx = optax.inject_hyperparams(optax.{alias})({args} '
-               "then set opt_state.hyperparams['learning_rate'] before each "
-               'update.')
+  name = type(obj).__name__ if obj is not None else ''
+  if name in rep.RULE_NAMES and _builtin_base(obj) == name and list(
+      overrides) == ['learning_rate']:
+    values = rep.hyper_param_values(obj.hyper_params)
+    example = (f' For this definition `{rep.MIGRATE}` writes '
+               f'{_migrate_call(name, obj, values, inject=True)}.')
   return _replace(
       f'Optimizer.apply_gradient(grads, {names}) overrides are deprecated.',
       'apply_gradient_overrides', example)

@@ -112,8 +112,10 @@ def _match_leaves(params, traversals, any_keys: bool = False):
             'select leaves (e.g. end a traversal over containers with '
             '.tree()).')
       item._indices.append(k)
-  flat_with_path, treedef = jax.tree_util.tree_flatten_with_path(
+  flat_with_path, structure = jax.tree_util.tree_flatten_with_path(
       params, is_leaf=is_leaf)
+  # jaxlib's PyTreeDef has no type stubs mypy can read.
+  treedef: Any = structure
   owners = [s._indices for s in treedef.flatten_up_to(shapes)]
   overlaps = [(jax.tree_util.keystr(path), owners[i])
               for i, (path, _) in enumerate(flat_with_path)

@@ -55,8 +55,8 @@ def migrate_example(directory: str):
       reasons[f'not migrated: {result.error}'] += 1
       continue
     edits += len(result.plan.edits)
-    left += len(result.plan.leftovers)
-    for leftover in result.plan.leftovers:
+    left += len(result.left)  # what a re-scan finds in the output
+    for leftover in result.left:
       reasons[f'{leftover.construct}: {leftover.reason}'] += 1
     if _imports_legacy(result.new):
       still_legacy.append(os.path.relpath(path, directory))

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import optax
 import pytest
 
+from compat.codemod import migrate
+from compat.codemod import scan
 import legacy_optim as lo
 from legacy_optim import catalogue
 from legacy_optim import deprecation
@@ -278,10 +280,10 @@ def test_algorithm_message_names_replacements_with_user_values(
   [w] = legacy(caught)
   message = str(w.message)
   assert f'nearest stock Optax: {stock} (' in message
-  # The faithful transform, with the non-default values given here.
-  shown = ', '.join(f'{k}={v!r}' for k, v in kwargs.items())
-  assert f'legacy_optim.{cls}({shown}).to_optax()' in message
-  assert 'compat.to_optax(optimizer)' in message
+  # What migrate writes comes first (test_warning_names_what_migrate_writes
+  # checks it equals migrate's output), and the bridge for live objects.
+  assert 'Replace it with what `flax-optim-compat migrate` writes' in message
+  assert 'compat.to_train_state(optimizer, apply_fn)' in message
   # The measured deviation of exactly this stock expression.
   row = DEVIATIONS[variant]
   assert row['stock'].split('(')[0] == stock.split('(')[0]
@@ -314,7 +316,9 @@ def test_missing_learning_rate_is_explained():
     lo.Adam()
   [w] = legacy(caught)
   assert 'optax.adam(learning_rate, ' in str(w.message)
-  assert 'no learning rate given' in str(w.message)
+  assert 'no learning rate given: migrate injects' in str(w.message)
+  assert ('flax_optim_rules.inject_learning_rate(flax_optim_rules.adam)('
+          'learning_rate=0.0)') in str(w.message)
 
 
 def test_subclass_of_a_builtin_and_custom_def_messages():
@@ -357,3 +361,64 @@ def test_every_cited_guide_section_exists():
     headings = {l.lstrip('#').strip() for l in f if l.startswith('#')}
   assert set(catalogue.SECTIONS) <= headings, sorted(
       set(catalogue.SECTIONS) - headings)
+
+
+# ---------------------------------------------------------------------------
+# One voice: the warning names what migrate writes for the same call.
+
+
+def _migrated_definition(source: str) -> str:
+  """The right-hand side migrate writes for ``d = ...`` in ``source``."""
+  new, plan = migrate.migrate_source(source.encode(), 'x.py')
+  assert not plan.leftovers, plan.leftovers
+  [line] = [l for l in new.decode().splitlines() if l.startswith('d = ')]
+  return line[len('d = '):]
+
+
+def _one_voice_rows():
+  for algorithm in catalogue.RULES:
+    for check in algorithm.checks:
+      if not check.schedule:
+        yield pytest.param(algorithm.name, dict(check.kwargs),
+                           id=f'{algorithm.name}{check.label}')
+
+
+@pytest.mark.parametrize('name,kwargs', list(_one_voice_rows()))
+def test_warning_names_what_migrate_writes(name, kwargs):
+  arguments = ', '.join(f'{k}={v!r}' for k, v in kwargs.items())
+  written = _migrated_definition(
+      f'from flax import optim\nd = optim.{name}({arguments})\n'
+      'o = d.create(p)\no = o.apply_gradient(g)\n')
+  with recorded() as caught:
+    getattr(lo, name)(**kwargs)
+  [w] = legacy(caught)
+  lines = str(w.message).splitlines()
+  assert 'flax-optim-compat migrate' in lines[1]
+  assert lines[2] == f'  {written}'
+  # scan's replacement names it too.
+  [finding] = [f for f in scan.scan_source(
+      f'from flax import optim\nd = optim.{name}({arguments})\n')
+               if f.construct == 'optimizer_def']
+  assert finding.replacement.startswith(
+      f'{written} (what migrate writes: same numbers as flax 0.5.3)')
+
+
+@pytest.mark.parametrize('name,kwargs', list(_one_voice_rows()))
+def test_override_warning_names_what_migrate_writes(name, kwargs):
+  kwargs = {k: v for k, v in kwargs.items() if k != 'learning_rate'}
+  arguments = ', '.join(f'{k}={v!r}' for k, v in kwargs.items())
+  written = _migrated_definition(
+      f'from flax import optim\nd = optim.{name}({arguments})\n'
+      'o = d.create(p)\no = o.apply_gradient(g, learning_rate=lr)\n')
+  opt_def = quiet(getattr(lo, name), **kwargs)
+  optimizer = quiet(opt_def.create, params())
+  grads = jax.tree_util.tree_map(jnp.ones_like, params())
+  with recorded() as caught:
+    optimizer.apply_gradient(grads, learning_rate=0.1)
+  [w] = [w for w in legacy(caught) if 'overrides' in str(w.message)]
+  assert (f'For this definition `flax-optim-compat migrate` writes '
+          f'{written}.') in str(w.message)
+  with recorded() as caught:
+    getattr(lo, name)(**kwargs)
+  [w] = legacy(caught)
+  assert str(w.message).splitlines()[2] == f'  {written}'

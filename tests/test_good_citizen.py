@@ -182,7 +182,7 @@ def test_scan_runs_this_librarys_tool(launcher, project_name, request):
   project = request.getfixturevalue(project_name)
   result = _run(LAUNCHERS[launcher] + ['scan', '.'], project)
   assert result.returncode == scan.EXIT_FOUND, result.stdout + result.stderr
-  assert re.search(r'train\.py:2 +import', result.stdout), result.stdout
+  assert re.search(r'train\.py:2 +FOC101 +import', result.stdout), result.stdout
   assert '1 file(s) could not' not in result.stdout
 
 

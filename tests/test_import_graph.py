@@ -281,7 +281,9 @@ def test_every_subsystem_is_a_package():
 
 
 def test_codemod_imports_only_the_standard_library_and_libcst():
-  allowed = set(sys.stdlib_module_names) | {'libcst', 'compat', 'legacy_optim'}
+  # tomli: the standard library's tomllib on Python 3.10 (_config.py).
+  allowed = set(sys.stdlib_module_names) | {'libcst', 'compat', 'legacy_optim',
+                                            'tomli'}
   for path in sorted((ROOT / 'compat' / 'codemod').glob('*.py')):
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.Import):

@@ -189,7 +189,7 @@ def test_every_rule_trains_bit_identically(tmp_path, name, kwargs, per_step):
 
 
 def test_stock_exact_rules_are_the_catalogues_bit_identical_ones():
-  assert _rewrite_plan._STOCK_EXACT == set(_rewrite_plan._ALGORITHMS)
+  assert _rewrite_plan._STOCK_EXACT == set(catalogue.EXACT_STOCK)
 
 
 def test_stock_tier_annotates_each_alias_with_its_deviation(tmp_path):

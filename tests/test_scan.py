@@ -75,7 +75,7 @@ def test_unparseable_files_are_reported_not_fatal():
   assert 'null bytes' in result.errors[1].message
   status, out = run_main([os.path.join(TREE, 'broken')])
   assert status == scan.EXIT_UNPARSEABLE
-  assert 'bad_syntax.py:3  unparseable' in out
+  assert 'bad_syntax.py:3  not scanned: syntax error' in out
 
 
 def test_exit_status():
@@ -94,7 +94,7 @@ def test_json_output_schema_and_summary():
                        'summary'}
   assert data['version'] == 1 and data['files_scanned'] == 12
   keys = {'path', 'line', 'column', 'construct', 'code', 'replacement',
-          'guide_section', 'confidence'}
+          'guide_section', 'confidence', 'rule'}
   assert all(set(f) == keys for f in data['findings'])
   assert all(set(e) == {'path', 'line', 'message'} for e in data['errors'])
   counted = {}

@@ -11,10 +11,10 @@ import pathlib
 import sys
 from typing import Optional
 
-FILE_NAME = 'migration_guide.md'
+from compat.codemod import _codes
 
-_PACKAGE_DIR = pathlib.Path(__file__).resolve().parent.parent  # compat/
-_CANDIDATES = (_PACKAGE_DIR / FILE_NAME, _PACKAGE_DIR.parent / FILE_NAME)
+FILE_NAME = _codes.GUIDE_FILE
+_CANDIDATES = _codes.GUIDE_CANDIDATES
 
 
 def path() -> pathlib.Path:

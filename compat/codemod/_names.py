@@ -15,6 +15,7 @@ import re
 from typing import Optional
 
 from compat import _lazy
+from compat.codemod import _walk
 
 ALGORITHMS = _lazy.module_without_package('legacy_optim',
                                           'catalogue').RULE_NAMES
@@ -25,7 +26,7 @@ TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
 # The class an ``optim.Optimizer`` annotation names, by either import path.
 OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
 _OPTIONAL = ('typing.Optional',)
-_OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
+OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
                              re.IGNORECASE)
 
 
@@ -100,11 +101,15 @@ def project_reexports(modules: dict) -> dict:
   at module level, to flax.optim or something in it (followed through other
   user modules too). ``modules``: dotted module name -> its ``ast.Module``.
   """
-  table = {}
+  table: dict = {}
+  # Each module's imports, collected once; only the table changes per round.
+  module_names = {module: ModuleNames(tree, None, collect=False)
+                  for module, tree in modules.items()}
   for _ in range(len(modules) + 1):  # chains through user modules
     found = {}
     for module, tree in modules.items():
-      names = ModuleNames(tree, table, collect=False)
+      names = module_names[module]
+      names.reexports = table
       for node in tree.body:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
           continue
@@ -194,7 +199,7 @@ class ModuleNames:
     self._collect_assignments()
 
   def _collect_imports(self):
-    for node in ast.walk(self.tree):
+    for node in _walk.statements(self.tree):  # imports are statements
       if isinstance(node, ast.Import):
         for alias in node.names:
           if alias.asname:
@@ -294,9 +299,9 @@ class ModuleNames:
     if isinstance(node, ast.Name):
       if node.id in self.optimizers:
         return 'certain'
-      return 'likely' if _OPTIMIZER_NAME.search(node.id) else None
+      return 'likely' if OPTIMIZER_NAME.search(node.id) else None
     if isinstance(node, ast.Attribute):
-      return 'likely' if _OPTIMIZER_NAME.search(node.attr) else None
+      return 'likely' if OPTIMIZER_NAME.search(node.attr) else None
     if isinstance(node, ast.Call):
       func = node.func
       if isinstance(func, ast.Attribute):

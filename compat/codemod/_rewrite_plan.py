@@ -43,6 +43,7 @@ import ast
 from typing import NamedTuple, Optional
 
 from compat import _lazy
+from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _names
 from compat.codemod import _removals
@@ -55,6 +56,8 @@ FLOW_CONSTRUCTS = frozenset((
     'optimizer_def', 'reexport'))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
+HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
+             '(--select/--ignore) hold it')
 
 CHECKPOINT_NOTE = (
     'the checkpoint now holds a TrainState (step, params, opt_state); '
@@ -92,47 +95,14 @@ class Plan(NamedTuple):
 
 
 _CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
-RULES_MODULE = 'flax_optim_rules'
+RULES_MODULE = _CATALOGUE.RULES_MODULE
 # The class an ``-> optim.OptimizerDef`` annotation names.
 _DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
 
-
-class _Algorithm(NamedTuple):
-  factory: str  # the stock Optax call, hyper-params mapped by _map
-  static: tuple  # hyper-params that stay Python values under injection
-
-
-def _momentum(values):
-  return {'learning_rate': values['learning_rate'],
-          'momentum': values['beta'], 'nesterov': values['nesterov']}
-
-
-def _gradient_descent(values):
-  return {'learning_rate': values['learning_rate']}
-
-
-# flax.optim definition -> its exact stock Optax spelling, for the rules
-# whose stock aliases the catalogue measured bit-identical (``_STOCK_EXACT``;
-# tests/test_migrate.py checks the two agree and trains both for several
-# steps); the decay term is kept only for a non-zero literal, as flax.optim
-# skipped it.
-_ALGORITHMS = {
-    'Momentum': (_Algorithm('optax.sgd', ('momentum', 'nesterov')),
-                 _momentum),
-    'GradientDescent': (_Algorithm('optax.sgd', ()), _gradient_descent),
-}
-
-
-def _stock_exact() -> frozenset:
-  """The rules all of whose stock variants measured bit-identical."""
-  results = _CATALOGUE.deviations().get('results', {})
-  return frozenset(
-      a.name for a in _CATALOGUE.RULES if a.stock and all(
-          (results.get(s.variant) or {}).get('rel_err') == 0
-          for s in a.stock))
-
-
-_STOCK_EXACT = _stock_exact()
+# The rules migrate spells with their stock alias (the catalogue's
+# ``EXACT_STOCK``; tests/test_migrate.py checks the two agree and trains
+# both for several steps).
+_STOCK_EXACT = _CATALOGUE.stock_exact()
 _RULE_NAMES = frozenset(a.name for a in _CATALOGUE.RULES)
 
 
@@ -149,8 +119,15 @@ class Planner:
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
                tier: str = 'exact', exported=(), rate_set_elsewhere=False,
-               blocked=()):
+               held=frozenset(), blocked=()):
     self.source, self.tree, self.names = source, tree, names
+    # (line, code) of findings kept as they are (noqa, --ignore): the
+    # flow is rewritten whole or not at all, so one held flax.optim finding
+    # holds the file's flow; a held removal holds only itself.
+    self.held = frozenset(held)
+    self.flow_held = any((f.line, f.rule) in self.held and
+                         f.rule.startswith(_codes.FLAX_OPTIM)
+                         for f in findings)
     # (line, construct, reason): links of this module's optimizer flow to
     # other modules that stay as they are; the flow here stays with them.
     self.blocked = blocked
@@ -207,7 +184,13 @@ class Planner:
 
   # ---------------------------------------------------------------- plan
   def plan(self) -> Plan:
-    flow_edits, flow_leftovers = self._plan_flow()
+    if self.flow_held:
+      flow_edits, flow_leftovers = [], []
+      self.notes += [Leftover(f.line, f.construct, f.code, HELD_NOTE)
+                     for f in self.findings
+                     if f.rule.startswith(_codes.FLAX_OPTIM)]
+    else:
+      flow_edits, flow_leftovers = self._plan_flow()
     for line, construct, reason in self.blocked:
       flow_leftovers.append(Leftover(line, construct, self._line(line),
                                      reason))
@@ -221,7 +204,7 @@ class Planner:
             'be (see above); a flow is migrated as a whole or not at all'))
       self.imports = [i for i in self.imports if i[0] not in (
           'optax', RULES_MODULE) and i[1] != 'train_state']
-    else:
+    elif not self.flow_held:
       for module in ('flax', 'legacy_optim'):
         self.removed.append((module, 'optim', None))
       self._plan_import_removals()
@@ -417,7 +400,6 @@ class Planner:
       return self._plan_stock(node, name, given)
     if name not in _STOCK_EXACT:
       return self._plan_exact_rule(node, name, given)
-    algorithm, mapping = _ALGORITHMS[name]
     params = [p for p, _ in _names.legacy_signatures()[name]]
     defaults = dict(_names.legacy_signatures()[name])
     values = {p: given.get(p, defaults[p]) for p in params}
@@ -436,26 +418,15 @@ class Planner:
     if missing_rate and not self.inject:
       return ('no learning rate in the definition and none passed to '
               'apply_gradient in this file')
-    if missing_rate:
-      values['learning_rate'] = '0.0'  # set before every step (tree_set)
-    parts, args = {}, []
-    for key, value in mapping(values).items():
-      if value == 'False':
-        continue  # optax's default too
-      if isinstance(value, ast.AST):
-        parts[key] = value
-        args.append(f'{key}={{{key}}}')
-      else:
-        args.append(f'{key}={value}')
-    call = algorithm.factory + '(' + ', '.join(args) + ')'
-    if self.inject:
-      static = (f', static_args={algorithm.static!r}' if algorithm.static
-                else '')
-      call = (f'optax.inject_hyperparams({algorithm.factory}{static})(' +
-              ', '.join(args) + ')')
-    if decay_literal:
-      decay = f'optax.add_decayed_weights({decay_literal!r})'
-      call = f'optax.chain({decay}, {call})'
+    # Source spans stay placeholders (edits inside them still apply); the
+    # decay is written as the literal it is (zero: no decay term).
+    parts = {p: v for p, v in values.items() if isinstance(v, ast.AST)}
+    texts = {p: 'None' if _is_none(v) else '{%s}' % p if p in parts else
+             _escape(str(v)) for p, v in values.items()}
+    if 'weight_decay' in texts:
+      texts['weight_decay'] = repr(decay_literal)
+    # A missing rate is set before every step (tree_set).
+    call = _CATALOGUE.migrate_call(name, {}, texts, self.inject)
     self._require_tx_imports()
     self.edit(node, call, 'algorithm', **parts)
     return None
@@ -472,19 +443,14 @@ class Planner:
     if reason:
       return reason
     params = [p for p, _ in _names.legacy_signatures()[name]]
-    args = [f'{p}={{{p}}}' for p in params if p in given]
-    if self.inject and _is_none(given.get('learning_rate')):
-      args = ['learning_rate=0.0'] + [a for a in args if not a.startswith(
-          'learning_rate=')]  # set before every step (tree_set)
-      given = {k: v for k, v in given.items() if k != 'learning_rate'}
-    factory = f'{RULES_MODULE}.{_CATALOGUE.BY_NAME[name].module}'
-    if self.inject:
-      factory = f'{RULES_MODULE}.inject_learning_rate({factory})'
+    texts = {p: 'None' if _is_none(given[p]) else '{%s}' % p
+             for p in params if p in given}
+    # A missing rate is set before every step (tree_set).
+    call = _CATALOGUE.migrate_call(name, texts, {}, self.inject)
     self.imports.append((RULES_MODULE, None, None))
     if self.inject:
       self._require_tx_imports()  # optax.tree_utils.tree_set per step
-    self.edit(node, f'{factory}(' + ', '.join(args) + ')', 'algorithm',
-              **given)
+    self.edit(node, call, 'algorithm', **given)
     return None
 
   def _plan_stock(self, node, name, given) -> Optional[str]:
@@ -615,6 +581,8 @@ class Planner:
       if isinstance(self._parents.get(node), ast.Attribute):
         continue  # only whole references
       path = self.names.resolve(node)
+      if self.flow_held:
+        continue  # the file keeps flax.optim: its classes stay named
       if path in ('flax.optim.DynamicScale',
                   'flax.optim.dynamic_scale.DynamicScale'):
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
@@ -638,6 +606,11 @@ class Planner:
     for node in ast.walk(self.tree):
       removal = _removals.match(node, self.names)
       if removal is None:
+        continue
+      if (node.lineno, _codes.code_of(removal.construct,
+                                      removal.old)) in self.held:
+        self.notes.append(Leftover(node.lineno, removal.construct,
+                                   removal.old, HELD_NOTE))
         continue
       if removal.rewrite is None:
         self.leave(node, removal.construct, removal.replacement)

@@ -16,8 +16,9 @@ Modes (one at most; without one, a summary and the exit status only):
 
 ``--report FILE`` writes a Markdown report: per file, each rewritten line old
 -> new, what was left and why, notes (checkpoints), dependency pins that
-exist only for flax.optim. Jupyter notebooks (``.ipynb``) are migrated cell
-by cell (code cells; IPython magics are kept as they are).
+exist only for flax.optim. Jupyter notebooks (``.ipynb``) are migrated with
+their code cells as one module (IPython magics kept as they are); only the
+JSON strings of the source lines that change differ in the file.
 
 Exit status: 0 no flax.optim usage is left (after ``--write``/``--out``; for
 ``--diff`` and the summary, nothing to change either), 1 usages remain, 2
@@ -28,14 +29,12 @@ import argparse
 import ast
 import difflib
 import fnmatch
-import json
 import os
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from typing import NamedTuple, Optional
 
 import libcst
@@ -43,14 +42,17 @@ from libcst import codemod
 from libcst.codemod import visitors
 
 from compat import _atomic
+from compat.codemod import _codes
+from compat.codemod import _config
+from compat.codemod import _names
+from compat.codemod import _noqa
+from compat.codemod import _notebook
 from compat.codemod import _project
 from compat.codemod import _rewrite_plan
+from compat.codemod import _self_check
 from compat.codemod import scan
 
 EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE = 0, 1, 2
-_MAGIC = re.compile(r'^\s*[%!?]')
-_CELL = '__flax_optim_compat_cell__'
-_MAGIC_CALL = '__flax_optim_compat_magic__'
 _PIN_FILES = ('requirements*.txt', 'setup.cfg', 'pyproject.toml', 'setup.py')
 _PIN = re.compile(r'''flax\s*(==\s*0\.[0-5](\.\d+)*|<=?\s*0\.[0-6](\.\d+)?|'''
                   r'''~=\s*0\.[0-5](\.\d+)*)''')
@@ -62,6 +64,9 @@ class FileResult(NamedTuple):
   new: bytes
   plan: Optional[_rewrite_plan.Plan]
   error: Optional[str]
+  # What is left in ``new``: every flax.optim usage and reference a re-scan
+  # finds, at its line in ``new``, with the reason (``left_in_output``).
+  left: tuple = ()
 
 
 class Pin(NamedTuple):
@@ -90,8 +95,8 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
 
 def migrate_source(source: bytes, path: str = '<string>',
                    tier: str = 'exact', reexports=None, exported=(),
-                   rate_set_elsewhere: bool = False, model=None,
-                   blocked=()):
+                   rate_set_elsewhere: bool = False, chosen=None,
+                   model=None, blocked=()):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
@@ -100,16 +105,21 @@ def migrate_source(source: bytes, path: str = '<string>',
   another module of the project sets the learning rate per step on
   optimizers it receives (the function ``rate_set_elsewhere``), so this
   module's definitions must take it as an injected hyper-parameter.
+  ``chosen``: the codes to rewrite (default all); findings of other codes,
+  and those on a ``# noqa`` line for their code, stay as they are (a
+  flax.optim one keeps the file's whole flow).
   ``model``: the project (``scan.parse_project(...).model``; ``path`` is
-  the module's key in it); ``blocked``: ``Leftover``s of this module's
-  optimizer flow that other modules keep as they are (``migrate_paths``):
-  given, the flow here stays too.
+  the module's key in it); ``blocked``: ``(line, construct, reason)`` of
+  this module's optimizer flow that other modules keep as they are
+  (``migrate_paths``): given, the flow here stays too.
   """
   tree = ast.parse(source, filename=path)
   names = scan.module_names(tree, path, reexports, model)
   findings = scan.scan_source(source, path, reexports, tree, model)
   planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
-                                  exported, rate_set_elsewhere, blocked)
+                                  exported, rate_set_elsewhere,
+                                  _noqa.held(findings, source, chosen),
+                                  blocked)
   plan = planner.plan()
   if not plan.edits:
     return source, plan
@@ -117,55 +127,43 @@ def migrate_source(source: bytes, path: str = '<string>',
   for edit in dropped:
     plan.leftovers.append(_rewrite_plan.Leftover(
         edit.line, edit.construct, '', 'overlaps another rewrite; left as is'))
-  code = _fix_imports(rendered.decode('utf-8'), plan)
-  return code.encode('utf-8'), plan
+  new = _fix_imports(rendered.decode('utf-8'), plan).encode('utf-8')
+  problems = _self_check.problems(source, new, path)
+  if problems:
+    return source, rolled_back(source, plan, problems)
+  return new, plan
 
 
-def _split_magics(cell: str):
-  lines: list[str] = []
-  magics: list[str] = []
-  for line in cell.splitlines():
-    if _MAGIC.match(line):
-      indent = line[:len(line) - len(line.lstrip())]
-      lines.append(f'{indent}{_MAGIC_CALL}({len(magics)})')
-      magics.append(line.lstrip())
-    else:
-      lines.append(line)
-  return '\n'.join(lines), magics
+def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
+  """The plan of a module left as it was: no edit, each problem a
+  leftover (``self_check``) at the original line it concerns."""
+  lines = source.decode('utf-8', 'replace').splitlines()
+  leftovers = plan.leftovers + [_rewrite_plan.Leftover(
+      p.line, 'self_check', lines[p.line - 1].strip() if p.line <= len(
+          lines) else '', f'the rewrite of this file was rolled back: '
+      f'{p.reason}') for p in problems]
+  return plan._replace(edits=[], leftovers=sorted(set(leftovers)),
+                       imports=[], removed_imports=[])
 
 
-def migrate_notebook(raw: bytes, path: str, tier: str = 'exact'):
-  """``(new_notebook_bytes, plan)``: all code cells migrated as one module."""
-  notebook = json.loads(raw)
-  cells = [c for c in notebook.get('cells', []) if c.get('cell_type') ==
-           'code']
-  parts, magics = [], []
-  for index, cell in enumerate(cells):
-    text = ''.join(cell.get('source', []))
-    text, cell_magics = _split_magics(text)
-    magics.append(cell_magics)
-    parts.append(f'{_CELL}({index})\n{text}\n')
-  combined = ''.join(parts).encode('utf-8')
-  new, plan = migrate_source(combined, path, tier)
+def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
+                     reexports=None, chosen=None):
+  """``(new_notebook_bytes, plan)``: all code cells migrated as one module.
+
+  Only the source lines that change differ in the file's bytes
+  (``_notebook.Notebook.rewrite``); the plan's lines are the notebook
+  file's.
+  """
+  notebook = _notebook.Notebook(raw)
+  combined = notebook.module.encode('utf-8')
+  new, plan = migrate_source(combined, path, tier, reexports, chosen=chosen)
+  plan = plan._replace(**{
+      field: [item._replace(line=notebook.file_line(item.line))
+              for item in getattr(plan, field)]
+      for field in ('leftovers', 'notes')})
   if new == combined:
     return raw, plan
-  chunks = re.split(rf'^{_CELL}\((\d+)\)\n', new.decode('utf-8'),
-                    flags=re.MULTILINE)
-  prefix, bodies = chunks[0], dict(zip(chunks[1::2], chunks[2::2]))
-  for index, cell in enumerate(cells):
-    body = bodies[str(index)]
-    body = body[:-1] if body.endswith('\n') else body
-    if index == 0:
-      body = prefix + body
-    body = re.sub(rf'{_MAGIC_CALL}\((\d+)\)',
-                  lambda m, i=index: magics[i][int(m.group(1))], body)
-    old = ''.join(cell.get('source', []))
-    if body != old:
-      cell['source'] = body.splitlines(keepends=True)
-  # Jupyter's own layout (nbformat writes it so), so only the cells change.
-  text = json.dumps(notebook, indent=1, sort_keys=True,
-                    ensure_ascii=False) + '\n'
-  return text.encode('utf-8'), plan
+  return notebook.rewrite(new.decode('utf-8')), plan
 
 
 # ---------------------------------------------------------------------------
@@ -180,7 +178,7 @@ def _shown(path: str) -> str:
 def iter_sources(paths, exclude=()):
   """The .py files and notebooks under ``paths`` (``scan``'s walk and
   ``--exclude`` rules)."""
-  return scan.iter_python_files(paths, exclude, suffixes=('.py', '.ipynb'))
+  return scan.iter_python_files(paths, exclude, scan.SOURCE_SUFFIXES)
 
 
 def rate_set_elsewhere(project: scan.Project) -> bool:
@@ -189,8 +187,11 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
   definition for: they come from another module (ppo's ``models.py``
   creates, ``ppo_lib.py`` sets the rate)."""
   for shown, source, tree in project.parsed:
-    constructs = {f.construct for f in scan.scan_source(
-        source, shown, project.reexports, tree)}
+    try:
+      found = scan.scan_source(source, shown, project.reexports, tree)
+    except Exception:  # pylint: disable=broad-except
+      continue  # migrate_file reports the file
+    constructs = {f.construct for f in found}
     if 'apply_gradient_overrides' in constructs and not constructs & {
         'create', 'optimizer_def'}:
       return True
@@ -199,32 +200,137 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
 
 def migrate_file(path: str, tier: str = 'exact',
                  project: Optional[scan.Project] = None,
-                 rate_elsewhere: bool = False, blocked=()) -> FileResult:
+                 rate_elsewhere: bool = False, chosen=None,
+                 blocked=()) -> FileResult:
   """One file migrated in memory; ``project``: re-exports and the flows
   across modules to follow; ``rate_elsewhere``:
   ``rate_set_elsewhere(project)``; ``blocked``: see ``migrate_source``."""
   shown = _shown(path)
-  with open(path, 'rb') as f:
-    old = f.read()
+  try:
+    with open(path, 'rb') as f:
+      old = f.read()
+  except OSError as e:
+    return FileResult(shown, b'', b'', None, f'unreadable: {e}')
   try:
     if path.endswith('.ipynb'):
-      new, plan = migrate_notebook(old, shown, tier)
+      new, plan = migrate_notebook(
+          old, shown, tier, project.reexports if project else None, chosen)
     elif project is not None:
       new, plan = migrate_source(
           old, path.replace(os.sep, '/'), tier, project.reexports,
           project.exported.get(os.path.abspath(path), ()), rate_elsewhere,
-          project.model, blocked)
+          chosen, project.model, blocked)
     else:
-      new, plan = migrate_source(old, shown, tier)
+      new, plan = migrate_source(old, shown, tier, chosen=chosen)
   except SyntaxError as e:
     return FileResult(shown, old, old, None, f'syntax error line {e.lineno}: '
                       f'{e.msg}')
-  except (ValueError, UnicodeDecodeError, libcst.ParserSyntaxError) as e:
-    return FileResult(shown, old, old, None, f'{type(e).__name__}: {e}')
-  return FileResult(shown, old, new, plan, None)
+  except Exception as e:  # pylint: disable=broad-except
+    # Unreadable (NUL bytes, bad coding, not a notebook) or beyond the
+    # analysis (e.g. RecursionError): this file stays as it is, the others
+    # are still migrated.
+    return FileResult(shown, old, old, None, scan.failure(shown, e).message)
+  result = FileResult(shown, old, new, plan, None)
+  try:
+    return result._replace(left=left_in_output(
+        result, project.reexports if project else None))
+  except Exception as e:  # pylint: disable=broad-except
+    return FileResult(shown, old, old, None, 'not migrated: re-scanning the '
+                      f'result failed: {scan.failure(shown, e).message}')
 
 
-def migrate_paths(paths, tier: str = 'exact', exclude=()):
+# Imports: they stay while other usages or references in the file do.
+_KEPT_FOR_OTHERS = frozenset(('import', 'shim'))
+# Scan's construct -> the plan's, where they name one usage differently.
+_PLAN_CONSTRUCT = {'optimizer_def': 'algorithm', 'weight_norm': 'algorithm',
+                   'multi_optimizer': 'algorithm'}
+
+
+def _old_lines_of_new(old: bytes, new: bytes) -> dict:
+  """Line of ``new`` -> its line in ``old``, for the lines the rewrite kept."""
+  matcher = difflib.SequenceMatcher(
+      a=old.decode('utf-8', 'replace').splitlines(),
+      b=new.decode('utf-8', 'replace').splitlines(), autojunk=False)
+  kept = {}
+  for tag, i1, _, j1, j2 in matcher.get_opcodes():
+    if tag == 'equal':
+      kept.update({j + 1: i1 + (j - j1) + 1 for j in range(j1, j2)})
+  return kept
+
+
+def references(tree: ast.Module, reexports=None) -> list:
+  """``(line, dotted path)`` of every name or attribute chain that resolves
+  into flax.optim (``legacy_optim`` included), outermost chains only."""
+  names = _names.ModuleNames(tree, reexports)
+  inner = {id(n.value) for n in ast.walk(tree)
+           if isinstance(n, ast.Attribute)}
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in inner:
+      path = names.resolve(node)
+      if path and (path == 'flax.optim' or path.startswith('flax.optim.')):
+        found.append((node.lineno, path))
+  return sorted(found)
+
+
+def left_in_output(result: FileResult, reexports=None) -> tuple:
+  """Every flax.optim usage (scan's findings) and reference left in
+  ``result.new``, as ``Leftover``s at their lines there, each with the
+  plan's reason for leaving it (or why no rule covered it). What the
+  report and the summary count: what is left, not what was attempted."""
+  notebook = None
+  module = result.new
+  if result.path.endswith('.ipynb'):
+    notebook = _notebook.Notebook(result.new)
+    module = notebook.module.encode('utf-8')
+  tree = ast.parse(module, filename=result.path)
+  # (line in the module, construct, what to do by hand)
+  # What a scan of the output reports: lines kept by a noqa are not left.
+  found = [(f.line, f.construct, f'by hand: {f.replacement}')
+           for f in scan.scan_file(module, result.path, tree, reexports)[0]
+           if f.rule != _codes.UNUSED_NOQA]
+  # A line with a noqa mark keeps its references too (the mark held them).
+  covered = {line for line, _, _ in found} | set(_noqa.suppressions(module))
+  for line, path in references(tree, reexports):
+    if line not in covered:
+      covered.add(line)
+      found.append((line, 'reference', f'{path} is still named here'))
+  module_lines = module.decode('utf-8', 'replace').splitlines()
+  # (line in the file, construct, what to do by hand, the source line)
+  items = [(notebook.file_line(line) if notebook else line, construct,
+            fallback, module_lines[line - 1].strip())
+           for line, construct, fallback in found]
+  plan = result.plan
+  planned = plan.leftovers if plan else []
+  rolled_back = [l for l in planned if l.construct == 'self_check']
+  flow_left = any(l.construct in _rewrite_plan.FLOW_CONSTRUCTS
+                  for l in planned) or rolled_back
+  old_line = _old_lines_of_new(result.old, result.new)
+  noted = {(n.line, n.construct) for n in (plan.notes if plan else [])}
+  if not flow_left:
+    # The flow moved to TrainState: a checkpoint the plan noted now saves
+    # one (the report's notes say so), whatever its variable's name.
+    items = [i for i in items if (old_line.get(i[0]), i[1]) not in noted]
+  kept_for_others = any(i[1] not in _KEPT_FOR_OTHERS for i in items)
+  left = []
+  for line, construct, fallback, code in sorted(set(items)):
+    here = [l for l in planned if l.line == old_line.get(line)]
+    same = [l for l in here if l.construct in (
+        construct, _PLAN_CONSTRUCT.get(construct))]
+    if same or here:
+      reason = (same or here)[0].reason
+    elif rolled_back:
+      reason = 'left as it was: the rewrite of this file was rolled back'
+    elif construct in _KEPT_FOR_OTHERS and kept_for_others:
+      reason = ('kept: the usages and references of flax.optim left in '
+                'this file (the other entries) still need it')
+    else:
+      reason = f'not rewritten; {fallback}'
+    left.append(_rewrite_plan.Leftover(line, construct, code, reason))
+  return tuple(sorted(left + rolled_back))  # rolled back: new is old
+
+
+def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   """``(sources, results)``: every file under ``paths`` migrated in memory
   as one project (re-exports, per-step rates and definitions made in one
   module and created in another followed across modules).
@@ -238,13 +344,14 @@ def migrate_paths(paths, tier: str = 'exact', exclude=()):
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)
-  results = {p: migrate_file(p, tier, project, rate_elsewhere)
+  results = {p: migrate_file(p, tier, project, rate_elsewhere, chosen)
              for p in sources}
   key_of = {p.replace(os.sep, '/'): p for p in sources}
   for path, blocked in _project.roll_back(
-      project.model.links, lambda key: _result_plan(results, key_of, key)):
+      project.model.links if project.model else [],
+      lambda key: _result_plan(results, key_of, key)):
     results[key_of[path]] = migrate_file(key_of[path], tier, project,
-                                         rate_elsewhere, blocked)
+                                         rate_elsewhere, chosen, blocked)
   return sources, [results[p] for p in sources]
 
 
@@ -266,8 +373,11 @@ def find_pins(paths) -> list:
         if not any(fnmatch.fnmatch(name, p) for p in _PIN_FILES):
           continue
         path = os.path.join(dirpath, name)
-        with open(path, 'rb') as f:
-          text = f.read().decode('utf-8', 'replace')
+        try:
+          with open(path, 'rb') as f:
+            text = f.read().decode('utf-8', 'replace')
+        except OSError:
+          continue  # unreadable: no pin to report, never the run's end
         for lineno, line in enumerate(text.splitlines(), 1):
           if _PIN.search(line.split('#')[0]):
             pins.append(Pin(_shown(path), lineno, line.strip()))
@@ -309,22 +419,7 @@ def dirty_files(paths) -> tuple[list, list]:
   return outside, dirty
 
 
-def _write_in_place(path: str, data: bytes) -> None:
-  """Replaces ``path``'s content atomically (the old file is never lost)."""
-  mode = os.stat(path).st_mode
-  fd, temp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.',
-                              dir=os.path.dirname(os.path.abspath(path)))
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.chmod(temp, mode)
-    os.replace(temp, path)
-  except BaseException:
-    if os.path.exists(temp):
-      os.unlink(temp)
-    raise
+_write_in_place = _atomic.rewrite_in_place
 
 
 def _out_layout(paths) -> dict:
@@ -400,26 +495,29 @@ def _changed_lines(result: FileResult):
 
 def format_report(results, pins, tier: str) -> str:
   lines = [f'# flax-optim-compat migrate report (tier: {tier})', '']
-  left = sum(len(r.plan.leftovers) for r in results if r.plan)
+  left = sum(l.construct != 'self_check' for r in results for l in r.left)
   changed = sum(r.new != r.old for r in results)
+  failed = sum(bool(r.error) for r in results)
   lines += [f'{len(results)} file(s) read, {changed} rewritten, {left} '
-            'usage(s) left.', '']
+            'flax.optim usage(s) and reference(s) left in the output'
+            + (f', {failed} file(s) not migrated' if failed else '') + '.',
+            '']
   for result in results:
     plan = result.plan
     if result.error:
       lines += [f'## {result.path}', '', f'Not migrated: {result.error}', '']
       continue
-    if result.new == result.old and not (plan.leftovers or plan.notes):
+    if result.new == result.old and not (result.left or plan.notes):
       continue
     lines += [f'## {result.path}', '']
     for line, old, new in _changed_lines(result):
       lines.append(f'- line {line}:')
       lines += [f'  - old: `{o.strip()}`' for o in old if o.strip()]
       lines += [f'  - new: `{n.strip()}`' for n in new if n.strip()]
-    if plan.leftovers:
-      lines += ['', 'Left unchanged:', '']
+    if result.left:
+      lines += ['', 'Left in the output (lines of the migrated file):', '']
       lines += [f'- line {l.line} ({l.construct}): `{l.code}`: {l.reason}'
-                for l in plan.leftovers]
+                for l in result.left]
     if plan.notes:
       lines += ['', 'Notes:', '']
       lines += [f'- line {n.line} ({n.construct}): `{n.code}`: {n.reason}'
@@ -442,7 +540,7 @@ def format_summary(results, pins) -> str:
       continue
     if r.new != r.old:
       out.append(f'{r.path}: {len(r.plan.edits)} rewrite(s)')
-    for left in r.plan.leftovers:
+    for left in r.left:
       out.append(f'{r.path}:{left.line}: left ({left.construct}): '
                  f'{left.reason}')
   out += [f'{p.path}:{p.line}: pin kept for flax.optim: {p.text}'
@@ -454,10 +552,17 @@ def format_summary(results, pins) -> str:
 # Command line.
 
 
+MIGRATE_EXIT = """
+exit status: 0 nothing left to change, 1 usages remain (or --diff has
+changes), 2 bad arguments or configuration, or a refused write."""
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
       prog='flax-optim-compat migrate',
-      description='Rewrite flax.optim code to Optax/TrainState code.')
+      description='Rewrite flax.optim code to Optax/TrainState code.',
+      epilog=scan.EPILOG + MIGRATE_EXIT,
+      formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('paths', nargs='+', metavar='PATH')
   mode = parser.add_mutually_exclusive_group()
   mode.add_argument('--diff', action='store_true',
@@ -467,26 +572,29 @@ def main(argv=None) -> int:
   mode.add_argument('--out', metavar='DIR',
                     help='write a rewritten copy of the tree into DIR')
   parser.add_argument(
-      '--tier', choices=('exact', 'stock'), default='exact',
+      '--tier', choices=_config.TIERS, default=None,
       help='exact (default): bit-identical training (stock Optax where it '
       'is exact, else flax_optim_rules); stock: the nearest stock Optax '
       'alias, each line annotated with its measured deviation')
   parser.add_argument('--report', metavar='FILE',
                       help='write a Markdown report to FILE')
-  parser.add_argument('--exclude', action='append', default=[],
-                      metavar='NAME_OR_GLOB',
-                      help='skip files and directories whose name or path '
-                      'matches, as scan --exclude does (repeatable)')
+  scan.add_selection_arguments(parser)
   args, exit_code = scan.parse_command_line(parser, argv)
   if args is None:
     return exit_code
+  try:
+    config, chosen, exclude = scan.configure(args)
+  except ValueError as e:
+    print(f'migrate: {e}', file=sys.stderr)
+    return EXIT_USAGE
+  tier = args.tier or config.tier or 'exact'
   if args.out:
     try:  # before any work: the destination is the user's to pick again
       check_out(args.paths, args.out)
     except (ValueError, FileExistsError) as e:
       print(f'refusing --out: {e}', file=sys.stderr)
       return EXIT_USAGE
-  sources, results = migrate_paths(args.paths, args.tier, args.exclude)
+  sources, results = migrate_paths(args.paths, tier, exclude, chosen)
   pins = find_pins(args.paths)
   to_change = [(p, r) for p, r in zip(sources, results) if r.new != r.old]
   if args.write and to_change:
@@ -514,8 +622,7 @@ def main(argv=None) -> int:
     print(format_summary(results, pins) or 'nothing to migrate')
   if args.report:
     with open(args.report, 'w', encoding='utf-8') as f:
-      f.write(format_report(results, pins, args.tier))
-  left = any(r.error or (r.plan is not None and r.plan.leftovers)
-             for r in results)
+      f.write(format_report(results, pins, tier))
+  left = any(r.error or r.left for r in results)
   pending = bool(to_change) and not (args.write or args.out)
   return EXIT_LEFT if left or pending else EXIT_CLEAN

@@ -23,32 +23,61 @@ functions that return an OptimizerDef (``make_def(lr).create(params)``);
 where only a name suggests an optimizer (``optimizer``, ``opt``), the
 finding's confidence is ``likely`` instead of ``certain``.
 
-Output (stable order: path, line, column, construct): a table, or with
-``--format json`` one object::
+Each kind of finding has a stable code (``FOC108``; ``--list-codes``,
+``_codes``): ``--select``/``--ignore`` take codes and prefixes, a line
+ending in ``# noqa: FOC108`` (or a bare ``# noqa``) is not reported
+(``_noqa``), ``--add-noqa`` marks every current finding, and
+``[tool.flax-optim-compat]`` in ``pyproject.toml`` holds the defaults
+(``_config``).
+
+Output (stable order: path, line, column, construct): a table
+(``--format text``), ``github`` workflow commands or SARIF 2.1.0
+(``_formats``), or with ``--format json`` one object::
 
   {"version": 1,
    "files_scanned": int,
    "findings": [{"path": str, "line": int, "column": int,
-                 "construct": str, "code": str, "replacement": str,
-                 "guide_section": str, "confidence": "certain" | "likely"}],
+                 "construct": str, "code": str (the source line),
+                 "replacement": str, "guide_section": str,
+                 "confidence": "certain" | "likely",
+                 "rule": str (the stable code, FOC108)}],
    "errors": [{"path": str, "line": int | null, "message": str}],
    "summary": {construct: count}}
 
-Exit status: 0 no usage found, 1 usages remain, 2 bad arguments, 3 no usage
-found but some files could not be parsed (they are listed, never fatal).
+Jupyter notebooks (``.ipynb``) are scanned as ``migrate`` reads them: their
+code cells as one module (IPython magics skipped); a finding's line is the
+notebook file's line holding that source line.
+
+Exit status: 0 no usage found (after selection and ``# noqa``), 1 usages
+remain, 2 bad arguments or configuration, 3 no usage found but some files
+could not be read, parsed or analysed (each is listed with the reason; one
+file never stops the scan of the others).
 """
 
 import argparse
 import ast
+import concurrent.futures
+import contextlib
 import fnmatch
+import functools
+import gc
 import json
+import multiprocessing
 import os
+import re
 import sys
 from typing import Iterable, NamedTuple, Optional
 
+from compat import _atomic
 from compat import _lazy
+from compat.codemod import _codes
+from compat.codemod import _config
 from compat.codemod import _flow
+from compat.codemod import _formats
 from compat.codemod import _names
+from compat.codemod import _noqa
+from compat.codemod import _notebook
+from compat.codemod import _prefilter
 from compat.codemod import _project
 from compat.codemod import _removals
 
@@ -67,7 +96,9 @@ _CHECKPOINT_FUNCS = {
     'flax.serialization.to_bytes': ('target', 0),
     'flax.serialization.from_bytes': ('target', 0),
 }
+_TRIGGERS = _prefilter.triggers(_CHECKPOINT_FUNCS)
 EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_UNPARSEABLE = 0, 1, 2, 3
+FORMATS = ('text', 'table', 'json', 'github', 'sarif')
 
 
 class Finding(NamedTuple):
@@ -79,6 +110,7 @@ class Finding(NamedTuple):
   replacement: str
   guide_section: str
   confidence: str = 'certain'
+  rule: str = ''  # the stable code (FOC108: _codes.CODES)
 
 
 class ScanError(NamedTuple):
@@ -98,14 +130,22 @@ class ScanResult(NamedTuple):
 
 
 def _algorithm_replacement(name: str, call: ast.Call) -> str:
+  """What ``migrate`` writes for the definition (the catalogue's
+  ``migrate_call``), then the nearest stock alias ``--tier stock`` writes."""
+  signature = _names.legacy_signatures()[name]
+  given = {p: ast.unparse(a) for (p, _), a in zip(signature, call.args)
+           if not isinstance(a, ast.Starred)}
+  given.update({k.arg: ast.unparse(k.value) for k in call.keywords if k.arg})
+  exact = rep.migrate_call(name, {p: given[p] for p, _ in signature
+                                  if p in given}, dict(signature))
+  text = f'{exact} (what migrate writes: same numbers as flax 0.5.3)'
   values = _names.bind_arguments(name, call)
   stock = rep.stock_optax(name, values, render=lambda v: 'None' if v is None
                           else v)
-  faithful = f'{ast.unparse(call)}.to_optax()'
   if not stock.expression:
-    return f'{faithful} (same numbers)'
-  text = (f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]; '
-          f'same numbers: {faithful}')
+    return text
+  text += (f'; nearest stock Optax (migrate --tier stock): '
+           f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]')
   return text + (f'; note: {stock.note}' if stock.note else '')
 
 
@@ -119,23 +159,56 @@ _ANNOTATIONS = {
 }
 
 
+# Nodes without children that no visit_ method handles.
+_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
+           ast.unaryop, ast.Constant)
+_DISPATCH: dict = {}  # node class -> the _Visitor method that visits it
+
+
 class _Visitor(ast.NodeVisitor):
   """Reports legacy constructs of one parsed file."""
 
   def __init__(self, path: str, module: _names.ModuleNames, lines: list):
     self.path, self.module, self.lines = path, module, lines
-    self.flow = _flow.OptimizerFlow(module.tree, module)
     self.findings: list[Finding] = []
 
+  # NodeVisitor's own visit/generic_visit look the method up by name on
+  # every node and descend into contexts and operators too; scanning is
+  # bounded by parsing, so these dispatch through a per-class table and skip
+  # the nodes that have no children and no visit_ method (same order).
+  def visit(self, node):
+    method = _DISPATCH.get(type(node))
+    if method is None:
+      method = _DISPATCH[type(node)] = getattr(
+          type(self), 'visit_' + type(node).__name__, _Visitor.generic_visit)
+    method(self, node)
+
+  def generic_visit(self, node):
+    for field in node._fields:
+      value = getattr(node, field, None)
+      if type(value) is list:
+        for item in value:
+          if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
+            self.visit(item)
+      elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
+        self.visit(value)
+
+  @functools.cached_property
+  def flow(self) -> _flow.OptimizerFlow:
+    """The module's proven optimizer flow: built on the first method call
+    that needs it (most modules have none, and it is the costly part)."""
+    return _flow.OptimizerFlow(self.module.tree, self.module)
+
   def add(self, node, construct, replacement=None, section=None,
-          confidence='certain'):
+          confidence='certain', removed=None):
     fixed_text, fixed_section = _FIXED.get(construct, ('', ''))
     line = self.lines[node.lineno - 1].strip() if node.lineno <= len(
         self.lines) else ''
     self.findings.append(Finding(
         self.path, node.lineno, node.col_offset + 1, construct,
         line if len(line) <= 100 else line[:97] + '...',
-        replacement or fixed_text, section or fixed_section, confidence))
+        replacement or fixed_text, section or fixed_section, confidence,
+        _codes.code_of(construct, removed)))
 
   # -- imports
   def visit_Import(self, node):
@@ -147,7 +220,7 @@ class _Visitor(ast.NodeVisitor):
     removal = _removals.match(node, self.module)
     if removal is not None:
       self.add(node, removal.construct, removal.replacement,
-               rep.SECTION_FIND)
+               rep.SECTION_FIND, removed=removal.old)
 
   def visit_Assign(self, node):
     self._check_removal(node)
@@ -319,6 +392,38 @@ def module_names(tree, path, reexports=None, model=None):
   return model.module_names(path, tree)
 
 
+# A module can name flax.optim only through an import of ``flax.optim``,
+# ``legacy_optim`` or ``from flax import optim`` (the word ``optim``), or
+# through a name another scanned module re-exports (its own word).
+_FLAX_OPTIM_WORD = re.compile(r'\boptim\b|legacy_optim')
+
+
+def _mentions_optim(text: str) -> bool:
+  return 'optim' in text and bool(_FLAX_OPTIM_WORD.search(text))
+
+
+def _may_name_flax_optim(text: str, reexports) -> bool:
+  """False only when nothing in ``text`` can resolve to flax.optim: then
+  ``ModuleNames``' classes and assignments (all rooted in a legacy class)
+  are provably empty and are not collected."""
+  return _mentions_optim(text) or any(
+      word in text for word in _reexported_words(reexports or {}))
+
+
+# The table _reexported_words last read, its size and its words: a scan
+# reads one table for every module.
+_WORDS_OF: list = [None, 0, frozenset()]
+
+
+def _reexported_words(reexports: dict) -> frozenset:
+  """The local names of re-export keys (``optimizers`` of
+  ``mylib.optimizers``): what a module that uses one must spell."""
+  if _WORDS_OF[0] is not reexports or _WORDS_OF[1] != len(reexports):
+    _WORDS_OF[:] = [reexports, len(reexports),
+                    frozenset(key.rpartition('.')[2] for key in reexports)]
+  return _WORDS_OF[2]
+
+
 def scan_source(source, path: str = '<string>', reexports=None,
                 tree: Optional[ast.Module] = None, model=None) -> list:
   """Findings of one file's source (str or bytes). Raises SyntaxError.
@@ -331,8 +436,16 @@ def scan_source(source, path: str = '<string>', reexports=None,
     tree = ast.parse(source, filename=path)
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
-  visitor = _Visitor(path, module_names(tree, path, reexports, model),
-                     text.splitlines())
+  # A module the project's model read names a factory of another module
+  # (``cfg.create_optimizer_def().create(p)``): analysed in full.
+  read_by_model = model is not None and path in model.names
+  may_name_flax_optim = read_by_model or _may_name_flax_optim(text,
+                                                              reexports)
+  if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
+    return []  # none of the words any finding needs
+  names = (module_names(tree, path, reexports, model) if may_name_flax_optim
+           else _names.ModuleNames(tree, reexports, collect=False))
+  visitor = _Visitor(path, names, text.splitlines())
   visitor.visit(tree)
   return sorted(set(visitor.findings))
 
@@ -373,8 +486,10 @@ def iter_python_files(paths: Iterable[str], exclude=(),
 
 
 class Project(NamedTuple):
-  """Every .py file under the scanned paths, read once."""
-  parsed: list  # [(shown path, source bytes, ast.Module)]
+  """Every .py file and notebook under the scanned paths, read once."""
+  # [(shown path, source bytes, ast.Module)]; a notebook's source is its
+  # code cells as one module (``_notebook.Notebook.module``).
+  parsed: list
   errors: list  # [ScanError]
   # 'mylib.optimizers' -> 'flax.optim': names scanned modules bind to
   # flax.optim, by every dotted name they may be imported by (a name two
@@ -383,65 +498,328 @@ class Project(NamedTuple):
   # absolute path -> its local names that other scanned modules reach
   # through ``reexports`` (``optimizers`` for mylib/__init__.py).
   exported: dict
-  # The definition factories, fields and links across modules.
-  model: _project.Model
+  # shown path -> its ``_notebook.Notebook``, for each notebook in ``parsed``.
+  notebooks: dict = {}
+  # The definition factories, fields and links across modules (None: the
+  # analysis across modules failed; each file is scanned on its own).
+  model: Optional[_project.Model] = None
+
+
+SOURCE_SUFFIXES = ('.py', '.ipynb')
+# The path of an error in the analysis across modules (no one file's).
+ACROSS_MODULES = '<names re-exported across modules>'
+
+
+def failure(path: str, error: BaseException) -> ScanError:
+  """A file that could not be read, parsed or analysed, and why."""
+  if isinstance(error, SyntaxError):
+    return ScanError(path, error.lineno, f'syntax error: {error.msg}')
+  if isinstance(error, (OSError, ValueError)):  # NUL bytes, bad coding, JSON
+    return ScanError(path, None, f'unreadable: {type(error).__name__}: '
+                     f'{error}')
+  # The analysis itself failed (e.g. RecursionError on code it cannot
+  # follow): the file is skipped, the rest is still scanned.
+  message = str(error).splitlines()[0] if str(error) else ''
+  return ScanError(path, None, f'analysis failed, file skipped: '
+                   f'{type(error).__name__}: {message}')
+
+
+def read_source(path: str, shown: str):
+  """``(source bytes, ast.Module, Notebook or None)`` of a .py file or a
+  notebook (its code cells as one module). Raises ``OSError``,
+  ``ValueError``, ``SyntaxError`` (see ``failure``)."""
+  with open(path, 'rb') as f:
+    raw = f.read()
+  notebook = None
+  if path.endswith('.ipynb'):
+    notebook = _notebook.Notebook(raw)
+    raw = notebook.module.encode('utf-8')
+  return raw, ast.parse(raw, filename=shown), notebook
 
 
 def parse_project(paths: Iterable[str], exclude=()) -> Project:
-  """Reads and parses every .py file under ``paths`` (see ``Project``)."""
+  """Reads and parses every .py file and notebook under ``paths`` (see
+  ``Project``); a file that fails is an error, never the run's end."""
   parsed: list[tuple[str, bytes, ast.Module]] = []
   errors: list[ScanError] = []
+  notebooks: dict[str, _notebook.Notebook] = {}
   by_module: dict[str, ast.Module] = {}
   ambiguous: set[str] = set()
   module_paths: dict[str, str] = {}
   dotted_of: dict[str, list] = {}  # shown path -> its dotted names
   for root in paths:
-    for path in iter_python_files([root], exclude):
+    for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
       shown = path.replace(os.sep, '/')
       try:
-        with open(path, 'rb') as f:
-          source = f.read()
-        tree = ast.parse(source, filename=shown)
-      except SyntaxError as e:
-        errors.append(ScanError(shown, e.lineno, f'syntax error: {e.msg}'))
-        continue
-      except (OSError, ValueError) as e:  # unreadable, NUL bytes, bad coding
-        errors.append(ScanError(shown, None, f'{type(e).__name__}: {e}'))
+        source, tree, notebook = read_source(path, shown)
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
         continue
       parsed.append((shown, source, tree))
+      if notebook is not None:
+        notebooks[shown] = notebook
+        continue  # not importable: a consumer only
+      absolute = os.path.abspath(path)
       dotted_of[shown] = _names.module_names(path, root)
       for name in dotted_of[shown]:
         if name in by_module and by_module[name] is not tree:
           ambiguous.add(name)
         by_module[name] = tree
-        module_paths[name] = os.path.abspath(path)
-  modules = {k: v for k, v in by_module.items() if k not in ambiguous}
-  reexports = _names.project_reexports(modules)
+        module_paths[name] = absolute
+  trees = {module_paths[k]: v for k, v in by_module.items()}
+  sources = {id(tree): source for _, source, tree in parsed}
+  try:
+    reexports = _reexports(
+        {k: module_paths[k] for k in by_module if k not in ambiguous},
+        lambda path: sources[id(trees[path])], trees.get)
+  except Exception as e:  # pylint: disable=broad-except
+    # Each file is still scanned on its own; none follows another's names.
+    errors.append(failure(ACROSS_MODULES, e))
+    reexports = {}
   exported: dict[str, set[str]] = {}
-  for _, _, tree in parsed:
-    for dotted in _names.used_reexports(tree, reexports):
+  for shown, source, tree in parsed:
+    if not _may_name_flax_optim(source.decode('utf-8', 'replace'),
+                                reexports):
+      continue  # resolves nothing to flax.optim, so no re-export either
+    try:
+      used = _names.used_reexports(tree, reexports)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(failure(shown, e))
+      continue
+    for dotted in used:
       module, _, local = dotted.rpartition('.')
       exported.setdefault(module_paths[module], set()).add(local)
   unique = {shown: [n for n in names if n not in ambiguous]
             for shown, names in dotted_of.items()}
-  model = _project.Model(parsed, unique, reexports)
-  return Project(parsed, errors, reexports, exported, model)
+  try:
+    model = _project.Model(parsed, unique, reexports)
+  except Exception as e:  # pylint: disable=broad-except
+    # Each file is still scanned and migrated on its own.
+    errors.append(failure(ACROSS_MODULES, e))
+    model = None
+  return Project(parsed, errors, reexports, exported, notebooks, model)
 
 
-def scan_paths(paths: Iterable[str], exclude=()) -> ScanResult:
-  """Scans files and directories; unparseable files become ``errors``.
+def in_file_lines(findings: list, notebook) -> list:
+  """A notebook's findings at the notebook file's lines (``file_line``)."""
+  if notebook is None:
+    return findings
+  return [f._replace(line=notebook.file_line(f.line)) for f in findings]
+
+
+def unused_noqa(path: str, lines: list):
+  """``_noqa.apply``'s finding for a ``# noqa`` code that keeps nothing."""
+  def finding(mark, code):
+    line = lines[mark.line - 1].strip() if mark.line <= len(lines) else ''
+    known = '' if code in _codes.BY_CODE else ' (no such code)'
+    return Finding(path, mark.line, mark.column, 'unused_noqa',
+                   line if len(line) <= 100 else line[:97] + '...',
+                   f'remove {code}{known} from the # noqa comment: nothing '
+                   'on this line has that code', rep.SECTION_FIND, 'certain',
+                   _codes.UNUSED_NOQA)
+  return finding
+
+
+def scan_file(source: bytes, shown: str, tree, reexports,
+              chosen=None, model=None) -> tuple:
+  """``(reported, suppressed)`` findings of one parsed file: only codes in
+  ``chosen`` (default all), ``# noqa`` lines kept out of ``reported``;
+  ``model``: the project's (``parse_project``), None in a ``-j`` worker."""
+  findings = scan_source(source, shown, reexports, tree, model)
+  marks = _noqa.suppressions(source)
+  lines = source.decode('utf-8', 'replace').splitlines() if marks else []
+  return _noqa.apply(findings, marks, set(_codes.BY_CODE) if chosen is None
+                     else chosen, unused_noqa(shown, lines))
+
+
+def _reexports(modules: dict, source_of, tree_of) -> dict:
+  """``_names.project_reexports`` of the project's modules (``modules``:
+  dotted name -> path; ``source_of(path)``: its bytes; ``tree_of(path)``:
+  its ``ast.Module``, None if it does not parse), computed over the modules
+  that can bind a name to flax.optim: those whose source has the word
+  ``optim`` or the name of a re-export found so far (a chain ``from mylib
+  import optimizers as o`` names it), repeated until no new name appears.
+  The others cannot add an entry, so the table is the same, without
+  parsing them (``-j``) or walking every module once per round."""
+  words: set[str] = set()
+  texts = {path: source_of(path).decode('utf-8', 'replace')
+           for path in set(modules.values())}
+  rooted = {path for path, text in texts.items() if _mentions_optim(text)}
+  while True:
+    candidates = {name: tree_of(path) for name, path in modules.items()
+                  if path in rooted or any(w in texts[path] for w in words)}
+    table = _names.project_reexports(
+        {name: tree for name, tree in candidates.items() if tree is not None})
+    found = {key.rpartition('.')[2] for key in table}
+    if found <= words:
+      return table
+    words |= found
+
+
+# Files per worker process below which ``-j`` scans in this process (a pool
+# costs more to start than a few files take to scan).
+_FILES_PER_JOB = 32
+
+
+@contextlib.contextmanager
+def _without_cycle_collection():
+  """Pauses the cyclic garbage collector. Parsing a tree allocates a node
+  per token and ``parse_project`` keeps every tree: each collection then
+  walks all of them again, which doubled a scan's time. Syntax trees hold
+  no cycles (freed by reference counting as usual); whatever else has one
+  is collected once the scan is over."""
+  enabled = gc.isenabled()
+  gc.disable()
+  try:
+    yield
+  finally:
+    if enabled:
+      gc.enable()
+
+
+def _scan_chunk(task) -> tuple:
+  """A worker's share of ``scan_paths(..., jobs)``: ``(findings, errors,
+  parsed count)`` of the files ``task`` names."""
+  files, reexports, chosen = task
+  findings, errors, parsed, unread = [], [], 0, 0
+  with _without_cycle_collection():
+    for path, shown in files:
+      try:
+        source, tree, _ = read_source(path, shown)
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
+        unread += 1
+        continue
+      parsed += 1
+      try:
+        findings += scan_file(source, shown, tree, reexports, chosen)[0]
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
+  return findings, errors, parsed, unread
+
+
+def _scan_parallel(files: list, jobs: int, chosen) -> ScanResult:
+  """``scan_paths`` over ``files`` (``[(root, path)]``) in ``jobs``
+  processes: the re-export table first (here, parsing only the modules
+  that can take part), then each process reads, parses and scans its
+  contiguous share. Same findings, same order as one process."""
+  shown = [path.replace(os.sep, '/') for _, path in files]
+  sources: dict[str, Optional[bytes]] = {}
+  trees: dict[str, Optional[ast.Module]] = {}
+
+  def source_of(path):
+    if path not in sources:
+      sources[path] = _read_bytes(path)
+    return sources[path] or b''
+
+  def tree_of(path):
+    if path not in trees:
+      try:
+        sources[path], trees[path], _ = read_source(path, path)
+      except Exception:  # pylint: disable=broad-except
+        trees[path] = None  # the worker reports it
+    return trees[path]
+
+  paths_of: dict[str, list] = {}
+  for root, path in files:
+    for name in _names.module_names(path, root):
+      paths_of.setdefault(name, []).append(path)
+  modules = {}
+  for name, paths in paths_of.items():
+    # As parse_project: files that do not parse name no module; a name
+    # two parsed files share names neither.
+    parsed = paths if len(paths) == 1 else [
+        p for p in paths if tree_of(p) is not None]
+    if len(parsed) == 1:
+      modules[name] = parsed[0]
+  errors = []
+  with _without_cycle_collection():
+    try:
+      reexports = _reexports(modules, source_of, tree_of)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(failure(ACROSS_MODULES, e))
+      reexports = {}
+    trees.clear()  # the trees go before the collector comes back
+  size = -(-len(files) // (jobs * 4))  # a few shares per process
+  tasks = [(list(zip([p for _, p in files[i:i + size]],
+                     shown[i:i + size])), reexports, chosen)
+           for i in range(0, len(files), size)]
+  findings, parsed_count, unread = [], 0, 0
+  with concurrent.futures.ProcessPoolExecutor(jobs, _worker_start()) as pool:
+    for share in pool.map(_scan_chunk, tasks):
+      findings += share[0]
+      errors += share[1]
+      parsed_count += share[2]
+      unread += share[3]
+  return ScanResult(parsed_count + unread, sorted(findings),
+                    sorted(errors, key=lambda e: (e.path, e.line or 0)))
+
+
+def _worker_start():
+  """How workers start: forked (the command line's process holds no
+  threads), or from a fresh server process where jax is loaded (its
+  threads make a fork unsafe: scan_paths called from a JAX program)."""
+  if 'jax' in sys.modules and (
+      'forkserver' in multiprocessing.get_all_start_methods()):
+    return multiprocessing.get_context('forkserver')
+  return None
+
+
+def _read_bytes(path: str) -> Optional[bytes]:
+  try:
+    with open(path, 'rb') as f:
+      return f.read()
+  except OSError:
+    return None
+
+
+def default_jobs() -> int:
+  """Every core this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not on Linux
+    return os.cpu_count() or 1
+
+
+def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
+               jobs: int = 1) -> ScanResult:
+  """Scans files and directories (``.py`` and notebooks); a file that
+  cannot be read, parsed or analysed becomes an ``errors`` entry naming
+  why, and the rest is scanned.
 
   One project: a name a scanned module re-exports from flax.optim
   (``from flax import optim as optimizers`` in mylib) is followed into the
-  modules that import it (``from mylib import optimizers``).
+  modules that import it (``from mylib import optimizers``). ``chosen``:
+  the codes to report (``_codes.selected``; default all); findings on a
+  line marked ``# noqa`` are not reported. ``jobs``: processes to spread
+  the files over (the result is the same; small trees are scanned in this
+  process).
   """
-  project = parse_project(list(paths), exclude)
-  findings = []
-  for shown, source, tree in project.parsed:
-    findings += scan_source(source, shown, project.reexports, tree,
-                            project.model)
-  return ScanResult(len(project.parsed) + len(project.errors),
-                    sorted(findings), sorted(project.errors))
+  paths = list(paths)
+  if jobs > 1:
+    files = [(root, path) for root in paths
+             for path in iter_python_files([root], exclude, SOURCE_SUFFIXES)]
+    jobs = min(jobs, len(files) // _FILES_PER_JOB)
+    # Notebooks are mapped back to their cells here: scanned in-process.
+    if jobs > 1 and not any(p.endswith('.ipynb') for _, p in files):
+      return _scan_parallel(files, jobs, chosen)
+  with _without_cycle_collection():
+    project = parse_project(paths, exclude)
+    findings, errors = [], list(project.errors)
+    for shown, source, tree in project.parsed:
+      try:
+        found = scan_file(source, shown, tree, project.reexports, chosen,
+                          project.model)[0]
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(shown, e))
+        continue
+      findings += in_file_lines(found, project.notebooks.get(shown))
+    unread = {e.path for e in project.errors} - {
+        shown for shown, _, _ in project.parsed} - {ACROSS_MODULES}
+    files_scanned = len(project.parsed) + len(unread)
+    del project  # the trees go before the collector comes back
+  return ScanResult(files_scanned, sorted(findings),
+                    sorted(errors, key=lambda e: (e.path, e.line or 0)))
 
 
 # ---------------------------------------------------------------------------
@@ -462,22 +840,23 @@ def to_json(result: ScanResult) -> dict:
 
 
 def format_table(result: ScanResult) -> str:
-  rows = [('location', 'construct', 'replacement', 'guide section')]
-  rows += [(f'{f.path}:{f.line}',
+  rows = [('location', 'code', 'construct', 'replacement', 'guide section')]
+  rows += [(f'{f.path}:{f.line}', f.rule,
             f.construct + ('?' if f.confidence == 'likely' else ''),
             f.replacement, f.guide_section) for f in result.findings]
   w0 = max(len(r[0]) for r in rows)
-  w1 = max(len(r[1]) for r in rows)
-  lines = [f'{r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}  [{r[3]}]'
+  w2 = max(len(r[2]) for r in rows)
+  lines = [f'{r[0]:<{w0}}  {r[1]:<6}  {r[2]:<{w2}}  {r[3]}  [{r[4]}]'
            for r in rows] if result.findings else []
-  lines += [f'{e.path}:{e.line or "?"}  unparseable: {e.message}'
+  lines += [f'{e.path}:{e.line or "?"}  not scanned: {e.message}'
             for e in result.errors]
   likely = sum(f.confidence == 'likely' for f in result.findings)
   lines.append(
       f'{len(result.findings)} flax.optim usage(s) in {result.files_scanned} '
       f'file(s) scanned' + (f' ({likely} marked ? are likely, judged by '
                             'names)' if likely else '') +
-      (f'; {len(result.errors)} file(s) could not be parsed'
+      (f'; {len(result.errors)} file(s) could not be read, parsed or '
+       'analysed (listed above)'
        if result.errors else '') + f'. See {rep.GUIDE}.')
   return '\n'.join(lines)
 
@@ -496,24 +875,136 @@ def parse_command_line(parser: argparse.ArgumentParser, argv):
   return args, None
 
 
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(
-      prog='flax-optim-compat scan',
-      description='Find flax.optim usages in Python sources (no code runs).')
-  parser.add_argument('paths', nargs='+', metavar='PATH',
-                      help='files or directories to scan')
-  parser.add_argument('--format', choices=('table', 'json'), default='table')
+def _codes_list(text: str) -> list:
+  return [c for c in text.split(',') if c.strip()]
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+  """``--select``, ``--ignore`` and ``--exclude`` (scan and migrate)."""
+  parser.add_argument('--select', type=_codes_list, metavar='CODE[,CODE]',
+                      help='only these codes or prefixes (FOC1, FOC108, '
+                      'ALL); replaces the configured select')
+  parser.add_argument('--ignore', type=_codes_list, metavar='CODE[,CODE]',
+                      help='leave out these codes or prefixes; replaces the '
+                      'configured ignore')
   parser.add_argument('--exclude', action='append', default=[],
                       metavar='NAME_OR_GLOB',
                       help='skip files and directories whose name or path '
                       'matches (e.g. build, "*_pb2.py", "src/gen"; '
-                      'repeatable)')
+                      'repeatable; added to the configured exclude)')
+
+
+def configure(args):
+  """``(config, chosen codes, exclude)`` for the parsed ``args``, flags
+  over ``[tool.flax-optim-compat]``. Raises _config.ConfigError (and
+  _codes.SelectionError, a ValueError) naming the bad value."""
+  config = _config.load(args.paths)
+  select = args.select if args.select is not None else config.select
+  ignore = args.ignore if args.ignore is not None else config.ignore
+  source = ('command line' if args.select is not None or args.ignore is not
+            None else f'{config.path}: [tool.{_config.SECTION}]')
+  chosen = _codes.selected(select, ignore or (), source)
+  return config, chosen, tuple(config.exclude) + tuple(args.exclude)
+
+
+EPILOG = """\
+codes (--list-codes prints each with its title and guide section):
+  FOC1xx flax.optim constructs, FOC2xx removed jax/flax APIs next to it,
+  FOC901 a # noqa code that keeps nothing.
+  A line ending in "# noqa: FOC108" (or a bare "# noqa") is neither reported
+  nor rewritten.
+
+configuration (pyproject.toml, found upwards from the paths):
+  [tool.flax-optim-compat]
+  exclude = ["build"]
+  select = ["FOC1"]
+  ignore = ["FOC201"]
+  tier = "exact"          # migrate only
+
+pre-commit (.pre-commit-config.yaml):
+  - repo: <this repository's URL>
+    rev: <a tag>
+    hooks:
+      - id: flax-optim-compat-scan
+"""
+
+
+SCAN_EXIT = """
+exit status: 0 nothing found (after selection and # noqa), 1 findings,
+2 bad arguments or configuration, 3 nothing found but some files could not
+be parsed (listed)."""
+
+
+def _add_noqa(result: ScanResult) -> int:
+  """Marks every finding's line with its code; prints what it did."""
+  by_file: dict[str, dict[int, set]] = {}
+  for f in result.findings:
+    if f.rule != _codes.UNUSED_NOQA:
+      by_file.setdefault(f.path, {}).setdefault(f.line, set()).add(f.rule)
+  marked = 0
+  for path, codes_by_line in sorted(by_file.items()):
+    with open(path, 'rb') as f:
+      source = f.read()
+    new, unmarked = _noqa.add(source, codes_by_line)
+    if new != source:
+      _atomic.rewrite_in_place(path, new)
+    marked += len(codes_by_line) - len(unmarked)
+    for line in unmarked:
+      print(f'{path}:{line}: not marked: the line ends inside a string or '
+            'continues with a backslash', file=sys.stderr)
+  print(f'added # noqa to {marked} line(s) in {len(by_file)} file(s)')
+  return EXIT_CLEAN
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(
+      prog='flax-optim-compat scan',
+      description='Find flax.optim usages in Python sources (no code runs).',
+      epilog=EPILOG + SCAN_EXIT,
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('paths', nargs='*', metavar='PATH',
+                      help='files or directories to scan')
+  parser.add_argument('--format', choices=FORMATS, default='text',
+                      help='text (a table; "table" is the same), json, '
+                      'github (workflow commands: annotations on the pull '
+                      'request), sarif (SARIF 2.1.0)')
+  add_selection_arguments(parser)
+  parser.add_argument('--add-noqa', action='store_true',
+                      help='append "# noqa: CODE" to every line with a '
+                      'finding (a clean baseline); edits the files')
+  parser.add_argument('--list-codes', action='store_true',
+                      help='print every code, its title and guide section')
+  parser.add_argument('-j', '--jobs', type=int, default=default_jobs(),
+                      metavar='N', help='processes to scan with (default: '
+                      'every core; the output is the same)')
   args, exit_code = parse_command_line(parser, argv)
   if args is None:
     return exit_code
-  result = scan_paths(args.paths, args.exclude)
+  if args.list_codes:
+    print(_codes.listing())
+    return EXIT_CLEAN
+  if not args.paths:
+    print('scan: give at least one PATH (or --list-codes)', file=sys.stderr)
+    return EXIT_USAGE
+  try:
+    _, chosen, exclude = configure(args)
+  except ValueError as e:
+    print(f'scan: {e}', file=sys.stderr)
+    return EXIT_USAGE
+  if args.jobs < 1:
+    print(f'scan: --jobs {args.jobs}: expected 1 or more', file=sys.stderr)
+    return EXIT_USAGE
+  result = scan_paths(args.paths, exclude, chosen, args.jobs)
+  if args.add_noqa:
+    return _add_noqa(result)
   if args.format == 'json':
     print(json.dumps(to_json(result), indent=1))
+  elif args.format == 'github':
+    text = _formats.github(result)
+    if text:
+      print(text)
+  elif args.format == 'sarif':
+    print(json.dumps(_formats.sarif(result, chosen), indent=1))
   else:
     print(format_table(result))
   if result.findings:

