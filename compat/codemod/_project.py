@@ -244,8 +244,11 @@ class Model:
           self.def_functions.add(function.node)
           changed = True
       if changed:  # names bound to the new factories' definitions
-        for names in self.names.values():
-          names.collect()
+        found = {self._returns[f].name for f in self.def_functions}
+        for path, names in self.names.items():
+          if any(name in self.sources[path].decode('utf-8', 'replace')
+                 for name in found):
+            names.collect()
 
   # ---------------------------------------------------------------- links
   def _producers(self, function, seen=None) -> list:
@@ -287,13 +290,15 @@ class Model:
     """A link per call of a project factory whose definitions are made in
     another module; what the call's result meets decides the consumer."""
     names = self.names[path]
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and self.returns_def(node, names)]
+    if not calls:
+      return
     parents = {}
     for node in ast.walk(tree):
       for child in ast.iter_child_nodes(node):
         parents[child] = node
-    for node in ast.walk(tree):
-      if not isinstance(node, ast.Call) or not self.returns_def(node, names):
-        continue
+    for node in calls:
       function = self.callee(node, names)
       self._called.update(
           [function.node] if function is not None else
