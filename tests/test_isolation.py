@@ -138,10 +138,6 @@ def test_self_recursive_functions_never_stop_a_run():
   assert b'flax_optim_rules.adam(learning_rate=0.1)' in train_result.new
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'issue 24 part B: _flow._returned recurses without end on functions '
-    'whose result flows into themselves; once it keeps a visited set, this '
-    'passes and the marker goes'))
 def test_self_recursive_functions_are_analysed():
   result = scan.scan_paths([os.path.join(ISOLATION, 'recursive_like.py')])
   assert result.errors == []

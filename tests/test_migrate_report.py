@@ -73,22 +73,23 @@ def test_the_report_counts_what_is_left_in_the_output(tmp_path):
   result = migrate.migrate_file(str(path))
   assert result.new != SOURCE
   new_lines = result.new.decode().splitlines()
-  # The import stays (annotation and reference still name optim); the
-  # return annotation and the bare class reference have no rewrite. Lines
-  # are the output's (two imports were added above).
+  # The import stays (the reference still names optim); the bare class
+  # reference has no rewrite; the return annotation names what the
+  # rewritten definition is (optax.GradientTransformation). Lines are the
+  # output's (two imports were added above).
   assert [(l.line, l.construct) for l in result.left] == [
-      (1, 'import'), (6, 'reference'), (15, 'reference')]
+      (1, 'import'), (15, 'reference')]
   for leftover in result.left:
     assert leftover.code == new_lines[leftover.line - 1].strip()
     assert leftover.reason
-  assert 'optim.OptimizerDef' in new_lines[6 - 1]
+  assert '-> optax.GradientTransformation' in new_lines[6 - 1]
   assert new_lines[15 - 1] == 'DEFAULT = optim.Adam'
   report = migrate.format_report([result], [], 'exact')
-  assert ('1 file(s) read, 1 rewritten, 3 flax.optim usage(s) and '
+  assert ('1 file(s) read, 1 rewritten, 2 flax.optim usage(s) and '
           'reference(s) left in the output.') in report
   assert '- line 15 (reference): `DEFAULT = optim.Adam`' in report
   summary = migrate.format_summary([result], [])
-  assert f'{result.path}:6: left (reference)' in summary
+  assert f'{result.path}:15: left (reference)' in summary
 
 
 def test_a_fully_migrated_file_leaves_nothing(tmp_path):

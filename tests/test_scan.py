@@ -216,3 +216,43 @@ def test_a_module_name_two_files_share_resolves_to_neither(tmp_path):
   found = {(f.path.rsplit('/', 1)[-1], f.construct)
            for f in scan.scan_paths([str(tmp_path)]).findings}
   assert found == {('__init__.py', 'import')}
+
+
+_RECURSIVE_RETURNS = '''\
+from flax import optim
+
+def get_mesh(sharding):  # flax 0.12.8 core/spmd.py's shape
+  if sharding is None:
+    return None
+  return get_mesh(sharding.sharding)
+
+def ping(value):
+  return pong(value)
+
+def pong(value):
+  return ping(value)
+
+def take_steps(optimizer, count):
+  if count == 0:
+    return optimizer
+  return take_steps(optimizer.apply_gradient(count), count - 1)
+
+optimizer = optim.Adam(0.1).create({})
+mesh = get_mesh(optimizer)
+looped = ping(optimizer)
+stepped = take_steps(optimizer, 3)
+print(mesh.target, looped.target, stepped.target)
+'''
+
+
+def test_results_that_flow_back_into_their_function_end_the_walk():
+  # Before the fix: RecursionError. Neither recursive function is proven to
+  # return an optimizer (the last line's .target uses stay unproven), and
+  # the rest of the module is still scanned.
+  findings = scan.scan_source(_RECURSIVE_RETURNS.encode(), 'recursive.py')
+  certain = {(f.line, f.construct) for f in findings
+             if f.confidence == 'certain'}
+  assert (17, 'apply_gradient') in certain
+  assert (19, 'create') in certain
+  assert not any(f.line == 23 for f in findings if f.construct ==
+                 'optimizer_use' and f.confidence == 'certain')

@@ -30,8 +30,7 @@ _ANY = object()  # an element of a returned tuple that is not an optimizer
 # classes kept.
 _WRAPPERS = ('jax.jit', 'jax.pmap', 'jax.named_call')
 _PARTIAL = 'functools.partial'
-# The class an ``optim.Optimizer`` annotation names, by either import path.
-OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
+OPTIMIZER_CLASSES = _names.OPTIMIZER_CLASSES
 # Calls that return one argument's kind (a pytree moved or replicated across
 # devices, a checkpoint restored into the target's classes): an optimizer in,
 # an optimizer out; a tuple of them in, the same tuple out. The argument's
@@ -98,8 +97,14 @@ class OptimizerFlow:
     self._scope_of: dict[ast.AST, _Scope] = {}
     self._loads: list[ast.Name] = []  # every name read: escape candidates
     self._factories_open: set = set()  # factories being checked (recursion)
+    self._returns_open: set = set()  # functions whose returns are asked
+    # Answers of _returned once the fixpoint is solved (they no longer
+    # change), asked outside any other question.
+    self._returned_memo: dict = {}
+    self._solved = False
     self._collect(tree, None)
     self._solve()
+    self._solved = True
 
   # -------------------------------------------------------------- collect
   def _collect(self, node, parent):
@@ -209,12 +214,17 @@ class OptimizerFlow:
             if isinstance(n, ast.Name)]
 
   def _is_optimizer_annotation(self, node) -> bool:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-      try:
-        node = ast.parse(node.value, mode='eval').body
-      except SyntaxError:
-        return False
-    return self.names.resolve(node) in OPTIMIZER_CLASSES
+    return _names.is_optimizer_annotation(self.names, node)
+
+  def _field_holds(self, attr) -> bool:
+    """Every class declaring field ``attr`` (here, and in the project's
+    other modules) annotates it ``optim.Optimizer``."""
+    here = self.fields.get(attr)
+    model = self.names.model
+    there = None if model is None else model.fields.get(attr)
+    if here is None and there is None:
+      return False
+    return here is not False and there is not False
 
   def _unwrap(self, node, scope) -> Optional[_Bound]:
     """The module function ``node`` wraps (partials, jit, pmap), or None."""
@@ -395,18 +405,33 @@ class OptimizerFlow:
     return True if self.is_optimizer(value, scope) else None
 
   def _returned(self, call, scope):
-    """What a call to a module function returns: True, a tuple, or None."""
+    """What a call to a module function returns: True, a tuple, or None.
+
+    A function whose result flows back into itself (directly or through
+    other functions: ``return get_mesh(x.sharding)``) is being asked about
+    already; that inner question proves nothing (None), so the answer
+    rests on its other returns and the walk ends.
+    """
     function = self._callee(call, scope)
-    if function is None:
+    if function is None or function in self._returns_open:
       return None
-    inner = self.scopes[function]
-    returns = [n.value for n in self._own_nodes(function)
-               if isinstance(n, ast.Return)]
-    if not returns or any(r is None for r in returns):
-      return None
-    kinds = [self._kind(value, inner) for value in returns]
-    first = kinds[0]
-    return first if all(k == first for k in kinds) else None
+    if function in self._returned_memo:
+      return self._returned_memo[function]
+    self._returns_open.add(function)
+    try:
+      inner = self.scopes[function]
+      returns = [n.value for n in self._own_nodes(function)
+                 if isinstance(n, ast.Return)]
+      if not returns or any(r is None for r in returns):
+        kind = None
+      else:
+        kinds = [self._kind(value, inner) for value in returns]
+        kind = kinds[0] if all(k == kinds[0] for k in kinds) else None
+    finally:
+      self._returns_open.discard(function)
+    if not self._returns_open and self._solved:
+      self._returned_memo[function] = kind
+    return kind
 
   def _callee(self, call, scope):
     """The module function a call runs (directly or via an alias), or None."""
@@ -448,7 +473,7 @@ class OptimizerFlow:
         scope = scope.parent
       return False
     if isinstance(node, ast.Attribute):
-      return (self.base is None and self.fields.get(node.attr) is True and
+      return (self.base is None and self._field_holds(node.attr) and
               not isinstance(node.value, ast.Call))
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True

@@ -23,6 +23,9 @@ TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
               'TraverseCompose', 'TraverseEach', 'TraverseFilter',
               'TraverseId', 'TraverseItem', 'TraverseMerge', 'TraverseTree',
               't_identity')
+# The class an ``optim.Optimizer`` annotation names, by either import path.
+OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
+_OPTIONAL = ('typing.Optional',)
 OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
                              re.IGNORECASE)
 
@@ -133,6 +136,19 @@ def used_reexports(tree: ast.Module, reexports: dict) -> set:
   return names.used_reexports
 
 
+def is_optimizer_annotation(names, node) -> bool:
+  """``optim.Optimizer``, ``Optional[optim.Optimizer]``, also as a string."""
+  if isinstance(node, ast.Constant) and isinstance(node.value, str):
+    try:
+      node = ast.parse(node.value, mode='eval').body
+    except SyntaxError:
+      return False
+  if isinstance(node, ast.Subscript) and names.resolve(
+      node.value) in _OPTIONAL:
+    return is_optimizer_annotation(names, node.slice)
+  return names.resolve(node) in OPTIMIZER_CLASSES
+
+
 def own_returns(function) -> list:
   """The values (None for a bare ``return``) of ``function``'s own returns,
   not those of functions or classes nested in it."""
@@ -152,12 +168,18 @@ class ModuleNames:
 
   ``reexports`` (from ``project_reexports``) resolves names that other
   scanned modules bound to flax.optim (``from mylib import optimizers``).
+  ``package``: the dotted package relative imports start from;
+  ``model``: the project's ``_project.Model`` (definition factories in
+  other modules), or None for a module read alone.
   """
 
   def __init__(self, tree: ast.Module, reexports: Optional[dict] = None,
-               collect: bool = True):
+               collect: bool = True, package: Optional[str] = None,
+               model=None, module: Optional[str] = None):
     self.tree = tree
     self.reexports = reexports or {}
+    self.package, self.model = package, model
+    self.package_module = module  # this module's own dotted name
     self.used_reexports: set[str] = set()  # keys of reexports resolved
     self.bindings: dict[str, str] = {}  # local name -> dotted import path
     self.star_flax_optim = False
@@ -168,8 +190,13 @@ class ModuleNames:
     self.def_factories: set[str] = set()
     self._collect_imports()
     if collect:
-      self._collect_classes()
-      self._collect_assignments()
+      self.collect()
+
+  def collect(self):
+    """Finds the user's definition classes and the names bound to
+    definitions and optimizers (again, as the project's model grows)."""
+    self._collect_classes()
+    self._collect_assignments()
 
   def _collect_imports(self):
     for node in _walk.statements(self.tree):  # imports are statements
@@ -180,13 +207,30 @@ class ModuleNames:
           else:
             top = alias.name.partition('.')[0]
             self.bindings[top] = top
-      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+        module = self._absolute(node)
+        if module is None:
+          continue
         for alias in node.names:
           if alias.name == '*':
-            self.star_flax_optim |= canonical(node.module) == 'flax.optim'
+            self.star_flax_optim |= canonical(module) == 'flax.optim'
           else:
             self.bindings[alias.asname or alias.name] = (
-                f'{node.module}.{alias.name}')
+                f'{module}.{alias.name}')
+
+  def _absolute(self, node) -> Optional[str]:
+    """The module a ``from`` import names (relative ones from ``package``;
+    None where the package is not known or the dots climb out of it)."""
+    if not node.level:
+      return node.module
+    if self.package is None:
+      return None
+    parts = self.package.split('.') if self.package else []
+    if node.level - 1 > len(parts) or (node.level - 1 == len(parts) and
+                                       not node.module):
+      return None
+    base = parts[:len(parts) - (node.level - 1)]
+    return '.'.join(base + ([node.module] if node.module else []))
 
   def resolve(self, node) -> Optional[str]:
     """Dotted canonical path of a name/attribute chain, if imported."""
@@ -245,6 +289,9 @@ class ModuleNames:
     if isinstance(node, ast.Call) and isinstance(
         node.func, ast.Name) and node.func.id in self.def_factories:
       return True
+    if isinstance(node, ast.Call) and self.model is not None and (
+        self.model.returns_def(node, self)):
+      return True  # a factory of another module, or a config method
     return isinstance(node, ast.Call) and self._is_def_class(node.func)
 
   def optimizer_confidence(self, node) -> Optional[str]:

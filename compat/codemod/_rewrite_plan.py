@@ -96,6 +96,8 @@ class Plan(NamedTuple):
 
 _CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
 RULES_MODULE = _CATALOGUE.RULES_MODULE
+# The class an ``-> optim.OptimizerDef`` annotation names.
+_DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
 
 # The rules migrate spells with their stock alias (the catalogue's
 # ``EXACT_STOCK``; tests/test_migrate.py checks the two agree and trains
@@ -117,7 +119,7 @@ class Planner:
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
                tier: str = 'exact', exported=(), rate_set_elsewhere=False,
-               held=frozenset()):
+               held=frozenset(), blocked=()):
     self.source, self.tree, self.names = source, tree, names
     # (line, code) of findings kept as they are (noqa, --ignore): the
     # flow is rewritten whole or not at all, so one held flax.optim finding
@@ -126,6 +128,9 @@ class Planner:
     self.flow_held = any((f.line, f.rule) in self.held and
                          f.rule.startswith(_codes.FLAX_OPTIM)
                          for f in findings)
+    # (line, construct, reason): links of this module's optimizer flow to
+    # other modules that stay as they are; the flow here stays with them.
+    self.blocked = blocked
     self.findings, self.tier = findings, tier
     # Another module overrides hyper-parameters per step on optimizers it
     # did not create: definitions that leave this module get injected.
@@ -169,10 +174,13 @@ class Planner:
     self.edits.append(Edit(start, end, template, spans, node.lineno,
                            construct))
 
+  def _line(self, line: int) -> str:
+    return self.source.splitlines()[line - 1].decode('utf-8',
+                                                     'replace').strip()
+
   def leave(self, node, construct, reason):
-    line = self.source.splitlines()[node.lineno - 1].decode(
-        'utf-8', 'replace').strip()
-    self.leftovers.append(Leftover(node.lineno, construct, line, reason))
+    self.leftovers.append(Leftover(node.lineno, construct,
+                                   self._line(node.lineno), reason))
 
   # ---------------------------------------------------------------- plan
   def plan(self) -> Plan:
@@ -183,15 +191,17 @@ class Planner:
                      if f.rule.startswith(_codes.FLAX_OPTIM)]
     else:
       flow_edits, flow_leftovers = self._plan_flow()
+    for line, construct, reason in self.blocked:
+      flow_leftovers.append(Leftover(line, construct, self._line(line),
+                                     reason))
     if flow_leftovers:
       self.leftovers += flow_leftovers
       self.edits = [e for e in self.edits if e not in flow_edits]
       for edit in flow_edits:
         self.leftovers.append(Leftover(
-            edit.line, edit.construct, self.source.splitlines()[
-                edit.line - 1].decode('utf-8', 'replace').strip(),
-            'not rewritten: another optimizer usage in this file could not '
-            'be (see above); the file is migrated as a whole or not at all'))
+            edit.line, edit.construct, self._line(edit.line),
+            'not rewritten: another link of this optimizer flow could not '
+            'be (see above); a flow is migrated as a whole or not at all'))
       self.imports = [i for i in self.imports if i[0] not in (
           'optax', RULES_MODULE) and i[1] != 'train_state']
     elif not self.flow_held:
@@ -578,6 +588,10 @@ class Planner:
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
         self.imports.append(('flax.training', 'dynamic_scale', name))
         self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
+      elif path in _DEF_CLASSES and flow_ok:
+        # A factory's return annotation: what the rewritten definition is.
+        self.imports.append(('optax', None, None))
+        self.edit(node, 'optax.GradientTransformation', 'annotation')
       elif path in _flow.OPTIMIZER_CLASSES:
         if flow_ok:
           name = self._train_state_name()

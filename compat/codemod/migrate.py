@@ -47,6 +47,7 @@ from compat.codemod import _config
 from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
+from compat.codemod import _project
 from compat.codemod import _rewrite_plan
 from compat.codemod import _self_check
 from compat.codemod import scan
@@ -94,7 +95,8 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
 
 def migrate_source(source: bytes, path: str = '<string>',
                    tier: str = 'exact', reexports=None, exported=(),
-                   rate_set_elsewhere: bool = False, chosen=None):
+                   rate_set_elsewhere: bool = False, chosen=None,
+                   model=None, blocked=()):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
@@ -106,13 +108,18 @@ def migrate_source(source: bytes, path: str = '<string>',
   ``chosen``: the codes to rewrite (default all); findings of other codes,
   and those on a ``# noqa`` line for their code, stay as they are (a
   flax.optim one keeps the file's whole flow).
+  ``model``: the project (``scan.parse_project(...).model``; ``path`` is
+  the module's key in it); ``blocked``: ``(line, construct, reason)`` of
+  this module's optimizer flow that other modules keep as they are
+  (``migrate_paths``): given, the flow here stays too.
   """
   tree = ast.parse(source, filename=path)
-  names = _names.ModuleNames(tree, reexports)
-  findings = scan.scan_source(source, path, reexports, tree)
+  names = scan.module_names(tree, path, reexports, model)
+  findings = scan.scan_source(source, path, reexports, tree, model)
   planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
                                   exported, rate_set_elsewhere,
-                                  _noqa.held(findings, source, chosen))
+                                  _noqa.held(findings, source, chosen),
+                                  blocked)
   plan = planner.plan()
   if not plan.edits:
     return source, plan
@@ -193,9 +200,11 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
 
 def migrate_file(path: str, tier: str = 'exact',
                  project: Optional[scan.Project] = None,
-                 rate_elsewhere: bool = False, chosen=None) -> FileResult:
-  """One file migrated in memory; ``project``: re-exports to follow;
-  ``rate_elsewhere``: ``rate_set_elsewhere(project)``."""
+                 rate_elsewhere: bool = False, chosen=None,
+                 blocked=()) -> FileResult:
+  """One file migrated in memory; ``project``: re-exports and the flows
+  across modules to follow; ``rate_elsewhere``:
+  ``rate_set_elsewhere(project)``; ``blocked``: see ``migrate_source``."""
   shown = _shown(path)
   try:
     with open(path, 'rb') as f:
@@ -208,9 +217,9 @@ def migrate_file(path: str, tier: str = 'exact',
           old, shown, tier, project.reexports if project else None, chosen)
     elif project is not None:
       new, plan = migrate_source(
-          old, shown, tier, project.reexports,
+          old, path.replace(os.sep, '/'), tier, project.reexports,
           project.exported.get(os.path.abspath(path), ()), rate_elsewhere,
-          chosen)
+          chosen, project.model, blocked)
     else:
       new, plan = migrate_source(old, shown, tier, chosen=chosen)
   except SyntaxError as e:
@@ -323,12 +332,32 @@ def left_in_output(result: FileResult, reexports=None) -> tuple:
 
 def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   """``(sources, results)``: every file under ``paths`` migrated in memory
-  as one project (re-exports and per-step rates followed across modules)."""
+  as one project (re-exports, per-step rates and definitions made in one
+  module and created in another followed across modules).
+
+  Before anything is returned (and so written), each flow that crosses
+  modules is checked whole (``_project.flow_violations``): where one end
+  of a link was rewritten and the other was not, every module of that flow
+  is migrated again with its optimizer flow kept as it was, and the report
+  lists each link with its file, line and reason.
+  """
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)
-  return sources, [migrate_file(p, tier, project, rate_elsewhere, chosen)
-                   for p in sources]
+  results = {p: migrate_file(p, tier, project, rate_elsewhere, chosen)
+             for p in sources}
+  key_of = {p.replace(os.sep, '/'): p for p in sources}
+  for path, blocked in _project.roll_back(
+      project.model.links if project.model else [],
+      lambda key: _result_plan(results, key_of, key)):
+    results[key_of[path]] = migrate_file(key_of[path], tier, project,
+                                         rate_elsewhere, chosen, blocked)
+  return sources, [results[p] for p in sources]
+
+
+def _result_plan(results, key_of, key):
+  result = results.get(key_of.get(key))
+  return None if result is None else result.plan
 
 
 def find_pins(paths) -> list:

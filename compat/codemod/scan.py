@@ -78,6 +78,7 @@ from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
 from compat.codemod import _prefilter
+from compat.codemod import _project
 from compat.codemod import _removals
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
@@ -383,6 +384,14 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, 'checkpoint', confidence=confidence)
 
 
+def module_names(tree, path, reexports=None, model=None):
+  """``tree``'s ``ModuleNames``, as part of the project ``model`` if given
+  (its relative imports, the factories of its other modules)."""
+  if model is None:
+    return _names.ModuleNames(tree, reexports)
+  return model.module_names(path, tree)
+
+
 # A module can name flax.optim only through an import of ``flax.optim``,
 # ``legacy_optim`` or ``from flax import optim`` (the word ``optim``), or
 # through a name another scanned module re-exports (its own word).
@@ -416,20 +425,26 @@ def _reexported_words(reexports: dict) -> frozenset:
 
 
 def scan_source(source, path: str = '<string>', reexports=None,
-                tree: Optional[ast.Module] = None) -> list:
+                tree: Optional[ast.Module] = None, model=None) -> list:
   """Findings of one file's source (str or bytes). Raises SyntaxError.
 
   ``reexports``: names other scanned modules bound to flax.optim
-  (``_names.project_reexports``); ``tree``: the source already parsed.
+  (``_names.project_reexports``); ``tree``: the source already parsed;
+  ``model``: the project's ``_project.Model`` (``parse_project``).
   """
   if tree is None:
     tree = ast.parse(source, filename=path)
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
-  may_name_flax_optim = _may_name_flax_optim(text, reexports)
+  # A module the project's model read names a factory of another module
+  # (``cfg.create_optimizer_def().create(p)``): analysed in full.
+  read_by_model = model is not None and path in model.names
+  may_name_flax_optim = read_by_model or _may_name_flax_optim(text,
+                                                              reexports)
   if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
     return []  # none of the words any finding needs
-  names = _names.ModuleNames(tree, reexports, collect=may_name_flax_optim)
+  names = (module_names(tree, path, reexports, model) if may_name_flax_optim
+           else _names.ModuleNames(tree, reexports, collect=False))
   visitor = _Visitor(path, names, text.splitlines())
   visitor.visit(tree)
   return sorted(set(visitor.findings))
@@ -485,6 +500,9 @@ class Project(NamedTuple):
   exported: dict
   # shown path -> its ``_notebook.Notebook``, for each notebook in ``parsed``.
   notebooks: dict = {}
+  # The definition factories, fields and links across modules (None: the
+  # analysis across modules failed; each file is scanned on its own).
+  model: Optional[_project.Model] = None
 
 
 SOURCE_SUFFIXES = ('.py', '.ipynb')
@@ -528,6 +546,7 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
   by_module: dict[str, ast.Module] = {}
   ambiguous: set[str] = set()
   module_paths: dict[str, str] = {}
+  dotted_of: dict[str, list] = {}  # shown path -> its dotted names
   for root in paths:
     for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
       shown = path.replace(os.sep, '/')
@@ -541,7 +560,8 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
         notebooks[shown] = notebook
         continue  # not importable: a consumer only
       absolute = os.path.abspath(path)
-      for name in _names.module_names(path, root):
+      dotted_of[shown] = _names.module_names(path, root)
+      for name in dotted_of[shown]:
         if name in by_module and by_module[name] is not tree:
           ambiguous.add(name)
         by_module[name] = tree
@@ -569,7 +589,15 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
     for dotted in used:
       module, _, local = dotted.rpartition('.')
       exported.setdefault(module_paths[module], set()).add(local)
-  return Project(parsed, errors, reexports, exported, notebooks)
+  unique = {shown: [n for n in names if n not in ambiguous]
+            for shown, names in dotted_of.items()}
+  try:
+    model = _project.Model(parsed, unique, reexports)
+  except Exception as e:  # pylint: disable=broad-except
+    # Each file is still scanned and migrated on its own.
+    errors.append(failure(ACROSS_MODULES, e))
+    model = None
+  return Project(parsed, errors, reexports, exported, notebooks, model)
 
 
 def in_file_lines(findings: list, notebook) -> list:
@@ -593,10 +621,11 @@ def unused_noqa(path: str, lines: list):
 
 
 def scan_file(source: bytes, shown: str, tree, reexports,
-              chosen=None) -> tuple:
+              chosen=None, model=None) -> tuple:
   """``(reported, suppressed)`` findings of one parsed file: only codes in
-  ``chosen`` (default all), ``# noqa`` lines kept out of ``reported``."""
-  findings = scan_source(source, shown, reexports, tree)
+  ``chosen`` (default all), ``# noqa`` lines kept out of ``reported``;
+  ``model``: the project's (``parse_project``), None in a ``-j`` worker."""
+  findings = scan_source(source, shown, reexports, tree, model)
   marks = _noqa.suppressions(source)
   lines = source.decode('utf-8', 'replace').splitlines() if marks else []
   return _noqa.apply(findings, marks, set(_codes.BY_CODE) if chosen is None
@@ -779,7 +808,8 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
     findings, errors = [], list(project.errors)
     for shown, source, tree in project.parsed:
       try:
-        found = scan_file(source, shown, tree, project.reexports, chosen)[0]
+        found = scan_file(source, shown, tree, project.reexports, chosen,
+                          project.model)[0]
       except Exception as e:  # pylint: disable=broad-except
         errors.append(failure(shown, e))
         continue

@@ -1,0 +1,466 @@
+"""The whole scanned tree as one program: where OptimizerDefs come from.
+
+A definition made in one module and used in another (a config class's
+``create_optimizer_def()``, a ``get_optimizer(config)`` factory) must be
+rewritten together with its uses or not at all. This module builds, once
+per project, what a single module cannot see:
+
+* the project's functions and methods, by every dotted name their module
+  may be imported by (``import a.b as c``, ``from .config import f`` and
+  re-exports resolve through ``_names.ModuleNames``);
+* which of them return an OptimizerDef on every path (a least fixpoint:
+  recursion proves nothing), so ``make_def().create(p)`` in another module
+  is known to create an optimizer;
+* every call of such a factory in the project and what its result meets
+  there: ``.create(...)`` (directly or through a name only ``.create`` reads,
+  or a return of another factory) is a use migrate can follow; anything else
+  (an argument, an attribute, a container) is not, and keeps the flow whole;
+* dataclass and NamedTuple fields annotated ``optim.Optimizer`` (also
+  ``Optional[...]``) in any module, so ``tstate.optimizer.target`` is known
+  where ``tstate``'s class is defined elsewhere;
+* the links between the modules of one flow (``Link``), which ``migrate``
+  checks after planning (``flow_violations``): a definition rewritten in one
+  module whose ``.create`` stays in another (or the other way round) rolls
+  every module of that flow back.
+
+Why not LibCST's ``FullRepoManager`` with ``FullyQualifiedNameProvider``:
+it names what an import binds (relative imports included), which
+``ModuleNames`` already does, but follows neither re-exports through the
+user's modules nor values (returns, fields, methods by receiver), and it needs
+every file parsed by LibCST, several times slower than ``ast`` for ``scan``;
+its type inference needs pyre (a server, not here). Stdlib only.
+"""
+
+import ast
+import re
+from typing import NamedTuple, Optional
+
+from compat.codemod import _names
+
+# What a factory's result meets at a call site that migrate can follow.
+_CREATE = 'create'
+_CREATED_HERE = 'its `.create(...)` is here'
+# Decorators that leave who calls a method as it was.
+_PLAIN_DECORATORS = ('staticmethod', 'classmethod')
+
+
+class Link(NamedTuple):
+  """A definition made in one module and consumed in another.
+
+  ``consumer_line`` is the ``.create(...)`` that must be rewritten with the
+  producer, or None where the value goes somewhere migrate cannot follow
+  (``reason`` says where); ``call_line``: the factory's call.
+  """
+  producer_path: str
+  producer_line: int
+  consumer_path: str
+  consumer_line: Optional[int]
+  call_line: int
+  reason: str
+
+  def describe(self) -> str:
+    where = self.consumer_line or self.call_line
+    return (f'{self.producer_path}:{self.producer_line} makes the '
+            f'definition, {self.consumer_path}:{where}: {self.reason}')
+
+
+class _ReturnsOf(NamedTuple):
+  name: str  # the function's name
+  values: list  # its own returns' values (None: a bare return)
+
+
+class _Function(NamedTuple):
+  path: str  # shown path of its module
+  node: ast.AST  # the FunctionDef
+  is_method: bool
+
+
+class Model:
+  """The project's factories of OptimizerDefs, their call sites, fields."""
+
+  def __init__(self, parsed, module_names_of, reexports):
+    """``parsed``: [(shown path, source, tree)]; ``module_names_of``: shown
+    path -> the dotted names its module may be imported by."""
+    self.reexports = reexports
+    self.module_names_of = module_names_of
+    self.functions: dict[str, _Function] = {}  # dotted name -> function
+    self.methods: dict[str, list] = {}  # function name -> [_Function]
+    self.names: dict[str, _names.ModuleNames] = {}  # path -> its names
+    self.trees: dict[str, ast.Module] = {}  # path -> its parsed module
+    self.def_functions: set = set()  # FunctionDef nodes returning defs
+    # Field name -> annotated flax.optim.Optimizer in every class of the
+    # project that declares it.
+    self.fields: dict[str, bool] = {}
+    self.links: list[Link] = []
+    self._taken: set[str] = set()  # dotted names two functions share
+    # FunctionDef -> its own returns, read once.
+    self._returns: dict = {}
+    sources = {path: (source, tree) for path, source, tree in parsed}
+    self.sources = {path: source for path, source, _ in parsed}
+    # Only modules that can see flax.optim, or name a factory found so far,
+    # can hold or call one: the rest of a large tree is never analysed.
+    tokens = {'optim', 'flax.optim', 'legacy_optim'} | {
+        k.rpartition('.')[2] for k in reexports}
+    while tokens:
+      pattern = re.compile(rb'\b(' + b'|'.join(
+          re.escape(t.encode()) for t in sorted(tokens)) + rb')\b')
+      fresh = [p for p, (source, _) in sources.items()
+               if p not in self.names and pattern.search(source)]
+      for path in fresh:
+        self._read(path, sources[path][1])
+      for dotted in self._taken:
+        self.functions.pop(dotted, None)
+      known = {self._returns[f].name for f in self.def_functions}
+      self._solve_factories()
+      tokens = {self._returns[f].name for f in self.def_functions} - known
+      if not fresh and not tokens:
+        break
+      tokens = tokens or set()
+    self._called: set = set()  # factories with a call in the project
+    for path in self.names:
+      self._link_calls(path, self.trees[path])
+    self._link_unseen_callers()
+
+  def _read(self, path, tree):
+    dotted = self.module_names_of.get(path) or [None]
+    self.names[path] = _names.ModuleNames(
+        tree, self.reexports, collect=False, package=self.package_of(path),
+        model=self, module=dotted[0])
+    self.trees[path] = tree
+    self._index(path, tree)
+    self.names[path].collect()
+
+  def module_names(self, path, tree) -> _names.ModuleNames:
+    """The names of the module at ``path`` (the model's own where it read
+    this very tree; else a fresh reading that still sees the project)."""
+    if self.trees.get(path) is tree:
+      return self.names[path]
+    dotted = self.module_names_of.get(path) or [None]
+    return _names.ModuleNames(tree, self.reexports,
+                              package=self.package_of(path), model=self,
+                              module=dotted[0])
+
+  # ------------------------------------------------------------- indexing
+  def package_of(self, path) -> Optional[str]:
+    """The package a module's relative imports start from."""
+    dotted = self.module_names_of.get(path)
+    if not dotted:
+      return None
+    longest = dotted[0]
+    if path.endswith('/__init__.py') or path == '__init__.py':
+      return longest
+    return longest.rpartition('.')[0]
+
+  def _index(self, path, tree):
+    names = self.names[path]
+    for node in tree.body:
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        self._add(path, node.name, _Function(path, node, False))
+      elif isinstance(node, ast.ClassDef):
+        for item in node.body:
+          if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = _Function(path, item, True)
+            self.methods.setdefault(item.name, []).append(function)
+            self._add(path, f'{node.name}.{item.name}', function)
+          elif isinstance(item, ast.AnnAssign) and isinstance(
+              item.target, ast.Name):
+            field = item.target.id
+            self.fields[field] = self.fields.get(field, True) and (
+                _names.is_optimizer_annotation(names, item.annotation))
+    # Every other function (top-level or nested) shares the name space of
+    # methods called on an unknown receiver: such a name is no method's
+    # alone (see ``_method_candidates``).
+    indexed = {id(f.node) for group in self.methods.values() for f in group}
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+          id(node) not in indexed):
+        self.methods.setdefault(node.name, []).append(
+            _Function(path, node, False))
+
+  def _add(self, path, local, function):
+    for module in self.module_names_of.get(path, ()):
+      dotted = f'{module}.{local}'
+      if dotted in self.functions and self.functions[dotted] is not function:
+        self._taken.add(dotted)
+      self.functions[dotted] = function
+
+  # ------------------------------------------------------------ factories
+  def callee(self, call, names) -> Optional[_Function]:
+    """The project function or method a call runs, where it is certain.
+
+    A module function by its import path; a method by its name when every
+    function of the project with that name is a method (the receiver's
+    class is not known, so all of them must agree: see ``returns_def``).
+    """
+    if not isinstance(call, ast.Call):
+      return None
+    func = call.func
+    path = names.resolve(func)
+    if path is None and isinstance(func, ast.Name) and names.package_module:
+      path = f'{names.package_module}.{func.id}'
+    if path is not None:
+      return self.functions.get(path)
+    return None
+
+  def _method_candidates(self, call) -> list:
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+      return []
+    candidates = self.methods.get(func.attr, [])
+    if not candidates or not all(c.is_method for c in candidates):
+      return []
+    return candidates
+
+  def returns_def(self, call, names) -> bool:
+    """A call of a project factory whose every return is an OptimizerDef."""
+    function = self.callee(call, names)
+    if function is not None:
+      return function.node in self.def_functions
+    if names.resolve(call.func) is not None:
+      return False
+    candidates = self._method_candidates(call)
+    return bool(candidates) and all(c.node in self.def_functions
+                                    for c in candidates)
+
+  def _solve_factories(self):
+    """Least fixpoint: a factory returns defs (or other factories' ones)."""
+    everything = {id(f.node): f for f in self.functions.values()}
+    for group in self.methods.values():
+      everything.update({id(f.node): f for f in group})
+    for function in everything.values():
+      if function.node not in self._returns:
+        self._returns[function.node] = _ReturnsOf(
+            function.node.name, _names.own_returns(function.node))
+    changed = True
+    while changed:
+      changed = False
+      for function in everything.values():
+        if function.node in self.def_functions:
+          continue
+        names = self.names[function.path]
+        returns = self._returns[function.node].values
+        if returns and all(r is not None and names.is_def(r)
+                           for r in returns):
+          self.def_functions.add(function.node)
+          changed = True
+      if changed:  # names bound to the new factories' definitions
+        found = {self._returns[f].name for f in self.def_functions}
+        for path, names in self.names.items():
+          if any(name in self.sources[path].decode('utf-8', 'replace')
+                 for name in found):
+            names.collect()
+
+  # ---------------------------------------------------------------- links
+  def _producers(self, function, seen=None) -> list:
+    """(path, line) of each flax.optim definition a factory returns."""
+    seen = set() if seen is None else seen
+    if function.node in seen:
+      return []
+    seen.add(function.node)
+    names = self.names[function.path]
+    found = []
+    for value in self._returns[function.node].values:
+      found += self._definitions_of(value, names, function, seen)
+    return found
+
+  def _definitions_of(self, value, names, function, seen) -> list:
+    if isinstance(value, ast.Name):  # opt_def = optim.Adam(...); return it
+      found = []
+      for node in ast.walk(function.node):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == value.id
+            for t in node.targets):
+          found += self._definitions_of(node.value, names, function, seen)
+      return found
+    if not isinstance(value, ast.Call):
+      return []
+    inner = self.callee(value, names)
+    if inner is not None:
+      return self._producers(inner, seen)
+    if names.resolve(value.func) is None and self._method_candidates(value):
+      found = []
+      for candidate in self._method_candidates(value):
+        found += self._producers(candidate, seen)
+      return found
+    if names.legacy_class(value.func) is not None:
+      return [(function.path, value.lineno)]
+    return []
+
+  def _link_calls(self, path, tree):
+    """A link per call of a project factory whose definitions are made in
+    another module; what the call's result meets decides the consumer."""
+    names = self.names[path]
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and self.returns_def(node, names)]
+    if not calls:
+      return
+    parents = {}
+    for node in ast.walk(tree):
+      for child in ast.iter_child_nodes(node):
+        parents[child] = node
+    for node in calls:
+      function = self.callee(node, names)
+      self._called.update(
+          [function.node] if function is not None else
+          [c.node for c in self._method_candidates(node)])
+      producers = [p for p in self._factory_producers(node, names)
+                   if p[0] != path]
+      if not producers:
+        continue
+      consumers = self._consumers(node, parents, names)
+      for producer_path, producer_line in producers:
+        for line, reason in consumers:
+          self.links.append(Link(producer_path, producer_line, path, line,
+                                 node.lineno, reason))
+
+  def _link_unseen_callers(self):
+    """A factory no code of the project calls (or a decorated one: gin and
+    its kind call it from elsewhere) hands its definition to code migrate
+    does not see: its definitions stay (a link with no consumer)."""
+    functions = {id(f.node): f for f in self.functions.values()}
+    for group in self.methods.values():
+      functions.update({id(f.node): f for f in group})
+    for node in self.def_functions:
+      decorated = [d for d in node.decorator_list if not (
+          isinstance(d, ast.Name) and d.id in _PLAIN_DECORATORS)]
+      if node in self._called and not decorated:
+        continue
+      function = functions[id(node)]
+      reason = (f'{node.name}() is decorated with '
+                f'`{ast.unparse(decorated[0])}`: its callers are not in the '
+                'scanned code' if decorated else
+                f'{node.name}() is called nowhere in the scanned code: its '
+                'callers (another package, a config system) cannot be '
+                'rewritten with it')
+      for path, line in self._producers(function):
+        self.links.append(Link(path, line, function.path, None, node.lineno,
+                               reason))
+
+  def _factory_producers(self, call, names) -> list:
+    function = self.callee(call, names)
+    candidates = [function] if function is not None else (
+        self._method_candidates(call))
+    found = []
+    for candidate in candidates:
+      found += self._producers(candidate)
+    return sorted(set(found))
+
+  def _consumers(self, call, parents, names) -> list:
+    """[(line of the .create, reason)], or [(None, why not)]."""
+    parent = parents.get(call)
+    code = ast.unparse(parent if parent is not None else call)[:80]
+    if isinstance(parent, ast.Attribute) and parent.attr == _CREATE:
+      return [(parents[parent].lineno, _CREATED_HERE)]
+    if isinstance(parent, ast.Return):
+      return [(call.lineno, 'returned by another definition factory')]
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and (
+        isinstance(parent.targets[0], ast.Name)):
+      name = parent.targets[0].id
+      scope = parents.get(parent)
+      while scope is not None and not isinstance(
+          scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = parents.get(scope)
+      reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and
+               n.id == name and isinstance(n.ctx, ast.Load)]
+      found = []
+      for read in reads:
+        holder = parents.get(read)
+        if isinstance(holder, ast.Attribute) and holder.attr == _CREATE:
+          found.append((parents[holder].lineno, _CREATED_HERE))
+        elif isinstance(holder, ast.Return):
+          found.append((read.lineno, 'returned by another definition '
+                         'factory'))
+        else:
+          found.append((None, f'`{name}` goes on into '
+                        f'`{ast.unparse(holder)[:80]}`, which migrate '
+                        'cannot follow'))
+      return found or [(None, f'`{name}` is never created')]
+    return [(None, f'the definition goes into `{code}`, which migrate '
+             'cannot follow')]
+
+
+def flow_violations(links, rewritten) -> list:
+  """Links whose two ends were not rewritten alike: a definition rewritten
+  into an Optax transform meets a ``.create`` left as it was (or a
+  ``TrainState.create`` meets a flax.optim definition).
+
+  ``rewritten(path, line, construct)``: whether the planned result of
+  ``path`` rewrites ``construct`` at ``line``. A link with no consumer line
+  is violated as soon as its producer is rewritten. ``migrate`` calls this
+  before anything is written and rolls back every module of a violated
+  flow; any other writer of migrated code can call it the same way.
+  """
+  violations = []
+  for link in links:
+    made = rewritten(link.producer_path, link.producer_line, 'algorithm')
+    if link.consumer_line is None:
+      used = False
+    elif link.reason == _CREATED_HERE:
+      used = rewritten(link.consumer_path, link.consumer_line, 'create')
+    else:  # a return of another factory: linked through its own calls
+      continue
+    if made != used:
+      violations.append(link)
+  return violations
+
+
+def _rewrites(plan, line, construct) -> bool:
+  return plan is not None and any(
+      e.line == line and e.construct.startswith(construct)
+      for e in plan.edits)
+
+
+def roll_back(links, plan_of):
+  """Yields ``(path, blocked)`` for each module whose optimizer flow must
+  stay as it was, until ``flow_violations`` finds none.
+
+  ``plan_of(path)``: the module's current plan (None: not migrated). The
+  caller plans each yielded module again with ``blocked`` (``(line,
+  construct, code, reason)`` of every link of the flow there) before the
+  next one is asked for: a rolled-back module may break another link, so
+  the check runs again on the new plans. Whole components of linked
+  modules roll back together; each module at most once.
+  """
+  done: set[str] = set()
+  while True:
+    violated = flow_violations(
+        links, lambda path, line, construct: _rewrites(
+            plan_of(path), line, construct))
+    component = _linked(links, {p for link in violated for p in (
+        link.producer_path, link.consumer_path)}) - done
+    if not component:
+      return
+    for path in sorted(component):
+      yield path, _blocked_here(links, component, path)
+    done |= component
+
+
+def _linked(links, start) -> set:
+  """The modules linked to ``start``, transitively."""
+  found, frontier = set(start), list(start)
+  while frontier:
+    path = frontier.pop()
+    for link in links:
+      ends = (link.producer_path, link.consumer_path)
+      if path in ends:
+        for other in ends:
+          if other not in found:
+            found.add(other)
+            frontier.append(other)
+  return found
+
+
+def _blocked_here(links, component, path) -> list:
+  blocked = []
+  for link in links:
+    if link.producer_path not in component:
+      continue
+    reason = ('kept as it was with its whole flow across modules (a '
+              'definition, its optimizer and every use are rewritten '
+              'together or not at all): ' + link.describe())
+    if link.producer_path == path:
+      blocked.append((link.producer_line, 'algorithm', reason))
+    if link.consumer_path == path:
+      blocked.append((link.consumer_line or link.call_line, 'create',
+                      reason))
+  return blocked
