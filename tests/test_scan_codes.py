@@ -512,6 +512,11 @@ def test_every_removal_matcher_has_its_words():
      'checkpoints.save_checkpoint(d, state, 1)\n', False),
     ('from flax.training import checkpoints\n'
      'checkpoints.save_checkpoint(d, my_opt, 1)\n', True),
+    # Rows of the removals' tables other matchers read.
+    ('from jax.experimental import optimizers\n', True),
+    ('from jax.experimental.stax import Dense\n', True),
+    ('import jax\nx = jax.ops.index_update(x, 0, 1.)\n', True),
+    ('import jax\nx = x.at[0].set(1.)\n', False),
 ])
 def test_prefilter_looks_closely(source, may):
   from compat.codemod import _prefilter

@@ -30,6 +30,8 @@ MATCHER_WORDS = {
     '_match_lr_schedule_import': ('lr_schedule',),
     '_match_pop_unpacking': ('pop',),
     '_match_positional_mask': (),  # by _KV_ATTENTION's names
+    '_match_moved_module_from': (),  # by _MOVED_MODULES' names
+    '_match_at_method': (),  # by _AT_METHODS' names
     '_match_frozen_copy': ('copy',),
 }
 _SCAN_WORDS = (
@@ -59,7 +61,8 @@ def triggers(checkpoint_functions) -> Triggers:
   ``_mentions_flax_nn``)."""
   found = set(_SCAN_WORDS)
   for table in (_removals._MOVED, _removals._NO_OPS,
-                _removals._KV_ATTENTION):
+                _removals._KV_ATTENTION, _removals._MOVED_MODULES,
+                _removals._AT_METHODS):
     found |= {_last(p).rstrip('()') for p in table}
   renamed: dict = {}
   for path in _removals._RENAMED:
