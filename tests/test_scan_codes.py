@@ -12,6 +12,8 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -522,3 +524,22 @@ def test_prefilter_looks_closely(source, may):
   from compat.codemod import _prefilter
   assert _prefilter.may_find(source, scan._TRIGGERS) is may
   assert bool(scan.scan_source(source)) is may
+
+
+@pytest.mark.parametrize('text', [
+    'x = a.' + '#' * 200 + '\n',  # a banner after an attribute dot
+    'x = (a.  # ' + '#' * 200 + '\n  b)\n',
+    'from flax import  # ' + '#' * 200 + '\n',
+    'y = jax.' + '# ' * 200 + '\n',
+])
+def test_prefilter_ends_on_comment_banners(text):
+  # Each '#' of a run could start a comment inside one: a pattern that
+  # reads such a run more than one way backtracks exponentially, which
+  # stopped migrate on a real repository. A child process, so a hang
+  # fails instead of blocking the run.
+  code = ('import sys; from compat.codemod import _prefilter, scan; '
+          'print(_prefilter.may_find(sys.stdin.read(), scan._TRIGGERS))')
+  run = subprocess.run([sys.executable, '-c', code], input=text,
+                       capture_output=True, text=True, timeout=60)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout.strip() == 'False'

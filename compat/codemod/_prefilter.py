@@ -84,8 +84,10 @@ def triggers(checkpoint_functions) -> Triggers:
 # is jax's: not it, unless the module calls flax ``jax``) or an import of
 # ``nn`` from flax. ``nn`` alone is in every linen module (``import
 # flax.linen as nn``), so these look closer. Between tokens: spaces, a
-# backslash continuation, a comment.
-_GAP = r'(?:\s|\\\n|#[^\n]*)*'
+# backslash continuation, a comment. A comment runs to its line's end and
+# no shorter: two readings of one '#...' would make a run of '#'s (a banner)
+# backtrack exponentially where no match follows.
+_GAP = r'(?:\s|\\\n|#[^\n]*(?:\n|\Z))*'
 _ATTRIBUTE_NN = re.compile(rf'(?<!\bjax)\.{_GAP}nn\b')
 _ANY_ATTRIBUTE_NN = re.compile(rf'\.{_GAP}nn\b')
 _FLAX_AS_JAX = re.compile(r'\bas\s+jax\b')
