@@ -445,8 +445,6 @@ def migrate_call(name: str, given: Mapping[str, str],
   if name in stock_exact():
     stock = EXACT_STOCK[name]
     values = {**defaults, **given}
-    if inject and values.get('learning_rate') in (None, 'None'):
-      values['learning_rate'] = '0.0'
     factory = stock.factory
     if inject:
       static = f', static_args={stock.static!r}' if stock.static else ''
@@ -467,7 +465,6 @@ def migrate_call(name: str, given: Mapping[str, str],
   if inject:
     factory = f'{RULES_MODULE}.inject_learning_rate({factory})'
   return factory + '(' + ', '.join(f'{k}={v}' for k, v in given.items()) + ')'
-
 
 
 # ----------------------------------------------------------------------------
