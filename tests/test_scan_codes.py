@@ -401,6 +401,22 @@ def test_migrate_exit_status_counts_held_findings_as_done(tmp_path):
   assert run([path])[0] == scan.EXIT_CLEAN
 
 
+def test_migrate_exit_status_follows_the_selection(tmp_path):
+  # The rewrite changes the line of the ignored jax.tree_map (.target goes),
+  # so no held note maps to it: only the selection keeps it out.
+  path = write(str(tmp_path), 'src/m.py', 'import jax\n'
+               'from flax import optim\n'
+               'opt_def = optim.Adam(0.1)\n'
+               'optimizer = opt_def.create(p)\n'
+               'x = jax.tree_map(f, optimizer.target)\n')
+  out = os.path.join(str(tmp_path), 'out')
+  status, text, _ = run(['--ignore', 'FOC2', '--out', out, path], migrate)
+  assert status == migrate.EXIT_CLEAN, text
+  migrated = os.path.join(out, 'm.py')
+  assert run(['--ignore', 'FOC2', migrated])[0] == scan.EXIT_CLEAN
+  assert run([migrated])[0] == scan.EXIT_FOUND  # it is there, unselected
+
+
 # ---------------------------------------------------------------------------
 # Speed: the fast paths give the full path's result.
 
