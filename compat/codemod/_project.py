@@ -78,9 +78,11 @@ class _Function(NamedTuple):
 class Model:
   """The project's factories of OptimizerDefs, their call sites, fields."""
 
-  def __init__(self, parsed, module_names_of, reexports):
+  def __init__(self, parsed, module_names_of, reexports, parse=None):
     """``parsed``: [(shown path, source, tree)]; ``module_names_of``: shown
-    path -> the dotted names its module may be imported by."""
+    path -> the dotted names its module may be imported by. A tree may be
+    None where ``parse(path)`` gives it (None: it does not parse): only the
+    modules the model reads are parsed (``scan``)."""
     self.reexports = reexports
     self.module_names_of = module_names_of
     self.functions: dict[str, _Function] = {}  # dotted name -> function
@@ -101,13 +103,20 @@ class Model:
     # can hold or call one: the rest of a large tree is never analysed.
     tokens = {'optim', 'flax.optim', 'legacy_optim'} | {
         k.rpartition('.')[2] for k in reexports}
+    unparsed: set[str] = set()
     while tokens:
       pattern = re.compile(rb'\b(' + b'|'.join(
           re.escape(t.encode()) for t in sorted(tokens)) + rb')\b')
       fresh = [p for p, (source, _) in sources.items()
-               if p not in self.names and pattern.search(source)]
+               if p not in self.names and p not in unparsed and
+               pattern.search(source)]
       for path in fresh:
-        self._read(path, sources[path][1])
+        tree = sources[path][1]
+        tree = parse(path) if tree is None and parse else tree
+        if tree is None:
+          unparsed.add(path)
+        else:
+          self._read(path, tree)
       for dotted in self._taken:
         self.functions.pop(dotted, None)
       known = {self._returns[f].name for f in self.def_functions}
