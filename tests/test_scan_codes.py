@@ -526,6 +526,14 @@ def test_every_removal_matcher_has_its_words():
     ('state = state.apply_gradient(g)\n', True),
     ('x = jax.tree_util.tree_map(f, x)\n', False),
     ('import jax as tree_util\nx = tree_util.tree_map(f, x)\n', True),
+    ('import jax\nx = jax.tree_util.\\\n  tree_map(f, x)\n', False),
+    ('import jax\nx = jax.tree_util.tree_map(f, x)\ny = jax.tree_map(f, y)\n',
+     True),
+    # jax.partial moved to functools.partial (the same word after functools)
+    ('import functools\nf = functools.partial(g, 1)\n', False),
+    ('import functools\nf = functools . partial(g)\n', False),
+    ('import jax\nf = jax.partial(g)\n', True),
+    ('import jax as functools\nf = functools.partial(g)\n', True),
     ('from flax.training import checkpoints\n'
      'checkpoints.save_checkpoint(d, state, 1)\n', False),
     ('from flax.training import checkpoints\n'

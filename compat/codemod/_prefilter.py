@@ -51,9 +51,27 @@ class Triggers(NamedTuple):
   # checkpoint functions: a finding needs an optimizer among the arguments,
   # which without flax.optim means a name such as ``opt_state``
   checkpoint_words: frozenset
-  # removed ``jax.W`` whose ``jax.tree_util.W`` is today's name: spelled
-  # after ``tree_util.``, W is not the removed one
-  tree_util_words: frozenset
+  # removed ``a.W`` whose today's name keeps W after another module M
+  # (``jax.tree_map``: ``tree_util.tree_map``; ``jax.partial``:
+  # ``functools.partial``): W -> M. Spelled after ``M.``, W is today's.
+  today_words: dict
+
+
+def _today_modules() -> dict:
+  """``Triggers.today_words`` from the tables of moved and renamed names
+  (a word some removed path also spells after M stays a plain word)."""
+  removed: dict = {}
+  for old in (*_removals._RENAMED, *_removals._MOVED):
+    removed.setdefault(_last(old), set()).add(old.rpartition('.')[0])
+  today: dict = {}
+  for old, new in (*_removals._RENAMED.items(), *_removals._MOVED.items()):
+    module, _, word = new.rpartition('.')
+    if word == _last(old) and module:
+      today.setdefault(word, set()).add(_last(module))
+  return {word: modules.pop() for word, modules in today.items()
+          if len(modules) == 1 and not any(
+              p == m or p.endswith('.' + m) for p in removed[word]
+              for m in modules)}
 
 
 def triggers(checkpoint_functions) -> Triggers:
@@ -62,22 +80,17 @@ def triggers(checkpoint_functions) -> Triggers:
   found = set(_SCAN_WORDS)
   for table in (_removals._MOVED, _removals._NO_OPS,
                 _removals._KV_ATTENTION, _removals._MOVED_MODULES,
-                _removals._AT_METHODS):
+                _removals._AT_METHODS, _removals._RENAMED):
     found |= {_last(p).rstrip('()') for p in table}
-  renamed: dict = {}
-  for path in _removals._RENAMED:
-    renamed.setdefault(_last(path), set()).add(path.rpartition('.')[0])
-  tree_util = {word for word, parents in renamed.items()
-               if not any(p.endswith('tree_util') for p in parents)}
-  found |= set(renamed) - tree_util
+  today = _today_modules()
+  found -= set(today)
   found |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
   found.add(_last(_removals.LR_SCHEDULE))
   for needed in MATCHER_WORDS.values():
     found |= set(needed)
   found |= set(_names.TRAVERSALS)
   return Triggers(frozenset(found),
-                  frozenset(_last(p) for p in checkpoint_functions),
-                  frozenset(tree_util))
+                  frozenset(_last(p) for p in checkpoint_functions), today)
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -109,7 +122,6 @@ def _mentions_flax_nn(text: str) -> bool:
   return False
 
 
-_TREE_UTIL_ALIAS = re.compile(r'\bas\s+tree_util\b')
 # ``_names.OPTIMIZER_NAME`` (an identifier with ``optimizer`` in it, or
 # ``opt``/``optim`` as one of its ``_``-separated parts) read on the whole
 # text: a letter or digit next to the part ends it, ``_`` does not.
@@ -121,13 +133,33 @@ def _has_optimizer_name(text: str) -> bool:
   return 'opt' in text.lower() and bool(_OPTIMIZER_NAME_IN_TEXT.search(text))
 
 
-def _mentions_removed_tree_function(text: str, words: frozenset) -> bool:
-  if not _spells(text, words):
-    return False
-  if _TREE_UTIL_ALIAS.search(text):  # ``import jax as tree_util``
-    return True
-  today = re.compile(rf'\btree_util{_GAP}\.{_GAP}(?:{"|".join(words)})\b')
-  return _spells(today.sub('', text), words)
+def _mentions_removed_word(text: str, today: dict) -> bool:
+  """Whether a word of ``today`` (W -> M) may be the removed name: spelled
+  other than as ``M.W``, or M is an alias (``import jax as tree_util``).
+  Without flax.optim, only imports bind names (``ModuleNames`` collects
+  no assignment there), so ``M.W`` is today's name unless one says ``as
+  M``."""
+  for word, module in today.items():
+    if word not in text:
+      continue
+    if module in text and _alias(module).search(text):
+      if _whole(word).search(text):
+        return True
+    elif text.count(word) != text.count(f'{module}.{word}') and len(
+        _whole(word).findall(text)) > len(_after(module, word).findall(text)):
+      return True  # (every ``word`` right after ``module.``: today's)
+  return False
+
+
+@functools.lru_cache(maxsize=None)
+def _alias(module: str) -> re.Pattern:
+  return re.compile(rf'\bas\s+{module}\b')
+
+
+@functools.lru_cache(maxsize=None)
+def _after(module: str, word: str) -> re.Pattern:
+  """``module.word`` (each match spells ``word`` once)."""
+  return re.compile(rf'\b{module}{_GAP}\.{_GAP}{word}\b')
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,6 +180,6 @@ def may_find(text: str, given: Triggers) -> bool:
   return (_spells(text, given.words) or
           ('config' in text and bool(_JAX_CONFIG.search(text))) or
           _mentions_flax_nn(text) or
-          _mentions_removed_tree_function(text, given.tree_util_words) or
+          _mentions_removed_word(text, given.today_words) or
           (_spells(text, given.checkpoint_words) and
            _has_optimizer_name(text)))
