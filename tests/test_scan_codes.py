@@ -534,6 +534,12 @@ def test_every_removal_matcher_has_its_words():
     ('import functools\nf = functools . partial(g)\n', False),
     ('import jax\nf = jax.partial(g)\n', True),
     ('import jax as functools\nf = functools.partial(g)\n', True),
+    # method names count only as attributes (the licence header's "copy")
+    ('# You may obtain a copy of the License at\npop = 1\nx = 2\n', False),
+    ('x = variables.copy({"a": 1})\n', True),
+    ('x = (variables.  # the merge\n     copy({"a": 1}))\n', True),
+    ('rest, params = variables.pop("params")\n', True),
+    ('def replicate(x):\n  return x\ny = replicate(3)\n', False),
     ('from flax.training import checkpoints\n'
      'checkpoints.save_checkpoint(d, state, 1)\n', False),
     ('from flax.training import checkpoints\n'

@@ -174,7 +174,7 @@ class Notebook:
     self.module = ''.join(parts)
     # ASCII escapes (json.dumps' default) or the characters themselves
     # (nbformat's): new literals follow what the file already does.
-    self.ensure_ascii = not any(ord(c) > 127 for c in self.text) and bool(
+    self.ensure_ascii = self.text.isascii() and bool(
         re.search(r'\\u(?!00[0-7])[0-9a-fA-F]{4}', self.text))
 
   def file_line(self, module_line: int) -> int:

@@ -40,6 +40,12 @@ _SCAN_WORDS = (
     'apply_gradient', 'compute_gradient', 'compute_gradients', 'optimize',
     'replicate',
 )
+# Words whose findings read them only as an attribute's name (the legacy
+# methods, ``x.copy({...})``, ``rest, params = v.pop('params')``: the
+# matchers test ``node.func.attr``): ``copy`` in a licence header, or a
+# local ``pop``, is not one. A word the tables also give stays plain.
+_METHOD_WORDS = ('copy', 'pop', 'apply_gradient', 'compute_gradient',
+                 'compute_gradients', 'optimize', 'replicate')
 
 
 def _last(path: str) -> str:
@@ -55,6 +61,8 @@ class Triggers(NamedTuple):
   # (``jax.tree_map``: ``tree_util.tree_map``; ``jax.partial``:
   # ``functools.partial``): W -> M. Spelled after ``M.``, W is today's.
   today_words: dict
+  # ``_METHOD_WORDS``: a finding needs ``.W``
+  attribute_words: frozenset = frozenset()
 
 
 def _today_modules() -> dict:
@@ -77,20 +85,23 @@ def _today_modules() -> dict:
 def triggers(checkpoint_functions) -> Triggers:
   """The words a finding outside flax.optim's imports may need (``nn``:
   ``_mentions_flax_nn``)."""
-  found = set(_SCAN_WORDS)
+  tables: set = set()  # the words of the removals' and traversals' tables
   for table in (_removals._MOVED, _removals._NO_OPS,
                 _removals._KV_ATTENTION, _removals._MOVED_MODULES,
                 _removals._AT_METHODS, _removals._RENAMED):
-    found |= {_last(p).rstrip('()') for p in table}
+    tables |= {_last(p).rstrip('()') for p in table}
   today = _today_modules()
-  found -= set(today)
-  found |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
-  found.add(_last(_removals.LR_SCHEDULE))
+  tables -= set(today)
+  tables |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
+  tables.add(_last(_removals.LR_SCHEDULE))
+  tables |= set(_names.TRAVERSALS)
+  attribute = frozenset(_METHOD_WORDS) - tables
+  found = tables | set(_SCAN_WORDS)
   for needed in MATCHER_WORDS.values():
     found |= set(needed)
-  found |= set(_names.TRAVERSALS)
-  return Triggers(frozenset(found),
-                  frozenset(_last(p) for p in checkpoint_functions), today)
+  return Triggers(frozenset(found - attribute),
+                  frozenset(_last(p) for p in checkpoint_functions), today,
+                  attribute)
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -173,11 +184,22 @@ def _spells(text: str, words) -> bool:
   return any(w in text and _whole(w).search(text) for w in words)
 
 
+@functools.lru_cache(maxsize=None)
+def _attribute(word: str) -> re.Pattern:
+  return re.compile(rf'\.{_GAP}{word}\b')
+
+
+def _spells_attribute(text: str, words) -> bool:
+  """Whether ``text`` has one of ``words`` as an attribute's name."""
+  return any(w in text and _attribute(w).search(text) for w in words)
+
+
 def may_find(text: str, given: Triggers) -> bool:
   """False only when ``text`` has none of the words ``given`` names
   (``triggers()``) and no flax.nn. Only for a module that cannot name
   flax.optim (scan looks at every other one)."""
   return (_spells(text, given.words) or
+          _spells_attribute(text, given.attribute_words) or
           ('config' in text and bool(_JAX_CONFIG.search(text))) or
           _mentions_flax_nn(text) or
           _mentions_removed_word(text, given.today_words) or
