@@ -461,6 +461,63 @@ def test_prefilters_and_processes_give_the_full_result(tmp_path,
   assert len(full.findings) > 100 and full.errors
 
 
+_IN_WORKERS = '''
+import json, os, sys
+from compat.codemod import _parallel, scan
+scan._FILES_PER_JOB = 1
+parent, scan_share = os.getpid(), scan._scan_share
+
+def in_a_worker(inputs, share):  # a share scanned here would fail the run
+  assert os.getpid() != parent, 'scanned in the parent process'
+  return scan_share(inputs, share)
+
+assert _parallel.can_fork()
+one = scan.to_json(scan.scan_paths(sys.argv[1:]))
+scan._scan_share = in_a_worker
+print(json.dumps([one] + [scan.to_json(scan.scan_paths(sys.argv[1:], jobs=j))
+                          for j in (2, 3)]))
+'''
+
+
+def test_jobs_scan_with_the_project_model_in_worker_processes(tmp_path):
+  root = str(tmp_path)
+  # A definition made in one module, created in another that never spells
+  # optim (only the project's model links them), and a notebook using it.
+  write(root, 'pkg/configs.py', '''\
+      from flax import optim
+      class OptimizerConfig:
+        def create_optimizer_def(self):
+          return optim.Adam(0.1)
+      ''')
+  write(root, 'pkg/train.py', '''\
+      from pkg import configs
+      definition = configs.OptimizerConfig().create_optimizer_def()
+      state = definition.create(params)
+      ''')
+  with open(os.path.join(root, 'use.ipynb'), 'w') as f:
+    json.dump({'cells': [{'cell_type': 'code', 'metadata': {}, 'outputs': [],
+                          'execution_count': None, 'source': [
+                              'from pkg.configs import OptimizerConfig\n',
+                              'd = OptimizerConfig().create_optimizer_def()\n',
+                              'state = d.create(params)']}],
+               'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}, f,
+              indent=1)
+  for i in range(6):
+    write(root, f'pkg/filler_{i}.py', 'import jax\nx = jax.tree_map(f, x)\n')
+  write(root, 'pkg/broken.py', 'def (:\n')
+  done = subprocess.run([sys.executable, '-c', _IN_WORKERS, root],
+                        capture_output=True, text=True, timeout=300,
+                        cwd=ROOT)
+  assert done.returncode == 0, done.stderr
+  one, *jobs = json.loads(done.stdout)
+  found = {(f['path'].rsplit('/', 1)[-1], f['line'], f['rule'])
+           for f in one['findings']}
+  assert {('train.py', 3, 'FOC108'), ('configs.py', 4, 'FOC103'),
+          ('use.ipynb', 11, 'FOC108')} <= found, found
+  assert one['errors'] and one['files_scanned'] == 10
+  assert all(result == one for result in jobs)
+
+
 def test_jobs_flag(tmp_path):
   path = write(str(tmp_path), 'm.py', SOURCE)
   assert run(['-j', '0', path])[0] == scan.EXIT_USAGE
