@@ -16,7 +16,7 @@ row brings its word; a new kind of matcher must add its own here
 
 import functools
 import re
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from compat.codemod import _names
 from compat.codemod import _removals
@@ -112,22 +112,61 @@ def triggers(checkpoint_functions) -> Triggers:
 # no shorter: two readings of one '#...' would make a run of '#'s (a banner)
 # backtrack exponentially where no match follows.
 _GAP = r'(?:\s|\\\n|#[^\n]*(?:\n|\Z))*'
-_ATTRIBUTE_NN = re.compile(rf'(?<!\bjax)\.{_GAP}nn\b')
+# A pattern below that starts a word is written without the leading \b
+# (sre then scans for its first letters instead of trying every position,
+# ten to forty times faster here) and found through ``_word_starts``.
 _ANY_ATTRIBUTE_NN = re.compile(rf'\.{_GAP}nn\b')
-_FLAX_AS_JAX = re.compile(r'\bas\s+jax\b')
+_FLAX_AS_JAX = re.compile(r'as\s+jax\b')
 _FROM_FLAX_IMPORT = re.compile(
-    rf'\bfrom{_GAP}flax{_GAP}import{_GAP}(\([^)]*\)|[^\n;]*(?:\\\n[^\n;]*)*)')
+    rf'from{_GAP}flax{_GAP}import{_GAP}(\([^)]*\)|[^\n;]*(?:\\\n[^\n;]*)*)')
 _ALIAS = re.compile(r'\bas\s+\w+')
-_JAX_CONFIG = re.compile(rf'\bjax{_GAP}\.{_GAP}config\b')
+_JAX_CONFIG = re.compile(rf'jax{_GAP}\.{_GAP}config\b')
+
+
+def _is_word_character(character: str) -> bool:
+  return character.isalnum() or character == '_'  # sre's \w on str
+
+
+def _word_starts(pattern: re.Pattern, text: str) -> Iterator[re.Match]:
+  """The matches ``findall`` gives for ``\\b`` + ``pattern`` (a pattern
+  that begins with a word character): each match of ``pattern`` where no
+  word character precedes it."""
+  match = pattern.search(text)
+  while match:
+    start = match.start()
+    if start and _is_word_character(text[start - 1]):
+      match = pattern.search(text, start + 1)
+      continue
+    yield match
+    match = pattern.search(text, max(match.end(), start + 1))
+
+
+def _found(pattern: re.Pattern, text: str) -> bool:
+  """``re.search(r'\\b' + pattern, text)``, fast (``_word_starts``)."""
+  return next(_word_starts(pattern, text), None) is not None
+
+
+def _after_jax(text: str, dot: int) -> bool:
+  """Whether the word ``jax`` ends right before ``text[dot]``."""
+  start = dot - 3
+  return start >= 0 and text[start:dot] == 'jax' and not (
+      start and _is_word_character(text[start - 1]))
 
 
 def _mentions_flax_nn(text: str) -> bool:
   if 'nn' not in text:
     return False
-  if _ANY_ATTRIBUTE_NN.search(text) and (
-      _ATTRIBUTE_NN.search(text) or _FLAX_AS_JAX.search(text)):
+  # ``.nn`` after anything but the word jax, or ``import flax as jax``
+  dots = []
+  match = _ANY_ATTRIBUTE_NN.search(text)
+  while match:
+    dots.append(match.start())
+    match = _ANY_ATTRIBUTE_NN.search(text, match.start() + 1)
+  if dots and (not all(_after_jax(text, dot) for dot in dots) or
+               _found(_FLAX_AS_JAX, text)):
     return True
-  for names in _FROM_FLAX_IMPORT.findall(text):
+  for found in _word_starts(_FROM_FLAX_IMPORT, text):
+    names = found.group(1)
     if '#' in names or re.search(r'\bnn\b', _ALIAS.sub('', names)):
       return True
   return False
@@ -153,35 +192,37 @@ def _mentions_removed_word(text: str, today: dict) -> bool:
   for word, module in today.items():
     if word not in text:
       continue
-    if module in text and _alias(module).search(text):
-      if _whole(word).search(text):
+    if module in text and _found(_alias(module), text):
+      if _found(_whole(word), text):
         return True
-    elif text.count(word) != text.count(f'{module}.{word}') and len(
-        _whole(word).findall(text)) > len(_after(module, word).findall(text)):
+    elif text.count(word) != text.count(f'{module}.{word}') and sum(
+        1 for _ in _word_starts(_whole(word), text)) > sum(
+            1 for _ in _word_starts(_after(module, word), text)):
       return True  # (every ``word`` right after ``module.``: today's)
   return False
 
 
+# Patterns that start a word, for ``_word_starts`` (no leading \b).
 @functools.lru_cache(maxsize=None)
 def _alias(module: str) -> re.Pattern:
-  return re.compile(rf'\bas\s+{module}\b')
+  return re.compile(rf'as\s+{module}\b')
 
 
 @functools.lru_cache(maxsize=None)
 def _after(module: str, word: str) -> re.Pattern:
   """``module.word`` (each match spells ``word`` once)."""
-  return re.compile(rf'\b{module}{_GAP}\.{_GAP}{word}\b')
+  return re.compile(rf'{module}{_GAP}\.{_GAP}{word}\b')
 
 
 @functools.lru_cache(maxsize=None)
 def _whole(word: str) -> re.Pattern:
-  return re.compile(rf'\b{word}\b')
+  return re.compile(rf'{word}\b')
 
 
 def _spells(text: str, words) -> bool:
   """Whether ``text`` has one of ``words`` as a whole identifier (names
   and attributes are: ``apply_gradients`` is not ``apply_gradient``)."""
-  return any(w in text and _whole(w).search(text) for w in words)
+  return any(w in text and _found(_whole(w), text) for w in words)
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,7 +241,7 @@ def may_find(text: str, given: Triggers) -> bool:
   flax.optim (scan looks at every other one)."""
   return (_spells(text, given.words) or
           _spells_attribute(text, given.attribute_words) or
-          ('config' in text and bool(_JAX_CONFIG.search(text))) or
+          ('config' in text and _found(_JAX_CONFIG, text)) or
           _mentions_flax_nn(text) or
           _mentions_removed_word(text, given.today_words) or
           (_spells(text, given.checkpoint_words) and
