@@ -36,6 +36,7 @@ import re
 from typing import NamedTuple, Optional
 
 from compat.codemod import _names
+from compat.codemod import _walk
 
 # What a factory's result meets at a call site that migrate can follow.
 _CREATE = 'create'
@@ -180,7 +181,7 @@ class Model:
     # methods called on an unknown receiver: such a name is no method's
     # alone (see ``_method_candidates``).
     indexed = {id(f.node) for group in self.methods.values() for f in group}
-    for node in ast.walk(tree):
+    for node in _walk.statements(tree):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
           id(node) not in indexed):
         self.methods.setdefault(node.name, []).append(
