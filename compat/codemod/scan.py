@@ -159,9 +159,10 @@ _ANNOTATIONS = {
 }
 
 
-# Nodes without children that no visit_ method handles.
+# Nodes without children (other than leaves) that no visit_ method handles
+# (``_walked``).
 _LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
-           ast.unaryop, ast.Constant)
+           ast.unaryop, ast.Constant, ast.Name)
 _DISPATCH: dict = {}  # node class -> the _Visitor method that visits it
 
 
@@ -177,21 +178,19 @@ class _Visitor(ast.NodeVisitor):
   # bounded by parsing, so these dispatch through a per-class table and skip
   # the nodes that have no children and no visit_ method (same order).
   def visit(self, node):
-    method = _DISPATCH.get(type(node))
-    if method is None:
-      method = _DISPATCH[type(node)] = getattr(
-          type(self), 'visit_' + type(node).__name__, _Visitor.generic_visit)
-    method(self, node)
+    (_DISPATCH.get(type(node)) or _method(type(node)))(self, node)
 
   def generic_visit(self, node):
+    walked = _walked()
     for field in node._fields:
       value = getattr(node, field, None)
       if type(value) is list:
         for item in value:
-          if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
-            self.visit(item)
-      elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
-        self.visit(value)
+          kind = type(item)
+          if kind in walked:  # (not None, a name's str or a leaf)
+            (_DISPATCH.get(kind) or _method(kind))(self, item)
+      elif type(value) in walked:
+        (_DISPATCH.get(type(value)) or _method(type(value)))(self, value)
 
   @functools.cached_property
   def flow(self) -> _flow.OptimizerFlow:
@@ -382,6 +381,23 @@ class _Visitor(ast.NodeVisitor):
                   'likely' if 'likely' in found else None)
     if confidence is not None:
       self.add(node, 'checkpoint', confidence=confidence)
+
+
+def _method(kind: type):
+  """The _Visitor method that visits nodes of class ``kind``."""
+  _DISPATCH[kind] = getattr(_Visitor, 'visit_' + kind.__name__,
+                            _Visitor.generic_visit)
+  return _DISPATCH[kind]
+
+
+@functools.lru_cache(maxsize=None)
+def _walked() -> frozenset:
+  """The node classes a walk enters: every class of ``ast`` but the
+  ``_LEAVES`` that no visit_ method handles."""
+  return frozenset(
+      kind for kind in vars(ast).values() if isinstance(kind, type) and
+      issubclass(kind, ast.AST) and not (issubclass(kind, _LEAVES) and (
+          'visit_' + kind.__name__ not in vars(_Visitor))))
 
 
 def module_names(tree, path, reexports=None, model=None):
