@@ -219,6 +219,11 @@ def _whole(word: str) -> re.Pattern:
   return re.compile(rf'{word}\b')
 
 
+def spells(text: str, word: str) -> bool:
+  """Whether ``text`` has ``word`` as a whole identifier."""
+  return word in text and _found(_whole(word), text)
+
+
 def _spells(text: str, words) -> bool:
   """Whether ``text`` has one of ``words`` as a whole identifier (names
   and attributes are: ``apply_gradients`` is not ``apply_gradient``)."""

@@ -63,7 +63,6 @@ import functools
 import gc
 import json
 import os
-import re
 import sys
 from typing import Iterable, NamedTuple, Optional
 
@@ -411,11 +410,8 @@ def module_names(tree, path, reexports=None, model=None):
 # A module can name flax.optim only through an import of ``flax.optim``,
 # ``legacy_optim`` or ``from flax import optim`` (the word ``optim``), or
 # through a name another scanned module re-exports (its own word).
-_FLAX_OPTIM_WORD = re.compile(r'\boptim\b|legacy_optim')
-
-
 def _mentions_optim(text: str) -> bool:
-  return 'optim' in text and bool(_FLAX_OPTIM_WORD.search(text))
+  return _prefilter.spells(text, 'optim') or 'legacy_optim' in text
 
 
 def _may_name_flax_optim(text: str, reexports) -> bool:
