@@ -562,8 +562,9 @@ class _Files:
             self.notebooks[index] = _notebook.Notebook(source)
             source = self.notebooks[index].module.encode('utf-8')
         except Exception as e:  # pylint: disable=broad-except
-          source = e
-        self.sources.append(source)
+          self.sources.append(e)
+        else:
+          self.sources.append(source)
     self.index_of = {shown: i for i, shown in enumerate(self.shown)}
 
   def tree(self, index: int, keep: bool = True) -> ast.Module:
@@ -705,8 +706,10 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
       continue
     for dotted in used:
       module, _, local = dotted.rpartition('.')
-      path = files.paths[across.table.index_of(module)]
-      exported.setdefault(os.path.abspath(path), set()).add(local)
+      named = across.table.index_of(module)  # a module the table read
+      if named is not None:
+        exported.setdefault(os.path.abspath(files.paths[named]),
+                            set()).add(local)
   notebooks = {files.shown[i]: notebook
                for i, notebook in files.notebooks.items()}
   return Project(parsed, errors, reexports, exported, notebooks,
