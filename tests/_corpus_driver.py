@@ -201,6 +201,57 @@ def _nerfies_steps():
            jax_utils.unreplicate(stats))
 
 
+def _mipnerf():
+  from flax import jax_utils  # noqa: PLC0415
+  import gin  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train')
+  models = importlib.import_module('internal.models')
+  utils = importlib.import_module('internal.utils')
+  # A small mip-NeRF through the repository's own gin bindings: both
+  # levels, few samples, a narrow MLP with its skip connection.
+  gin.parse_config([
+      'MipNerfModel.num_samples = 4', 'MipNerfModel.max_deg_point = 2',
+      'MipNerfModel.deg_view = 1', 'MLP.net_depth = 2', 'MLP.net_width = 8',
+      'MLP.net_width_condition = 4', 'MLP.skip_layer = 1'])
+  # The schedule warms up over 2 steps and decays over 10.
+  config = utils.Config(lr_init=1e-2, lr_final=1e-3, lr_delay_steps=2,
+                        max_steps=10, grad_max_norm=1.)
+  rng = np.random.RandomState(0)
+  rays = 4  # per device
+
+  def batch():
+    directions = rng.randn(1, rays, 3).astype(np.float32)
+    return {'rays': utils.Rays(
+        origins=rng.randn(1, rays, 3).astype(np.float32),
+        directions=directions,
+        viewdirs=directions / np.linalg.norm(directions, axis=-1,
+                                             keepdims=True),
+        radii=rng.rand(1, rays, 1).astype(np.float32) * 0.01,
+        lossmult=np.ones((1, rays, 1), np.float32),
+        near=np.full((1, rays, 1), config.near, np.float32),
+        far=np.full((1, rays, 1), config.far, np.float32)),
+            'pixels': rng.rand(1, rays, 3).astype(np.float32)}
+
+  model, variables = models.construct_mipnerf(jax.random.PRNGKey(0),
+                                              batch())
+  created = _v033_driver.example_statements(
+      train, 'main', 'optimizer', 'train_pstep', model=model,
+      variables=variables, config=config)
+  created = _v033_driver.example_statements(
+      train, 'main', 'init_step', 'state', state=created['state'],
+      learning_rate_fn=created['learning_rate_fn'],
+      train_pstep=created['train_pstep'])
+  state, keys = created['state'], jax.random.split(jax.random.PRNGKey(1), 1)
+  # main's training loop body, without its logging and checkpoints.
+  for step in range(int(created['init_step']),
+                    int(created['init_step']) + STEPS):
+    lr = created['learning_rate_fn'](step)
+    state, stats, keys = created['train_pstep'](keys, state, batch(), lr)
+    yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+           {'lr': lr, 'stats': jax_utils.unreplicate(stats)})
+
+
 RECIPES = {
     'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
                      'clu', 'flaxformer', 'pandas', 'tqdm', 'einops'),
@@ -213,6 +264,8 @@ RECIPES = {
     'nerfies': (('.',), ('tensorflow', 'cv2', 'imageio', 'matplotlib',
                          'PIL', 'tqdm'),
                 ('flax.metrics.tensorboard',), _nerfies),
+    'mipnerf': (('.',), ('tensorflow', 'cv2', 'matplotlib', 'PIL'),
+                ('flax.metrics.tensorboard',), _mipnerf),
 }
 
 

@@ -23,7 +23,7 @@ CORPUS = os.environ.get('FLAX_OPTIM_CORPUS_DIR')
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
-RUNS = {'nerfies': '', 'nested': '', 'vit': 'vit_jax/'}
+RUNS = {'mipnerf': '', 'nerfies': '', 'nested': '', 'vit': 'vit_jax/'}
 
 pytestmark = pytest.mark.skipif(
     not CORPUS, reason='FLAX_OPTIM_CORPUS_DIR is set by tox -e corpus')
