@@ -156,6 +156,19 @@ def test_a_complete_migration_has_no_broken_links():
   assert not _broken(old, new)
 
 
+def test_the_table_has_a_line_per_train_step_compared():
+  def row(name, trains):
+    return corpus.Row(name, 1, 2, 2, 2, 0, [], [], {}, [], trains)
+
+  text = corpus.format_table([row('a', 'bit-identical over 5 steps'),
+                              row('b', None), row('c', 'FAILS: why')], [])
+  assert text.splitlines()[-3:] == [
+      'train steps, migrated beside the original (the shim\'s imports '
+      'blocked; tests/_corpus_train.py):',
+      '  a: bit-identical over 5 steps', '  c: FAILS: why']
+  assert 'train steps' not in corpus.format_table([row('b', None)], [])
+
+
 # ---------------------------------------------------------------------------
 # Patterns of the corpus that scan and migrate handle today.
 
