@@ -421,7 +421,7 @@ def stock_exact() -> frozenset:
 
 def migrate_call(name: str, given: Mapping[str, str],
                  defaults: Mapping[str, Optional[str]],
-                 inject: bool = False) -> str:
+                 inject: bool = False, prefer_stock: bool = True) -> str:
   """The expression ``migrate`` writes for ``flax.optim.<name>(...)``.
 
   Args:
@@ -432,6 +432,9 @@ def migrate_call(name: str, given: Mapping[str, str],
     inject: the learning rate is set per step (``apply_gradient(g,
       learning_rate=lr)``): the transform takes it as an injected
       hyper-parameter, 0.0 until the first step sets it if none is given.
+    prefer_stock: spell the rules in ``stock_exact`` with their stock alias; False
+      where the alias cannot be written (a weight decay that is not a
+      literal: whether it is zero is known only when the program runs).
 
   Returns:
     The stock alias for the rules in ``stock_exact`` (a non-zero weight
@@ -442,7 +445,7 @@ def migrate_call(name: str, given: Mapping[str, str],
   if inject and given.get('learning_rate') in (None, 'None'):
     given = {'learning_rate': '0.0', **{
         k: v for k, v in given.items() if k != 'learning_rate'}}
-  if name in stock_exact():
+  if prefer_stock and name in stock_exact():
     stock = EXACT_STOCK[name]
     values = {**defaults, **given}
     factory = stock.factory

@@ -270,3 +270,64 @@ def test_a_small_example_migrates_completely_and_trains_bit_identically(
                                                   strict=True):
     assert old_w.tobytes() == new_w.tobytes()
     assert old_loss.tobytes() == new_loss.tobytes()
+
+
+# scenic's get_optimizer: a Momentum whose weight decay comes from the
+# config. The stock spelling (optax.sgd) would have to know whether it is
+# zero (flax.optim left a zero decay term out); flax_optim_rules.momentum
+# decides that on the value when the definition is built, as flax.optim did.
+_CONFIG_DECAY = b'''import jax
+from flax import optim
+
+CONFIG = {'weight_decay': WEIGHT_DECAY}
+
+
+def get_optimizer(config):
+  return optim.Momentum(learning_rate=0.1, beta=0.9,
+                        weight_decay=config.get('weight_decay', 0.0))
+
+
+def create_optimizer(params):
+  return get_optimizer(CONFIG).create(params)
+
+
+@jax.jit
+def train_step(optimizer, batch):
+  def loss_fn(params):
+    return ((batch['x'] @ params['w'] - batch['y']) ** 2).mean()
+  loss, grad = jax.value_and_grad(loss_fn)(optimizer.target)
+  return optimizer.apply_gradient(grad), {'loss': loss}
+
+
+def train(params, batches):
+  optimizer = create_optimizer(params)
+  for batch in batches:
+    optimizer, _ = train_step(optimizer, batch)
+  return optimizer.target
+'''
+
+
+def test_a_weight_decay_from_the_config_migrates_to_the_exact_rule(tmp_path):
+  for decay in (b'0.0', b'1e-3'):
+    source = _CONFIG_DECAY.replace(b'WEIGHT_DECAY', decay)
+    new, plan = migrate.migrate_source(source, 'optimizers.py')
+    assert not plan.leftovers, plan.leftovers
+    assert b'flax_optim_rules.momentum(learning_rate=0.1, beta=0.9,' in new
+    assert b'from flax import optim' not in new
+    name = 'decay_' + decay.decode().replace('.', '_').replace('-', '_')
+    old_steps = _train(source, tmp_path, name + '_original')
+    new_steps = _train(new, tmp_path, name + '_migrated')
+    for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
+                                                    strict=True):
+      assert old_w.tobytes() == new_w.tobytes()
+      assert old_loss.tobytes() == new_loss.tobytes()
+    assert old_steps[-1][0].tobytes() != old_steps[0][0].tobytes()
+
+
+def test_a_literal_weight_decay_keeps_the_stock_spelling():
+  source = _CONFIG_DECAY.replace(
+      b"config.get('weight_decay', 0.0)", b'1e-3')
+  new, plan = migrate.migrate_source(source, 'optimizers.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'optax.add_decayed_weights(0.001)' in new
+  assert b'flax_optim_rules' not in new

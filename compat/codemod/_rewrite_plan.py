@@ -410,8 +410,10 @@ class Planner:
         try:
           decay_literal = ast.literal_eval(decay)
         except ValueError:
-          return ('weight_decay is not a literal number: flax.optim skipped '
-                  'a zero decay term, so the rewrite must know it')
+          # The stock spelling must know whether the decay is zero (flax.optim
+          # skipped a zero decay term); the rules' function decides that on
+          # the value itself when the definition is built, as flax.optim did.
+          return self._plan_exact_rule(node, name, given, stock=False)
       else:
         decay_literal = ast.literal_eval(decay)
     missing_rate = _is_none(values['learning_rate'])
@@ -437,7 +439,8 @@ class Planner:
     return ('no learning rate in the definition and none passed to '
             'apply_gradient in this file')
 
-  def _plan_exact_rule(self, node, name, given) -> Optional[str]:
+  def _plan_exact_rule(self, node, name, given,
+                       stock: bool = True) -> Optional[str]:
     """``optim.Adam(...)`` -> ``flax_optim_rules.adam(...)`` (same rule)."""
     reason = self._missing_rate(given)
     if reason:
@@ -446,7 +449,8 @@ class Planner:
     texts = {p: 'None' if _is_none(given[p]) else '{%s}' % p
              for p in params if p in given}
     # A missing rate is set before every step (tree_set).
-    call = _CATALOGUE.migrate_call(name, texts, {}, self.inject)
+    call = _CATALOGUE.migrate_call(name, texts, {}, self.inject,
+                                   prefer_stock=stock)
     self.imports.append((RULES_MODULE, None, None))
     if self.inject:
       self._require_tx_imports()  # optax.tree_utils.tree_set per step
