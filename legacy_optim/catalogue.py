@@ -432,9 +432,9 @@ def migrate_call(name: str, given: Mapping[str, str],
     inject: the learning rate is set per step (``apply_gradient(g,
       learning_rate=lr)``): the transform takes it as an injected
       hyper-parameter, 0.0 until the first step sets it if none is given.
-    prefer_stock: spell the rules in ``stock_exact`` with their stock alias; False
-      where the alias cannot be written (a weight decay that is not a
-      literal: whether it is zero is known only when the program runs).
+    prefer_stock: spell the rules in ``stock_exact`` with their stock
+      alias; False where it cannot be written (a weight decay that is not
+      a literal: whether it is zero is known only when the program runs).
 
   Returns:
     The stock alias for the rules in ``stock_exact`` (a non-zero weight
