@@ -331,3 +331,112 @@ def test_a_literal_weight_decay_keeps_the_stock_spelling():
   assert not plan.leftovers, plan.leftovers
   assert b'optax.add_decayed_weights(0.001)' in new
   assert b'flax_optim_rules' not in new
+
+
+# scenic's get_backbone_multioptimizer and nested-transformer's param
+# groups: ModelParamTraversals bound to names, a MultiOptimizer of
+# (traversal, definition) pairs, created and stepped (a per-step rate) in
+# the same program.
+_MULTI = b'''import jax
+from flax import optim
+
+
+def make_multi_optimizer(config):
+  backbone = optim.ModelParamTraversal(lambda path, _: 'backbone' in path)
+  head = optim.ModelParamTraversal(
+      lambda path, param: 'backbone' not in path and param.ndim > 1)
+  head_def = optim.Momentum(config['lr'], beta=0.9,
+                            weight_decay=config['decay'])
+  return optim.MultiOptimizer(
+      (backbone, optim.Adam(learning_rate=0.01, weight_decay=1e-3)),
+      (head, head_def))
+
+
+@jax.jit
+def train_step(optimizer, batch, lr):
+  def loss_fn(params):
+    hidden = batch['x'] @ params['backbone']['kernel']
+    return ((hidden @ params['head']['kernel'] + params['head']['bias'] -
+             batch['y']) ** 2).mean()
+  grad = jax.grad(loss_fn)(optimizer.target)
+  return optimizer.apply_gradient(grad, learning_rate=lr)
+
+
+def train(params, batches):
+  optimizer = make_multi_optimizer({'lr': 0.1, 'decay': 0.0}).create(params)
+  for step, batch in enumerate(batches):
+    optimizer = train_step(optimizer, batch, 0.1 / (step + 1))
+  return optimizer.target
+'''
+
+
+def _train_multi(source: bytes, tmp_path, name):
+  path = tmp_path / f'{name}.py'
+  path.write_bytes(source)
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  rng = np.random.RandomState(3)
+  params = {'backbone': {'kernel': rng.randn(3, 4).astype(np.float32)},
+            'head': {'kernel': rng.randn(4, 2).astype(np.float32),
+                     'bias': np.zeros(2, np.float32)}}
+  batches = [{'x': rng.randn(8, 3).astype(np.float32),
+              'y': rng.randn(8, 2).astype(np.float32)} for _ in range(5)]
+  return module.train(params, batches)
+
+
+def test_a_multi_optimizer_of_param_traversals_migrates_and_trains_alike(
+    tmp_path):
+  new, plan = migrate.migrate_source(_MULTI, 'multi.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'flax.optim' not in new and b'from flax import optim' not in new
+  assert b"backbone = flax_optim_rules.ModelParamTraversal(lambda path" in new
+  assert b'return flax_optim_rules.multi_optimizer(\n' in new
+  old = _train_multi(_MULTI, tmp_path, 'multi_original')
+  migrated = _train_multi(new, tmp_path, 'multi_migrated')
+  for part, leaf in (('backbone', 'kernel'), ('head', 'kernel'),
+                     ('head', 'bias')):
+    assert np.asarray(old[part][leaf]).tobytes() == np.asarray(
+        migrated[part][leaf]).tobytes(), (part, leaf)
+  # The bias no traversal selects kept its value (flax.optim's 'frozen').
+  assert not np.asarray(migrated['head']['bias']).any()
+
+
+def _reasons(plan):
+  reasons: dict = {}
+  for left in plan.leftovers:
+    key = left.line, left.construct
+    reasons[key] = reasons.get(key, '') + left.reason + '\n'
+  return reasons
+
+
+def test_a_traversal_used_for_more_than_a_pair_keeps_the_flow():
+  # The traversal also walks a tree: the rules' traversal cannot.
+  source = _MULTI.replace(
+      b'  return optim.MultiOptimizer(\n',
+      b"  assert list(backbone.iterate({'backbone': {'k': 1}})) == [1]\n"
+      b'  return optim.MultiOptimizer(\n')
+  new, plan = migrate.migrate_source(source, 'multi.py')
+  assert new == source
+  reasons = _reasons(plan)
+  assert 'not only the first element of a MultiOptimizer pair' in reasons[
+      6, 'traversal']
+  assert 'another link of this optimizer flow' in reasons[13, 'algorithm']
+
+
+def test_a_pair_that_is_not_a_literal_tuple_keeps_the_flow():
+  source = _MULTI.replace(
+      b'  return optim.MultiOptimizer(\n'
+      b'      (backbone, optim.Adam(learning_rate=0.01, weight_decay=1e-3)),\n'
+      b'      (head, head_def))\n',
+      b'  pairs = [(backbone, optim.Adam(learning_rate=0.01)),\n'
+      b'           (head, head_def)]\n'
+      b'  return optim.MultiOptimizer(*pairs)\n')
+  new, plan = migrate.migrate_source(source, 'multi.py')
+  assert new == source
+  reasons = _reasons(plan)
+  assert 'argument 1 is not a literal (traversal, definition) pair' in (
+      reasons[13, 'multi_optimizer'])
+  assert 'the traversal reaches `(backbone, optim.Adam(' in reasons[
+      6, 'traversal']
+  assert 'another link of this optimizer flow' in reasons[27, 'create']

@@ -462,6 +462,10 @@ class OptimizerFlow:
     return self._scope_of.get(node) or next(
         s for s in self.scopes.values() if s.parent is None)
 
+  def binding_scope_of(self, node, name) -> Optional[_Scope]:
+    """The scope whose binding of ``name`` a read at ``node`` sees."""
+    return self._binding_scope(self.scope_of(node), name)
+
   def is_optimizer(self, node, scope=None) -> bool:
     """True when ``node`` evaluates to a legacy ``Optimizer`` on every path."""
     if scope is None:

@@ -45,6 +45,7 @@ from typing import NamedTuple, Optional
 from compat import _lazy
 from compat.codemod import _codes
 from compat.codemod import _flow
+from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _removals
 
@@ -160,6 +161,11 @@ class Planner:
     end = self._offsets[node.end_lineno - 1] + node.end_col_offset
     return start, end
 
+  @property
+  def parents(self) -> dict:
+    """Each node of the module's tree -> the node holding it."""
+    return self._parents
+
   def text(self, node) -> str:
     start, end = self.span(node)
     return self.source[start:end].decode('utf-8')
@@ -274,6 +280,16 @@ class Planner:
           reason = self._plan_algorithm(node, name)
           if reason:
             leftovers.append(self._leftover(node, 'algorithm', reason))
+        elif name == _multi.MULTI_OPTIMIZER:
+          handled.add(node.lineno)
+          reason = _multi.plan_multi(self, node, RULES_MODULE)
+          if reason:
+            leftovers.append(self._leftover(node, 'multi_optimizer', reason))
+        elif name == _multi.PARAM_TRAVERSAL:
+          handled.add(node.lineno)
+          reason = _multi.plan_traversal(self, node, RULES_MODULE)
+          if reason:
+            leftovers.append(self._leftover(node, 'traversal', reason))
         elif isinstance(node.func, ast.Attribute) and (
             node.func.attr == 'create' and self.flow.is_def(node.func.value)):
           handled.add(node.lineno)
