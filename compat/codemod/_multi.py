@@ -38,6 +38,19 @@ def _is_multi(call, names) -> bool:
   return names.legacy_class(call.func) == MULTI_OPTIMIZER
 
 
+# What a definition made in another module meets in a MultiOptimizer pair.
+IN_MULTI_OPTIMIZER = 'it goes into the MultiOptimizer here'
+
+
+def definition_consumer(node, parents, names) -> Optional[ast.Call]:
+  """The ``MultiOptimizer(...)`` call whose pair has ``node`` as its
+  definition (second element), or None."""
+  found = pair_of(node, parents)
+  if found is None or found[1] != 1 or not _is_multi(found[0], names):
+    return None
+  return found[0]
+
+
 def _reads(flow, assign_scope, name) -> list:
   """Every read of ``name`` that sees the binding of ``assign_scope``."""
   return [node for node in ast.walk(assign_scope.node)

@@ -97,8 +97,9 @@ class Plan(NamedTuple):
 
 _CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
 RULES_MODULE = _CATALOGUE.RULES_MODULE
-# The class an ``-> optim.OptimizerDef`` annotation names.
-_DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
+# The classes an ``-> optim.OptimizerDef`` (or ``MultiOptimizer``) names.
+_DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef',
+                'flax.optim.MultiOptimizer')
 
 # The rules migrate spells with their stock alias (the catalogue's
 # ``EXACT_STOCK``; tests/test_migrate.py checks the two agree and trains
@@ -231,6 +232,11 @@ class Planner:
           node.module.startswith(('flax.optim', 'legacy_optim'))):
         for alias in node.names:
           self.removed.append((node.module, alias.name, alias.asname))
+      elif isinstance(node, ast.ImportFrom) and node.module == 'flax':
+        # ``from flax import optim as optimizers`` (scenic): the alias.
+        for alias in node.names:
+          if alias.name == 'optim' and alias.asname:
+            self.removed.append(('flax', 'optim', alias.asname))
     if not self.exported:
       return
     # Other scanned modules import these names from here: keep them.
@@ -608,7 +614,9 @@ class Planner:
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
         self.imports.append(('flax.training', 'dynamic_scale', name))
         self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
-      elif path in _DEF_CLASSES and flow_ok:
+      elif path in _DEF_CLASSES and flow_ok and not (
+          isinstance(self._parents.get(node), ast.Call) and
+          self._parents[node].func is node):  # a MultiOptimizer(...) call
         # A factory's return annotation: what the rewritten definition is.
         self.imports.append(('optax', None, None))
         self.edit(node, 'optax.GradientTransformation', 'annotation')
