@@ -440,3 +440,27 @@ def test_a_pair_that_is_not_a_literal_tuple_keeps_the_flow():
   assert 'the traversal reaches `(backbone, optim.Adam(' in reasons[
       6, 'traversal']
   assert 'another link of this optimizer flow' in reasons[27, 'create']
+
+
+def test_t5x_state_dict_restore_state_and_optimizer_def_stay_with_why():
+  # t5x's train_state.py keeps the Optimizer in its own struct and hands
+  # out flax.optim's checkpoint layout: no TrainState spelling keeps it.
+  source = b'''from flax import optim
+
+
+def make(params, restored):
+  opt = optim.Adam(0.1).create(params)
+  name = opt.optimizer_def.__class__.__name__
+  opt = opt.restore_state(restored)
+  opt = opt.replace(state=opt.state.replace(step=3))
+  return opt.state_dict(), name
+'''
+  new, plan = migrate.migrate_source(source, 'train_state.py')
+  assert new == source
+  reasons = _reasons(plan)
+  assert "{'target': params, 'state': {'step', 'param_states'" in reasons[
+      9, 'optimizer_use']  # .state_dict()
+  assert '--to train_state' in reasons[7, 'optimizer_use']  # restore_state
+  assert 'no OptimizerDef class to name' in reasons[6, 'optimizer_use']
+  assert 'only replace(target=...) maps' in reasons[8, 'optimizer_use']
+  assert 'another link of this optimizer flow' in reasons[5, 'create']

@@ -560,8 +560,11 @@ class Planner:
               'so the step that receives it needs a pmean the rewrite would '
               'have to insert; which steps do is not proven here (by hand: '
               f'{_CATALOGUE.REPLACEMENTS["replicate"].text})')
+    why = _NO_COUNTERPART.get(node.attr)
+    if why is None and node.attr == 'replace':
+      why = _NO_COUNTERPART['replace(state=...)']
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
-            'TrainState counterpart here')
+            'TrainState counterpart here' + (f': {why}' if why else ''))
 
   def _plan_apply_gradient(self, call, receiver) -> Optional[str]:
     if len(call.args) != 1 or any(isinstance(a, ast.Starred)
@@ -672,6 +675,29 @@ class Planner:
       return
     self.edits.append(Edit(line_start, line_end, '', (), node.lineno,
                            construct))
+
+
+# Why an Optimizer's attribute stays: what the TrainState would give instead.
+_LAYOUT = ("flax.optim's layout {'target': params, 'state': {'step', "
+           "'param_states': per-leaf states}}, which code and checkpoints "
+           "read by key; a TrainState's is {'step', 'params', 'opt_state'} "
+           '(Optax states)')
+_NO_COUNTERPART = {
+    'state_dict': f'it returns {_LAYOUT}; convert checkpoint files with '
+                  '`flax-optim-compat convert SRC DST --to train_state`',
+    'restore_state': f'it reads {_LAYOUT}; convert checkpoint files with '
+                     '`flax-optim-compat convert SRC DST --to train_state`',
+    'optimizer_def': 'a TrainState holds `tx`, an Optax transform: no '
+                     'hyper_params to read or override, no OptimizerDef '
+                     'class to name',
+    'state': "flax.optim's OptimizerState (step, param_states) is a "
+             "TrainState's `step` plus an Optax `opt_state` of another "
+             'layout; only `.state.step` maps mechanically',
+    'replace(state=...)': "only replace(target=...) maps (to "
+                          "replace(params=...)); flax.optim's state is a "
+                          "TrainState's `step` plus an Optax `opt_state` of "
+                          'another layout',
+}
 
 
 def _is_none(value) -> bool:
