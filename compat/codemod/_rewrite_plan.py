@@ -518,10 +518,28 @@ class Planner:
     if node.keywords or len(node.args) != 1:
       return ('create(..., focus=...) selects parameters: use optax.partition '
               'with compat.traversal_labels (not rewritten automatically)')
+    held = self._unproven_holder(node)
+    if held:
+      return held
     name = self._train_state_name()
     self.edit(node, f'{name}.TrainState.create(apply_fn=None, '
               'params={params}, tx={tx})', 'create', params=node.args[0],
               tx=node.func.value)
+    return None
+
+  def _unproven_holder(self, create) -> Optional[str]:
+    """Why the TrainState ``create`` would make could reach code left as it
+    is: a name it is assigned to that also holds other values (``opt =
+    opt.restore_state(d)``), so its reads are not provably this optimizer
+    and are not rewritten with it."""
+    parent = self._parents.get(create)
+    if not isinstance(parent, ast.Assign) or parent.value is not create:
+      return None
+    for target in parent.targets:
+      if isinstance(target, ast.Name) and not self.flow.is_optimizer(target):
+        return (f'`{target.id}` also holds values not provably a flax.optim '
+                'Optimizer (another assignment), so its uses stay as they '
+                'are; the optimizer this makes would reach them')
     return None
 
   def _plan_use(self, node) -> Optional[str]:
