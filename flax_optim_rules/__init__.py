@@ -75,6 +75,7 @@ multi_optimizer = _multi.multi_optimizer
 rmsprop = _rmsprop.rmsprop
 scale_by_legacy_adafactor = _adafactor.scale_by_legacy_adafactor
 scale_by_legacy_lars = _lars.scale_by_legacy_lars
+set_learning_rates = _multi.set_learning_rates
 sgd = _sgd.sgd
 traversal_labels = _multi.traversal_labels
 
@@ -125,6 +126,7 @@ __all__ = (
     'rmsprop',
     'scale_by_legacy_adafactor',
     'scale_by_legacy_lars',
+    'set_learning_rates',
     'sgd',
     'traversal_labels',
 )

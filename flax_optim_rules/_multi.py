@@ -11,6 +11,11 @@ the traversals' filters::
   tx = flax_optim_rules.multi_optimizer((kernels, flax_optim_rules.adam()),
                                         (biases, optax.sgd(0.1)))
 
+A rate per sub-optimizer and step (flax.optim's ``apply_gradient(g,
+hyper_params=[hp0.replace(learning_rate=lr0), ...])``) is set in the state
+with ``set_learning_rates`` when each transform takes an injected rate
+(``inject_learning_rate``).
+
 The labels (``sub_label``, ``FROZEN_LABEL``) and the error for a leaf two
 traversals select are defined here once; ``legacy_optim``'s MultiOptimizer
 uses them too.
@@ -130,3 +135,41 @@ def multi_optimizer(
   transforms[FROZEN_LABEL] = optax.set_to_zero()
   return optax.partition(
       transforms, lambda tree: traversal_labels(tree, *traversals))
+
+
+def set_learning_rates(opt_state: Any, learning_rates: Sequence[Any]) -> Any:
+  """``opt_state`` of a ``multi_optimizer`` with sub-optimizer ``k``'s
+  injected learning rate set to ``learning_rates[k]``.
+
+  flax.optim's ``apply_gradient(g, hyper_params=[hp0.replace(
+  learning_rate=lr0), hp1.replace(learning_rate=lr1)])`` on a
+  MultiOptimizer; each transform must take its rate as an injected
+  hyper-parameter (``inject_learning_rate``, ``optax.inject_hyperparams``).
+
+  Raises:
+    ValueError: ``opt_state`` is not a multi_optimizer's state, has another
+      number of sub-optimizers than ``learning_rates`` (both named), or a
+      sub-optimizer takes no injected rate (named).
+  """
+  inner = getattr(opt_state, 'inner_states', None)
+  labels = [sub_label(k) for k in range(len(learning_rates))]
+  if not isinstance(inner, collections.abc.Mapping) or set(inner) != {
+      *labels, FROZEN_LABEL}:
+    found = sorted(inner) if isinstance(inner, collections.abc.Mapping) else (
+        type(opt_state).__name__)
+    raise ValueError(
+        f'set_learning_rates got {len(learning_rates)} learning rates for a '
+        f'state that is not a multi_optimizer state of as many '
+        f'sub-optimizers (its parts: {found}).')
+  updated = dict(inner)
+  for label, rate in zip(labels, learning_rates):
+    try:
+      updated[label] = optax.tree_utils.tree_set(inner[label],
+                                                 learning_rate=rate)
+    except KeyError:
+      raise ValueError(
+          f'sub-optimizer {label} of this multi_optimizer takes no injected '
+          'learning rate: build its transform with '
+          'flax_optim_rules.inject_learning_rate (or optax.inject_hyperparams)'
+          '.') from None
+  return opt_state._replace(inner_states=updated)

@@ -327,3 +327,37 @@ def test_rules_multi_optimizer_errors_name_the_argument_and_the_leaves():
                                      (tu.t_identity, optax.sgd(0.1)))
   with pytest.raises(TypeError, match='argument 1 must be a'):
     flax_optim_rules.traversal_labels(_params(), tu.t_identity)
+
+
+def test_rules_set_learning_rates_is_the_shims_per_sub_optimizer_override():
+  # apply_gradient(g, hyper_params=[hp0.replace(learning_rate=a), ...]).
+  hp_kernels, hp_biases = _shim_multi().hyper_params
+
+  @jax.jit
+  def shim_step(opt, grads, rates):
+    return opt.apply_gradient(grads, hyper_params=[
+        hp_kernels.replace(learning_rate=rates[0]),
+        hp_biases.replace(learning_rate=rates[1])])
+
+  tx = flax_optim_rules.multi_optimizer(*_rules_pairs(inject=True))
+
+  @jax.jit
+  def step_fn(params, opt_state, grads, rates):
+    opt_state = flax_optim_rules.set_learning_rates(opt_state, rates)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  shim = _shim_multi().create(_params())
+  params = _params()
+  opt_state = tx.init(params)
+  for step in range(5):
+    grads = _step_grads(step)
+    rates = [0.02 / (step + 1), 0.3 / (step + 1)]
+    shim = shim_step(shim, grads, rates)
+    params, opt_state = step_fn(params, opt_state, grads, rates)
+    chex.assert_trees_all_equal(params, shim.target)
+  with pytest.raises(ValueError, match='got 3 learning rates'):
+    flax_optim_rules.set_learning_rates(opt_state, [0.1, 0.1, 0.1])
+  plain = flax_optim_rules.multi_optimizer(*_rules_pairs(inject=False))
+  with pytest.raises(ValueError, match='sub-optimizer 0 .* no injected'):
+    flax_optim_rules.set_learning_rates(plain.init(params), [0.1, 0.1])
