@@ -481,3 +481,68 @@ def make(params, restored):
   new, plan = migrate.migrate_source(source, 'restore.py')
   assert new == source
   assert 'also holds values not provably' in _reasons(plan)[5, 'create']
+
+
+# scenic's DETR trainer: a rate per MultiOptimizer part and step, from the
+# definition's own hyper_params unpacked in the train step.
+_PER_PART_RATES = b'''import jax
+from flax import optim
+
+
+def make_optimizer_def():
+  backbone = optim.ModelParamTraversal(lambda path, _: 'backbone' in path)
+  head = optim.ModelParamTraversal(lambda path, _: 'backbone' not in path)
+  return optim.MultiOptimizer((backbone, optim.Momentum(0.1, beta=0.9)),
+                              (head, optim.Adam(0.01, weight_decay=1e-4)))
+
+
+@jax.jit
+def train_step(optimizer, batch, step):
+  def loss_fn(params):
+    hidden = batch['x'] @ params['backbone']['kernel']
+    return ((hidden @ params['head']['kernel'] + params['head']['bias'] -
+             batch['y']) ** 2).mean()
+  grad = jax.grad(loss_fn)(optimizer.target)
+  (backbone_hps,
+   head_hps) = optimizer.optimizer_def.hyper_params
+  return optimizer.apply_gradient(grad, hyper_params=[
+      backbone_hps.replace(learning_rate=0.01 / (step + 1)),
+      head_hps.replace(learning_rate=0.1 / (step + 1))])
+
+
+def train(params, batches):
+  optimizer = make_optimizer_def().create(params)
+  for step, batch in enumerate(batches):
+    optimizer = train_step(optimizer, batch, step)
+  return optimizer.target
+'''
+
+
+def test_per_part_rates_from_the_definitions_hyper_params_train_alike(
+    tmp_path):
+  new, plan = migrate.migrate_source(_PER_PART_RATES, 'detr.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'flax.optim' not in new and b'from flax import optim' not in new
+  assert b'.optimizer_def' not in new and b'hyper_params' not in new
+  assert b'flax_optim_rules.set_learning_rates(optimizer.opt_state, [' in new
+  old = _train_multi(_PER_PART_RATES, tmp_path, 'rates_original')
+  migrated = _train_multi(new, tmp_path, 'rates_migrated')
+  for part, leaf in (('backbone', 'kernel'), ('head', 'kernel'),
+                     ('head', 'bias')):
+    assert np.asarray(old[part][leaf]).tobytes() == np.asarray(
+        migrated[part][leaf]).tobytes(), (part, leaf)
+
+
+def test_hyper_params_read_for_more_than_a_rate_keep_the_flow():
+  source = _PER_PART_RATES.replace(
+      b'  return optimizer.apply_gradient(grad, hyper_params=[\n',
+      b'  jax.debug.print("{}", head_hps.beta1)\n'
+      b'  return optimizer.apply_gradient(grad, hyper_params=[\n')
+  new, plan = migrate.migrate_source(source, 'detr.py')
+  assert new == source
+  reasons = _reasons(plan)
+  assert 'no hyper_params to read or override' in reasons[
+      20, 'optimizer_use']
+  assert 'maps only as a list of the names unpacked' in reasons[
+      22, 'optimizer_use']
+  assert 'another link of this optimizer flow' in reasons[28, 'create']

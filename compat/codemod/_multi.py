@@ -12,7 +12,15 @@ Certain only where every traversal is a ``ModelParamTraversal`` call that
 reaches nothing but the first element of a pair of a rewritten
 ``MultiOptimizer`` (the rules' traversal selects leaves; it cannot
 iterate or update trees as flax.optim's could) and every second element is
-an OptimizerDef on every path. Stdlib only.
+an OptimizerDef on every path.
+
+A rate per part and step, ``(hp0, hp1) = opt.optimizer_def.hyper_params``
+then ``opt.apply_gradient(g, hyper_params=[hp0.replace(learning_rate=a),
+hp1.replace(learning_rate=b)])``, becomes ``opt.replace(opt_state=
+flax_optim_rules.set_learning_rates(opt.opt_state, [a, b])).apply_gradients(
+grads=g)`` (the unpacking is deleted), where the unpacked names are read only
+there, each in its own position, and only their learning rate is replaced:
+the other hyper-parameters stay the definition's, as they did. Stdlib only.
 """
 
 import ast
@@ -137,4 +145,111 @@ def plan_traversal(planner, node, rules_module) -> Optional[str]:
     return reason
   planner.imports.append((rules_module, None, None))
   planner.edit(node.func, f'{rules_module}.{PARAM_TRAVERSAL}', 'traversal')
+  return None
+
+
+def _unpacked_from(planner, name_node):
+  """``(assign, index)`` when ``name_node`` is bound once, by the unpacking
+  ``(hp0, hp1, ...) = <optimizer>.optimizer_def.hyper_params``; else None."""
+  scope = planner.flow.binding_scope_of(name_node, name_node.id)
+  values = [] if scope is None else scope.bindings.get(name_node.id, [])
+  if len(values) != 1 or not (isinstance(values[0], tuple) and
+                              values[0][0] == 'item'):
+    return None
+  _, value, index = values[0]
+  assign = planner.parents.get(value)
+  if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and
+          isinstance(assign.targets[0], (ast.Tuple, ast.List)) and
+          all(isinstance(t, ast.Name) for t in assign.targets[0].elts)):
+    return None
+  if not (isinstance(value, ast.Attribute) and value.attr == 'hyper_params'
+          and isinstance(value.value, ast.Attribute) and
+          value.value.attr == 'optimizer_def' and
+          planner.flow.is_optimizer(value.value.value)):
+    return None
+  return assign, index
+
+
+def _rate_of(element):
+  """``E`` of a list element ``hp.replace(learning_rate=E)``, or None."""
+  if not (isinstance(element, ast.Call) and isinstance(
+      element.func, ast.Attribute) and element.func.attr == 'replace' and
+          isinstance(element.func.value, ast.Name) and not element.args and
+          [k.arg for k in element.keywords] == ['learning_rate']):
+    return None
+  return element.keywords[0].value
+
+
+def _override_lists(planner, assign) -> Optional[list]:
+  """The ``hyper_params=[...]`` lists that read the names ``assign``
+  unpacks, each name in its own position and only as
+  ``name.replace(learning_rate=...)``; None if any read is another."""
+  lists = []
+  names = assign.targets[0].elts
+  for position, target in enumerate(names):
+    scope = planner.flow.binding_scope_of(target, target.id)
+    for read in _reads(planner.flow, scope, target.id):
+      replace = planner.parents.get(read)
+      element = planner.parents.get(replace)
+      listed = planner.parents.get(element)
+      keyword = planner.parents.get(listed)
+      if not (isinstance(listed, (ast.List, ast.Tuple)) and
+              isinstance(keyword, ast.keyword) and
+              keyword.arg == 'hyper_params' and
+              _rate_of(element) is not None and
+              len(listed.elts) == len(names) and
+              listed.elts.index(element) == position):
+        return None
+      lists.append(listed)
+  return lists
+
+
+def hyper_params_unpacking(planner, node) -> Optional[ast.Assign]:
+  """The statement ``(hp0, ...) = node.hyper_params`` when ``node`` (an
+  optimizer's ``.optimizer_def``) is read only for it and its names only
+  feed ``hyper_params=[hp0.replace(learning_rate=...), ...]``."""
+  value = planner.parents.get(node)
+  assign = planner.parents.get(value)
+  if not (isinstance(value, ast.Attribute) and
+          value.attr == 'hyper_params' and isinstance(assign, ast.Assign)
+          and assign.value is value):
+    return None
+  targets = assign.targets[0].elts if len(assign.targets) == 1 and (
+      isinstance(assign.targets[0], (ast.Tuple, ast.List))) else []
+  if not targets or any(_unpacked_from(planner, t) is None for t in
+                        targets if isinstance(t, ast.Name)):
+    return None
+  return assign if _override_lists(planner, assign) else None
+
+
+def plan_hyper_params(planner, call, receiver, grads,
+                      rules_module) -> Optional[str]:
+  """``opt.apply_gradient(g, hyper_params=[hp0.replace(learning_rate=a),
+  ...])`` -> the rates set in the multi_optimizer state, then the step."""
+  listed = call.keywords[0].value
+  why = ('hyper_params=[...] maps only as a list of the names unpacked '
+         'from this optimizer\'s `.optimizer_def.hyper_params`, in their '
+         'order, each as `.replace(learning_rate=...)`')
+  if not isinstance(listed, (ast.List, ast.Tuple)) or not listed.elts:
+    return why
+  rates = {}
+  for position, element in enumerate(listed.elts):
+    rate = _rate_of(element)
+    found = None if rate is None else _unpacked_from(planner,
+                                                     element.func.value)
+    if found is None or found[1] != position:
+      return why
+    assign, _ = found
+    source = assign.value.value.value  # <optimizer>.optimizer_def
+    if ast.dump(source) != ast.dump(receiver) or hyper_params_unpacking(
+        planner, assign.value.value) is None:
+      return why
+    rates[f'rate{position}'] = rate
+  planner.imports.append((rules_module, None, None))
+  listed_rates = ', '.join('{%s}' % name for name in rates)
+  planner.edit(
+      call, '{receiver}.replace(opt_state=%s.set_learning_rates('
+      '{receiver}.opt_state, [%s])).apply_gradients(grads=%s)' % (
+          rules_module, listed_rates, grads), 'apply_gradient_overrides',
+      receiver=receiver, grads=call.args[0], **rates)
   return None

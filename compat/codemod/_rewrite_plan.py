@@ -572,6 +572,11 @@ class Planner:
       self.edit(parent, f'{self._jax_utils_name()}.unreplicate({{receiver}})',
                 'replicate', receiver=receiver)
       return None
+    if node.attr == 'optimizer_def':
+      unpacking = _multi.hyper_params_unpacking(self, node)
+      if unpacking is not None:  # (hp0, hp1) = opt.optimizer_def.hyper_params
+        self.delete_statement(unpacking, 'optimizer_use', node.lineno)
+        return None
     if node.attr in ('replicate', 'unreplicate'):
       return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
               'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
@@ -605,12 +610,15 @@ class Planner:
       self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
                 'apply_gradient', receiver=receiver, grads=call.args[0])
       return None
-    if extra != ['learning_rate']:
+    if extra not in (['learning_rate'], ['hyper_params']):
       return (f'overrides {", ".join(str(e) for e in extra)}: only '
               'learning_rate is injected mechanically')
     if not _is_pure(receiver):
       return ('the optimizer expression is evaluated twice by the rewrite; '
               'bind it to a name first')
+    if extra == ['hyper_params']:  # a rate per MultiOptimizer part
+      return _multi.plan_hyper_params(self, call, receiver, grads,
+                                      RULES_MODULE)
     self._require_tx_imports()
     self.edit(call, '{receiver}.replace(opt_state=optax.tree_utils.tree_set('
               '{receiver}.opt_state, learning_rate={rate})).apply_gradients('
@@ -675,6 +683,16 @@ class Planner:
       if module and not isinstance(node, ast.ImportFrom):
         self.imports.append((module, None, None))
 
+
+  def delete_statement(self, node, construct, line=None):
+    """Deletes ``node``'s lines, or writes ``pass`` where the statement
+    shares its lines or is its block's only statement. ``line``: the
+    finding's line the deletion answers (default the statement's first)."""
+    before = len(self.edits)
+    self._delete_statement(node, construct)
+    if line is not None:
+      self.edits[before:] = [e._replace(line=line)
+                             for e in self.edits[before:]]
 
   def _delete_statement(self, node, construct):
     """Deletes ``node``'s lines, or writes ``pass`` where the statement
