@@ -240,12 +240,18 @@ def train(params, batches):
 '''
 
 
-def _train(source: bytes, tmp_path, name):
+def _load(source: bytes, tmp_path, name):
+  """``source`` imported as module ``name`` from a file under tmp_path."""
   path = tmp_path / f'{name}.py'
   path.write_bytes(source)
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  return module
+
+
+def _train(source: bytes, tmp_path, name):
+  module = _load(source, tmp_path, name)
   rng = np.random.RandomState(0)
   params = {'w': rng.rand(3, 2).astype(np.float32)}
   optimizer = module.create_optimizer(params)
@@ -371,11 +377,7 @@ def train(params, batches):
 
 
 def _train_multi(source: bytes, tmp_path, name):
-  path = tmp_path / f'{name}.py'
-  path.write_bytes(source)
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = _load(source, tmp_path, name)
   rng = np.random.RandomState(3)
   params = {'backbone': {'kernel': rng.randn(3, 4).astype(np.float32)},
             'head': {'kernel': rng.randn(4, 2).astype(np.float32),
@@ -383,6 +385,13 @@ def _train_multi(source: bytes, tmp_path, name):
   batches = [{'x': rng.randn(8, 3).astype(np.float32),
               'y': rng.randn(8, 2).astype(np.float32)} for _ in range(5)]
   return module.train(params, batches)
+
+
+def _assert_same_multi_params(old, migrated):
+  for part, leaf in (('backbone', 'kernel'), ('head', 'kernel'),
+                     ('head', 'bias')):
+    assert np.asarray(old[part][leaf]).tobytes() == np.asarray(
+        migrated[part][leaf]).tobytes(), (part, leaf)
 
 
 def test_a_multi_optimizer_of_param_traversals_migrates_and_trains_alike(
@@ -394,10 +403,7 @@ def test_a_multi_optimizer_of_param_traversals_migrates_and_trains_alike(
   assert b'return flax_optim_rules.multi_optimizer(\n' in new
   old = _train_multi(_MULTI, tmp_path, 'multi_original')
   migrated = _train_multi(new, tmp_path, 'multi_migrated')
-  for part, leaf in (('backbone', 'kernel'), ('head', 'kernel'),
-                     ('head', 'bias')):
-    assert np.asarray(old[part][leaf]).tobytes() == np.asarray(
-        migrated[part][leaf]).tobytes(), (part, leaf)
+  _assert_same_multi_params(old, migrated)
   # The bias no traversal selects kept its value (flax.optim's 'frozen').
   assert not np.asarray(migrated['head']['bias']).any()
 
@@ -527,10 +533,7 @@ def test_per_part_rates_from_the_definitions_hyper_params_train_alike(
   assert b'flax_optim_rules.set_learning_rates(optimizer.opt_state, [' in new
   old = _train_multi(_PER_PART_RATES, tmp_path, 'rates_original')
   migrated = _train_multi(new, tmp_path, 'rates_migrated')
-  for part, leaf in (('backbone', 'kernel'), ('head', 'kernel'),
-                     ('head', 'bias')):
-    assert np.asarray(old[part][leaf]).tobytes() == np.asarray(
-        migrated[part][leaf]).tobytes(), (part, leaf)
+  _assert_same_multi_params(old, migrated)
 
 
 def test_hyper_params_read_for_more_than_a_rate_keep_the_flow():

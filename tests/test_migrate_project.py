@@ -119,6 +119,16 @@ def _run(directory, module, *args):
         del sys.modules[name]
 
 
+def _reasons(results) -> dict:
+  """(file, line) -> the reasons the report gives there, one a line."""
+  reasons: dict = {}
+  for name, result in results.items():
+    for left in result.plan.leftovers:
+      reasons[name, left.line] = reasons.get((name, left.line), '') + (
+          left.reason + '\n')
+  return reasons
+
+
 def _data():
   rng = np.random.RandomState(7)
   params = {'w': jnp.asarray(rng.randn(4, 2), jnp.float32)}
@@ -176,11 +186,7 @@ def test_one_link_that_cannot_be_followed_keeps_every_module_of_the_flow(
   results = _migrate_into(project, migrated)
   for name, result in results.items():
     assert result.new == result.old, name
-  reasons: dict = {}
-  for name, result in results.items():
-    for left in result.plan.leftovers:
-      reasons[name, left.line] = reasons.get((name, left.line), '') + (
-          left.reason + '\n')
+  reasons = _reasons(results)
   assert 'definition.hyper_params' in reasons['inspect_def.py', 3]
   assert 'training.py:21' in reasons['training.py', 21]
   assert 'not rewritten' in reasons['training.py', 32]  # .target
@@ -410,11 +416,7 @@ def test_a_definition_read_elsewhere_keeps_the_multi_optimizer_flow(
   results = _migrate_into(project, migrated)
   for name, result in results.items():
     assert result.new == result.old, name
-  reasons: dict = {}
-  for name, result in results.items():
-    for left in result.plan.leftovers:
-      reasons[name, left.line] = reasons.get((name, left.line), '') + (
-          left.reason + '\n')
+  reasons = _reasons(results)
   assert 'mpkg/train_utils.py:14: it goes into the MultiOptimizer here' in (
       reasons['mpkg/optimizers.py', 6])
   assert 'flow across modules' in reasons['mpkg/train_utils.py', 14]

@@ -257,6 +257,26 @@ def _shim_multi():
       (biases, optim.Momentum(learning_rate=0.1, beta=0.9)))
 
 
+def _set_every_rate(opt_state, rate):
+  return optax.tree_utils.tree_set(opt_state, learning_rate=rate)
+
+
+def _keep_rates(opt_state, _):
+  return opt_state
+
+
+def _rules_step(tx, set_rates):
+  """A jitted step of ``tx`` after ``set_rates(opt_state, rates)``."""
+
+  @jax.jit
+  def step_fn(params, opt_state, grads, rates):
+    opt_state = set_rates(opt_state, rates)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  return step_fn
+
+
 def _step_grads(step):
   rng = np.random.default_rng(step)
   return jax.tree_util.tree_map(
@@ -286,14 +306,8 @@ def test_rules_multi_optimizer_steps_as_the_shims_multi_optimizer():
       lambda opt, grads, rate: opt.apply_gradient(grads, learning_rate=rate))
   for inject in (False, True):
     tx = flax_optim_rules.multi_optimizer(*_rules_pairs(inject))
-
-    @jax.jit
-    def step_fn(params, opt_state, grads, rate, tx=tx, inject=inject):
-      if inject:  # apply_gradient(g, learning_rate=lr) sets every rule's
-        opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=rate)
-      updates, opt_state = tx.update(grads, opt_state, params)
-      return optax.apply_updates(params, updates), opt_state
-
+    # apply_gradient(g, learning_rate=lr) sets every rule's rate.
+    step_fn = _rules_step(tx, _set_every_rate if inject else _keep_rates)
     shim = _shim_multi().create(_params())
     params = _params()
     opt_state = tx.init(params)
@@ -340,12 +354,7 @@ def test_rules_set_learning_rates_is_the_shims_per_sub_optimizer_override():
         hp_biases.replace(learning_rate=rates[1])])
 
   tx = flax_optim_rules.multi_optimizer(*_rules_pairs(inject=True))
-
-  @jax.jit
-  def step_fn(params, opt_state, grads, rates):
-    opt_state = flax_optim_rules.set_learning_rates(opt_state, rates)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state
+  step_fn = _rules_step(tx, flax_optim_rules.set_learning_rates)
 
   shim = _shim_multi().create(_params())
   params = _params()
