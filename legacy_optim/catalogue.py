@@ -255,13 +255,17 @@ REPLACEMENTS = {
         'meanwhile opt_def.to_optax() runs it unchanged (a transform that '
         'calls your per-leaf methods)', SECTION_ALGORITHMS),
     'multi_optimizer': Replacement(
-        "optax.partition({'0': tx0, ..., 'frozen': optax.set_to_zero()}, "
-        'compat.traversal_labels(params, traversal0, ...)); same numbers: '
-        'opt_def.to_optax()', SECTION_TRAVERSALS),
-    'traversal': Replacement(
-        'optax.partition labels: compat.traversal_labels(params, traversal) '
-        'or flax.traverse_util.path_aware_map(lambda path, _: ..., params)',
+        'flax_optim_rules.multi_optimizer((traversal0, tx0), ...) with '
+        'flax_optim_rules.ModelParamTraversal traversals (what migrate '
+        "writes: optax.partition({'0': tx0, ..., 'frozen': "
+        'optax.set_to_zero()}, labels)); same numbers: opt_def.to_optax()',
         SECTION_TRAVERSALS),
+    'traversal': Replacement(
+        'flax_optim_rules.ModelParamTraversal(filter_fn) in '
+        'flax_optim_rules.multi_optimizer pairs (what migrate writes); '
+        'optax.partition labels: flax_optim_rules.traversal_labels(params, '
+        'traversal) or flax.traverse_util.path_aware_map(lambda path, _: '
+        '..., params)', SECTION_TRAVERSALS),
     'weight_norm': Replacement(
         'Optax has no counterpart: keep opt_def.to_optax() (same numbers) or '
         'reparameterise the model with flax.linen.WeightNorm',
