@@ -40,6 +40,10 @@ _SAME_KIND = {
     'flax.jax_utils.replicate': (0, 'tree'),
     'flax.jax_utils.unreplicate': (0, 'tree'),
     'flax.training.checkpoints.restore_checkpoint': (1, 'target'),
+    # A leaf-wise map keeps its first tree's structure and classes
+    # (``jnp.where(is_finite, new, old)`` over two optimizers).
+    'jax.tree_util.tree_map': (1, 'tree'),
+    'jax.tree_map': (1, 'tree'),
 }
 
 

@@ -40,6 +40,13 @@ from compat.codemod import _names
 # What a factory's result meets at a call site that migrate can follow.
 _CREATE = 'create'
 _CREATED_HERE = 'its `.create(...)` is here'
+# What ``flow_violations`` asks of a field link's modules: whether each
+# migrates its optimizer flow whole.
+WHOLE_FLOW = 'flow'
+# The construct of a field link's line kept as it was, and of a value
+# stored in such a field that is not provably an optimizer (a flow one:
+# the module's flow stays with it).
+HELD_IN_FIELD = 'optimizer_field'
 # Decorators that leave who calls a method as it was.
 _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 
@@ -57,11 +64,65 @@ class Link(NamedTuple):
   consumer_line: Optional[int]
   call_line: int
   reason: str
+  # 'definition': producer_line makes a definition, consumer_line is its
+  # `.create`; 'field': producer_line declares a field annotated
+  # `optim.Optimizer`, the consumer module makes, stores or uses what the
+  # field holds (the two modules' whole flows must agree).
+  kind: str = 'definition'
 
   def describe(self) -> str:
     where = self.consumer_line or self.call_line
+    if self.kind == 'field':
+      return f'{self.consumer_path}:{where} {self.reason}'
     return (f'{self.producer_path}:{self.producer_line} makes the '
             f'definition, {self.consumer_path}:{where}: {self.reason}')
+
+
+class Holder(NamedTuple):
+  """A class of the user's (dataclass, NamedTuple) with a field annotated
+  ``optim.Optimizer``: what its constructor's arguments are stored in."""
+  path: str
+  line: int  # the optimizer field's annotation
+  name: str  # the class's name
+  fields: tuple  # its annotated fields in order: constructor positions
+  field: str  # the optimizer field
+
+
+def holders_in(path, tree, names) -> list:
+  """The ``Holder`` classes ``tree`` defines (top-level and nested)."""
+  found = []
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.ClassDef):
+      continue
+    fields = [item for item in node.body if isinstance(
+        item, ast.AnnAssign) and isinstance(item.target, ast.Name)]
+    order = tuple(item.target.id for item in fields)
+    for item in fields:
+      if _names.is_optimizer_annotation(names, item.annotation):
+        found.append(Holder(path, item.lineno, node.name, order,
+                            item.target.id))
+  return found
+
+
+def field_stores(call, holders) -> list:
+  """``[(holder, value)]``: what ``call`` stores in an optimizer field of
+  one of ``holders``: the class called by its name (positionally or by
+  keyword, also through a module or an alias of the same name), or
+  ``.replace``/``._replace`` with the field's keyword."""
+  func = call.func
+  called = func.id if isinstance(func, ast.Name) else (
+      func.attr if isinstance(func, ast.Attribute) else None)
+  stores = []
+  for holder in holders:
+    if called in ('replace', '_replace') or called == holder.name:
+      stores += [(holder, k.value) for k in call.keywords
+                 if k.arg == holder.field]
+    if called == holder.name:
+      position = holder.fields.index(holder.field)
+      if position < len(call.args) and not any(
+          isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+        stores.append((holder, call.args[position]))
+  return stores
 
 
 class _ReturnsOf(NamedTuple):
@@ -92,6 +153,7 @@ class Model:
     # project that declares it.
     self.fields: dict[str, bool] = {}
     self.links: list[Link] = []
+    self.holders: list[Holder] = []  # classes with an optimizer field
     self._taken: set[str] = set()  # dotted names two functions share
     # FunctionDef -> its own returns, read once.
     self._returns: dict = {}
@@ -119,7 +181,9 @@ class Model:
     self._called: set = set()  # factories with a call in the project
     for path in self.names:
       self._link_calls(path, self.trees[path])
+      self._link_disagreeing_overrides(path, self.trees[path])
     self._link_unseen_callers()
+    self._link_holders(sources)
 
   def _read(self, path, tree):
     dotted = self.module_names_of.get(path) or [None]
@@ -167,6 +231,7 @@ class Model:
             field = item.target.id
             self.fields[field] = self.fields.get(field, True) and (
                 _names.is_optimizer_annotation(names, item.annotation))
+    self.holders += holders_in(path, tree, names)
     # Every other function (top-level or nested) shares the name space of
     # methods called on an unknown receiver: such a name is no method's
     # alone (see ``_method_candidates``).
@@ -218,9 +283,15 @@ class Model:
       return function.node in self.def_functions
     if names.resolve(call.func) is not None:
       return False
-    candidates = self._method_candidates(call)
-    return bool(candidates) and all(c.node in self.def_functions
-                                    for c in candidates)
+    return self._methods_agree(self._method_candidates(call))
+
+  def _methods_agree(self, candidates) -> bool:
+    """Every override a call may run returns a definition, or never returns
+    (an abstract base method that only raises), and one of them returns."""
+    makers = [c for c in candidates if c.node in self.def_functions]
+    return bool(makers) and all(
+        c.node in self.def_functions or _never_returns(c.node)
+        for c in candidates)
 
   def _solve_factories(self):
     """Least fixpoint: a factory returns defs (or other factories' ones)."""
@@ -313,6 +384,29 @@ class Model:
           self.links.append(Link(producer_path, producer_line, path, line,
                                  node.lineno, reason))
 
+  def _link_disagreeing_overrides(self, path, tree):
+    """A method call some of whose overrides return a definition and some
+    something else (``return self.given``): what the call gives is not
+    known, so the definitions stay (a link with no consumer)."""
+    names = self.names[path]
+    for node in ast.walk(tree):
+      if not isinstance(node, ast.Call) or names.resolve(node.func):
+        continue
+      candidates = self._method_candidates(node)
+      others = [c for c in candidates if c.node not in self.def_functions
+                and not _never_returns(c.node)]
+      if not others or len(others) == len(candidates):
+        continue
+      self._called.update(c.node for c in candidates)
+      other = others[0]
+      reason = (f'{node.func.attr}() may run the override at '
+                f'{other.path}:{other.node.lineno}, which does not return a '
+                'flax.optim definition: what the call gives is not known')
+      for producer_path, producer_line in self._factory_producers(
+          node, names):
+        self.links.append(Link(producer_path, producer_line, path, None,
+                               node.lineno, reason))
+
   def _link_unseen_callers(self):
     """A factory no code of the project calls (or a decorated one: gin and
     its kind call it from elsewhere) hands its definition to code migrate
@@ -335,6 +429,28 @@ class Model:
       for path, line in self._producers(function):
         self.links.append(Link(path, line, function.path, None, node.lineno,
                                reason))
+
+  def _link_holders(self, sources):
+    """A field link from each class holding an optimizer to every module
+    that makes the class, replaces the field or reads it (``x.optimizer``
+    is an optimizer wherever every class declaring ``optimizer`` says so):
+    what one of them stores is what the others use, so their flows are
+    rewritten together or not at all."""
+    holders = [h for h in self.holders if self.fields.get(h.field)]
+    if not holders:
+      return
+    words = {h.field for h in holders} | {h.name for h in holders}
+    pattern = re.compile(rb'\b(' + b'|'.join(
+        re.escape(w.encode()) for w in sorted(words)) + rb')\b')
+    for path, (source, tree) in sources.items():
+      if not pattern.search(source):
+        continue
+      for holder, line in _holder_touches(tree, holders):
+        self.links.append(Link(
+            holder.path, holder.line, path, line, line,
+            f'makes, stores or reads the optimizer that '
+            f'`{holder.name}.{holder.field}` holds (declared at '
+            f'{holder.path}:{holder.line})', 'field'))
 
   def _factory_producers(self, call, names) -> list:
     function = self.callee(call, names)
@@ -379,19 +495,56 @@ class Model:
              'cannot follow')]
 
 
+def _holder_touches(tree, holders) -> list:
+  """``[(holder, first line)]`` for each holder ``tree`` makes (a call of
+  its class's name), stores into (a keyword of its field) or reads (an
+  attribute named like its field, not of a call's result)."""
+  first = {}
+  for node in ast.walk(tree):
+    touched = []
+    if isinstance(node, ast.Call):
+      touched = [h for h, _ in field_stores(node, holders)]
+      func = node.func
+      called = func.id if isinstance(func, ast.Name) else getattr(
+          func, 'attr', None)
+      touched += [h for h in holders if h.name == called]
+    elif isinstance(node, ast.Attribute) and not isinstance(
+        node.value, ast.Call):
+      touched = [h for h in holders if h.field == node.attr]
+    for holder in touched:
+      if holder not in first or node.lineno < first[holder]:
+        first[holder] = node.lineno
+  return sorted(first.items(), key=lambda item: (item[0].path,
+                                                 item[0].line))
+
+
+def _never_returns(function) -> bool:
+  """A function whose every path raises (an abstract base method's
+  ``raise NotImplementedError``): no return of its own, and its body ends
+  in a ``raise``, so whatever runs before it ends there."""
+  return not _names.own_returns(function) and isinstance(
+      function.body[-1], ast.Raise)
+
+
 def flow_violations(links, rewritten) -> list:
   """Links whose two ends were not rewritten alike: a definition rewritten
   into an Optax transform meets a ``.create`` left as it was (or a
   ``TrainState.create`` meets a flax.optim definition).
 
   ``rewritten(path, line, construct)``: whether the planned result of
-  ``path`` rewrites ``construct`` at ``line``. A link with no consumer line
+  ``path`` rewrites ``construct`` at ``line`` (``WHOLE_FLOW``, line None:
+  whether the module's optimizer flow is migrated, for field links). A link with no consumer line
   is violated as soon as its producer is rewritten. ``migrate`` calls this
   before anything is written and rolls back every module of a violated
   flow; any other writer of migrated code can call it the same way.
   """
   violations = []
   for link in links:
+    if link.kind == 'field':
+      if rewritten(link.producer_path, None, WHOLE_FLOW) != rewritten(
+          link.consumer_path, None, WHOLE_FLOW):
+        violations.append(link)
+      continue
     made = rewritten(link.producer_path, link.producer_line, 'algorithm')
     if link.consumer_line is None:
       used = False
@@ -404,17 +557,21 @@ def flow_violations(links, rewritten) -> list:
   return violations
 
 
-def _rewrites(plan, line, construct) -> bool:
+def _rewrites(plan, line, construct, flow_migrated) -> bool:
+  if construct == WHOLE_FLOW:
+    return plan is not None and flow_migrated(plan)
   return plan is not None and any(
       e.line == line and e.construct.startswith(construct)
       for e in plan.edits)
 
 
-def roll_back(links, plan_of):
+def roll_back(links, plan_of, flow_migrated=lambda plan: True):
   """Yields ``(path, blocked)`` for each module whose optimizer flow must
   stay as it was, until ``flow_violations`` finds none.
 
-  ``plan_of(path)``: the module's current plan (None: not migrated). The
+  ``plan_of(path)``: the module's current plan (None: not migrated);
+  ``flow_migrated(plan)``: whether that plan migrates the module's
+  optimizer flow (nothing of it left as it was). The
   caller plans each yielded module again with ``blocked`` (``(line,
   construct, code, reason)`` of every link of the flow there) before the
   next one is asked for: a rolled-back module may break another link, so
@@ -425,7 +582,7 @@ def roll_back(links, plan_of):
   while True:
     violated = flow_violations(
         links, lambda path, line, construct: _rewrites(
-            plan_of(path), line, construct))
+            plan_of(path), line, construct, flow_migrated))
     component = _linked(links, {p for link in violated for p in (
         link.producer_path, link.consumer_path)}) - done
     if not component:
@@ -458,6 +615,12 @@ def _blocked_here(links, component, path) -> list:
     reason = ('kept as it was with its whole flow across modules (a '
               'definition, its optimizer and every use are rewritten '
               'together or not at all): ' + link.describe())
+    if link.kind == 'field':
+      if path in (link.producer_path, link.consumer_path):
+        line = (link.producer_line if link.producer_path == path else
+                link.consumer_line)
+        blocked.append((line, HELD_IN_FIELD, reason))
+      continue
     if link.producer_path == path:
       blocked.append((link.producer_line, 'algorithm', reason))
     if link.consumer_path == path:

@@ -46,6 +46,7 @@ from compat import _lazy
 from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _names
+from compat.codemod import _project
 from compat.codemod import _removals
 
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
@@ -53,7 +54,7 @@ FLOW_CONSTRUCTS = frozenset((
     'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
     'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
     'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
-    'optimizer_def', 'reexport'))
+    'optimizer_def', 'reexport', _project.HELD_IN_FIELD))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
@@ -63,6 +64,12 @@ CHECKPOINT_NOTE = (
     'the checkpoint now holds a TrainState (step, params, opt_state); '
     'convert files written by the old code with `flax-optim-compat convert '
     'SRC DST --to train_state`')
+
+
+def flow_migrated(plan) -> bool:
+  """Whether ``plan`` migrates its module's optimizer flow: no part of it
+  is left as it was (the flow is rewritten whole or not at all)."""
+  return not any(l.construct in FLOW_CONSTRUCTS for l in plan.leftovers)
 
 
 class Edit(NamedTuple):
@@ -286,6 +293,7 @@ class Planner:
         reason = self._plan_use(node)
         if reason:
           leftovers.append(self._leftover(node, 'optimizer_use', reason))
+    leftovers += self._unproven_field_stores()
     for finding in self.findings:
       if finding.construct in NOTE_CONSTRUCTS:
         self.notes.append(Leftover(finding.line, finding.construct,
@@ -298,6 +306,28 @@ class Planner:
             'Optimizer/OptimizerDef here (its flow leaves what this file '
             'shows); ' + finding.replacement))
     return self.edits[before:], leftovers
+
+  def _unproven_field_stores(self) -> list:
+    """A value stored in a field annotated ``optim.Optimizer`` (the class
+    called, ``.replace(optimizer=...)``) that this module cannot prove is
+    an optimizer: its uses elsewhere would be rewritten while it stays."""
+    model = self.names.model
+    holders = model.holders if model is not None else (
+        _project.holders_in(None, self.tree, self.names))
+    leftovers = []
+    for node in ast.walk(self.tree):
+      if not isinstance(node, ast.Call):
+        continue
+      for holder, value in _project.field_stores(node, holders):
+        if not self.flow.is_optimizer(value):
+          leftovers.append(self._leftover(
+              value, _project.HELD_IN_FIELD,
+              f'`{self.text(value)[:60]}` goes into the field '
+              f'`{holder.field}` of {holder.name}, annotated '
+              'flax.optim.Optimizer, and is not provably a flax.optim '
+              'Optimizer here: the modules that read the field stay with '
+              'it'))
+    return leftovers
 
   def _replicate_calls(self):
     return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and
