@@ -467,3 +467,89 @@ def test_a_value_stored_in_the_field_that_is_not_provably_an_optimizer(
              'TrainState' in reason for line, reason in resume), resume
   reasons = [left.reason for left in results['loop.py'].plan.leftovers]
   assert any('task.py:9' in r for r in reasons), reasons
+
+
+# The optimizer in a flax.struct dataclass declared by the training module,
+# warm-started by a helper module that never imports flax.optim (it only
+# replaces the target and stores the optimizer back), replicated and
+# unreplicated as a whole state.
+_WARM_START = {
+    'train.py': '''import flax
+import jax
+import jax.numpy as jnp
+from flax import jax_utils
+from flax import optim
+
+import warm
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: int
+  optimizer: optim.Optimizer
+
+
+def make_state(params):
+  optimizer = optim.Momentum(0.05, beta=0.9).create(params)
+  return TrainState(step=0, optimizer=optimizer)
+
+
+@jax.jit
+def train_step(state, batch):
+  grad = jax.grad(lambda p: jnp.mean(
+      (batch['x'] @ p['w'] - batch['y']) ** 2))(state.optimizer.target)
+  return state.replace(step=state.step + 1,
+                       optimizer=state.optimizer.apply_gradient(grad))
+
+
+def train(params, batches):
+  state = warm.warm_start(make_state(params), params)
+  state = jax_utils.unreplicate(jax_utils.replicate(state))
+  for batch in batches:
+    state = train_step(state, batch)
+  return state.optimizer
+''',
+    'warm.py': '''import jax
+
+
+def warm_start(state, params):
+  doubled = jax.tree_util.tree_map(lambda x: 2 * x, params)
+  optimizer = state.optimizer.replace(target=doubled)
+  return state.replace(optimizer=optimizer)
+''',
+}
+
+
+def test_a_helper_module_replaces_the_target_and_stores_it_back(tmp_path):
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, _WARM_START)
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert not result.plan.leftovers, (name, result.plan.leftovers)
+    assert not _legacy_imports.legacy_imports(result.new), name
+  assert b'state.optimizer.replace(params=doubled)' in results['warm.py'].new
+  params, batches = _data()
+  old = _run(project, 'train', params, batches)
+  new = _run(migrated, 'train', params, batches)
+  _assert_same_bits(old.target, new.params)
+  assert int(old.state.step) == int(new.step) == STEPS
+
+
+def test_a_helper_storing_what_it_cannot_prove_keeps_both_modules(tmp_path):
+  # The helper stores what its caller's callback returns: not provably an
+  # optimizer, so neither module changes; the report says where and why.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  files = dict(_WARM_START)
+  files['warm.py'] += ('\n\ndef reset(state, make):\n'
+                       '  return state.replace(optimizer=make())\n')
+  _write(project, files)
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  warm_left = [(left.line, left.reason)
+               for left in results['warm.py'].plan.leftovers]
+  assert any(line == 11 and '`make()` goes into the field `optimizer`' in
+             reason for line, reason in warm_left), warm_left
+  train_left = [left.reason for left in results['train.py'].plan.leftovers]
+  assert any('flow across modules' in r and 'warm.py:6' in r
+             for r in train_left), train_left

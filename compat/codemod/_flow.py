@@ -403,7 +403,9 @@ class OptimizerFlow:
         if self.base is not None and func.attr == 'unreplicate':
           return None
         return True if plain else None
-      if isinstance(func, ast.Attribute) and func.attr == 'apply_gradient':
+      if isinstance(func, ast.Attribute) and func.attr in (
+          'apply_gradient', 'replace'):
+        # A step, or a struct's copy with fields replaced: an Optimizer.
         return True if self.is_optimizer(func.value, scope) else None
       return None
     return True if self.is_optimizer(value, scope) else None
