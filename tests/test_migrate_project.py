@@ -472,7 +472,7 @@ def test_a_value_stored_in_the_field_that_is_not_provably_an_optimizer(
 # The optimizer in a flax.struct dataclass declared by the training module,
 # warm-started by a helper module that never imports flax.optim (it only
 # replaces the target and stores the optimizer back), replicated and
-# unreplicated as a whole state.
+# unreplicated as a whole state (mipnerf's `del optimizer` once stored).
 _WARM_START = {
     'train.py': '''import flax
 import jax
@@ -491,7 +491,9 @@ class TrainState:
 
 def make_state(params):
   optimizer = optim.Momentum(0.05, beta=0.9).create(params)
-  return TrainState(step=0, optimizer=optimizer)
+  state = TrainState(step=0, optimizer=optimizer)
+  del optimizer  # binds nothing: the stored value is still provable
+  return state
 
 
 @jax.jit

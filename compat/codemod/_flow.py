@@ -176,10 +176,12 @@ class OptimizerFlow:
         scope.annotated[child.target.id] = child.annotation
       scope.bindings.setdefault(child.target.id, []).append(
           child.value if child.value is not None else 'unknown')
+    # ``del name`` binds nothing: a read after it fails, so it holds no
+    # other value (``del optimizer`` once it is stored in a state class).
     elif isinstance(child, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With,
                             ast.AsyncWith, ast.NamedExpr, ast.ExceptHandler,
                             ast.comprehension, ast.Import, ast.ImportFrom,
-                            ast.Global, ast.Nonlocal, ast.Delete)):
+                            ast.Global, ast.Nonlocal)):
       for name in self._bound_names(child):
         scope.bindings.setdefault(name, []).append('unknown')
     if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
@@ -210,7 +212,6 @@ class OptimizerFlow:
         ast.AsyncFor: lambda n: [n.target],
         ast.NamedExpr: lambda n: [n.target],
         ast.comprehension: lambda n: [n.target],
-        ast.Delete: lambda n: n.targets,
         ast.With: lambda n: [i.optional_vars for i in n.items],
         ast.AsyncWith: lambda n: [i.optional_vars for i in n.items],
     }[type(node)](node)
