@@ -41,6 +41,7 @@ from flax_optim_rules import _lars
 from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
 from flax_optim_rules import _sgd
+from flax_optim_rules import _weight_norm
 from flax_optim_rules import lr_schedule
 
 HyperParams = _numerics.HyperParams
@@ -51,6 +52,7 @@ LegacyAdagradState = _adagrad.LegacyAdagradState
 LegacyAdamState = _adam.LegacyAdamState
 LegacyRMSPropState = _rmsprop.LegacyRMSPropState
 ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
+WeightNormState = _weight_norm.WeightNormState
 adabelief = _adabelief.adabelief
 adadelta = _adadelta.adadelta
 adafactor = _adafactor.adafactor
@@ -73,6 +75,7 @@ rmsprop = _rmsprop.rmsprop
 scale_by_legacy_adafactor = _adafactor.scale_by_legacy_adafactor
 scale_by_legacy_lars = _lars.scale_by_legacy_lars
 sgd = _sgd.sgd
+weight_norm = _weight_norm.weight_norm
 
 
 def inject_learning_rate(factory: Callable[..., optax.GradientTransformation]):
@@ -96,6 +99,7 @@ __all__ = (
     'LegacyAdamState',
     'LegacyRMSPropState',
     'ScaleByLegacyLarsState',
+    'WeightNormState',
     'adabelief',
     'adadelta',
     'adafactor',
@@ -120,4 +124,5 @@ __all__ = (
     'scale_by_legacy_adafactor',
     'scale_by_legacy_lars',
     'sgd',
+    'weight_norm',
 )
