@@ -555,3 +555,64 @@ def test_a_helper_storing_what_it_cannot_prove_keeps_both_modules(tmp_path):
   train_left = [left.reason for left in results['train.py'].plan.leftovers]
   assert any('flow across modules' in r and 'warm.py:6' in r
              for r in train_left), train_left
+
+
+_WEIGHT_NORMED = '''import jax
+import jax.numpy as jnp
+from flax import optim
+
+
+def create(params, use_weight_norm):
+  optimizer_def = optim.Adam(0.0, beta2=0.99)
+  if use_weight_norm:
+    optimizer_def = optim.WeightNorm(optimizer_def, wn_decay=1e-3)
+  return optimizer_def.create(params)
+
+
+@jax.jit
+def step(optimizer, batch, lr):
+  grad = jax.grad(lambda p: jnp.mean(
+      (batch['x'] @ p['w'] - batch['y']) ** 2))(optimizer.target)
+  return optimizer.apply_gradient(grad, learning_rate=lr)
+
+
+def train(params, batches, use_weight_norm):
+  optimizer = create(params, use_weight_norm)
+  for index, batch in enumerate(batches):
+    optimizer = step(optimizer, batch, 0.05 / (index + 1))
+  return optimizer
+'''
+
+
+def test_weight_norm_around_a_definition_trains_identically(tmp_path):
+  # hypernerf's shape: the definition wrapped in WeightNorm on a flag, the
+  # rate set per step. WeightNorm becomes flax_optim_rules.weight_norm.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, {'train.py': _WEIGHT_NORMED})
+  results = _migrate_into(project, migrated)
+  new = results['train.py']
+  assert not new.plan.leftovers, new.plan.leftovers
+  assert not _legacy_imports.legacy_imports(new.new)
+  assert (b'optimizer_def = flax_optim_rules.weight_norm(optimizer_def, '
+          b'wn_decay=1e-3)') in new.new
+  params, batches = _data()
+  for use_weight_norm in (True, False):
+    old = _run(project, 'train', params, batches, use_weight_norm)
+    got = _run(migrated, 'train', params, batches, use_weight_norm)
+    _assert_same_bits(old.target, got.params)
+
+
+def test_weight_norm_around_what_migrate_cannot_prove_keeps_the_flow(
+    tmp_path):
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  source = _WEIGHT_NORMED.replace(
+      'def create(params, use_weight_norm):\n  optimizer_def = '
+      'optim.Adam(0.0, beta2=0.99)\n',
+      'def create(params, use_weight_norm, inner=None):\n  optimizer_def = '
+      'inner or optim.Adam(0.0, beta2=0.99)\n')
+  _write(project, {'train.py': source})
+  result = _migrate_into(project, migrated)['train.py']
+  assert result.new == result.old
+  left = [(l.line, l.reason) for l in result.plan.leftovers]
+  assert any(line == 9 and 'not provably a flax.optim definition' in reason
+             for line, reason in left), left

@@ -419,6 +419,8 @@ class Planner:
     return given
 
   def _plan_algorithm(self, node, name) -> Optional[str]:
+    if name == _CATALOGUE.WEIGHT_NORM.name and self.tier == 'exact':
+      return self._plan_weight_norm(node, name)
     if name not in _RULE_NAMES:
       return (f'{name}: {_CATALOGUE.REPLACEMENTS["weight_norm"].text}'
               if name == _CATALOGUE.WEIGHT_NORM.name else
@@ -459,6 +461,25 @@ class Planner:
     call = _CATALOGUE.migrate_call(name, {}, texts, self.inject)
     self._require_tx_imports()
     self.edit(node, call, 'algorithm', **parts)
+    return None
+
+  def _plan_weight_norm(self, node, name) -> Optional[str]:
+    """``optim.WeightNorm(opt_def, wn_decay=d)`` ->
+    ``flax_optim_rules.weight_norm(opt_def, wn_decay=d)``: the same rule
+    around the wrapped definition, which is rewritten where it is made (a
+    per-step rate is set in its injected state: tree_set finds it there)."""
+    given = self._given_arguments(node, name)
+    if given is None:
+      return 'arguments passed with * or ** cannot be mapped with certainty'
+    wrapped = given.get('wrapped_optimizer')
+    if wrapped is None or not self.flow.is_def(wrapped):
+      return (f'{name}: the wrapped optimizer is not provably a flax.optim '
+              'definition migrate rewrites here')
+    keywords = ''.join(f', {p}={{{p}}}' for p in ('wn_decay', 'wn_eps')
+                       if p in given)
+    self.imports.append((RULES_MODULE, None, None))
+    self.edit(node, f'{RULES_MODULE}.{_CATALOGUE.WEIGHT_NORM.module}('
+              f'{{wrapped_optimizer}}{keywords})', 'algorithm', **given)
     return None
 
   def _missing_rate(self, given) -> Optional[str]:
