@@ -56,7 +56,8 @@ def _direction_and_scale(param, mult):
   if not _restore.is_array(mult):
     return param, mult
   w = jnp.asarray(param)
-  norm = jnp.sqrt(jnp.square(w).sum(_weight_norm.reduced_axes(w), keepdims=True))
+  norm = jnp.sqrt(jnp.square(w).sum(_weight_norm.reduced_axes(w),
+                                    keepdims=True))
   return (np.asarray(w / mult, w.dtype),
           np.asarray(norm * jnp.sign(mult), w.dtype))
 

@@ -162,6 +162,14 @@ def test_injected_learning_rate_matches_apply_gradient_override(
   optimizer = legacy_def.create(_params())
   tx = flax_optim_rules.inject_learning_rate(_keyword_function(algorithm))(
       learning_rate=0.0, **kwargs)
+  optimizer, params = _step_with_rates(optimizer, tx)
+  chex.assert_trees_all_equal(optimizer.target, params)
+
+
+def _step_with_rates(optimizer, tx):
+  """Four steps of a legacy optimizer with ``apply_gradient(g,
+  learning_rate=lr)`` and of ``tx`` with the rate set by ``tree_set``, as
+  migrate writes it: ``(optimizer, params)`` after them."""
   params, opt_state = _params(), tx.init(_params())
 
   @jax.jit
@@ -178,7 +186,7 @@ def test_injected_learning_rate_matches_apply_gradient_override(
     rate = jnp.float32(0.05 / (1 + step))
     optimizer = legacy_step(optimizer, _grads(step), rate)
     params, opt_state = new_step(params, opt_state, _grads(step), rate)
-  chex.assert_trees_all_equal(optimizer.target, params)
+  return optimizer, params
 
 
 def test_state_zeros_are_those_of_jnp_zeros_like():
@@ -212,22 +220,7 @@ def test_weight_norm_with_an_injected_rate_matches_the_shims_weight_norm():
   tx = flax_optim_rules.weight_norm(
       flax_optim_rules.inject_learning_rate(flax_optim_rules.adam)(
           learning_rate=0.0, beta2=0.99), wn_decay=1e-3)
-  params, opt_state = _params(), tx.init(_params())
-
-  @jax.jit
-  def legacy_step(optimizer, grads, rate):
-    return optimizer.apply_gradient(grads, learning_rate=rate)
-
-  @jax.jit
-  def new_step(params, opt_state, grads, rate):
-    opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=rate)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state
-
-  for step in range(4):
-    rate = jnp.float32(0.05 / (1 + step))
-    optimizer = legacy_step(optimizer, _grads(step), rate)
-    params, opt_state = new_step(params, opt_state, _grads(step), rate)
+  optimizer, params = _step_with_rates(optimizer, tx)
   chex.assert_trees_all_equal(optimizer.target, params)
   assert not np.array_equal(params['dense']['kernel'],
                             _params()['dense']['kernel'])

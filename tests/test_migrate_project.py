@@ -312,6 +312,23 @@ def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
              for r in reasons), reasons
 
 
+def _assert_fully_migrated(results):
+  """No leftover and no flax.optim/legacy_optim import in any module."""
+  for name, result in results.items():
+    assert not result.plan.leftovers, (name, result.plan.leftovers)
+    assert not _legacy_imports.legacy_imports(result.new), name
+
+
+def _assert_trains_alike(project, migrated, module, *args):
+  """``module.train`` of both trees, the original under the shim: the same
+  params to the bit after the same number of steps."""
+  params, batches = _data()
+  old = _run(project, module, params, batches, *args)
+  new = _run(migrated, module, params, batches, *args)
+  _assert_same_bits(old.target, new.params)
+  assert int(old.state.step) == int(new.step) == STEPS
+
+
 # The config classes of a gin-style project: an abstract base method that
 # only raises, two overrides that build different rules; the state class
 # holding the optimizer in another module, built positionally.
@@ -399,17 +416,11 @@ def test_overrides_of_an_abstract_config_method_and_a_state_class_elsewhere(
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, _GIN_FILES)
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert not result.plan.leftovers, (name, result.plan.leftovers)
-    assert not _legacy_imports.legacy_imports(result.new), name
+  _assert_fully_migrated(results)
   assert b'TrainState.create(' in results['loop.py'].new
   assert b'optimizer: train_state.TrainState' in results['task.py'].new
-  params, batches = _data()
   for name in ('adam', 'adafactor'):
-    old = _run(project, 'main', params, batches, name)
-    new = _run(migrated, 'main', params, batches, name)
-    _assert_same_bits(old.target, new.params)
-    assert int(old.state.step) == int(new.step) == STEPS
+    _assert_trains_alike(project, migrated, 'main', name)
 
 
 def test_an_override_that_returns_something_else_keeps_the_flow(tmp_path):
@@ -526,15 +537,9 @@ def test_a_helper_module_replaces_the_target_and_stores_it_back(tmp_path):
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, _WARM_START)
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert not result.plan.leftovers, (name, result.plan.leftovers)
-    assert not _legacy_imports.legacy_imports(result.new), name
+  _assert_fully_migrated(results)
   assert b'state.optimizer.replace(params=doubled)' in results['warm.py'].new
-  params, batches = _data()
-  old = _run(project, 'train', params, batches)
-  new = _run(migrated, 'train', params, batches)
-  _assert_same_bits(old.target, new.params)
-  assert int(old.state.step) == int(new.step) == STEPS
+  _assert_trains_alike(project, migrated, 'train')
 
 
 def test_a_helper_storing_what_it_cannot_prove_keeps_both_modules(tmp_path):
@@ -590,16 +595,11 @@ def test_weight_norm_around_a_definition_trains_identically(tmp_path):
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, {'train.py': _WEIGHT_NORMED})
   results = _migrate_into(project, migrated)
-  new = results['train.py']
-  assert not new.plan.leftovers, new.plan.leftovers
-  assert not _legacy_imports.legacy_imports(new.new)
+  _assert_fully_migrated(results)
   assert (b'optimizer_def = flax_optim_rules.weight_norm(optimizer_def, '
-          b'wn_decay=1e-3)') in new.new
-  params, batches = _data()
+          b'wn_decay=1e-3)') in results['train.py'].new
   for use_weight_norm in (True, False):
-    old = _run(project, 'train', params, batches, use_weight_norm)
-    got = _run(migrated, 'train', params, batches, use_weight_norm)
-    _assert_same_bits(old.target, got.params)
+    _assert_trains_alike(project, migrated, 'train', use_weight_norm)
 
 
 def test_weight_norm_around_what_migrate_cannot_prove_keeps_the_flow(

@@ -533,10 +533,11 @@ def flow_violations(links, rewritten) -> list:
 
   ``rewritten(path, line, construct)``: whether the planned result of
   ``path`` rewrites ``construct`` at ``line`` (``WHOLE_FLOW``, line None:
-  whether the module's optimizer flow is migrated, for field links). A link with no consumer line
-  is violated as soon as its producer is rewritten. ``migrate`` calls this
-  before anything is written and rolls back every module of a violated
-  flow; any other writer of migrated code can call it the same way.
+  whether the module's optimizer flow is migrated, for field links). A
+  link with no consumer line is violated as soon as its producer is
+  rewritten. ``migrate`` calls this before anything is written and rolls
+  back every module of a violated flow; any other writer of migrated code
+  can call it the same way.
   """
   violations = []
   for link in links:
