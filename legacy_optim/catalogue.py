@@ -441,7 +441,10 @@ def migrate_call(name: str, given: Mapping[str, str],
     keyword function of ``flax_optim_rules`` named after the algorithm's
     module with the given values: the same rule, bit for bit.
   """
-  if inject and given.get('learning_rate') in (None, 'None'):
+  # Only a rate neither given nor defaulted starts at 0.0 (the stock path
+  # passes the call's values as ``defaults``).
+  rate = given.get('learning_rate', defaults.get('learning_rate'))
+  if inject and rate in (None, 'None'):
     given = {'learning_rate': '0.0', **{
         k: v for k, v in given.items() if k != 'learning_rate'}}
   if name in stock_exact():

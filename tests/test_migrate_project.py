@@ -616,3 +616,63 @@ def test_weight_norm_around_what_migrate_cannot_prove_keeps_the_flow(
   left = [(l.line, l.reason) for l in result.plan.leftovers]
   assert any(line == 9 and 'not provably a flax.optim definition' in reason
              for line, reason in left), left
+
+
+_SOME_STEPS_SET_THE_RATE = '''import jax
+import jax.numpy as jnp
+from flax import optim
+
+
+def _grad(optimizer, batch):
+  return jax.grad(lambda p: jnp.mean(
+      (batch['x'] @ p['w'] - batch['y']) ** 2))(optimizer.target)
+
+
+@jax.jit
+def step_at(optimizer, batch, lr):
+  return optimizer.apply_gradient(_grad(optimizer, batch), learning_rate=lr)
+
+
+@jax.jit
+def step(optimizer, batch):
+  return optimizer.apply_gradient(_grad(optimizer, batch))
+
+
+def train(params, batches):
+  optimizer = optim.Momentum(0.05, beta=0.9).create(params)
+  for index, batch in enumerate(batches):
+    if index % 2:
+      optimizer = step_at(optimizer, batch, 0.01)
+    else:
+      optimizer = step(optimizer, batch)
+  return optimizer
+'''
+
+
+def test_the_definitions_rate_stays_in_the_injected_transform(tmp_path):
+  # Every step sets the rate: the definition's own rate is still written
+  # (the injected state's first value; it became 0.0 on the stock path).
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  every_step_sets_it = _SOME_STEPS_SET_THE_RATE.replace(
+      'optimizer = step(optimizer, batch)',
+      'optimizer = step_at(optimizer, batch, 0.02)')
+  start = every_step_sets_it.index('@jax.jit\ndef step(')
+  end = every_step_sets_it.index('def train(')
+  _write(project, {'train.py': every_step_sets_it[:start] +
+                   every_step_sets_it[end:]})
+  results = _migrate_into(project, migrated)
+  _assert_fully_migrated(results)
+  assert b'(learning_rate=0.05, momentum=0.9)' in results['train.py'].new
+  _assert_trains_alike(project, migrated, 'train')
+
+
+def test_a_step_at_the_definitions_rate_beside_steps_setting_one(tmp_path):
+  # flax.optim's override lasts one step; an injected rate stays in the
+  # state, so the plain step cannot be rewritten: the flow stays whole.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, {'train.py': _SOME_STEPS_SET_THE_RATE})
+  result = _migrate_into(project, migrated)['train.py']
+  assert result.new == result.old
+  left = [(l.line, l.reason) for l in result.plan.leftovers]
+  assert any(line == 18 and 'a rate set so stays' in reason
+             for line, reason in left), left

@@ -605,6 +605,11 @@ class Planner:
       grads = f'jax.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
       self.imports.append(('jax', None, None))
     extra = [k.arg for k in call.keywords]
+    if not extra and self.inject:
+      return ('other steps of this flow set the learning rate '
+              '(apply_gradient(g, learning_rate=...)): in the injected state '
+              'a rate set so stays, while flax.optim took the definition\'s '
+              'own rate for this step')
     if not extra:
       self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
                 'apply_gradient', receiver=receiver, grads=call.args[0])
