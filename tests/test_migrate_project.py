@@ -676,3 +676,37 @@ def test_a_step_at_the_definitions_rate_beside_steps_setting_one(tmp_path):
   left = [(l.line, l.reason) for l in result.plan.leftovers]
   assert any(line == 18 and 'a rate set so stays' in reason
              for line, reason in left), left
+
+
+def test_a_method_resolves_through_the_attributes_annotated_class(tmp_path):
+  # Another class has a method of the same name that returns something
+  # else; `self.optimizer_factory` is annotated `opt_config.OptimizerConfig`
+  # in every class declaring it, so only that hierarchy's overrides count.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  files = dict(_GIN_FILES)
+  files['schedules.py'] = ('class Constant:\n\n'
+                           '  def create_optimizer_def(self):\n'
+                           '    return 0.01\n')
+  _write(project, files)
+  results = _migrate_into(project, migrated)
+  _assert_fully_migrated(results)
+  _assert_trains_alike(project, migrated, 'main', 'adam')
+
+
+def test_an_unannotated_attribute_resolves_the_method_by_its_name(tmp_path):
+  # Without the annotation any class's method of that name may run: the
+  # one returning something else keeps the flow whole.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  files = dict(_GIN_FILES)
+  files['loop.py'] = files['loop.py'].replace(
+      '  optimizer_factory: opt_config.OptimizerConfig\n\n', '')
+  files['schedules.py'] = ('class Constant:\n\n'
+                           '  def create_optimizer_def(self):\n'
+                           '    return 0.01\n')
+  _write(project, files)
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  reasons = [left.reason for left in results['opt_config.py'].plan.leftovers]
+  assert any('schedules.py:3, which does not return' in r
+             for r in reasons), reasons

@@ -10,18 +10,25 @@ per project, what a single module cannot see:
   re-exports resolve through ``_names.ModuleNames``);
 * which of them return an OptimizerDef on every path (a least fixpoint:
   recursion proves nothing), so ``make_def().create(p)`` in another module
-  is known to create an optimizer;
+  is known to create an optimizer; a method call runs one of several
+  overrides, which must all agree (an abstract one that only raises
+  agrees): those of the class an attribute is annotated with
+  (``factory: configs.OptimizerConfig``) and its subclasses, else every
+  method of that name;
 * every call of such a factory in the project and what its result meets
   there: ``.create(...)`` (directly or through a name only ``.create`` reads,
   or a return of another factory) is a use migrate can follow; anything else
   (an argument, an attribute, a container) is not, and keeps the flow whole;
 * dataclass and NamedTuple fields annotated ``optim.Optimizer`` (also
   ``Optional[...]``) in any module, so ``tstate.optimizer.target`` is known
-  where ``tstate``'s class is defined elsewhere;
+  where ``tstate``'s class is defined elsewhere; what the class's
+  constructor, ``.replace`` or ``._replace`` stores there (``Holder``,
+  ``field_stores``) must be provably an optimizer in the module storing it;
 * the links between the modules of one flow (``Link``), which ``migrate``
   checks after planning (``flow_violations``): a definition rewritten in one
-  module whose ``.create`` stays in another (or the other way round) rolls
-  every module of that flow back.
+  module whose ``.create`` stays in another (or the other way round), or a
+  module that makes, stores or reads a holder's optimizer migrated while
+  another is not, rolls every module of that flow back.
 
 Why not LibCST's ``FullRepoManager`` with ``FullyQualifiedNameProvider``:
 it names what an import binds (relative imports included), which
@@ -154,6 +161,14 @@ class Model:
     self.fields: dict[str, bool] = {}
     self.links: list[Link] = []
     self.holders: list[Holder] = []  # classes with an optimizer field
+    # The project's classes by every dotted name, their bases' dotted
+    # names, and per attribute the classes its annotations name (None in
+    # the set: one declaration names no class of the project, or a class
+    # assigns ``self.<attr>`` without annotating it).
+    self.classes: dict[str, ast.ClassDef] = {}
+    self._bases: dict[ast.ClassDef, tuple] = {}
+    self._attribute_classes: dict[str, set] = {}
+    self._function_of: dict[int, _Function] = {}  # id(method node) -> it
     self._taken: set[str] = set()  # dotted names two functions share
     # FunctionDef -> its own returns, read once.
     self._returns: dict = {}
@@ -221,10 +236,12 @@ class Model:
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         self._add(path, node.name, _Function(path, node, False))
       elif isinstance(node, ast.ClassDef):
+        self._index_class(path, node, names)
         for item in node.body:
           if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function = _Function(path, item, True)
             self.methods.setdefault(item.name, []).append(function)
+            self._function_of[id(item)] = function
             self._add(path, f'{node.name}.{item.name}', function)
           elif isinstance(item, ast.AnnAssign) and isinstance(
               item.target, ast.Name):
@@ -241,6 +258,87 @@ class Model:
           id(node) not in indexed):
         self.methods.setdefault(node.name, []).append(
             _Function(path, node, False))
+
+  def _index_class(self, path, node, names):
+    """The class by its dotted names, its bases, its annotated attributes
+    (what ``self.factory.method()`` may run, see ``_hierarchy_methods``)."""
+    for module in self.module_names_of.get(path, ()):
+      self.classes[f'{module}.{node.name}'] = node
+    self._bases[node] = tuple(_dotted(base, names) for base in node.bases)
+    annotated = set()
+    for item in node.body:
+      if isinstance(item, ast.AnnAssign) and isinstance(item.target,
+                                                        ast.Name):
+        annotated.add(item.target.id)
+        self._attribute_classes.setdefault(item.target.id, set()).add(
+            _dotted(item.annotation, names))
+    for item in ast.walk(node):
+      if isinstance(item, ast.Attribute) and isinstance(
+          item.ctx, ast.Store) and isinstance(item.value, ast.Name) and (
+              item.value.id == 'self') and item.attr not in annotated:
+        self._attribute_classes.setdefault(item.attr, set()).add(None)
+
+  def _hierarchy_methods(self, call) -> Optional[list]:
+    """What ``x.attr.method(...)`` may run where every class of the project
+    declaring ``attr`` annotates it with a class of the project: that
+    class's method (its own or inherited) and every override in its
+    subclasses; None where that is not known (then the method's name
+    decides, ``_method_candidates``)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(
+        func.value, ast.Attribute):
+      return None
+    annotated = self._attribute_classes.get(func.value.attr)
+    if not annotated or None in annotated:
+      return None
+    roots = [self.classes.get(dotted) for dotted in annotated]
+    if None in roots:
+      return None
+    found: list = []
+    for root in roots:
+      inherited = self._inherited_method(root, func.attr, set())
+      if inherited is None:
+        return None
+      found.append(inherited)
+      found += [m for sub in self._subclasses(root)
+                for m in [self._own_method(sub, func.attr)] if m is not None]
+    return list({id(f.node): f for f in found}.values())
+
+  def _own_method(self, node, name) -> Optional[_Function]:
+    return next((self._function_of.get(id(item)) for item in node.body
+                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and item.name == name), None)
+
+  def _inherited_method(self, node, name, seen) -> Optional[_Function]:
+    """The method ``name`` instances of class ``node`` run (its own, else
+    its bases' in order); None where a base is not a class of the project
+    (or the method is found nowhere)."""
+    if node in seen:
+      return None
+    seen.add(node)
+    own = self._own_method(node, name)
+    if own is not None:
+      return own
+    for dotted in self._bases[node]:
+      base = self.classes.get(dotted)
+      if base is None:
+        return None
+      found = self._inherited_method(base, name, seen)
+      if found is not None:
+        return found
+    return None
+
+  def _subclasses(self, root) -> list:
+    """Every class of the project below ``root``, transitively."""
+    found, frontier = [], [root]
+    while frontier:
+      parent = frontier.pop()
+      for node, bases in self._bases.items():
+        if node not in found and any(self.classes.get(b) is parent
+                                     for b in bases):
+          found.append(node)
+          frontier.append(node)
+    return found
 
   def _add(self, path, local, function):
     for module in self.module_names_of.get(path, ()):
@@ -271,6 +369,9 @@ class Model:
     func = call.func
     if not isinstance(func, ast.Attribute):
       return []
+    precise = self._hierarchy_methods(call)
+    if precise is not None:
+      return precise
     candidates = self.methods.get(func.attr, [])
     if not candidates or not all(c.is_method for c in candidates):
       return []
@@ -493,6 +594,15 @@ class Model:
       return found or [(None, f'`{name}` is never created')]
     return [(None, f'the definition goes into `{code}`, which migrate '
              'cannot follow')]
+
+
+def _dotted(node, names) -> Optional[str]:
+  """The dotted name a class reference resolves to: an import, else a name
+  of the module itself."""
+  path = names.resolve(node)
+  if path is None and isinstance(node, ast.Name) and names.package_module:
+    path = f'{names.package_module}.{node.id}'
+  return path
 
 
 def _holder_touches(tree, holders) -> list:
