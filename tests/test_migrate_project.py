@@ -312,6 +312,14 @@ def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
              for r in reasons), reasons
 
 
+def _migrated(tmp_path, files):
+  """``(project, migrated, results)``: ``files`` written as a project and
+  migrated as one tree into ``migrated``."""
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, files)
+  return project, migrated, _migrate_into(project, migrated)
+
+
 def _assert_fully_migrated(results):
   """No leftover and no flax.optim/legacy_optim import in any module."""
   for name, result in results.items():
@@ -413,9 +421,7 @@ def test_overrides_of_an_abstract_config_method_and_a_state_class_elsewhere(
   # `self.optimizer_factory.create_optimizer_def()` returns what one of the
   # overrides returns: a definition either way. Before: "called nowhere",
   # and the state's readers were rewritten while its `.create` stayed.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  _write(project, _GIN_FILES)
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated(tmp_path, _GIN_FILES)
   _assert_fully_migrated(results)
   assert b'TrainState.create(' in results['loop.py'].new
   assert b'optimizer: train_state.TrainState' in results['task.py'].new
@@ -426,7 +432,6 @@ def test_overrides_of_an_abstract_config_method_and_a_state_class_elsewhere(
 def test_an_override_that_returns_something_else_keeps_the_flow(tmp_path):
   # One override hands on a definition made where migrate cannot see: the
   # overrides disagree, so no module of the flow changes.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   files = dict(_GIN_FILES)
   files['opt_config.py'] += '''
 
@@ -438,8 +443,7 @@ class GivenConfig(OptimizerConfig):
   def create_optimizer_def(self):
     return self.given
 '''
-  _write(project, files)
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated(tmp_path, files)
   for name, result in results.items():
     assert result.new == result.old, name
   reasons: dict = {}
@@ -463,13 +467,11 @@ def test_a_value_stored_in_the_field_that_is_not_provably_an_optimizer(
   # The state class's readers live in another module than its makers; one
   # maker stores what a caller passed (unknown): rewriting the readers
   # would break it, so every module of the flow stays and says why.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   files = dict(_GIN_FILES)
   files['resume.py'] = ('import task\n\n\n'
                         'def resume(restored):\n'
                         '  return task.TrainState(restored, {})\n')
-  _write(project, files)
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated(tmp_path, files)
   for name, result in results.items():
     assert result.new == result.old, name
   resume = [(left.line, left.reason)
@@ -534,9 +536,7 @@ def warm_start(state, params):
 
 
 def test_a_helper_module_replaces_the_target_and_stores_it_back(tmp_path):
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  _write(project, _WARM_START)
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated(tmp_path, _WARM_START)
   _assert_fully_migrated(results)
   assert b'state.optimizer.replace(params=doubled)' in results['warm.py'].new
   _assert_trains_alike(project, migrated, 'train')
@@ -545,12 +545,10 @@ def test_a_helper_module_replaces_the_target_and_stores_it_back(tmp_path):
 def test_a_helper_storing_what_it_cannot_prove_keeps_both_modules(tmp_path):
   # The helper stores what its caller's callback returns: not provably an
   # optimizer, so neither module changes; the report says where and why.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   files = dict(_WARM_START)
   files['warm.py'] += ('\n\ndef reset(state, make):\n'
                        '  return state.replace(optimizer=make())\n')
-  _write(project, files)
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated(tmp_path, files)
   for name, result in results.items():
     assert result.new == result.old, name
   warm_left = [(left.line, left.reason)
@@ -592,9 +590,7 @@ def train(params, batches, use_weight_norm):
 def test_weight_norm_around_a_definition_trains_identically(tmp_path):
   # hypernerf's shape: the definition wrapped in WeightNorm on a flag, the
   # rate set per step. WeightNorm becomes flax_optim_rules.weight_norm.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  _write(project, {'train.py': _WEIGHT_NORMED})
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated(tmp_path, {'train.py': _WEIGHT_NORMED})
   _assert_fully_migrated(results)
   assert (b'optimizer_def = flax_optim_rules.weight_norm(optimizer_def, '
           b'wn_decay=1e-3)') in results['train.py'].new
@@ -682,13 +678,11 @@ def test_a_method_resolves_through_the_attributes_annotated_class(tmp_path):
   # Another class has a method of the same name that returns something
   # else; `self.optimizer_factory` is annotated `opt_config.OptimizerConfig`
   # in every class declaring it, so only that hierarchy's overrides count.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   files = dict(_GIN_FILES)
   files['schedules.py'] = ('class Constant:\n\n'
                            '  def create_optimizer_def(self):\n'
                            '    return 0.01\n')
-  _write(project, files)
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated(tmp_path, files)
   _assert_fully_migrated(results)
   _assert_trains_alike(project, migrated, 'main', 'adam')
 
@@ -696,15 +690,13 @@ def test_a_method_resolves_through_the_attributes_annotated_class(tmp_path):
 def test_an_unannotated_attribute_resolves_the_method_by_its_name(tmp_path):
   # Without the annotation any class's method of that name may run: the
   # one returning something else keeps the flow whole.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   files = dict(_GIN_FILES)
   files['loop.py'] = files['loop.py'].replace(
       '  optimizer_factory: opt_config.OptimizerConfig\n\n', '')
   files['schedules.py'] = ('class Constant:\n\n'
                            '  def create_optimizer_def(self):\n'
                            '    return 0.01\n')
-  _write(project, files)
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated(tmp_path, files)
   for name, result in results.items():
     assert result.new == result.old, name
   reasons = [left.reason for left in results['opt_config.py'].plan.leftovers]
