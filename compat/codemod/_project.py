@@ -169,6 +169,7 @@ class Model:
     self._bases: dict[ast.ClassDef, tuple] = {}
     self._attribute_classes: dict[str, set] = {}
     self._function_of: dict[int, _Function] = {}  # id(method node) -> it
+    self._subclasses_memo: dict = {}
     self._taken: set[str] = set()  # dotted names two functions share
     # FunctionDef -> its own returns, read once.
     self._returns: dict = {}
@@ -329,7 +330,14 @@ class Model:
     return None
 
   def _subclasses(self, root) -> list:
-    """Every class of the project below ``root``, transitively."""
+    """Every class of the project below ``root``, transitively (kept until
+    the model reads more classes)."""
+    key = (root, len(self._bases))
+    if key not in self._subclasses_memo:
+      self._subclasses_memo[key] = self._find_subclasses(root)
+    return self._subclasses_memo[key]
+
+  def _find_subclasses(self, root) -> list:
     found, frontier = [], [root]
     while frontier:
       parent = frontier.pop()
