@@ -702,3 +702,21 @@ def test_an_unannotated_attribute_resolves_the_method_by_its_name(tmp_path):
   reasons = [left.reason for left in results['opt_config.py'].plan.leftovers]
   assert any('schedules.py:3, which does not return' in r
              for r in reasons), reasons
+
+
+def test_an_abstractmethod_base_gives_its_callers_nothing(tmp_path):
+  # The base method is `@abc.abstractmethod` with only a docstring: it is
+  # never what the call runs, so the overrides decide.
+  files = dict(_GIN_FILES)
+  files['opt_config.py'] = 'import abc\n' + files['opt_config.py'].replace(
+      "    raise NotImplementedError('a subclass builds the definition')\n",
+      '    """A subclass builds the definition."""\n').replace(
+          '  def create_optimizer_def(self) -> optim.OptimizerDef:\n'
+          '    """A subclass',
+          '  @abc.abstractmethod\n'
+          '  def create_optimizer_def(self) -> optim.OptimizerDef:\n'
+          '    """A subclass')
+  assert '@abc.abstractmethod' in files['opt_config.py']
+  project, migrated, results = _migrated(tmp_path, files)
+  _assert_fully_migrated(results)
+  _assert_trains_alike(project, migrated, 'main', 'adafactor')

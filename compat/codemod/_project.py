@@ -395,11 +395,11 @@ class Model:
     return self._methods_agree(self._method_candidates(call))
 
   def _methods_agree(self, candidates) -> bool:
-    """Every override a call may run returns a definition, or never returns
-    (an abstract base method that only raises), and one of them returns."""
+    """Every override a call may run returns a definition, or gives its
+    caller nothing (an abstract base method), and one of them returns."""
     makers = [c for c in candidates if c.node in self.def_functions]
     return bool(makers) and all(
-        c.node in self.def_functions or _never_returns(c.node)
+        c.node in self.def_functions or _gives_nothing(c.node)
         for c in candidates)
 
   def _solve_factories(self):
@@ -503,7 +503,7 @@ class Model:
         continue
       candidates = self._method_candidates(node)
       others = [c for c in candidates if c.node not in self.def_functions
-                and not _never_returns(c.node)]
+                and not _gives_nothing(c.node)]
       if not others or len(others) == len(candidates):
         continue
       self._called.update(c.node for c in candidates)
@@ -636,12 +636,21 @@ def _holder_touches(tree, holders) -> list:
                                                  item[0].line))
 
 
-def _never_returns(function) -> bool:
-  """A function whose every path raises (an abstract base method's
-  ``raise NotImplementedError``): no return of its own, and its body ends
-  in a ``raise``, so whatever runs before it ends there."""
-  return not _names.own_returns(function) and isinstance(
-      function.body[-1], ast.Raise)
+def _gives_nothing(function) -> bool:
+  """An abstract base method, which hands its caller no value: every path
+  raises (no return of its own, and the body ends in a ``raise``, so
+  whatever runs before it ends there), or an ``@abc.abstractmethod`` whose
+  body is only a docstring, ``pass`` or ``...`` (run only through
+  ``super()``, whose None makes no override that returns it a factory)."""
+  if _names.own_returns(function):
+    return False
+  if isinstance(function.body[-1], ast.Raise):
+    return True
+  abstract = any(ast.unparse(d).rpartition('.')[2] == 'abstractmethod'
+                 for d in function.decorator_list)
+  return abstract and all(
+      isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(
+          s.value, ast.Constant)) for s in function.body)
 
 
 def flow_violations(links, rewritten) -> list:
