@@ -42,6 +42,7 @@ from flax_optim_rules import _multi
 from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
 from flax_optim_rules import _sgd
+from flax_optim_rules import _weight_norm
 from flax_optim_rules import lr_schedule
 
 HyperParams = _numerics.HyperParams
@@ -53,6 +54,7 @@ LegacyAdamState = _adam.LegacyAdamState
 LegacyRMSPropState = _rmsprop.LegacyRMSPropState
 ModelParamTraversal = _multi.ModelParamTraversal
 ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
+WeightNormState = _weight_norm.WeightNormState
 adabelief = _adabelief.adabelief
 adadelta = _adadelta.adadelta
 adafactor = _adafactor.adafactor
@@ -78,6 +80,7 @@ scale_by_legacy_lars = _lars.scale_by_legacy_lars
 set_learning_rates = _multi.set_learning_rates
 sgd = _sgd.sgd
 traversal_labels = _multi.traversal_labels
+weight_norm = _weight_norm.weight_norm
 
 
 def inject_learning_rate(factory: Callable[..., optax.GradientTransformation]):
@@ -102,6 +105,7 @@ __all__ = (
     'LegacyRMSPropState',
     'ModelParamTraversal',
     'ScaleByLegacyLarsState',
+    'WeightNormState',
     'adabelief',
     'adadelta',
     'adafactor',
@@ -129,4 +133,5 @@ __all__ = (
     'set_learning_rates',
     'sgd',
     'traversal_labels',
+    'weight_norm',
 )

@@ -356,7 +356,8 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   key_of = {p.replace(os.sep, '/'): p for p in sources}
   for path, blocked in _project.roll_back(
       project.model.links if project.model else [],
-      lambda key: _result_plan(results, key_of, key)):
+      lambda key: _result_plan(results, key_of, key),
+      _rewrite_plan.flow_migrated):
     results[key_of[path]] = migrate_file(key_of[path], tier, project,
                                          rate_elsewhere, chosen, blocked)
   return sources, [results[p] for p in sources]
