@@ -900,3 +900,20 @@ def test_a_use_of_a_returned_optimizer_left_keeps_every_module(tmp_path):
              for r in reasons), reasons
   _assert_same_bits(_run(project, 'check', *_data()).target,
                     _run(migrated, 'check', *_data()).target)
+
+
+def test_no_flow_is_rewritten_when_the_analysis_across_modules_fails(
+    tmp_path, monkeypatch):
+  # Without the project's links nothing can say whether a flow goes on in
+  # another module: every flow stays, the failure is an error.
+  def broken(self, *args, **kwargs):
+    raise RuntimeError('injected')
+
+  monkeypatch.setattr(_project.Model, '__init__', broken)
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, _GIVER_FILES)
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  reasons = [left.reason for left in results['models.py'].plan.leftovers]
+  assert any('analysis across modules failed' in r for r in reasons), reasons

@@ -337,6 +337,11 @@ def left_in_output(result: FileResult, reexports=None,
   return tuple(sorted(left + rolled_back))  # rolled back: new is old
 
 
+_UNCHECKED_ACROSS_MODULES = (
+    'kept as it was: the analysis across modules failed (see the errors), '
+    'so whether this flow goes on in another module cannot be checked')
+
+
 def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   """``(sources, results)``: every file under ``paths`` migrated in memory
   as one project (re-exports, per-step rates and definitions made in one
@@ -353,6 +358,17 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   rate_elsewhere = rate_set_elsewhere(project)
   results = {p: migrate_file(p, tier, project, rate_elsewhere, chosen)
              for p in sources}
+  if project.model is None and any(
+      e.path == scan.ACROSS_MODULES for e in project.errors):
+    # No links to check: any flow might cross modules, so none is
+    # rewritten (the removals still are).
+    for path, result in results.items():
+      flow = [e for e in (result.plan.edits if result.plan else ())
+              if e.construct in _rewrite_plan.FLOW_CONSTRUCTS]
+      if flow:
+        results[path] = migrate_file(path, tier, project, rate_elsewhere,
+                                     chosen, [(flow[0].line, flow[0].construct,
+                                               _UNCHECKED_ACROSS_MODULES)])
   key_of = {p.replace(os.sep, '/'): p for p in sources}
   for path, blocked in _project.roll_back(
       project.model.links if project.model else [],
