@@ -83,6 +83,12 @@ def canonical(dotted: str) -> str:
   return dotted
 
 
+def is_flax_optim(path: Optional[str]) -> bool:
+  """``flax.optim`` itself or a name in it (canonical paths)."""
+  return bool(path) and (path == 'flax.optim' or
+                         path.startswith('flax.optim.'))
+
+
 def module_names(path: str, root: str) -> list:
   """Dotted names ``path`` may be imported by: its path under ``root`` and
   each tail of it (``src/mylib/__init__.py`` -> ``src.mylib``, ``mylib``)."""
@@ -116,9 +122,11 @@ def project_reexports(modules: dict) -> dict:
         for alias in node.names:
           local = alias.asname or alias.name.partition('.')[0]
           target = names.resolve(ast.Name(id=local))
-          if target and target.startswith('flax.optim') and (
-              target == 'flax.optim' or target.startswith('flax.optim.')):
+          if is_flax_optim(target):
             found[f'{module}.{local}'] = target
+      names.collect_aliases()  # ``Optimizer = optim.Optimizer`` too
+      for local, target in names.aliases.items():
+        found[f'{module}.{local}'] = target
     if found == table:
       break
     table = found
@@ -188,7 +196,9 @@ class ModuleNames:
     self.user_defs: set[str] = set()  # OptimizerDef subclasses defined here
     # Module functions all of whose returns are OptimizerDefs (factories).
     self.def_factories: set[str] = set()
+    self.aliases: dict[str, str] = {}  # module-level aliases, their paths
     self._collect_imports()
+    self.collect_aliases()
     if collect:
       self.collect()
 
@@ -217,6 +227,35 @@ class ModuleNames:
           else:
             self.bindings[alias.asname or alias.name] = (
                 f'{module}.{alias.name}')
+
+  def collect_aliases(self):
+    """Module-level names assigned a flax.optim name (``Optimizer =
+    optim.Optimizer``): bound like an import, so their uses resolve too."""
+    for _ in range(3):  # an alias of an alias
+      for node in self.tree.body:
+        if not (isinstance(node, ast.Assign) and isinstance(
+            node.value, (ast.Name, ast.Attribute))):
+          continue
+        path = self.resolve(node.value)
+        if not is_flax_optim(path):
+          continue
+        for target in node.targets:
+          if isinstance(target, ast.Name):
+            self.bindings[target.id] = self.aliases[target.id] = path
+
+  def reference_roots(self) -> frozenset:
+    """The local names a chain must start with to resolve into flax.optim:
+    those bound to flax, to something in flax.optim, or to a prefix of a
+    name another module re-exports (read without resolving, so nothing is
+    counted in ``used_reexports``)."""
+    roots = set()
+    for local, bound in self.bindings.items():
+      path = canonical(bound)
+      if path == 'flax' or is_flax_optim(path) or any(
+          key == path or key.startswith(path + '.') or path.startswith(
+              key + '.') for key in self.reexports):
+        roots.add(local)
+    return frozenset(roots)
 
   def _absolute(self, node) -> Optional[str]:
     """The module a ``from`` import names (relative ones from ``package``;
