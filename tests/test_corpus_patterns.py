@@ -83,6 +83,17 @@ def test_notebook_code_keeps_blocks_whose_only_statement_is_a_magic():
   assert _count(code) == [(3, 'import optim')]
 
 
+def test_notebook_code_leaves_out_cell_magics_and_continued_shell_lines():
+  notebook = {'cells': [
+      {'cell_type': 'code', 'source': ['%%bash\n', 'echo $HOME']},
+      {'cell_type': 'code', 'source': ['!python -m train \\\n',
+                                       '    --workdir=./\n',
+                                       'from flax import optim']},
+  ]}
+  code = corpus.notebook_code(json.dumps(notebook).encode())
+  assert _count(code) == [(5, 'import optim')]
+
+
 # ---------------------------------------------------------------------------
 # Broken links of a migrated program.
 
