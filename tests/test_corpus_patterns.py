@@ -292,7 +292,8 @@ def check(value) -> bool:
 def test_scan_follows_aliases_and_reexports_across_modules(tmp_path):
   # A user module that re-exports flax.optim (scenic's
   # ``train_lib/optimizers.py``) and one that aliases a class (t5x's
-  # ``models.py``), used from other modules by name.
+  # ``models.py``), used from other modules by name, also through a
+  # relative import.
   package = tmp_path / 'lib'
   package.mkdir()
   (package / '__init__.py').write_text('')
@@ -308,10 +309,18 @@ def test_scan_follows_aliases_and_reexports_across_modules(tmp_path):
       '  return optimizers.OptimizerState(s + 1, opt)\n\n\n'
       'def build() -> Optimizer:\n'
       '  return Optimizer(None, None, None)\n')
-  found = {(f.line, f.construct) for f in scan.scan_paths(
-      [str(tmp_path)]).findings if f.path.endswith('train.py')}
-  assert found == {(2, 'import'), (3, 'import'), (6, 'annotation'),
-                   (7, 'reference'), (10, 'annotation'), (11, 'reference')}
+  (package / 'relative.py').write_text(
+      'from .optimizers import optimizers\n\n\n'
+      'def state(s) -> optimizers.OptimizerState:\n'
+      '  return s\n')
+  found = {(f.path.rpartition('/')[2], f.line, f.construct)
+           for f in scan.scan_paths([str(tmp_path)]).findings}
+  assert {f for f in found if f[0] == 'train.py'} == {
+      ('train.py', 2, 'import'), ('train.py', 3, 'import'),
+      ('train.py', 6, 'annotation'), ('train.py', 7, 'reference'),
+      ('train.py', 10, 'annotation'), ('train.py', 11, 'reference')}
+  assert {f for f in found if f[0] == 'relative.py'} == {
+      ('relative.py', 1, 'import'), ('relative.py', 4, 'annotation')}
 
 
 def test_scan_finds_every_usage_the_independent_count_finds(tmp_path):

@@ -218,7 +218,7 @@ class ModuleNames:
             top = alias.name.partition('.')[0]
             self.bindings[top] = top
       elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
-        module = self._absolute(node)
+        module = self.absolute(node)
         if module is None:
           continue
         for alias in node.names:
@@ -257,7 +257,7 @@ class ModuleNames:
         roots.add(local)
     return frozenset(roots)
 
-  def _absolute(self, node) -> Optional[str]:
+  def absolute(self, node) -> Optional[str]:
     """The module a ``from`` import names (relative ones from ``package``;
     None where the package is not known or the dots climb out of it)."""
     if not node.level:

@@ -265,9 +265,18 @@ class _Visitor(ast.NodeVisitor):
           self.add(node, 'shim')
       else:
         self._check_import(node, node.module)
-        for alias in node.names:  # from mylib import optimizers (re-export)
-          if f'{node.module}.{alias.name}' in self.module.reexports:
-            self.add(node, 'import')
+        self._check_reexport(node, node.module)
+    elif node.level:  # from .optimizers import optimizers (in a package)
+      module = self.module.absolute(node)
+      if module is not None:
+        self._check_reexport(node, module)
+
+  def _check_reexport(self, node, module):
+    """``from mylib import optimizers``: a name another scanned module
+    binds to flax.optim (one finding for the statement)."""
+    if any(f'{module}.{alias.name}' in self.module.reexports
+           for alias in node.names):
+      self.add(node, 'import')
 
   def _check_import(self, node, name, from_flax=False):
     canonical = _names.canonical(name)
