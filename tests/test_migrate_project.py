@@ -386,18 +386,24 @@ _TRAIN_CELL = """def train(params, batches):
 """
 
 
+def _migrate_with_notebook(tmp_path, *last_cells):
+  """The package and a notebook of the cells above and ``last_cells``,
+  migrated: ``(project, migrated, notebook text, results)``."""
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  notebook = _notebook_of(
+      '%matplotlib inline\nfrom pkg import opt\n',
+      'from pkg import state as state_lib\nfrom pkg import steps\n',
+      _TRAIN_CELL, *last_cells)
+  _write(project, {**_NOTEBOOK_PACKAGE, 'train.ipynb': notebook})
+  return project, migrated, notebook, _migrate_into(project, migrated)
+
+
 def test_a_notebook_consuming_the_packages_optimizer_migrates_with_it(
     tmp_path):
   # Before: the notebook was migrated without the project, so its
   # `state.optimizer.state.step` stayed on what the package now makes a
   # TrainState (and `opt.make(...).create` was not known as a .create).
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  notebook = _notebook_of(
-      '%matplotlib inline\nfrom pkg import opt\n',
-      'from pkg import state as state_lib\nfrom pkg import steps\n',
-      _TRAIN_CELL)
-  _write(project, {**_NOTEBOOK_PACKAGE, 'train.ipynb': notebook})
-  results = _migrate_into(project, migrated)
+  project, migrated, _, results = _migrate_with_notebook(tmp_path)
   for name, result in results.items():
     assert not result.plan.leftovers, (name, result.plan.leftovers)
     module = result.new if name.endswith('.py') else _notebook.Notebook(
@@ -419,14 +425,8 @@ def test_a_notebook_link_that_cannot_be_followed_keeps_the_package_flow(
     tmp_path):
   # The notebook reads the definition's hyper_params: the package's
   # definition stays, and with it the notebook's own uses.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  notebook = _notebook_of(
-      'from pkg import opt\n',
-      'from pkg import state as state_lib\nfrom pkg import steps\n',
-      _TRAIN_CELL,
-      'print(opt.make(0.1).hyper_params.learning_rate)\n')
-  _write(project, {**_NOTEBOOK_PACKAGE, 'train.ipynb': notebook})
-  results = _migrate_into(project, migrated)
+  _, _, notebook, results = _migrate_with_notebook(
+      tmp_path, 'print(opt.make(0.1).hyper_params.learning_rate)\n')
   assert results['pkg/opt.py'].new == results['pkg/opt.py'].old
   assert results['train.ipynb'].new == results['train.ipynb'].old
   lines = notebook.splitlines()

@@ -274,9 +274,10 @@ def references(tree: ast.Module, reexports=None) -> list:
            if isinstance(n, ast.Attribute)}
   found = []
   for node in ast.walk(tree):
-    if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in inner:
+    if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in (
+        inner) and isinstance(node.ctx, ast.Load):
       path = names.resolve(node)
-      if path and (path == 'flax.optim' or path.startswith('flax.optim.')):
+      if _names.is_flax_optim(path):
         found.append((node.lineno, path))
   return sorted(found)
 

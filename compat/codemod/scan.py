@@ -368,7 +368,7 @@ class _Visitor(ast.NodeVisitor):
       if isinstance(node, ast.Constant) and isinstance(node.value, str):
         try:  # a string annotation: its names, found at the string
           parsed = ast.parse(node.value.strip(), mode='eval').body
-        except SyntaxError:
+        except (SyntaxError, ValueError):
           continue
         for _, path in self._annotation_references(parsed):
           yield node, path
