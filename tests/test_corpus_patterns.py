@@ -355,6 +355,49 @@ def states(a: 'optim.OptimizerState', b: list[optim_base.OptimizerState]):
   assert counted and counted <= found, sorted(counted - found)
 
 
+
+def test_migrate_keeps_a_flow_with_an_optimizer_built_by_hand():
+  # t5x's partitioning test: renaming the class to TrainState would build a
+  # TrainState from a definition and a flax.optim state (a broken program).
+  source = b"""from flax import optim
+
+
+def restored(params, step):
+  opt_def = optim.GradientDescent(learning_rate=0.1)
+  optimizer = optim.Optimizer(
+      opt_def,
+      state=optim.OptimizerState(step=step, param_states=params),
+      target=params)
+  return optimizer.apply_gradient(params)
+"""
+  new, plan = migrate.migrate_source(source, 'x.py')
+  assert new == source
+  reasons = {(l.line, l.construct): l.reason for l in plan.leftovers}
+  assert 'an Optimizer built by hand' in reasons[6, 'reference']
+  assert 'flax.optim.OptimizerState named here' in reasons[8, 'reference']
+
+
+def test_migrate_renames_a_module_level_alias_of_the_optimizer_class():
+  # t5x's models.py: ``Optimizer = optim.Optimizer``, then annotations and
+  # isinstance checks through the alias; the alias's own name stays.
+  source = b"""from flax import optim
+
+Optimizer = optim.Optimizer
+
+
+def train(params, grads) -> Optimizer:
+  optimizer = optim.GradientDescent(learning_rate=0.1).create(params)
+  assert isinstance(optimizer, Optimizer)
+  return optimizer.apply_gradient(grads)
+"""
+  new, plan = migrate.migrate_source(source, 'x.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'Optimizer = train_state.TrainState\n' in new
+  assert b'def train(params, grads) -> train_state.TrainState:' in new
+  assert b'isinstance(optimizer, train_state.TrainState)' in new
+  assert b'optim.' not in new
+
+
 # A small research example's module (ladax's examples): a definition from a
 # module-level setting, created in a function, a jitted step that reads
 # ``.target`` and calls ``.apply_gradient`` without hyper-parameters, and
