@@ -53,12 +53,17 @@ FLOW_CONSTRUCTS = frozenset((
     'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
     'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
     'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
-    'optimizer_def', 'reexport', 'reference'))
+    'optimizer_def', 'reexport'))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
              '(--select/--ignore) hold it')
 
+HAND_BUILT = (
+    'not rewritten: an Optimizer built by hand from a definition, a state '
+    'and a target has no mechanical TrainState counterpart; build it with '
+    'TrainState.create(apply_fn=..., params=..., tx=...) and convert the '
+    'state by hand')
 CHECKPOINT_NOTE = (
     'the checkpoint now holds a TrainState (step, params, opt_state); '
     'convert files written by the old code with `flax-optim-compat convert '
@@ -98,11 +103,6 @@ _CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
 RULES_MODULE = _CATALOGUE.RULES_MODULE
 # The class an ``-> optim.OptimizerDef`` annotation names.
 _DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
-_DYNAMIC_SCALE_CLASSES = ('flax.optim.DynamicScale',
-                          'flax.optim.dynamic_scale.DynamicScale')
-# The classes ``_plan_class_references`` renames wherever they are named.
-_CLASS_REWRITES = frozenset(_DEF_CLASSES + _DYNAMIC_SCALE_CLASSES +
-                            tuple(_flow.OPTIMIZER_CLASSES))
 
 # The rules migrate spells with their stock alias (the catalogue's
 # ``EXACT_STOCK``; tests/test_migrate.py checks the two agree and trains
@@ -158,7 +158,6 @@ class Planner:
         n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     bound |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
     self._taken = bound
-    self._references = None  # (line, column) -> outermost chain there
 
   # ------------------------------------------------------------- helpers
   def span(self, node) -> tuple:
@@ -286,6 +285,9 @@ class Planner:
           reason = self._plan_create(node)
           if reason:
             leftovers.append(self._leftover(node, 'create', reason))
+        elif self.names.resolve(node.func) in _flow.OPTIMIZER_CLASSES:
+          # Renamed to TrainState, it would be built from flax.optim parts.
+          leftovers.append(self._leftover(node, 'reference', HAND_BUILT))
       if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
           node.value):
         handled.add(node.lineno)
@@ -296,11 +298,6 @@ class Planner:
       if finding.construct in NOTE_CONSTRUCTS:
         self.notes.append(Leftover(finding.line, finding.construct,
                                    finding.code, CHECKPOINT_NOTE))
-      elif finding.construct == 'reference':
-        reason = self._reference_problem(finding)
-        if reason:
-          leftovers.append(Leftover(finding.line, finding.construct,
-                                    finding.code, reason))
       elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
           finding):
         leftovers.append(Leftover(
@@ -309,31 +306,6 @@ class Planner:
             'Optimizer/OptimizerDef here (its flow leaves what this file '
             'shows); ' + finding.replacement))
     return self.edits[before:], leftovers
-
-  def _reference_problem(self, finding) -> Optional[str]:
-    """Why a reference to a flax.optim name (scan's ``reference``) keeps
-    the flow as it is; None where ``_plan_class_references`` rewrites it
-    (``isinstance(x, optim.Optimizer)``, an alias of the class)."""
-    node = self._reference_at(finding.line, finding.column - 1)
-    path = self.names.resolve(node) if node is not None else None
-    parent = self._parents.get(node)
-    called = isinstance(parent, ast.Call) and parent.func is node
-    if path in _CLASS_REWRITES and not called:
-      return None
-    what = ('an Optimizer built by hand from a definition, a state and a '
-            'target' if called and path in _flow.OPTIMIZER_CLASSES else
-            f'{path or "a flax.optim name"} named here')
-    return (f'not rewritten: {what} has no mechanical Optax/TrainState '
-            f'counterpart; {finding.replacement}')
-
-  def _reference_at(self, line: int, column: int):
-    """The outermost name or attribute chain starting at ``line:column``."""
-    if self._references is None:
-      self._references = {
-          (node.lineno, node.col_offset): node for node in self._parents
-          if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(
-              self._parents[node], ast.Attribute)}
-    return self._references.get((line, column))
 
   def _replicate_calls(self):
     return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and
@@ -620,7 +592,8 @@ class Planner:
       path = self.names.resolve(node)
       if self.flow_held:
         continue  # the file keeps flax.optim: its classes stay named
-      if path in _DYNAMIC_SCALE_CLASSES:
+      if path in ('flax.optim.DynamicScale',
+                  'flax.optim.dynamic_scale.DynamicScale'):
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
         self.imports.append(('flax.training', 'dynamic_scale', name))
         self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
