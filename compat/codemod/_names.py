@@ -25,6 +25,11 @@ TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
               't_identity')
 # The class an ``optim.Optimizer`` annotation names, by either import path.
 OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
+# What replaces ``optim.Optimizer(definition, state=..., target=...)``.
+HAND_BUILT = ('an Optimizer built by hand from a definition, a state and a '
+              'target has no mechanical counterpart: TrainState.create('
+              "apply_fn=..., params=target, tx=the definition's transform), "
+              'its state converted by hand')
 _OPTIONAL = ('typing.Optional',)
 OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
                              re.IGNORECASE)

@@ -59,11 +59,6 @@ NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
              '(--select/--ignore) hold it')
 
-HAND_BUILT = (
-    'not rewritten: an Optimizer built by hand from a definition, a state '
-    'and a target has no mechanical TrainState counterpart; build it with '
-    'TrainState.create(apply_fn=..., params=..., tx=...) and convert the '
-    'state by hand')
 CHECKPOINT_NOTE = (
     'the checkpoint now holds a TrainState (step, params, opt_state); '
     'convert files written by the old code with `flax-optim-compat convert '
@@ -287,7 +282,8 @@ class Planner:
             leftovers.append(self._leftover(node, 'create', reason))
         elif self.names.resolve(node.func) in _flow.OPTIMIZER_CLASSES:
           # Renamed to TrainState, it would be built from flax.optim parts.
-          leftovers.append(self._leftover(node, 'reference', HAND_BUILT))
+          leftovers.append(self._leftover(
+              node, 'reference', 'not rewritten: ' + _names.HAND_BUILT))
       if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
           node.value):
         handled.add(node.lineno)

@@ -14,11 +14,17 @@ section of ``migration_guide.md`` that explains it:
   passes hyper-parameter overrides), ``.compute_gradient``, ``.optimize``,
   ``.replicate()`` / ``ReplicatedOptimizer``;
 * optimizers passed to ``flax.training.checkpoints`` or
-  ``flax.serialization``.
+  ``flax.serialization``;
+* every flax.optim name in an annotation (parameters, returns, fields,
+  inside ``Optional[...]``/``Tuple[...]``, strings), and every other
+  reference that resolves to one (``optim.OptimizerState(step, states)``,
+  an Optimizer built by hand, ``isinstance(x, optim.Optimizer)``, a
+  module-level alias ``Optimizer = optim.Optimizer`` and its uses).
 
 Names are resolved through the module's imports and assignments (flow-
 insensitively), through what other scanned modules re-export from flax.optim
-(``from mylib import optimizers``, see ``parse_project``) and through module
+or alias from it (``from mylib import optimizers``, ``from .models import
+Optimizer``, see ``parse_project``) and through module
 functions that return an OptimizerDef (``make_def(lr).create(params)``);
 where only a name suggests an optimizer (``optimizer``, ``opt``), the
 finding's confidence is ``likely`` instead of ``certain``.
@@ -192,6 +198,7 @@ class _Visitor(ast.NodeVisitor):
     # another finding already names (a call, a subclass's base).
     self._inner: set[int] = set()
     self._explained: set[int] = set()
+    self._called: set[int] = set()  # ids of the calls' callees
 
   # NodeVisitor's own visit/generic_visit look the method up by name on
   # every node and descend into contexts and operators too; scanning is
@@ -327,7 +334,11 @@ class _Visitor(ast.NodeVisitor):
     if not (isinstance(root, ast.Name) and root.id in self._roots):
       return
     path = self.module.resolve(node)
-    if _names.is_flax_optim(path):
+    if not _names.is_flax_optim(path):
+      return
+    if id(node) in self._called and path in _names.OPTIMIZER_CLASSES:
+      self.add(node, 'reference', _names.HAND_BUILT, rep.SECTION_LOOP)
+    else:
       self.add(node, 'reference', _counterpart(path), rep.SECTION_LOOP)
 
   def _explain(self, node):
@@ -395,6 +406,7 @@ class _Visitor(ast.NodeVisitor):
   def _check_call(self, node):
     module = self.module
     name = module.legacy_class(node.func)
+    self._called.add(id(node.func))
     if name in _CALLED_CLASSES:
       self._explain(node.func)  # the finding names the call
     if name in _names.ALGORITHMS:
