@@ -38,6 +38,7 @@ from flax_optim_rules import _adagrad
 from flax_optim_rules import _adam
 from flax_optim_rules import _lamb
 from flax_optim_rules import _lars
+from flax_optim_rules import _multi
 from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
 from flax_optim_rules import _sgd
@@ -50,6 +51,7 @@ LegacyAdafactorState = _adafactor.LegacyAdafactorState
 LegacyAdagradState = _adagrad.LegacyAdagradState
 LegacyAdamState = _adam.LegacyAdamState
 LegacyRMSPropState = _rmsprop.LegacyRMSPropState
+ModelParamTraversal = _multi.ModelParamTraversal
 ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
 adabelief = _adabelief.adabelief
 adadelta = _adadelta.adadelta
@@ -69,10 +71,13 @@ legacy_momentum = _sgd.legacy_momentum
 legacy_rmsprop = _rmsprop.legacy_rmsprop
 legacy_trace = _lars.legacy_trace
 momentum = _sgd.momentum
+multi_optimizer = _multi.multi_optimizer
 rmsprop = _rmsprop.rmsprop
 scale_by_legacy_adafactor = _adafactor.scale_by_legacy_adafactor
 scale_by_legacy_lars = _lars.scale_by_legacy_lars
+set_learning_rates = _multi.set_learning_rates
 sgd = _sgd.sgd
+traversal_labels = _multi.traversal_labels
 
 
 def inject_learning_rate(factory: Callable[..., optax.GradientTransformation]):
@@ -95,6 +100,7 @@ __all__ = (
     'LegacyAdagradState',
     'LegacyAdamState',
     'LegacyRMSPropState',
+    'ModelParamTraversal',
     'ScaleByLegacyLarsState',
     'adabelief',
     'adadelta',
@@ -116,8 +122,11 @@ __all__ = (
     'legacy_trace',
     'lr_schedule',
     'momentum',
+    'multi_optimizer',
     'rmsprop',
     'scale_by_legacy_adafactor',
     'scale_by_legacy_lars',
+    'set_learning_rates',
     'sgd',
+    'traversal_labels',
 )

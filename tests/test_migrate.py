@@ -424,6 +424,30 @@ x = jax.numpy.asarray(jax.numpy.zeros(2)).at[numpy.index_exp[0]].set(1.)
   assert namespace['Relu'] is jax.example_libraries.stax.Relu
 
 
+def test_flax_nn_activations_become_their_jax_names():
+  # flax.nn's activations were jax.nn's functions (tanh: jax.numpy's); the
+  # pre-Linen modules have no mechanical rewrite and stay, reported.
+  source = b'''import flax
+import gin
+
+gin.external_configurable(flax.nn.relu, module='flax.nn')
+squash = (flax.nn.softplus, flax.nn.tanh)
+layer = flax.nn.Dense
+'''
+  new, plan = migrate.migrate_source(source, 'activations_like.py')
+  assert new == b'''import flax
+import gin
+import jax
+
+gin.external_configurable(jax.nn.relu, module='flax.nn')
+squash = (jax.nn.softplus, jax.numpy.tanh)
+layer = flax.nn.Dense
+'''
+  assert [(leftover.line, leftover.construct) for leftover in
+          plan.leftovers] == [(6, 'out_of_scope')]
+  assert migrate.migrate_source(new, 'activations_like.py')[0] == new
+
+
 def test_device_put_and_replicate_keep_the_optimizer_kind():
   source = b'''import jax
 from flax import jax_utils
