@@ -307,12 +307,14 @@ class _Visitor(ast.NodeVisitor):
     elif (node.attr in BRIDGES and isinstance(node.value, ast.Name) and
           self.module.bindings.get(node.value.id) == 'compat'):
       self.add(node, 'shim')
-    self._check_reference(node)
+    if id(node) not in self._inner:  # only whole chains
+      self._check_reference(node)
     self._inner.add(id(node.value))
     self.generic_visit(node)
 
   def visit_Name(self, node):
-    self._check_reference(node)
+    if node.id in self._roots and id(node) not in self._inner:
+      self._check_reference(node)
 
   # -- any other reference to a flax.optim name: ``optim.OptimizerState(step,
   # states)``, ``isinstance(x, optim.Optimizer)``, an alias ``Optimizer =
@@ -325,13 +327,9 @@ class _Visitor(ast.NodeVisitor):
     return roots
 
   def _check_reference(self, node):
-    if id(node) in self._inner or id(node) in self._explained or not (
+    """``node``: a whole chain (no longer one holds it)."""
+    if not self._rooted(node) or id(node) in self._explained or not (
         isinstance(node.ctx, ast.Load)):
-      return
-    root = node
-    while isinstance(root, ast.Attribute):
-      root = root.value
-    if not (isinstance(root, ast.Name) and root.id in self._roots):
       return
     path = self.module.resolve(node)
     if not _names.is_flax_optim(path):
@@ -340,6 +338,12 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, 'reference', _names.HAND_BUILT, rep.SECTION_LOOP)
     else:
       self.add(node, 'reference', _counterpart(path), rep.SECTION_LOOP)
+
+  def _rooted(self, node) -> bool:
+    """The chain starts at a name that can lead into flax.optim."""
+    while isinstance(node, ast.Attribute):
+      node = node.value
+    return isinstance(node, ast.Name) and node.id in self._roots
 
   def _explain(self, node):
     """``node`` (a reference) is part of a finding already made."""
@@ -367,6 +371,8 @@ class _Visitor(ast.NodeVisitor):
     """Every flax.optim name in ``annotation``, wherever it sits in it
     (``Optional[optim.Optimizer]``, ``Tuple[Any, optim.OptimizerState]``,
     ``'optim.Optimizer'``): one finding each."""
+    if not self._roots:
+      return  # nothing here can name flax.optim
     for node, path in self._annotation_references(annotation):
       self._explain(node)
       self.add(node, 'annotation', _counterpart(path), rep.SECTION_LOOP)
@@ -385,7 +391,7 @@ class _Visitor(ast.NodeVisitor):
           yield node, path
       elif isinstance(node, (ast.Name, ast.Attribute)) and (
           id(node) not in inner):
-        path = self.module.resolve(node)
+        path = self.module.resolve(node) if self._rooted(node) else None
         if _names.is_flax_optim(path):
           yield node, path
 
