@@ -94,6 +94,28 @@ def is_flax_optim(path: Optional[str]) -> bool:
                          path.startswith('flax.optim.'))
 
 
+# The table _leading_to_reexports last read and its answer: a scan reads
+# one table for every module.
+_LEADING: list = [None, 0, frozenset()]
+
+
+def _leading_to_reexports(reexports: dict) -> frozenset:
+  """Every key of ``reexports`` and every dotted prefix of one."""
+  if _LEADING[0] is not reexports or _LEADING[1] != len(reexports):
+    prefixes = set()
+    for key in reexports:
+      parts = key.split('.')
+      prefixes.update('.'.join(parts[:n]) for n in range(1, len(parts) + 1))
+    _LEADING[:] = [reexports, len(reexports), frozenset(prefixes)]
+  return _LEADING[2]
+
+
+def _heads(path: str) -> list:
+  """The proper dotted prefixes of ``path`` (``a``, ``a.b`` of ``a.b.c``)."""
+  parts = path.split('.')
+  return ['.'.join(parts[:n]) for n in range(1, len(parts))]
+
+
 def module_names(path: str, root: str) -> list:
   """Dotted names ``path`` may be imported by: its path under ``root`` and
   each tail of it (``src/mylib/__init__.py`` -> ``src.mylib``, ``mylib``)."""
@@ -236,11 +258,13 @@ class ModuleNames:
   def collect_aliases(self):
     """Module-level names assigned a flax.optim name (``Optimizer =
     optim.Optimizer``): bound like an import, so their uses resolve too."""
-    for _ in range(3):  # an alias of an alias
-      for node in self.tree.body:
-        if not (isinstance(node, ast.Assign) and isinstance(
-            node.value, (ast.Name, ast.Attribute))):
-          continue
+    candidates = [node for node in self.tree.body
+                  if isinstance(node, ast.Assign) and isinstance(
+                      node.value, (ast.Name, ast.Attribute))]
+    found = None
+    while candidates and found != self.aliases:  # an alias of an alias
+      found = dict(self.aliases)
+      for node in candidates:
         path = self.resolve(node.value)
         if not is_flax_optim(path):
           continue
@@ -250,15 +274,15 @@ class ModuleNames:
 
   def reference_roots(self) -> frozenset:
     """The local names a chain must start with to resolve into flax.optim:
-    those bound to flax, to something in flax.optim, or to a prefix of a
-    name another module re-exports (read without resolving, so nothing is
-    counted in ``used_reexports``)."""
+    those bound to flax, to something in flax.optim, to a name another
+    module re-exports, to a prefix of one or to something under one (read
+    without resolving, so nothing is counted in ``used_reexports``)."""
+    leading = _leading_to_reexports(self.reexports)
     roots = set()
     for local, bound in self.bindings.items():
       path = canonical(bound)
-      if path == 'flax' or is_flax_optim(path) or any(
-          key == path or key.startswith(path + '.') or path.startswith(
-              key + '.') for key in self.reexports):
+      if path == 'flax' or is_flax_optim(path) or path in leading or any(
+          head in self.reexports for head in _heads(path)):
         roots.add(local)
     return frozenset(roots)
 
