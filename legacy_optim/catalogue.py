@@ -446,7 +446,8 @@ def migrate_call(name: str, given: Mapping[str, str],
     keyword function of ``flax_optim_rules`` named after the algorithm's
     module with the given values: the same rule, bit for bit.
   """
-  if inject and given.get('learning_rate') in (None, 'None'):
+  if inject and {**defaults, **given}.get('learning_rate') in (None,
+                                                             'None'):
     given = {'learning_rate': '0.0', **{
         k: v for k, v in given.items() if k != 'learning_rate'}}
   if prefer_stock and name in stock_exact():

@@ -610,6 +610,11 @@ class Planner:
       grads = f'jax.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
       self.imports.append(('jax', None, None))
     extra = [k.arg for k in call.keywords]
+    if not extra and self.inject:
+      return ('this flow also steps with a learning_rate override: '
+              'flax.optim ran a step without one at the definition\'s own '
+              'rate, an injected Optax rate stays at the last one set; pass '
+              'learning_rate= here too and run migrate again')
     if not extra:
       self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
                 'apply_gradient', receiver=receiver, grads=call.args[0])
