@@ -183,7 +183,8 @@ def get_repo(entry: Repo, into: str, mirrors: Optional[str]) -> str:
 
 
 def notebook_code(raw: bytes) -> str:
-  """A notebook's code cells as one module (shell and magic lines become
+  """A notebook's code cells as one module (shell and magic lines, the
+  lines a backslash continues them onto and cell magics' cells become
   ``pass``, so that line numbers count the joined cells)."""
   cells = json.loads(raw).get('cells', [])
   lines = []
@@ -192,9 +193,20 @@ def notebook_code(raw: bytes) -> str:
       continue
     source = cell.get('source', [])
     text = ''.join(source) if isinstance(source, list) else source
-    # A magic may be a block's only statement: ``pass`` keeps it a block.
-    lines += [line[:len(line) - len(line.lstrip())] + 'pass'
-              if _MAGIC.match(line) else line for line in text.splitlines()]
+    if text.lstrip().startswith('%%'):  # a cell magic: no Python at all
+      lines += ['pass'] * len(text.splitlines())
+      continue
+    shell_indent = None  # the indentation of a magic that goes on (\\)
+    for line in text.splitlines():
+      if shell_indent is None and not _MAGIC.match(line):
+        lines.append(line)
+        continue
+      if shell_indent is None:
+        shell_indent = line[:len(line) - len(line.lstrip())]
+      # A magic may be a block's only statement: ``pass`` keeps it a block.
+      lines.append(shell_indent + 'pass')
+      if not line.endswith('\\'):
+        shell_indent = None
   return '\n'.join(lines) + '\n'
 
 

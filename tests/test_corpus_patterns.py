@@ -83,6 +83,17 @@ def test_notebook_code_keeps_blocks_whose_only_statement_is_a_magic():
   assert _count(code) == [(3, 'import optim')]
 
 
+def test_notebook_code_leaves_out_cell_magics_and_continued_shell_lines():
+  notebook = {'cells': [
+      {'cell_type': 'code', 'source': ['%%bash\n', 'echo $HOME']},
+      {'cell_type': 'code', 'source': ['!python -m train \\\n',
+                                       '    --workdir=./\n',
+                                       'from flax import optim']},
+  ]}
+  code = corpus.notebook_code(json.dumps(notebook).encode())
+  assert _count(code) == [(5, 'import optim')]
+
+
 # ---------------------------------------------------------------------------
 # Broken links of a migrated program.
 
@@ -217,6 +228,186 @@ def param_groups():
       (7, 'annotation'), (10, 'optimizer_def_subclass'), (15, 'traversal'),
       (16, 'traversal'), (17, 'multi_optimizer'), (17, 'optimizer_def'),
       (18, 'optimizer_def')}
+
+
+
+def test_scan_reports_every_flax_optim_name_in_an_annotation():
+  # Return annotations, also on a config class's method (meliad), inside
+  # Tuple[...]/Optional[...] and strings (scenic's optimizers and
+  # train_utils), a module's own alias of flax.optim (``optimizers``).
+  source = b"""import dataclasses
+from typing import Any, Optional, Tuple
+
+from flax import optim
+from flax import optim as optimizers
+
+
+class OptimizerConfig:
+
+  def create_optimizer_def(self) -> optim.OptimizerDef:
+    return make()
+
+
+def make() -> 'optimizers.OptimizerDef':
+  return optimizers.Adam(0.1)
+
+
+def backbone(config) -> optim.MultiOptimizer:
+  return config.multi
+
+
+def init_param_state(param) -> Tuple[Any, optimizers.OptimizerState]:
+  return param, None
+
+
+@dataclasses.dataclass
+class TrainState:
+  optimizer: Optional[optim.Optimizer] = None
+  step: int = 0
+"""
+  assert _constructs(source) == {
+      (10, 'annotation'), (14, 'annotation'), (15, 'optimizer_def'),
+      (18, 'annotation'), (22, 'annotation'), (28, 'annotation')}
+
+
+def test_scan_reports_state_and_optimizers_built_by_hand_and_aliases():
+  # t5x's tests and its Adafactor: ``flax.optim.base`` names, an Optimizer
+  # assembled from a definition, a state and a target, a module-level alias
+  # of the class and the alias's uses; scenic's ``OptimizerState(step + 1,
+  # ...)``; a class tested with isinstance.
+  source = b"""from flax import optim
+from flax.optim.base import OptimizerState
+
+Optimizer = optim.Optimizer
+
+
+def apply_gradient(step, new_states):
+  return OptimizerState(step + 1, new_states)
+
+
+def restored(params, step):
+  return optim.Optimizer(
+      optim.GradientDescent(),
+      state=optim.OptimizerState(step=step, param_states={}),
+      target=params)
+
+
+def check(value) -> bool:
+  made = Optimizer(None, None, None)
+  return isinstance(value, optim.Optimizer) and made is not None
+"""
+  assert _constructs(source) == {
+      (4, 'reference'), (8, 'reference'), (12, 'reference'),
+      (13, 'optimizer_def'), (14, 'reference'), (19, 'reference'),
+      (20, 'reference')}
+
+
+def test_scan_follows_aliases_and_reexports_across_modules(tmp_path):
+  # A user module that re-exports flax.optim (scenic's
+  # ``train_lib/optimizers.py``) and one that aliases a class (t5x's
+  # ``models.py``), used from other modules by name, also through a
+  # relative import.
+  package = tmp_path / 'lib'
+  package.mkdir()
+  (package / '__init__.py').write_text('')
+  (package / 'optimizers.py').write_text(
+      'from flax import optim as optimizers\n')
+  (package / 'models.py').write_text(
+      'from flax import optim\n\nOptimizer = optim.Optimizer\n')
+  (package / 'train.py').write_text(
+      'from lib import models\n'
+      'from lib.models import Optimizer\n'
+      'from lib.optimizers import optimizers\n\n\n'
+      'def step(opt: models.Optimizer, s) -> optimizers.OptimizerState:\n'
+      '  return optimizers.OptimizerState(s + 1, opt)\n\n\n'
+      'def build() -> Optimizer:\n'
+      '  return Optimizer(None, None, None)\n')
+  (package / 'relative.py').write_text(
+      'from .optimizers import optimizers\n\n\n'
+      'def state(s) -> optimizers.OptimizerState:\n'
+      '  return s\n')
+  found = {(f.path.rpartition('/')[2], f.line, f.construct)
+           for f in scan.scan_paths([str(tmp_path)]).findings}
+  assert {f for f in found if f[0] == 'train.py'} == {
+      ('train.py', 2, 'import'), ('train.py', 3, 'import'),
+      ('train.py', 6, 'annotation'), ('train.py', 7, 'reference'),
+      ('train.py', 10, 'annotation'), ('train.py', 11, 'reference')}
+  assert {f for f in found if f[0] == 'relative.py'} == {
+      ('relative.py', 1, 'import'), ('relative.py', 4, 'annotation')}
+
+
+def test_scan_finds_every_usage_the_independent_count_finds(tmp_path):
+  # Every shape above at once, in one module: each line the corpus's
+  # independent count has a usage on is a line scan reports.
+  source = b"""import flax
+from flax import optim
+from flax.optim import base as optim_base
+import flax.optim as fo
+
+Optimizer = optim.Optimizer
+DEFAULTS = (fo.Adam, optim_base.OptimizerState)
+
+
+def make(config) -> flax.optim.OptimizerDef:
+  kind = getattr(optim, config.name)
+  return kind(config.lr)
+
+
+def restore(params, step) -> 'Optimizer':
+  state = flax.optim.OptimizerState(step, {})
+  return Optimizer(make(None), state=state, target=params)
+
+
+def states(a: 'optim.OptimizerState', b: list[optim_base.OptimizerState]):
+  return a, b, optim.OptimizerState
+"""
+  path = tmp_path / 'module.py'
+  path.write_bytes(source)
+  counted = {line for line, _ in _count(source.decode())}
+  found = {f.line for f in scan.scan_paths([str(path)]).findings}
+  assert counted and counted <= found, sorted(counted - found)
+
+
+
+def test_migrate_keeps_a_flow_with_an_optimizer_built_by_hand():
+  # t5x's partitioning test: renaming the class to TrainState would build a
+  # TrainState from a definition and a flax.optim state (a broken program).
+  source = b"""from flax import optim
+
+
+def restored(params, step):
+  opt_def = optim.GradientDescent(learning_rate=0.1)
+  optimizer = optim.Optimizer(
+      opt_def,
+      state=optim.OptimizerState(step=step, param_states=params),
+      target=params)
+  return optimizer.apply_gradient(params)
+"""
+  new, plan = migrate.migrate_source(source, 'x.py')
+  assert new == source
+  reasons = {(l.line, l.construct): l.reason for l in plan.leftovers}
+  assert 'an Optimizer built by hand' in reasons[6, 'reference']
+
+
+def test_migrate_renames_a_module_level_alias_of_the_optimizer_class():
+  # t5x's models.py: ``Optimizer = optim.Optimizer``, then annotations and
+  # isinstance checks through the alias; the alias's own name stays.
+  source = b"""from flax import optim
+
+Optimizer = optim.Optimizer
+
+
+def train(params, grads) -> Optimizer:
+  optimizer = optim.GradientDescent(learning_rate=0.1).create(params)
+  assert isinstance(optimizer, Optimizer)
+  return optimizer.apply_gradient(grads)
+"""
+  new, plan = migrate.migrate_source(source, 'x.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'Optimizer = train_state.TrainState\n' in new
+  assert b'def train(params, grads) -> train_state.TrainState:' in new
+  assert b'isinstance(optimizer, train_state.TrainState)' in new
+  assert b'optim.' not in new
 
 
 # A small research example's module (ladax's examples): a definition from a

@@ -9,14 +9,17 @@ rewritten, no module of the flow changes and the report lists every link.
 """
 
 import importlib
+import json
 import os
 import sys
+import types
 
 import _legacy_imports
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from compat.codemod import _notebook
 from compat.codemod import _project
 from compat.codemod import _rewrite_plan
 from compat.codemod import migrate
@@ -107,10 +110,26 @@ def _migrate_into(project, migrated):
 
 def _run(directory, module, *args):
   """``module.train(*args)`` imported from ``directory`` (fresh modules)."""
+  return _run_with(directory, lambda: importlib.import_module(module), args)
+
+
+def _run_notebook(directory, name, *args):
+  """``train(*args)`` defined by the notebook ``name`` in ``directory``,
+  its code cells run as one script there (magic lines do nothing)."""
+  def load():
+    notebook = _notebook.Notebook((directory / name).read_bytes())
+    namespace = {_notebook.MAGIC_CALL: lambda index: None,
+                 _notebook.CELL_MARKER: lambda index: None}
+    exec(compile(notebook.module, name, 'exec'), namespace)  # pylint: disable=exec-used
+    return types.SimpleNamespace(**namespace)
+  return _run_with(directory, load, args)
+
+
+def _run_with(directory, load, args):
   before = set(sys.modules)
   sys.path.insert(0, str(directory))
   try:
-    return importlib.import_module(module).train(*args)
+    return load().train(*args)
   finally:
     sys.path.remove(str(directory))
     for name in set(sys.modules) - before:
@@ -316,6 +335,117 @@ def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
   reasons = [left.reason for left in results['cached.py'].plan.leftovers]
   assert any('decorated with `functools.lru_cache()`' in r
              for r in reasons), reasons
+
+
+# A package and a Colab notebook that trains with it (nerfies' shape): the
+# notebook creates the optimizer from the package's factory, keeps it in the
+# package's dataclass and reads it there; the package's step function
+# applies the gradients.
+_NOTEBOOK_PACKAGE = {
+    'pkg/__init__.py': '',
+    'pkg/opt.py': """from flax import optim
+
+
+def make(learning_rate):
+  return optim.Adam(learning_rate)
+""",
+    'pkg/state.py': """from typing import Any
+
+import flax
+from flax import optim
+
+
+@flax.struct.dataclass
+class State:
+  optimizer: optim.Optimizer
+  extra: Any = None
+""",
+    'pkg/steps.py': """import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def train_step(state, batch):
+  def loss(p):
+    return jnp.mean((batch['x'] @ p['w'] - batch['y']) ** 2)
+  grad = jax.grad(loss)(state.optimizer.target)
+  return state.replace(optimizer=state.optimizer.apply_gradient(grad))
+""",
+}
+
+
+def _notebook_of(*cells) -> str:
+  return json.dumps({'cells': [
+      {'cell_type': 'code', 'execution_count': None, 'metadata': {},
+       'outputs': [], 'source': cell.splitlines(keepends=True)}
+      for cell in cells], 'metadata': {}, 'nbformat': 4,
+      'nbformat_minor': 5}, indent=1)
+
+
+_TRAIN_CELL = """def train(params, batches):
+  optimizer = opt.make(0.01).create(params)
+  state = state_lib.State(optimizer=optimizer)
+  first = state.optimizer.state.step + 1
+  for batch in batches:
+    state = steps.train_step(state, batch)
+  return state.optimizer.target, first
+"""
+
+
+def _migrate_with_notebook(tmp_path, *last_cells):
+  """The package and a notebook of the cells above and ``last_cells``,
+  migrated: ``(project, migrated, notebook text, results)``."""
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  notebook = _notebook_of(
+      '%matplotlib inline\nfrom pkg import opt\n',
+      'from pkg import state as state_lib\nfrom pkg import steps\n',
+      _TRAIN_CELL, *last_cells)
+  _write(project, {**_NOTEBOOK_PACKAGE, 'train.ipynb': notebook})
+  return project, migrated, notebook, _migrate_into(project, migrated)
+
+
+def test_a_notebook_consuming_the_packages_optimizer_migrates_with_it(
+    tmp_path):
+  # Before: the notebook was migrated without the project, so its
+  # `state.optimizer.state.step` stayed on what the package now makes a
+  # TrainState (and `opt.make(...).create` was not known as a .create).
+  project, migrated, _, results = _migrate_with_notebook(tmp_path)
+  for name, result in results.items():
+    assert not result.plan.leftovers, (name, result.plan.leftovers)
+    module = result.new if name.endswith('.py') else _notebook.Notebook(
+        result.new).module.encode()
+    assert not _legacy_imports.legacy_imports(module), name
+  cells = results['train.ipynb'].new.decode()
+  assert 'state.optimizer.step + 1' in cells
+  assert 'return state.optimizer.params, first' in cells
+  params, batches = _data()
+  old_params, old_first = _run_notebook(project, 'train.ipynb', params,
+                                        batches)
+  new_params, new_first = _run_notebook(migrated, 'train.ipynb', params,
+                                        batches)
+  _assert_same_bits(old_params, new_params)
+  assert int(old_first) == int(new_first) == 1
+
+
+def test_a_notebook_link_that_cannot_be_followed_keeps_the_package_flow(
+    tmp_path):
+  # The notebook reads the definition's hyper_params: the package's
+  # definition stays, and with it the notebook's own uses.
+  _, _, notebook, results = _migrate_with_notebook(
+      tmp_path, 'print(opt.make(0.1).hyper_params.learning_rate)\n')
+  assert results['pkg/opt.py'].new == results['pkg/opt.py'].old
+  assert results['train.ipynb'].new == results['train.ipynb'].old
+  lines = notebook.splitlines()
+
+  def line_of(text):  # the notebook file's line
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+  reasons = _reasons(results)
+  create, inspect = line_of('.create(params)'), line_of('.hyper_params')
+  assert f'train.ipynb:{create}: its `.create(...)` is here' in reasons[
+      'train.ipynb', create]
+  assert f'train.ipynb:{inspect}: the definition goes into' in reasons[
+      'pkg/opt.py', 5]
 
 
 # scenic's shape: a factory module returns one definition per config

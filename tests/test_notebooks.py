@@ -162,3 +162,40 @@ def test_a_byte_order_mark_stays():
   removed, added = changed_lines(raw, new[3:])
   assert [source_string(l) for l in removed] == REMOVED
   assert [source_string(l) for l in added] == ADDED
+
+
+def test_cell_magics_and_continued_shell_lines_are_not_python(tmp_path):
+  # IPython's own reading (nerfies' and scenic's Colabs): a ``%%`` cell is
+  # the magic's input, and a shell line ending in a backslash goes on, at
+  # any indentation. Both stay byte for byte; the Python around is migrated.
+  notebook = {'cells': [
+      {'cell_type': 'code', 'execution_count': None, 'metadata': {},
+       'outputs': [], 'source': [
+           '%%bash\n', 'pip install flax==0.5.3\n',
+           'if [ -d x ]; then echo $x; fi']},
+      {'cell_type': 'code', 'execution_count': None, 'metadata': {},
+       'outputs': [], 'source': [
+           'from flax import optim\n',
+           'if True:\n',
+           '  !python -m train \\\n',
+           '      --config=a.py \\\n',
+           '  --workdir=./\n',
+           '  opt_def = optim.GradientDescent(learning_rate=0.1)']}],
+      'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
+  raw = json.dumps(notebook, indent=1).encode()
+  path = tmp_path / 'shell.ipynb'
+  path.write_bytes(raw)
+  result = scan.scan_paths([str(path)])
+  assert result.errors == []
+  lines = raw.decode().splitlines()
+  assert {(f.line, f.construct) for f in result.findings} == {
+      (lines.index('    "from flax import optim\\n",') + 1, 'import'),
+      (lines.index('    "  opt_def = optim.GradientDescent(learning_rate='
+                   '0.1)"') + 1, 'optimizer_def')}
+  new, _ = migrate.migrate_notebook(raw, 'shell.ipynb')
+  removed, added = changed_lines(raw, new)
+  assert [source_string(line) for line in removed] == [
+      'from flax import optim\n',
+      '  opt_def = optim.GradientDescent(learning_rate=0.1)']
+  assert [source_string(line) for line in added] == [
+      'import optax\n', '\n', '  opt_def = optax.sgd(learning_rate=0.1)']

@@ -72,6 +72,9 @@ CODES = (
          _C.SECTION_DYNAMIC_SCALE),
     Code('FOC116', 'annotation', 'a flax.optim class in a type annotation',
          _C.SECTION_LOOP),
+    Code('FOC117', 'reference', 'another reference to a flax.optim name '
+         '(OptimizerState(...), an alias, a class used as a value)',
+         _C.SECTION_LOOP),
     Code('FOC200', 'removed_api', 'another removed jax/flax API',
          _C.SECTION_FIND),
     Code('FOC201', 'removed_api', 'jax.tree_* moved to jax.tree_util',

@@ -25,6 +25,11 @@ TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
               't_identity')
 # The class an ``optim.Optimizer`` annotation names, by either import path.
 OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
+# What replaces ``optim.Optimizer(definition, state=..., target=...)``.
+HAND_BUILT = ('an Optimizer built by hand from a definition, a state and a '
+              'target has no mechanical counterpart: TrainState.create('
+              "apply_fn=..., params=target, tx=the definition's transform), "
+              'its state converted by hand')
 _OPTIONAL = ('typing.Optional',)
 OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
                              re.IGNORECASE)
@@ -83,6 +88,34 @@ def canonical(dotted: str) -> str:
   return dotted
 
 
+def is_flax_optim(path: Optional[str]) -> bool:
+  """``flax.optim`` itself or a name in it (canonical paths)."""
+  return bool(path) and (path == 'flax.optim' or
+                         path.startswith('flax.optim.'))
+
+
+# The table _leading_to_reexports last read and its answer: a scan reads
+# one table for every module.
+_LEADING: list = [None, 0, frozenset()]
+
+
+def _leading_to_reexports(reexports: dict) -> frozenset:
+  """Every key of ``reexports`` and every dotted prefix of one."""
+  if _LEADING[0] is not reexports or _LEADING[1] != len(reexports):
+    prefixes = set()
+    for key in reexports:
+      parts = key.split('.')
+      prefixes.update('.'.join(parts[:n]) for n in range(1, len(parts) + 1))
+    _LEADING[:] = [reexports, len(reexports), frozenset(prefixes)]
+  return _LEADING[2]
+
+
+def _heads(path: str) -> list:
+  """The proper dotted prefixes of ``path`` (``a``, ``a.b`` of ``a.b.c``)."""
+  parts = path.split('.')
+  return ['.'.join(parts[:n]) for n in range(1, len(parts))]
+
+
 def module_names(path: str, root: str) -> list:
   """Dotted names ``path`` may be imported by: its path under ``root`` and
   each tail of it (``src/mylib/__init__.py`` -> ``src.mylib``, ``mylib``)."""
@@ -116,9 +149,11 @@ def project_reexports(modules: dict) -> dict:
         for alias in node.names:
           local = alias.asname or alias.name.partition('.')[0]
           target = names.resolve(ast.Name(id=local))
-          if target and target.startswith('flax.optim') and (
-              target == 'flax.optim' or target.startswith('flax.optim.')):
+          if is_flax_optim(target):
             found[f'{module}.{local}'] = target
+      names.collect_aliases()  # ``Optimizer = optim.Optimizer`` too
+      for local, target in names.aliases.items():
+        found[f'{module}.{local}'] = target
     if found == table:
       break
     table = found
@@ -189,7 +224,9 @@ class ModuleNames:
     self.user_defs: set[str] = set()  # OptimizerDef subclasses defined here
     # Module functions all of whose returns are OptimizerDefs (factories).
     self.def_factories: set[str] = set()
+    self.aliases: dict[str, str] = {}  # module-level aliases, their paths
     self._collect_imports()
+    self.collect_aliases()
     if collect:
       self.collect()
 
@@ -209,7 +246,7 @@ class ModuleNames:
             top = alias.name.partition('.')[0]
             self.bindings[top] = top
       elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
-        module = self._absolute(node)
+        module = self.absolute(node)
         if module is None:
           continue
         for alias in node.names:
@@ -219,7 +256,38 @@ class ModuleNames:
             self.bindings[alias.asname or alias.name] = (
                 f'{module}.{alias.name}')
 
-  def _absolute(self, node) -> Optional[str]:
+  def collect_aliases(self):
+    """Module-level names assigned a flax.optim name (``Optimizer =
+    optim.Optimizer``): bound like an import, so their uses resolve too."""
+    candidates = [node for node in self.tree.body
+                  if isinstance(node, ast.Assign) and isinstance(
+                      node.value, (ast.Name, ast.Attribute))]
+    found = None
+    while candidates and found != self.aliases:  # an alias of an alias
+      found = dict(self.aliases)
+      for node in candidates:
+        path = self.resolve(node.value)
+        if not is_flax_optim(path):
+          continue
+        for target in node.targets:
+          if isinstance(target, ast.Name):
+            self.bindings[target.id] = self.aliases[target.id] = path
+
+  def reference_roots(self) -> frozenset:
+    """The local names a chain must start with to resolve into flax.optim:
+    those bound to flax, to something in flax.optim, to a name another
+    module re-exports, to a prefix of one or to something under one (read
+    without resolving, so nothing is counted in ``used_reexports``)."""
+    leading = _leading_to_reexports(self.reexports)
+    roots = set()
+    for local, bound in self.bindings.items():
+      path = canonical(bound)
+      if path == 'flax' or is_flax_optim(path) or path in leading or any(
+          head in self.reexports for head in _heads(path)):
+        roots.add(local)
+    return frozenset(roots)
+
+  def absolute(self, node) -> Optional[str]:
     """The module a ``from`` import names (relative ones from ``package``;
     None where the package is not known or the dots climb out of it)."""
     if not node.level:

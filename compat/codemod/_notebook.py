@@ -14,6 +14,7 @@ each code cell's ``source`` strings lie; ``json.loads`` still decides what
 the file means (a file it rejects is not a notebook).
 """
 
+import ast
 import difflib
 import json
 import re
@@ -22,6 +23,9 @@ from typing import NamedTuple, Optional
 _MAGIC = re.compile(r'^\s*[%!?]')
 CELL_MARKER = '__flax_optim_compat_cell__'
 MAGIC_CALL = '__flax_optim_compat_magic__'
+# A magic's line in the module, its indentation included (the magic's own
+# text, kept whole, replaces it all).
+_MAGIC_LINE = re.compile(rf'^[ \t]*{MAGIC_CALL}\((\d+)\)', re.MULTILINE)
 _NUMBER_OR_WORD = re.compile(r'-?[0-9.eE+\-]+|true|false|null')
 _SPACE = re.compile(r'\s*')
 
@@ -148,16 +152,38 @@ class _Spans:
     return _Source(tuple(literals), True, start, position + 1)
 
 
+def _parses(text: str) -> bool:
+  try:
+    ast.parse(text)
+  except (SyntaxError, ValueError):
+    return False
+  return True
+
+
 def _split_magics(cell: str):
   """The cell with each magic line replaced by a numbered call, and the
-  magics (so line numbers stay those of the cell)."""
+  magics (so line numbers stay those of the cell).
+
+  As IPython reads them: a cell magic makes the rest of the cell its input
+  (Python for ``%%time``, a shell script for ``%%bash``: the rest is read
+  as Python where it parses as Python), and a line magic or shell line
+  ending in a backslash goes on onto the next line (``!colmap
+  feature_extractor \\``): each of those lines is a call too, at the first
+  line's indentation (its own may be any). ``_MAGIC_LINE`` puts each line
+  back whole.
+  """
   lines: list[str] = []
   magics: list[str] = []
+  first, _, rest = cell.lstrip().partition('\n')
+  whole_cell = first.startswith('%%') and not _parses(rest)
+  indent, continued = '', False
   for line in cell.split('\n'):
-    if _MAGIC.match(line):
-      indent = line[:len(line) - len(line.lstrip())]
+    if whole_cell or continued or _MAGIC.match(line):
+      if not (whole_cell or continued):
+        indent = line[:len(line) - len(line.lstrip())]
       lines.append(f'{indent}{MAGIC_CALL}({len(magics)})')
-      magics.append(line.lstrip())
+      magics.append(line)
+      continued = line.endswith('\\')
     else:
       lines.append(line)
   return '\n'.join(lines), magics
@@ -228,8 +254,8 @@ class Notebook:
       body = body[:-1] if body.endswith('\n') else body
       if index == 0:
         body = prefix + body
-      body = re.sub(rf'{MAGIC_CALL}\((\d+)\)',
-                    lambda m, i=index: self._magics[i][int(m.group(1))], body)
+      body = _MAGIC_LINE.sub(
+          lambda m, i=index: self._magics[i][int(m.group(1))], body)
       cells.append(body)
     return cells
 

@@ -88,12 +88,18 @@ class Link(NamedTuple):
   # field holds (the two modules' whole flows must agree).
   kind: str = 'definition'
 
-  def describe(self) -> str:
+  def describe(self, file_line=None) -> str:
+    """``file_line(path, line)``: the line a user sees for a line of the
+    module read (a notebook's file line for a line of its joined cells)."""
+    shown = file_line or (lambda path, line: line)
     where = self.consumer_line or self.call_line
     if self.kind in WHOLE_FLOW_KINDS:
-      return f'{self.consumer_path}:{where} {self.reason}'
-    return (f'{self.producer_path}:{self.producer_line} makes the '
-            f'definition, {self.consumer_path}:{where}: {self.reason}')
+      return (f'{self.consumer_path}:{shown(self.consumer_path, where)} '
+              f'{self.reason}')
+    return (f'{self.producer_path}:'
+            f'{shown(self.producer_path, self.producer_line)} makes the '
+            f'definition, {self.consumer_path}:'
+            f'{shown(self.consumer_path, where)}: {self.reason}')
 
 
 class Holder(NamedTuple):
@@ -808,7 +814,8 @@ def _rewrites(plan, line, construct, flow_migrated) -> bool:
       for e in plan.edits)
 
 
-def roll_back(links, plan_of, flow_migrated=lambda plan: True):
+def roll_back(links, plan_of, flow_migrated=lambda plan: True,
+              file_line=None):
   """Yields ``(path, blocked)`` for each module whose optimizer flow must
   stay as it was, until ``flow_violations`` finds none.
 
@@ -819,7 +826,8 @@ def roll_back(links, plan_of, flow_migrated=lambda plan: True):
   construct, code, reason)`` of every link of the flow there) before the
   next one is asked for: a rolled-back module may break another link, so
   the check runs again on the new plans. Whole components of linked
-  modules roll back together; each module at most once.
+  modules roll back together; each module at most once. ``file_line``:
+  see ``Link.describe``.
   """
   done: set[str] = set()
   while True:
@@ -831,7 +839,7 @@ def roll_back(links, plan_of, flow_migrated=lambda plan: True):
     if not component:
       return
     for path in sorted(component):
-      yield path, _blocked_here(links, component, path)
+      yield path, _blocked_here(links, component, path, file_line)
     done |= component
 
 
@@ -850,14 +858,14 @@ def _linked(links, start) -> set:
   return found
 
 
-def _blocked_here(links, component, path) -> list:
+def _blocked_here(links, component, path, file_line=None) -> list:
   blocked = []
   for link in links:
     if link.producer_path not in component:
       continue
     reason = ('kept as it was with its whole flow across modules (a '
               'definition, its optimizer and every use are rewritten '
-              'together or not at all): ' + link.describe())
+              'together or not at all): ' + link.describe(file_line))
     if link.kind in WHOLE_FLOW_KINDS:
       if path in (link.producer_path, link.consumer_path):
         line = (link.producer_line if link.producer_path == path else

@@ -309,6 +309,10 @@ class Planner:
           reason = self._plan_create(node)
           if reason:
             leftovers.append(self._leftover(node, 'create', reason))
+        elif self.names.resolve(node.func) in _flow.OPTIMIZER_CLASSES:
+          # Renamed to TrainState, it would be built from flax.optim parts.
+          leftovers.append(self._leftover(
+              node, 'reference', 'not rewritten: ' + _names.HAND_BUILT))
       if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
           node.value):
         handled.add(node.lineno)
@@ -687,8 +691,9 @@ class Planner:
     """``optim.Optimizer`` / ``optim.DynamicScale`` anywhere (annotations)."""
     flow_ok = not any(l.construct in FLOW_CONSTRUCTS for l in self.leftovers)
     for node in ast.walk(self.tree):
-      if not isinstance(node, (ast.Name, ast.Attribute)):
-        continue
+      if not isinstance(node, (ast.Name, ast.Attribute)) or not (
+          isinstance(node.ctx, ast.Load)):
+        continue  # an alias's own name (``Optimizer = ...``) stays
       if isinstance(self._parents.get(node), ast.Attribute):
         continue  # only whole references
       path = self.names.resolve(node)

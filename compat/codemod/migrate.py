@@ -147,16 +147,21 @@ def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
 
 
 def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
-                     reexports=None, chosen=None):
+                     reexports=None, chosen=None, model=None, blocked=(),
+                     rate_set_elsewhere: bool = False):
   """``(new_notebook_bytes, plan)``: all code cells migrated as one module.
 
   Only the source lines that change differ in the file's bytes
-  (``_notebook.Notebook.rewrite``); the plan's lines are the notebook
-  file's.
+  (``_notebook.Notebook.rewrite``); the plan's leftovers and notes are at
+  the notebook file's lines (its edits, like ``blocked``, at the lines of
+  the cells joined, where the project's links name them). ``model``: the
+  project's (a notebook is a consumer of the package's modules, as a
+  script is: the fields, factories and links it reads come from there).
   """
   notebook = _notebook.Notebook(raw)
   combined = notebook.module.encode('utf-8')
-  new, plan = migrate_source(combined, path, tier, reexports, chosen=chosen)
+  new, plan = migrate_source(combined, path, tier, reexports, (),
+                             rate_set_elsewhere, chosen, model, blocked)
   plan = plan._replace(**{
       field: [item._replace(line=notebook.file_line(item.line))
               for item in getattr(plan, field)]
@@ -212,9 +217,12 @@ def migrate_file(path: str, tier: str = 'exact',
   except OSError as e:
     return FileResult(shown, b'', b'', None, f'unreadable: {e}')
   try:
-    if path.endswith('.ipynb'):
+    if path.endswith('.ipynb') and project is not None:
       new, plan = migrate_notebook(
-          old, shown, tier, project.reexports if project else None, chosen)
+          old, path.replace(os.sep, '/'), tier, project.reexports, chosen,
+          project.model, blocked, rate_elsewhere)
+    elif path.endswith('.ipynb'):
+      new, plan = migrate_notebook(old, shown, tier, chosen=chosen)
     elif project is not None:
       new, plan = migrate_source(
           old, path.replace(os.sep, '/'), tier, project.reexports,
@@ -266,9 +274,10 @@ def references(tree: ast.Module, reexports=None) -> list:
            if isinstance(n, ast.Attribute)}
   found = []
   for node in ast.walk(tree):
-    if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in inner:
+    if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in (
+        inner) and isinstance(node.ctx, ast.Load):
       path = names.resolve(node)
-      if path and (path == 'flax.optim' or path.startswith('flax.optim.')):
+      if _names.is_flax_optim(path):
         found.append((node.lineno, path))
   return sorted(found)
 
@@ -373,7 +382,9 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   for path, blocked in _project.roll_back(
       project.model.links if project.model else [],
       lambda key: _result_plan(results, key_of, key),
-      _rewrite_plan.flow_migrated):
+      _rewrite_plan.flow_migrated,
+      lambda key, line: project.notebooks[key].file_line(line)
+      if key in project.notebooks else line):
     results[key_of[path]] = migrate_file(key_of[path], tier, project,
                                          rate_elsewhere, chosen, blocked)
   return sources, [results[p] for p in sources]

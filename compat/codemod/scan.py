@@ -14,11 +14,17 @@ section of ``migration_guide.md`` that explains it:
   passes hyper-parameter overrides), ``.compute_gradient``, ``.optimize``,
   ``.replicate()`` / ``ReplicatedOptimizer``;
 * optimizers passed to ``flax.training.checkpoints`` or
-  ``flax.serialization``.
+  ``flax.serialization``;
+* every flax.optim name in an annotation (parameters, returns, fields,
+  inside ``Optional[...]``/``Tuple[...]``, strings), and every other
+  reference that resolves to one (``optim.OptimizerState(step, states)``,
+  an Optimizer built by hand, ``isinstance(x, optim.Optimizer)``, a
+  module-level alias ``Optimizer = optim.Optimizer`` and its uses).
 
 Names are resolved through the module's imports and assignments (flow-
 insensitively), through what other scanned modules re-export from flax.optim
-(``from mylib import optimizers``, see ``parse_project``) and through module
+or alias from it (``from mylib import optimizers``, ``from .models import
+Optimizer``, see ``parse_project``) and through module
 functions that return an OptimizerDef (``make_def(lr).create(params)``);
 where only a name suggests an optimizer (``optimizer``, ``opt``), the
 finding's confidence is ``likely`` instead of ``certain``.
@@ -151,11 +157,28 @@ def _algorithm_replacement(name: str, call: ast.Call) -> str:
 _FIXED = rep.REPLACEMENTS
 
 
-_ANNOTATIONS = {
+# What a flax.optim class named in an annotation or elsewhere becomes.
+_COUNTERPARTS = {
     'Optimizer': 'flax.training.train_state.TrainState',
     'DynamicScale': 'flax.training.dynamic_scale.DynamicScale',
     'OptimizerDef': 'optax.GradientTransformation',
+    'MultiOptimizer': 'optax.GradientTransformation (optax.partition of '
+                      'one transform per traversal)',
+    'OptimizerState': "the TrainState's step and opt_state (the Optax "
+                      'state); state built by hand has no mechanical '
+                      'counterpart: port the rule to an '
+                      'optax.GradientTransformation',
 }
+# The classes whose call is a finding of its own (``_check_call``).
+_CALLED_CLASSES = frozenset(_names.ALGORITHMS) | frozenset(
+    _names.TRAVERSALS) | {'MultiOptimizer', 'WeightNorm',
+                          'ReplicatedOptimizer', 'DynamicScale'}
+
+
+def _counterpart(path: str) -> str:
+  """The replacement of a reference to ``path`` (in flax.optim)."""
+  name = path.rsplit('.', 1)[1] if path != 'flax.optim' else 'flax.optim'
+  return _COUNTERPARTS.get(name, f'the Optax counterpart of {name}')
 
 
 # Nodes without children (other than leaves) that no visit_ method handles
@@ -171,6 +194,11 @@ class _Visitor(ast.NodeVisitor):
   def __init__(self, path: str, module: _names.ModuleNames, lines: list):
     self.path, self.module, self.lines = path, module, lines
     self.findings: list[Finding] = []
+    # ids of references that are the .value of a longer chain, and of those
+    # another finding already names (a call, a subclass's base).
+    self._inner: set[int] = set()
+    self._explained: set[int] = set()
+    self._called: set[int] = set()  # ids of the calls' callees
 
   # NodeVisitor's own visit/generic_visit look the method up by name on
   # every node and descend into contexts and operators too; scanning is
@@ -242,9 +270,18 @@ class _Visitor(ast.NodeVisitor):
           self.add(node, 'shim')
       else:
         self._check_import(node, node.module)
-        for alias in node.names:  # from mylib import optimizers (re-export)
-          if f'{node.module}.{alias.name}' in self.module.reexports:
-            self.add(node, 'import')
+        self._check_reexport(node, node.module)
+    elif node.level:  # from .optimizers import optimizers (in a package)
+      module = self.module.absolute(node)
+      if module is not None:
+        self._check_reexport(node, module)
+
+  def _check_reexport(self, node, module):
+    """``from mylib import optimizers``: a name another scanned module
+    binds to flax.optim (one finding for the statement)."""
+    if any(f'{module}.{alias.name}' in self.module.reexports
+           for alias in node.names):
+      self.add(node, 'import')
 
   def _check_import(self, node, name, from_flax=False):
     canonical = _names.canonical(name)
@@ -261,13 +298,54 @@ class _Visitor(ast.NodeVisitor):
     if (node.attr == 'optim' and isinstance(node.value, ast.Name) and
         self.module.bindings.get(node.value.id) == 'flax'):
       self.add(node, 'import')
+      self._explain(node)
     elif node.attr in _names.TRAVERSALS and self.module.resolve(
         node) == f'flax.traverse_util.{node.attr}':
       self.add(node, 'traversal')
     elif (node.attr in BRIDGES and isinstance(node.value, ast.Name) and
           self.module.bindings.get(node.value.id) == 'compat'):
       self.add(node, 'shim')
+    if id(node) not in self._inner:  # only whole chains
+      self._check_reference(node)
+    self._inner.add(id(node.value))
     self.generic_visit(node)
+
+  def visit_Name(self, node):
+    if node.id in self._roots and id(node) not in self._inner:
+      self._check_reference(node)
+
+  # -- any other reference to a flax.optim name: ``optim.OptimizerState(step,
+  # states)``, ``isinstance(x, optim.Optimizer)``, an alias ``Optimizer =
+  # optim.Optimizer`` and its uses (each a NameError once the import goes)
+  @functools.cached_property
+  def _roots(self) -> frozenset:
+    roots = self.module.reference_roots()
+    if self.module.star_flax_optim:
+      roots |= frozenset(_names.legacy_signatures())
+    return roots
+
+  def _check_reference(self, node):
+    """``node``: a whole chain (no longer one holds it)."""
+    if not self._rooted(node) or id(node) in self._explained or not (
+        isinstance(node.ctx, ast.Load)):
+      return
+    path = self.module.resolve(node)
+    if not _names.is_flax_optim(path):
+      return
+    if id(node) in self._called and path in _names.OPTIMIZER_CLASSES:
+      self.add(node, 'reference', _names.HAND_BUILT, rep.SECTION_LOOP)
+    else:
+      self.add(node, 'reference', _counterpart(path), rep.SECTION_LOOP)
+
+  def _rooted(self, node) -> bool:
+    """The chain starts at a name that can lead into flax.optim."""
+    while isinstance(node, ast.Attribute):
+      node = node.value
+    return isinstance(node, ast.Name) and node.id in self._roots
+
+  def _explain(self, node):
+    """``node`` (a reference) is part of a finding already made."""
+    self._explained.add(id(node))
 
   # -- annotations: `optimizer: optim.Optimizer` (a NameError once the import
   # goes, though nothing is called)
@@ -280,17 +358,47 @@ class _Visitor(ast.NodeVisitor):
       self._check_annotation(node.annotation)
     self.generic_visit(node)
 
+  def visit_FunctionDef(self, node):
+    if node.returns is not None:  # -> optim.OptimizerDef
+      self._check_annotation(node.returns)
+    self.generic_visit(node)
+
+  visit_AsyncFunctionDef = visit_FunctionDef
+
   def _check_annotation(self, annotation):
-    path = self.module.resolve(annotation)
-    if path and path.startswith('flax.optim.'):
-      name = path.rsplit('.', 1)[1]
-      self.add(annotation, 'annotation', _ANNOTATIONS.get(
-          name, f'the Optax counterpart of {name}'), rep.SECTION_LOOP)
+    """Every flax.optim name in ``annotation``, wherever it sits in it
+    (``Optional[optim.Optimizer]``, ``Tuple[Any, optim.OptimizerState]``,
+    ``'optim.Optimizer'``): one finding each."""
+    if not self._roots:
+      return  # nothing here can name flax.optim
+    for node, path in self._annotation_references(annotation):
+      self._explain(node)
+      self.add(node, 'annotation', _counterpart(path), rep.SECTION_LOOP)
+
+  def _annotation_references(self, annotation):
+    inner = set()
+    for node in ast.walk(annotation):
+      if isinstance(node, ast.Attribute):
+        inner.add(id(node.value))
+      if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:  # a string annotation: its names, found at the string
+          parsed = ast.parse(node.value.strip(), mode='eval').body
+        except (SyntaxError, ValueError):
+          continue
+        for _, path in self._annotation_references(parsed):
+          yield node, path
+      elif isinstance(node, (ast.Name, ast.Attribute)) and (
+          id(node) not in inner):
+        path = self.module.resolve(node) if self._rooted(node) else None
+        if _names.is_flax_optim(path):
+          yield node, path
 
   # -- class definitions
   def visit_ClassDef(self, node):
     if node.name in self.module.user_defs:
       self.add(node, 'optimizer_def_subclass')
+      for base in node.bases:  # what makes it one
+        self._explain(base)
     self.generic_visit(node)
 
   # -- calls
@@ -302,6 +410,9 @@ class _Visitor(ast.NodeVisitor):
   def _check_call(self, node):
     module = self.module
     name = module.legacy_class(node.func)
+    self._called.add(id(node.func))
+    if name in _CALLED_CLASSES:
+      self._explain(node.func)  # the finding names the call
     if name in _names.ALGORITHMS:
       self.add(node, 'optimizer_def', _algorithm_replacement(name, node),
                rep.SECTION_ALGORITHMS)
