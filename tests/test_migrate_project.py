@@ -1047,3 +1047,53 @@ def test_no_flow_is_rewritten_when_the_analysis_across_modules_fails(
     assert result.new == result.old, name
   reasons = [left.reason for left in results['models.py'].plan.leftovers]
   assert any('analysis across modules failed' in r for r in reasons), reasons
+
+
+# flax's imagenet example: a dynamic-scale step keeps the old optimizer
+# where the gradients were not finite, with the removed jax.tree_multimap,
+# and stores the result back into the state class's optimizer field.
+_TREE_MULTIMAP_STORE = '''import functools
+
+import flax
+import jax
+import jax.numpy as jnp
+from flax import optim
+
+
+@flax.struct.dataclass
+class State:
+  optimizer: optim.Optimizer
+
+
+@jax.jit
+def step(state, batch):
+  optimizer = state.optimizer
+  grad = jax.grad(lambda p: jnp.mean(
+      (batch['x'] @ p['w'] - batch['y']) ** 2))(optimizer.target)
+  new_optimizer = optimizer.apply_gradient(grad)
+  is_fin = jnp.all(jnp.isfinite(grad['w']))
+  new_optimizer = jax.tree_multimap(
+      functools.partial(jnp.where, is_fin), new_optimizer, optimizer)
+  return state.replace(optimizer=new_optimizer)
+
+
+def train(params, batches):
+  state = State(optimizer=optim.Momentum(0.1, beta=0.9).create(params))
+  for batch in batches:
+    state = step(state, batch)
+  return state.optimizer
+'''
+
+
+def test_a_leafwise_map_over_optimizers_stored_in_a_field(tmp_path):
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, {'train.py': _TREE_MULTIMAP_STORE})
+  results = _migrate_into(project, migrated)
+  _assert_fully_migrated(results)
+  assert b'jax.tree_util.tree_map(' in results['train.py'].new
+  # The original runs under the shim with the removed name spelled as
+  # today's jax has it (jax.tree_multimap is gone).
+  runnable = tmp_path / 'runnable'
+  _write(runnable, {'train.py': _TREE_MULTIMAP_STORE.replace(
+      'jax.tree_multimap(', 'jax.tree_util.tree_map(')})
+  _assert_trains_alike(runnable, migrated, 'train')

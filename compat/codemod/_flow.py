@@ -44,6 +44,9 @@ _SAME_KIND = {
     # (``jnp.where(is_finite, new, old)`` over two optimizers).
     'jax.tree_util.tree_map': (1, 'tree'),
     'jax.tree_map': (1, 'tree'),
+    # Their removed spellings (migrate renames them to tree_map).
+    'jax.tree_multimap': (1, 'tree'),
+    'jax.tree_util.tree_multimap': (1, 'tree'),
 }
 
 
