@@ -35,6 +35,7 @@ import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import jax
+from jax.extend import core as jax_core
 import jax.numpy as jnp
 import optax
 
@@ -93,10 +94,15 @@ def rule_transform(owner: str, hyper_params: Any, init_state: Callable,
   grads)`` are the rule's (its own or the per-leaf defaults); schedules in
   ``hyper_params`` are evaluated at the step count first.
 
-  Updates are ``new_param - param``; ``optax.apply_updates`` adds them back,
-  which reproduces the rule's new params exactly whenever old and new values
-  are within a factor of two of each other (Sterbenz), i.e. for any ordinary
-  step, and otherwise to within one rounding of the update.
+  ``optax.apply_updates`` adds the updates to the params, one rounding,
+  while the rule computed its new params its own way; ``descent_updates``
+  finds, for each leaf the rule computes as ``param - s`` (or ``param + s``)
+  with ``s`` not depending on the params, the update ``-s`` (``s``), so that
+  ``param + update`` is the rule's own operation, bit for bit, also where
+  XLA fuses it the way it fused the rule (``param - lr * m`` into one
+  multiply-add). Other leaves get ``new_param - param``: exact whenever old
+  and new values are within a factor of two of each other (Sterbenz), i.e.
+  for any ordinary step, and otherwise within one rounding of the update.
   """
 
   def init_fn(params):
@@ -106,14 +112,93 @@ def rule_transform(owner: str, hyper_params: Any, init_state: Callable,
   def update_fn(updates, state, params=None):
     _numerics.require_params(params, f'{owner}.to_optax()')
     hp = _numerics.resolve(hyper_params, state.count)
-    new_params, new_state = apply_gradient(
-        hp, params, make_state(state.count, state.param_states), updates)
-    deltas = jax.tree_util.tree_map(lambda new, old: new - old, new_params,
-                                    params)
+    rule_state = make_state(state.count, state.param_states)
+    deltas, new_state = descent_updates(
+        lambda p: apply_gradient(hp, p, rule_state, updates), params)
     return deltas, LegacyRuleState(
         jnp.asarray(new_state.step, jnp.int32), new_state.param_states)
 
   return optax.GradientTransformation(init_fn, update_fn)
+
+
+def _independent_operand(eqn, param, depends):
+  """``(sign, operand)`` where ``eqn`` is ``param - operand`` (-1) or
+  ``param + operand`` (+1) with ``operand`` free of the params; else None."""
+  name = eqn.primitive.name
+  first, second = eqn.invars
+  free = lambda v: isinstance(v, jax_core.Literal) or v not in depends
+  if name == 'sub' and first is param and free(second):
+    return -1, second
+  if name == 'add' and first is param and free(second):
+    return 1, second
+  if name == 'add' and second is param and free(first):
+    return 1, first
+  return None
+
+
+def descent_updates(step: Callable, params: Any) -> tuple[Any, Any]:
+  """``(updates, new_state)`` of ``step(params) -> (new_params, new_state)``
+  (see ``rule_transform``): the step runs once, from its jaxpr, which also
+  returns ``s`` of each leaf it computes as ``param - s`` (``param + s``);
+  that leaf's update is ``-s`` (``s``)."""
+  closed, shapes = jax.make_jaxpr(step, return_shape=True)(params)
+  jaxpr = closed.jaxpr
+  param_leaves, param_tree = jax.tree_util.tree_flatten(params)
+  out_tree = jax.tree_util.tree_structure(shapes)
+  depends = set(jaxpr.invars)
+  made_by = {}
+  for eqn in jaxpr.eqns:
+    if any(not isinstance(v, jax_core.Literal) and v in depends
+           for v in eqn.invars):
+      depends.update(eqn.outvars)
+    for var in eqn.outvars:
+      made_by[var] = eqn
+  descents = {}  # leaf index -> (sign, operand)
+  for index, (param, var) in enumerate(zip(jaxpr.invars, jaxpr.outvars)):
+    eqn = None if isinstance(var, jax_core.Literal) else made_by.get(var)
+    if eqn is not None and len(eqn.invars) == 2:
+      found = _independent_operand(eqn, param, depends)
+      if found is not None:
+        descents[index] = found
+  operands = [o for _, o in descents.values()
+              if not isinstance(o, jax_core.Literal)]
+  extended = jax_core.ClosedJaxpr(
+      jaxpr.replace(outvars=list(jaxpr.outvars) + operands,
+                    debug_info=jaxpr.debug_info._replace(result_paths=None)),
+      closed.consts)
+  outs = jax_core.jaxpr_as_fun(extended)(*param_leaves)
+  values = dict(zip(operands, outs[len(jaxpr.outvars):]))
+  eager = not any(isinstance(leaf, jax.core.Tracer)
+                  for leaf in jax.tree_util.tree_leaves((params, outs)))
+  if eager:
+    # Op by op, a jaxpr does not round as the rule's own code did (its jnp
+    # functions each ran as one compiled kernel): the step's values are the
+    # rule's own, and ``-s`` serves where it lands on them.
+    outs = jax.tree_util.tree_leaves(step(params))
+  else:
+    outs = outs[:len(jaxpr.outvars)]
+  new_params, new_state = jax.tree_util.tree_unflatten(out_tree, outs)
+  if jax.tree_util.tree_structure(new_params) != param_tree:
+    raise TypeError(
+        'the rule returned new params of another structure than the params: '
+        f'{jax.tree_util.tree_structure(new_params)} != {param_tree}')
+  updates = []
+  for index, param in enumerate(param_leaves):
+    if index not in descents:
+      updates.append(_numerics.update_to(outs[index], param))
+      continue
+    sign, operand = descents[index]
+    value = operand.val if isinstance(operand, jax_core.Literal) else (
+        values[operand])
+    update = jax.lax.neg(value) if sign < 0 else value
+    if eager:
+      landed = param + update
+      same = (landed == outs[index]) & (
+          jnp.signbit(landed) == jnp.signbit(outs[index]))
+      update = jnp.where(same, update,
+                         _numerics.update_to(outs[index], param))
+    updates.append(update)
+  return param_tree.unflatten(updates), new_state
 
 
 def apply_overrides(hyper_params: Any, overrides: dict[str, Any],
@@ -190,8 +275,9 @@ class RuleDef:
     """``learning_rate -> self.to_optax(learning_rate=...)``: what
     ``inject_learning_rate`` wraps to set the rate at each step."""
 
-    def with_learning_rate(learning_rate=getattr(self.hyper_params,
-                                                 'learning_rate', None)):
+    own_rate = getattr(self.hyper_params, 'learning_rate', None)
+
+    def with_learning_rate(learning_rate=own_rate):
       return self.to_optax(learning_rate=learning_rate)
 
     return with_learning_rate

@@ -92,6 +92,10 @@ class Model:
     # project that declares it.
     self.fields: dict[str, bool] = {}
     self.links: list[Link] = []
+    # Dotted name -> (path, ClassDef) of the user's OptimizerDef subclasses
+    # defined at a module's top level: their calls in any module make
+    # definitions (a rule kept on flax_optim_rules.RuleDef once migrated).
+    self.user_rules: dict[str, tuple] = {}
     self._taken: set[str] = set()  # dotted names two functions share
     # FunctionDef -> its own returns, read once.
     self._returns: dict = {}
@@ -111,8 +115,10 @@ class Model:
       for dotted in self._taken:
         self.functions.pop(dotted, None)
       known = {self._returns[f].name for f in self.def_functions}
+      rules = self._collect_user_rules()
       self._solve_factories()
-      tokens = {self._returns[f].name for f in self.def_functions} - known
+      tokens = ({self._returns[f].name for f in self.def_functions} - known
+                ) | rules
       if not fresh and not tokens:
         break
       tokens = tokens or set()
@@ -129,6 +135,30 @@ class Model:
     self.trees[path] = tree
     self._index(path, tree)
     self.names[path].collect()
+
+  def _collect_user_rules(self) -> set:
+    """Adds the user rule classes found so far; returns the new ones' names
+    (modules that mention them may construct or subclass them: those read
+    already are read again, the others when a round finds them)."""
+    found = set()
+    while True:
+      fresh = {}
+      for path, names in self.names.items():
+        for node in self.trees[path].body:
+          if isinstance(node, ast.ClassDef) and node.name in names.user_defs:
+            for module in self.module_names_of.get(path, ()):
+              dotted = f'{module}.{node.name}'
+              if dotted not in self.user_rules:
+                fresh[dotted] = (path, node)
+      if not fresh:
+        return found
+      self.user_rules.update(fresh)
+      words = {dotted.rpartition('.')[2] for dotted in fresh}
+      found |= words
+      for path, names in self.names.items():
+        text = self.sources[path].decode('utf-8', 'replace')
+        if any(word in text for word in words):
+          names.collect()
 
   def module_names(self, path, tree) -> _names.ModuleNames:
     """The names of the module at ``path`` (the model's own where it read
