@@ -40,6 +40,9 @@ from compat.codemod import _names
 # What a factory's result meets at a call site that migrate can follow.
 _CREATE = 'create'
 _CREATED_HERE = 'its `.create(...)` is here'
+# A user rule class's call or subclass in another module: it moves onto
+# flax_optim_rules.RuleDef only together with the class.
+_RULE_USED_HERE = 'the rule class is called or subclassed here'
 # Decorators that leave who calls a method as it was.
 _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 
@@ -125,6 +128,7 @@ class Model:
     self._called: set = set()  # factories with a call in the project
     for path in self.names:
       self._link_calls(path, self.trees[path])
+      self._link_rule_uses(path, self.trees[path])
     self._link_unseen_callers()
 
   def _read(self, path, tree):
@@ -343,6 +347,37 @@ class Model:
           self.links.append(Link(producer_path, producer_line, path, line,
                                  node.lineno, reason))
 
+  def _link_rule_uses(self, path, tree):
+    """A link from a user rule class to each use of it in another module:
+    a call (a definition there), a subclass, or any other reference (the
+    class goes where migrate cannot follow)."""
+    names = self.names[path]
+    parents = {}
+    for node in ast.walk(tree):
+      for child in ast.iter_child_nodes(node):
+        parents[child] = node
+    for node in ast.walk(tree):
+      if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(
+          parents.get(node), ast.Attribute):
+        continue
+      dotted = names.resolve(node)
+      rule = self.user_rules.get(dotted) if dotted else None
+      if rule is None or rule[0] == path:
+        continue
+      parent = parents.get(node)
+      if isinstance(parent, ast.Call) and parent.func is node:
+        line, reason = parent.lineno, _RULE_USED_HERE
+      elif isinstance(parent, ast.ClassDef) and node in parent.bases:
+        line, reason = parent.lineno, _RULE_USED_HERE
+      elif isinstance(parent, (ast.Import, ast.ImportFrom, ast.alias)):
+        continue
+      else:
+        line, reason = None, (f'the rule class goes into '
+                              f'`{ast.unparse(parent)[:80]}`, which migrate '
+                              'cannot follow')
+      self.links.append(Link(rule[0], rule[1].lineno, path, line,
+                             node.lineno, reason))
+
   def _link_unseen_callers(self):
     """A factory no code of the project calls (or a decorated one: gin and
     its kind call it from elsewhere) hands its definition to code migrate
@@ -427,6 +462,8 @@ def flow_violations(links, rewritten) -> list:
       used = False
     elif link.reason == _CREATED_HERE:
       used = rewritten(link.consumer_path, link.consumer_line, 'create')
+    elif link.reason == _RULE_USED_HERE:
+      used = rewritten(link.consumer_path, link.consumer_line, 'algorithm')
     else:  # a return of another factory: linked through its own calls
       continue
     if made != used:
