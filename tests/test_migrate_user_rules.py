@@ -11,14 +11,15 @@ followed, the class and every module of its flow stay as they were.
 """
 
 import ast
-import importlib
-import os
 import sys
 
 import _legacy_imports
-import jax
 import numpy as np
 import pytest
+from test_migrate_project import _assert_same_bits
+from test_migrate_project import _migrate_into
+from test_migrate_project import _run
+from test_migrate_project import _write
 
 from compat import testing
 from compat.codemod import _user_rules
@@ -149,35 +150,6 @@ def train(params, batches):
 '''
 
 
-def _write(directory, files):
-  directory.mkdir(parents=True, exist_ok=True)
-  for name, text in files.items():
-    (directory / name).write_text(text)
-
-
-def _migrate_into(project, migrated):
-  sources, results = migrate.migrate_paths([str(project)])
-  for path, result in zip(sources, results):
-    target = migrated / os.path.relpath(path, project)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(result.new)
-  return {os.path.relpath(p, project): r for p, r in zip(sources, results)}
-
-
-def _run(directory, module, *args):
-  """``module.train(*args)`` imported from ``directory`` (fresh modules)."""
-  before = set(sys.modules)
-  sys.path.insert(0, str(directory))
-  try:
-    return importlib.import_module(module).train(*args)
-  finally:
-    sys.path.remove(str(directory))
-    for name in set(sys.modules) - before:
-      if not name.startswith(('jax', 'flax', 'optax', 'legacy_optim',
-                              'flax_optim_rules', 'compat', 'numpy')):
-        del sys.modules[name]
-
-
 def _data():
   rng = np.random.RandomState(3)
   params = {'w': rng.randn(4, 2).astype(np.float32),
@@ -185,14 +157,6 @@ def _data():
   batches = [{'x': rng.randn(8, 4).astype(np.float32),
               'y': rng.randn(8, 2).astype(np.float32)} for _ in range(STEPS)]
   return params, batches
-
-
-def _assert_same_bits(a, b):
-  leaves_a, leaves_b = (jax.tree_util.tree_leaves(t) for t in (a, b))
-  assert len(leaves_a) == len(leaves_b)
-  for index, (x, y) in enumerate(zip(leaves_a, leaves_b)):
-    x, y = np.asarray(x), np.asarray(y)
-    assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), (index, x, y)
 
 
 def test_a_rule_from_another_module_trains_identically_without_the_shim(
