@@ -138,9 +138,18 @@ def _independent_operand(eqn, param, depends):
 
 def descent_updates(step: Callable, params: Any) -> tuple[Any, Any]:
   """``(updates, new_state)`` of ``step(params) -> (new_params, new_state)``
-  (see ``rule_transform``): the step runs once, from its jaxpr, which also
-  returns ``s`` of each leaf it computes as ``param - s`` (``param + s``);
-  that leaf's update is ``-s`` (``s``)."""
+  (see ``rule_transform``). Traced (jit, pmap), the step runs once, from
+  its jaxpr, which also returns ``s`` of each leaf it computes as ``param -
+  s`` (``param + s``): that leaf's update is ``-s`` (``s``), and XLA fuses
+  ``param + update`` as it fused the rule's own operation."""
+  if not any(isinstance(leaf, jax.core.Tracer)
+             for leaf in jax.tree_util.tree_leaves(params)):
+    # Eager: the step runs once, as the rule's own code (its hooks are
+    # called once per step, as flax.optim called them); op by op nothing is
+    # fused, and ``new_param - param`` serves.
+    new_params, new_state = step(params)
+    return jax.tree_util.tree_map(_numerics.update_to, new_params,
+                                  params), new_state
   closed, shapes = jax.make_jaxpr(step, return_shape=True)(params)
   jaxpr = closed.jaxpr
   param_leaves, param_tree = jax.tree_util.tree_flatten(params)
@@ -168,15 +177,7 @@ def descent_updates(step: Callable, params: Any) -> tuple[Any, Any]:
       closed.consts)
   outs = jax_core.jaxpr_as_fun(extended)(*param_leaves)
   values = dict(zip(operands, outs[len(jaxpr.outvars):]))
-  eager = not any(isinstance(leaf, jax.core.Tracer)
-                  for leaf in jax.tree_util.tree_leaves((params, outs)))
-  if eager:
-    # Op by op, a jaxpr does not round as the rule's own code did (its jnp
-    # functions each ran as one compiled kernel): the step's values are the
-    # rule's own, and ``-s`` serves where it lands on them.
-    outs = jax.tree_util.tree_leaves(step(params))
-  else:
-    outs = outs[:len(jaxpr.outvars)]
+  outs = outs[:len(jaxpr.outvars)]
   new_params, new_state = jax.tree_util.tree_unflatten(out_tree, outs)
   if jax.tree_util.tree_structure(new_params) != param_tree:
     raise TypeError(
@@ -190,14 +191,7 @@ def descent_updates(step: Callable, params: Any) -> tuple[Any, Any]:
     sign, operand = descents[index]
     value = operand.val if isinstance(operand, jax_core.Literal) else (
         values[operand])
-    update = jax.lax.neg(value) if sign < 0 else value
-    if eager:
-      landed = param + update
-      same = (landed == outs[index]) & (
-          jnp.signbit(landed) == jnp.signbit(outs[index]))
-      update = jnp.where(same, update,
-                         _numerics.update_to(outs[index], param))
-    updates.append(update)
+    updates.append(jax.lax.neg(value) if sign < 0 else value)
   return param_tree.unflatten(updates), new_state
 
 
