@@ -99,6 +99,8 @@ class Model:
     # defined at a module's top level: their calls in any module make
     # definitions (a rule kept on flax_optim_rules.RuleDef once migrated).
     self.user_rules: dict[str, tuple] = {}
+    # Dotted names of the user rule classes that another module calls.
+    self.called_rules: set[str] = set()
     self._taken: set[str] = set()  # dotted names two functions share
     # FunctionDef -> its own returns, read once.
     self._returns: dict = {}
@@ -367,6 +369,9 @@ class Model:
       parent = parents.get(node)
       if isinstance(parent, ast.Call) and parent.func is node:
         line, reason = parent.lineno, _RULE_USED_HERE
+        self.called_rules.update(
+            f'{module}.{rule[1].name}'
+            for module in self.module_names_of.get(rule[0], ()))
       elif isinstance(parent, ast.ClassDef) and node in parent.bases:
         line, reason = parent.lineno, _RULE_USED_HERE
       elif isinstance(parent, (ast.Import, ast.ImportFrom, ast.alias)):

@@ -96,7 +96,22 @@ def why_not_kept(names, node: ast.ClassDef) -> Optional[str]:
   if missing:
     return (f'{node.name} uses {", ".join(missing)} of flax.optim\'s '
             'OptimizerDef, which flax_optim_rules.RuleDef does not have')
+  if not _called_in_scanned_code(names, node):
+    return (f'{node.name} is called nowhere in the scanned code: its callers '
+            '(a config system such as gin, another package) would still '
+            'expect a flax.optim OptimizerDef')
   return None
+
+
+def _called_in_scanned_code(names, node: ast.ClassDef) -> bool:
+  """The class is called in its own module or, per the project's model, in
+  another scanned one."""
+  if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and
+         n.func.id == node.name for n in ast.walk(names.tree)):
+    return True
+  model, module = names.model, names.package_module
+  return model is not None and module is not None and (
+      f'{module}.{node.name}' in model.called_rules)
 
 
 def plan_class(planner, node: ast.ClassDef, rules_module: str
