@@ -44,6 +44,7 @@ from flax_optim_rules import _adagrad
 from flax_optim_rules import _adam
 from flax_optim_rules import _lamb
 from flax_optim_rules import _lars
+from flax_optim_rules import _multi
 from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
 from flax_optim_rules import _rule_def
@@ -58,6 +59,7 @@ LegacyAdagradState = _adagrad.LegacyAdagradState
 LegacyAdamState = _adam.LegacyAdamState
 LegacyRMSPropState = _rmsprop.LegacyRMSPropState
 LegacyRuleState = _rule_def.LegacyRuleState
+ModelParamTraversal = _multi.ModelParamTraversal
 RuleDef = _rule_def.RuleDef
 RuleState = _rule_def.RuleState
 ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
@@ -79,10 +81,13 @@ legacy_momentum = _sgd.legacy_momentum
 legacy_rmsprop = _rmsprop.legacy_rmsprop
 legacy_trace = _lars.legacy_trace
 momentum = _sgd.momentum
+multi_optimizer = _multi.multi_optimizer
 rmsprop = _rmsprop.rmsprop
 scale_by_legacy_adafactor = _adafactor.scale_by_legacy_adafactor
 scale_by_legacy_lars = _lars.scale_by_legacy_lars
+set_learning_rates = _multi.set_learning_rates
 sgd = _sgd.sgd
+traversal_labels = _multi.traversal_labels
 
 
 def inject_learning_rate(
@@ -111,6 +116,7 @@ __all__ = (
     'LegacyAdamState',
     'LegacyRMSPropState',
     'LegacyRuleState',
+    'ModelParamTraversal',
     'RuleDef',
     'RuleState',
     'ScaleByLegacyLarsState',
@@ -134,8 +140,11 @@ __all__ = (
     'legacy_trace',
     'lr_schedule',
     'momentum',
+    'multi_optimizer',
     'rmsprop',
     'scale_by_legacy_adafactor',
     'scale_by_legacy_lars',
+    'set_learning_rates',
     'sgd',
+    'traversal_labels',
 )

@@ -259,13 +259,17 @@ REPLACEMENTS = {
         'test beside the module that proves the port equal)',
         SECTION_ALGORITHMS),
     'multi_optimizer': Replacement(
-        "optax.partition({'0': tx0, ..., 'frozen': optax.set_to_zero()}, "
-        'compat.traversal_labels(params, traversal0, ...)); same numbers: '
-        'opt_def.to_optax()', SECTION_TRAVERSALS),
-    'traversal': Replacement(
-        'optax.partition labels: compat.traversal_labels(params, traversal) '
-        'or flax.traverse_util.path_aware_map(lambda path, _: ..., params)',
+        'flax_optim_rules.multi_optimizer((traversal0, tx0), ...) with '
+        'flax_optim_rules.ModelParamTraversal traversals (what migrate '
+        "writes: optax.partition({'0': tx0, ..., 'frozen': "
+        'optax.set_to_zero()}, labels)); same numbers: opt_def.to_optax()',
         SECTION_TRAVERSALS),
+    'traversal': Replacement(
+        'flax_optim_rules.ModelParamTraversal(filter_fn) in '
+        'flax_optim_rules.multi_optimizer pairs (what migrate writes); '
+        'optax.partition labels: flax_optim_rules.traversal_labels(params, '
+        'traversal) or flax.traverse_util.path_aware_map(lambda path, _: '
+        '..., params)', SECTION_TRAVERSALS),
     'weight_norm': Replacement(
         'Optax has no counterpart: keep opt_def.to_optax() (same numbers) or '
         'reparameterise the model with flax.linen.WeightNorm',
@@ -425,7 +429,7 @@ def stock_exact() -> frozenset:
 
 def migrate_call(name: str, given: Mapping[str, str],
                  defaults: Mapping[str, Optional[str]],
-                 inject: bool = False) -> str:
+                 inject: bool = False, prefer_stock: bool = True) -> str:
   """The expression ``migrate`` writes for ``flax.optim.<name>(...)``.
 
   Args:
@@ -436,6 +440,9 @@ def migrate_call(name: str, given: Mapping[str, str],
     inject: the learning rate is set per step (``apply_gradient(g,
       learning_rate=lr)``): the transform takes it as an injected
       hyper-parameter, 0.0 until the first step sets it if none is given.
+    prefer_stock: spell the rules in ``stock_exact`` with their stock
+      alias; False where it cannot be written (a weight decay that is not
+      a literal: whether it is zero is known only when the program runs).
 
   Returns:
     The stock alias for the rules in ``stock_exact`` (a non-zero weight
@@ -443,10 +450,11 @@ def migrate_call(name: str, given: Mapping[str, str],
     keyword function of ``flax_optim_rules`` named after the algorithm's
     module with the given values: the same rule, bit for bit.
   """
-  if inject and given.get('learning_rate') in (None, 'None'):
+  if inject and {**defaults, **given}.get('learning_rate') in (None,
+                                                             'None'):
     given = {'learning_rate': '0.0', **{
         k: v for k, v in given.items() if k != 'learning_rate'}}
-  if name in stock_exact():
+  if prefer_stock and name in stock_exact():
     stock = EXACT_STOCK[name]
     values = {**defaults, **given}
     factory = stock.factory

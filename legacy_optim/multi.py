@@ -14,20 +14,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from flax_optim_rules import _multi as _rules_multi
 from legacy_optim import _hyper
 from legacy_optim import base
 from legacy_optim import traverse_util
 
 ModelParamTraversal = traverse_util.ModelParamTraversal
-
-FROZEN_LABEL = 'frozen'
-
-
-def sub_label(index: int) -> str:
-  """The partition label of the ``index``-th sub-optimizer."""
-  return str(index)
-
-
+# The labels migrated code's flax_optim_rules.multi_optimizer gives too.
+FROZEN_LABEL = _rules_multi.FROZEN_LABEL
+sub_label = _rules_multi.sub_label
 
 
 @dataclasses.dataclass
@@ -117,15 +112,9 @@ def _match_leaves(params, traversals, any_keys: bool = False):
   # jaxlib's PyTreeDef has no type stubs mypy can read.
   treedef: Any = structure
   owners = [s._indices for s in treedef.flatten_up_to(shapes)]
-  overlaps = [(jax.tree_util.keystr(path), owners[i])
-              for i, (path, _) in enumerate(flat_with_path)
-              if len(owners[i]) > 1]
-  if overlaps:
-    listed = '; '.join(f'{path} (optimizers {ks})' for path, ks in overlaps)
-    # flax.optim printed the whole tree of matches; code may parse it.
-    matches = treedef.unflatten(owners)
-    raise ValueError(f'Multiple optimizers match the same leaves: {listed}. '
-                     f'Optimizers matching each leaf: {matches}')
+  _rules_multi.raise_on_overlaps(
+      treedef, [jax.tree_util.keystr(path) for path, _ in flat_with_path],
+      owners)
   return shapes
 
 

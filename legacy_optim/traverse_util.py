@@ -24,6 +24,7 @@ from flax.traverse_util import flatten_dict
 from flax.traverse_util import unflatten_dict
 import jax
 
+from flax_optim_rules import _multi as _rules_multi
 from legacy_optim import deprecation
 
 __all__ = [
@@ -245,7 +246,7 @@ class ModelParamTraversal(Traversal):
     self._filter_fn = filter_fn
 
   def _selected(self, path_key, value) -> bool:
-    return self._filter_fn('/' + '/'.join(path_key), value)
+    return self._filter_fn(_rules_multi.param_path(path_key), value)
 
   def iterate(self, inputs):
     flat = flatten_dict(_as_param_dict(inputs))

@@ -39,8 +39,14 @@ broken    links of a migrated program that cannot work (``broken_links``):
 legacy    files of the output that still use flax.optim (the independent
           count) or import legacy_optim or compat.
 
+``--train`` also runs, for each repository with a recipe
+(tests/_corpus_train.py), the migrated copy's own train step beside the
+original's under the shim, the shim's imports blocked, and prints a line
+each below the table: bit-identical over how many steps, or why not.
+
 ``--json FILE`` writes the same figures. Exit status: 2 when a repository
-could not be got, else 1 when a migrated program has a broken link, else 0.
+could not be got, else 1 when a migrated program has a broken link or a
+train step compared differs or fails, else 0.
 """
 
 import argparse
@@ -49,6 +55,7 @@ import collections
 import io
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -65,8 +72,9 @@ try:  # Python 3.11+; the table is read only by the corpus run itself
 except ModuleNotFoundError:  # Python 3.10: the checks below still import
   tomllib = None
 
-TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
-                     'tests', 'corpus', 'repos.toml')
+TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                     'tests')
+TABLE = os.path.join(TESTS, 'corpus', 'repos.toml')
 MIRRORS_ENV = 'FLAX_OPTIM_CORPUS_MIRRORS'
 LEGACY_MODULE = 'flax.optim'
 # What migrated code must not import (tests/_legacy_imports.py's list).
@@ -451,6 +459,9 @@ class Row(NamedTuple):
   legacy_files: list  # relative paths
   reasons: collections.Counter  # 'construct: reason' -> count
   unfound: list  # [(path, line, what)]: usages scan did not report
+  # --train: 'bit-identical over N steps' or 'FAILS: why'; None: not run
+  # (no recipe, or no --train)
+  trains: Optional[str] = None
 
 
 def analyse(root: str, entry: Repo) -> Row:
@@ -541,9 +552,37 @@ def format_table(rows: list, missing: list) -> str:
     if r.unfound:
       lines.append(f'\n{r.name}: usages scan does not report:')
       lines += [f'  {p}:{line}: {what}' for p, line, what in r.unfound]
+  trained = [r for r in rows if r.trains is not None]
+  if trained:
+    lines.append('\ntrain steps, migrated beside the original (the shim\'s '
+                 'imports blocked; tests/_corpus_train.py):')
+    lines += [f'  {r.name}: {r.trains}' for r in trained]
   for name, why in missing:
     lines.append(f'\nNOT GOT: {name}: {why}')
   return '\n'.join(lines)
+
+
+def train_comparison(name: str, root: str) -> Optional[str]:
+  """``name``'s migrated train step beside the original's (the recipe of
+  tests/_corpus_train.py): the line for the table, None without a
+  recipe."""
+  sys.path.insert(0, TESTS)
+  try:
+    import _corpus_train  # noqa: PLC0415 - the tests' helpers, on request
+  finally:
+    sys.path.remove(TESTS)
+  if name not in _corpus_train.RUNS:
+    return None
+  with tempfile.TemporaryDirectory(prefix=f'corpus-train-{name}-') as tmp:
+    try:
+      steps = _corpus_train.compare(name, root, pathlib.Path(tmp))
+    except (AssertionError, subprocess.TimeoutExpired) as e:
+      # The first line says which run or check; the last, a run's error.
+      why = [line for line in str(e).splitlines() if line.strip()] or [
+          type(e).__name__]
+      return 'FAILS: ' + ' ... '.join(dict.fromkeys((why[0][:200],
+                                                     why[-1][:200])))
+  return f'bit-identical over {steps} steps'
 
 
 def main(argv=None) -> int:
@@ -552,6 +591,9 @@ def main(argv=None) -> int:
                       'default: a temporary directory, removed after)')
   parser.add_argument('--only', nargs='*', help='these rows of the table')
   parser.add_argument('--json', help='also write the figures here')
+  parser.add_argument('--train', action='store_true',
+                      help='also train the migrated copies beside the '
+                      'originals (the repositories with a recipe)')
   args = parser.parse_args(argv)
   mirrors = os.environ.get(MIRRORS_ENV)
   table = [e for e in load_table() if not args.only or e.name in args.only]
@@ -566,7 +608,10 @@ def main(argv=None) -> int:
       except OSError as e:
         missing.append((entry.name, str(e)))
         continue
-      rows.append(analyse(root, entry))
+      row = analyse(root, entry)
+      if args.train:
+        row = row._replace(trains=train_comparison(entry.name, root))
+      rows.append(row)
     print(format_table(rows, missing))
   finally:
     if not args.into:
@@ -577,7 +622,8 @@ def main(argv=None) -> int:
                  'missing': missing}, f, indent=1, default=list)
   if missing:
     return 2
-  return 1 if any(r.broken for r in rows) else 0
+  return 1 if any(r.broken or (r.trains or '').startswith('FAILS')
+                  for r in rows) else 0
 
 
 if __name__ == '__main__':

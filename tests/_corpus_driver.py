@@ -19,10 +19,13 @@ Modules used only by data pipelines, logging and checkpoint writers are
 stand-ins (tests/_v033_driver.py's ``StandInFinder``).
 """
 
+import contextlib
 import importlib
 import importlib.abc
 import os
 import sys
+import types
+from unittest import mock
 
 import _v033_driver
 import numpy as np
@@ -113,6 +116,142 @@ def _nested():
            jax_utils.unreplicate(metrics_update))
 
 
+@contextlib.contextmanager
+def _broadcast_to_takes_lists():
+  """``jnp.broadcast_to([x], shape)`` as the jax of its time ran it (the
+  list as ``jnp.asarray`` makes it); today's jax refuses a list there.
+
+  nerfies' volumetric rendering (``model_utils.py``) calls it so: a removal
+  next to flax.optim that neither ``migrate`` nor the runtime layer serves,
+  served here to both copies alike so that their optimizer code is what
+  the comparison sees.
+  """
+  import jax.numpy as jnp  # noqa: PLC0415 - after the stand-ins
+  broadcast_to = jnp.broadcast_to
+
+  def lenient(array, shape, *args, **kwargs):
+    if isinstance(array, (list, tuple)):
+      array = jnp.asarray(array)
+    return broadcast_to(array, shape, *args, **kwargs)
+
+  with mock.patch.object(jnp, 'broadcast_to', lenient):
+    yield
+
+
+def _nerfies():
+  with _broadcast_to_takes_lists():
+    yield from _nerfies_steps()
+
+
+def _nerfies_steps():
+  from flax import io as flax_io  # noqa: PLC0415
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  # train.py parses the command line's jax flags at import, which validates
+  # its required flags (--base_folder); the recipe has no command line.
+  with mock.patch.object(jax.config, 'parse_flags_with_absl', lambda: None):
+    train = importlib.import_module('train')
+  configs = importlib.import_module('nerfies.configs')
+  # A small NeRF with the deformation field (nerfies' own warp) on, its
+  # coarse and fine levels. The schedules are tuples: schedules.from_config
+  # reads a mapping through collections.Mapping, gone since Python 3.10.
+  model_config = configs.ModelConfig(
+      nerf_trunk_depth=2, nerf_trunk_width=8, nerf_rgb_branch_depth=1,
+      nerf_rgb_branch_width=8, nerf_skips=(1,), num_coarse_samples=4,
+      num_fine_samples=4, num_nerf_point_freqs=2, num_nerf_viewdir_freqs=2,
+      use_warp=True, num_warp_freqs=2, num_warp_features=4,
+      use_appearance_metadata=True, appearance_metadata_dims=2)
+  train_config = configs.TrainConfig(
+      batch_size=4, lr_schedule=('exponential', 0.01, 0.001, 10),
+      warp_alpha_schedule=('linear', 0., 2., 10))
+  datasource = types.SimpleNamespace(appearance_ids=[0, 1], camera_ids=[0],
+                                     warp_ids=[0, 1], near=0.5, far=2.)
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where restore_checkpoint finds no checkpoint directory (a new run).
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  created = _v033_driver.example_statements(
+      train, 'main', 'learning_rate_sched', 'keys', model_config=model_config,
+      train_config=train_config, datasource=datasource,
+      devices=jax.local_devices(), rng=jax.random.PRNGKey(0),
+      checkpoint_dir=os.path.abspath('no-checkpoints'),
+      summary_dir='unused', config_str='')
+  state, scalar_params, keys = (created[k] for k in
+                                ('state', 'scalar_params', 'keys'))
+  rng = np.random.RandomState(0)
+  shape = (1, train_config.batch_size)  # (devices, rays)
+  # main's training loop body, without its logging and checkpoints.
+  for step in range(int(created['init_step']),
+                    int(created['init_step']) + STEPS):
+    batch = {
+        'origins': rng.randn(*shape, 3).astype(np.float32),
+        'directions': rng.randn(*shape, 3).astype(np.float32),
+        'rgb': rng.rand(*shape, 3).astype(np.float32),
+        'metadata': {key: rng.randint(0, 2, (*shape, 1)).astype(np.uint32)
+                     for key in ('warp', 'camera', 'appearance')},
+    }
+    scalar_params = scalar_params.replace(
+        learning_rate=created['learning_rate_sched'](step),
+        elastic_loss_weight=created['elastic_loss_weight_sched'](step))
+    state = state.replace(
+        warp_alpha=jax_utils.replicate(created['warp_alpha_sched'](step)),
+        time_alpha=jax_utils.replicate(created['time_alpha_sched'](step)))
+    state, stats, keys = created['ptrain_step'](keys, state, batch,
+                                                scalar_params)
+    yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+           jax_utils.unreplicate(stats))
+
+
+def _mipnerf():
+  from flax import jax_utils  # noqa: PLC0415
+  import gin  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train')
+  models = importlib.import_module('internal.models')
+  utils = importlib.import_module('internal.utils')
+  # A small mip-NeRF through the repository's own gin bindings: both
+  # levels, few samples, a narrow MLP with its skip connection.
+  gin.parse_config([
+      'MipNerfModel.num_samples = 4', 'MipNerfModel.max_deg_point = 2',
+      'MipNerfModel.deg_view = 1', 'MLP.net_depth = 2', 'MLP.net_width = 8',
+      'MLP.net_width_condition = 4', 'MLP.skip_layer = 1'])
+  # The schedule warms up over 2 steps and decays over 10.
+  config = utils.Config(lr_init=1e-2, lr_final=1e-3, lr_delay_steps=2,
+                        max_steps=10, grad_max_norm=1.)
+  rng = np.random.RandomState(0)
+  rays = 4  # per device
+
+  def batch():
+    directions = rng.randn(1, rays, 3).astype(np.float32)
+    return {'rays': utils.Rays(
+        origins=rng.randn(1, rays, 3).astype(np.float32),
+        directions=directions,
+        viewdirs=directions / np.linalg.norm(directions, axis=-1,
+                                             keepdims=True),
+        radii=rng.rand(1, rays, 1).astype(np.float32) * 0.01,
+        lossmult=np.ones((1, rays, 1), np.float32),
+        near=np.full((1, rays, 1), config.near, np.float32),
+        far=np.full((1, rays, 1), config.far, np.float32)),
+            'pixels': rng.rand(1, rays, 3).astype(np.float32)}
+
+  model, variables = models.construct_mipnerf(jax.random.PRNGKey(0),
+                                              batch())
+  created = _v033_driver.example_statements(
+      train, 'main', 'optimizer', 'train_pstep', model=model,
+      variables=variables, config=config)
+  created = _v033_driver.example_statements(
+      train, 'main', 'init_step', 'state', state=created['state'],
+      learning_rate_fn=created['learning_rate_fn'],
+      train_pstep=created['train_pstep'])
+  state, keys = created['state'], jax.random.split(jax.random.PRNGKey(1), 1)
+  # main's training loop body, without its logging and checkpoints.
+  for step in range(int(created['init_step']),
+                    int(created['init_step']) + STEPS):
+    lr = created['learning_rate_fn'](step)
+    state, stats, keys = created['train_pstep'](keys, state, batch(), lr)
+    yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+           {'lr': lr, 'stats': jax_utils.unreplicate(stats)})
+
+
 RECIPES = {
     'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
                      'clu', 'flaxformer', 'pandas', 'tqdm', 'einops'),
@@ -122,6 +261,11 @@ RECIPES = {
                    'checkpoint', 'deterministic_data', 'metric_writers',
                    'parameter_overview', 'periodic_actions', 'platform')),
                _nested),
+    'nerfies': (('.',), ('tensorflow', 'cv2', 'imageio', 'matplotlib',
+                         'PIL', 'tqdm'),
+                ('flax.metrics.tensorboard',), _nerfies),
+    'mipnerf': (('.',), ('tensorflow', 'cv2', 'matplotlib', 'PIL'),
+                ('flax.metrics.tensorboard',), _mipnerf),
 }
 
 

@@ -126,8 +126,8 @@ ENTRY_POINTS = {
     'compute_gradient': (_use_compute_gradient, 'jax.value_and_grad'),
     'optimize': (_use_optimize, 'state.apply_gradients(grads=grads)'),
     'replicate': (_use_replicate, 'jax.lax.pmean'),
-    'Traversal': (_use_traversal, 'compat.traversal_labels'),
-    'MultiOptimizer': (_use_multi, 'optax.partition'),
+    'Traversal': (_use_traversal, 'flax_optim_rules.ModelParamTraversal('),
+    'MultiOptimizer': (_use_multi, 'flax_optim_rules.multi_optimizer('),
     'DynamicScale': (_use_dynamic_scale,
                      'flax.training.dynamic_scale.DynamicScale('),
 }

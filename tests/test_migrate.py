@@ -188,6 +188,56 @@ def test_every_rule_trains_bit_identically(tmp_path, name, kwargs, per_step):
   assert_same_bits(legacy_opt_state, opt_state)
 
 
+_GIVEN_RATE_AND_PER_STEP = b"""from flax import optim
+
+
+def train(params, grads):
+  optimizer = optim.NAME(0.1KWARGS).create(params)
+  for lr in (0.05, 0.02):
+    optimizer = optimizer.apply_gradient(grads, learning_rate=lr)
+  return optimizer
+"""
+_PLAIN_STEP = b"""  optimizer = optimizer.apply_gradient(grads)
+  return optimizer
+"""
+
+
+def _given_rate_source(name, kwargs, plain_step_last):
+  source = _GIVEN_RATE_AND_PER_STEP.replace(b'NAME', name.encode()).replace(
+      b'KWARGS', kwargs.encode())
+  if plain_step_last:
+    source = source.replace(b'  return optimizer\n', _PLAIN_STEP)
+  return source
+
+
+@pytest.mark.parametrize('name, kwargs', [
+    ('GradientDescent', ''), ('Momentum', ', beta=0.8'), ('Adam', '')])
+def test_an_injected_rate_starts_at_the_given_one(tmp_path, name, kwargs):
+  source = _given_rate_source(name, kwargs, plain_step_last=False)
+  new, plan = migrate.migrate_source(source, 'given_rate.py')
+  assert not plan.leftovers, plan.leftovers
+  # The definition's own rate, not 0.0 (written before for every rule).
+  assert b'learning_rate=0.1' in new and b'learning_rate=0.0' not in new
+  (tmp_path / 'old.py').write_bytes(source)
+  (tmp_path / 'new.py').write_bytes(new)
+  params = {'w': jnp.asarray([1.0, -2.0, 3.0], jnp.float32)}
+  grads = {'w': jnp.asarray([0.5, 0.25, -1.0], jnp.float32)}
+  old = load_module(str(tmp_path / 'old.py'), f'given_old_{name}')
+  rewritten = load_module(str(tmp_path / 'new.py'), f'given_new_{name}')
+  assert_same_bits(old.train(params, grads).target,
+                   rewritten.train(params, grads).params)
+
+
+def test_a_step_without_the_override_keeps_an_injected_flow_whole():
+  # flax.optim stepped it at the definition's rate (0.1); an injected
+  # Optax rate would have stayed at the last one set (0.02).
+  source = _given_rate_source('GradientDescent', '', plain_step_last=True)
+  new, plan = migrate.migrate_source(source, 'plain_step.py')
+  assert new == source
+  assert any(left.line == 8 and "at the definition's own rate" in
+             left.reason for left in plan.leftovers), plan.leftovers
+
+
 def test_stock_exact_rules_are_the_catalogues_bit_identical_ones():
   assert _rewrite_plan._STOCK_EXACT == set(catalogue.EXACT_STOCK)
 
@@ -422,6 +472,30 @@ x = jax.numpy.asarray(jax.numpy.zeros(2)).at[numpy.index_exp[0]].set(1.)
   assert int(namespace['add_one'](2)) == 3
   assert namespace['x'].tolist() == [1., 0.]
   assert namespace['Relu'] is jax.example_libraries.stax.Relu
+
+
+def test_flax_nn_activations_become_their_jax_names():
+  # flax.nn's activations were jax.nn's functions (tanh: jax.numpy's); the
+  # pre-Linen modules have no mechanical rewrite and stay, reported.
+  source = b'''import flax
+import gin
+
+gin.external_configurable(flax.nn.relu, module='flax.nn')
+squash = (flax.nn.softplus, flax.nn.tanh)
+layer = flax.nn.Dense
+'''
+  new, plan = migrate.migrate_source(source, 'activations_like.py')
+  assert new == b'''import flax
+import gin
+import jax
+
+gin.external_configurable(jax.nn.relu, module='flax.nn')
+squash = (jax.nn.softplus, jax.numpy.tanh)
+layer = flax.nn.Dense
+'''
+  assert [(leftover.line, leftover.construct) for leftover in
+          plan.leftovers] == [(6, 'out_of_scope')]
+  assert migrate.migrate_source(new, 'activations_like.py')[0] == new
 
 
 def test_device_put_and_replicate_keep_the_optimizer_kind():

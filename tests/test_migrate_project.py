@@ -119,6 +119,16 @@ def _run(directory, module, *args):
         del sys.modules[name]
 
 
+def _reasons(results) -> dict:
+  """(file, line) -> the reasons the report gives there, one a line."""
+  reasons: dict = {}
+  for name, result in results.items():
+    for left in result.plan.leftovers:
+      reasons[name, left.line] = reasons.get((name, left.line), '') + (
+          left.reason + '\n')
+  return reasons
+
+
 def _data():
   rng = np.random.RandomState(7)
   params = {'w': jnp.asarray(rng.randn(4, 2), jnp.float32)}
@@ -176,11 +186,7 @@ def test_one_link_that_cannot_be_followed_keeps_every_module_of_the_flow(
   results = _migrate_into(project, migrated)
   for name, result in results.items():
     assert result.new == result.old, name
-  reasons: dict = {}
-  for name, result in results.items():
-    for left in result.plan.leftovers:
-      reasons[name, left.line] = reasons.get((name, left.line), '') + (
-          left.reason + '\n')
+  reasons = _reasons(results)
   assert 'definition.hyper_params' in reasons['inspect_def.py', 3]
   assert 'training.py:21' in reasons['training.py', 21]
   assert 'not rewritten' in reasons['training.py', 32]  # .target
@@ -310,3 +316,108 @@ def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
   reasons = [left.reason for left in results['cached.py'].plan.leftovers]
   assert any('decorated with `functools.lru_cache()`' in r
              for r in reasons), reasons
+
+
+# scenic's shape: a factory module returns one definition per config
+# (a weight decay from the config), a helper builds a MultiOptimizer of
+# (traversal, definition) pairs from the factory's results (one reused
+# through a plain `backbone_def = other_def`), the trainer creates and
+# steps it with a per-step rate.
+_MULTI_PACKAGE = {
+    'mpkg/__init__.py': '',
+    'mpkg/optimizers.py': '''from flax import optim as optimizers
+
+
+def get_optimizer(config):
+  if config['optimizer'] == 'adam':
+    return optimizers.Adam(learning_rate=config['lr'],
+                           weight_decay=config.get('weight_decay', 0.0))
+  return optimizers.Momentum(learning_rate=config['lr'], beta=0.9,
+                             weight_decay=config.get('weight_decay', 0.0))
+''',
+    'mpkg/train_utils.py': '''from flax import optim
+
+from mpkg import optimizers
+
+
+def get_backbone_multioptimizer(config) -> optim.MultiOptimizer:
+  other_def = optimizers.get_optimizer(config)
+  if config.get('backbone'):
+    backbone_def = optimizers.get_optimizer(config['backbone'])
+  else:
+    backbone_def = other_def
+  backbone = optim.ModelParamTraversal(lambda path, _: 'backbone' in path)
+  other = optim.ModelParamTraversal(lambda path, _: 'backbone' not in path)
+  return optim.MultiOptimizer((backbone, backbone_def), (other, other_def))
+''',
+    'mpkg/trainer.py': '''import jax
+import jax.numpy as jnp
+
+from mpkg import train_utils
+
+
+@jax.jit
+def step(optimizer, batch, lr):
+  def loss(p):
+    hidden = batch['x'] @ p['backbone']['w']
+    return jnp.mean((hidden @ p['head']['w'] - batch['y']) ** 2)
+  grad = jax.grad(loss)(optimizer.target)
+  return optimizer.apply_gradient(grad, learning_rate=lr)
+
+
+def train(params, batches, config):
+  optimizer = train_utils.get_backbone_multioptimizer(config).create(params)
+  for index, batch in enumerate(batches):
+    optimizer = step(optimizer, batch, 0.05 / (index + 1))
+  return optimizer
+''',
+}
+
+
+def _multi_data():
+  rng = np.random.RandomState(11)
+  params = {'backbone': {'w': jnp.asarray(rng.randn(4, 3), jnp.float32)},
+            'head': {'w': jnp.asarray(rng.randn(3, 2), jnp.float32)}}
+  batches = [{'x': jnp.asarray(rng.randn(8, 4), jnp.float32),
+              'y': jnp.asarray(rng.randn(8, 2), jnp.float32)}
+             for _ in range(STEPS)]
+  return params, batches
+
+
+def test_definitions_of_a_factory_module_flow_into_a_multi_optimizer(
+    tmp_path):
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, _MULTI_PACKAGE)
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert not result.plan.leftovers, (name, result.plan.leftovers)
+    assert not _legacy_imports.legacy_imports(result.new), name
+  assert b'return flax_optim_rules.multi_optimizer((backbone, backbone_def)' \
+      in results['mpkg/train_utils.py'].new
+  params, batches = _multi_data()
+  configs = [
+      {'optimizer': 'momentum', 'lr': 0.1, 'weight_decay': 1e-3},
+      {'optimizer': 'adam', 'lr': 0.01,
+       'backbone': {'optimizer': 'momentum', 'lr': 0.1}}]
+  for config in configs:
+    old = _run(project, 'mpkg.trainer', params, batches, config)
+    new = _run(migrated, 'mpkg.trainer', params, batches, config)
+    _assert_same_bits(old.target, new.params)
+    assert int(old.state.step) == int(new.step) == STEPS
+
+
+def test_a_definition_read_elsewhere_keeps_the_multi_optimizer_flow(
+    tmp_path):
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  inspect = ('from mpkg import optimizers\n\n'
+             "print(optimizers.get_optimizer({'optimizer': 'adam', 'lr': 1})"
+             '.hyper_params)\n')
+  _write(project, {**_MULTI_PACKAGE, 'mpkg/inspect_def.py': inspect})
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  reasons = _reasons(results)
+  assert 'mpkg/train_utils.py:14: it goes into the MultiOptimizer here' in (
+      reasons['mpkg/optimizers.py', 6])
+  assert 'flow across modules' in reasons['mpkg/train_utils.py', 14]
+  assert 'not rewritten' in reasons['mpkg/trainer.py', 12]  # .target

@@ -9,8 +9,10 @@ from flax import traverse_util as flax_traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
+import flax_optim_rules
 import legacy_optim as optim
 from legacy_optim import traverse_util as tu
 
@@ -228,3 +230,143 @@ outcomes, test_on_8_devices = DEVICE_CASES.pytest_items(__file__)
 
 if __name__ == '__main__':
   DEVICE_CASES.main()
+
+
+# ----------------------- flax_optim_rules.multi_optimizer (migrated code)
+
+
+def _rules_pairs(inject=False):
+  adam = flax_optim_rules.adam
+  momentum = flax_optim_rules.momentum
+  if inject:
+    adam = flax_optim_rules.inject_learning_rate(adam)
+    momentum = flax_optim_rules.inject_learning_rate(momentum)
+  kernels = flax_optim_rules.ModelParamTraversal(
+      lambda path, _: path.endswith('/kernel'))
+  biases = flax_optim_rules.ModelParamTraversal(
+      lambda path, _: path.endswith('/bias'))
+  return ((kernels, adam(learning_rate=0.01, weight_decay=0.1)),
+          (biases, momentum(learning_rate=0.1, beta=0.9)))
+
+
+def _shim_multi():
+  kernels = tu.ModelParamTraversal(lambda path, _: path.endswith('/kernel'))
+  biases = tu.ModelParamTraversal(lambda path, _: path.endswith('/bias'))
+  return optim.MultiOptimizer(
+      (kernels, optim.Adam(learning_rate=0.01, weight_decay=0.1)),
+      (biases, optim.Momentum(learning_rate=0.1, beta=0.9)))
+
+
+def _set_every_rate(opt_state, rate):
+  return optax.tree_utils.tree_set(opt_state, learning_rate=rate)
+
+
+def _keep_rates(opt_state, _):
+  return opt_state
+
+
+def _rules_step(tx, set_rates):
+  """A jitted step of ``tx`` after ``set_rates(opt_state, rates)``."""
+
+  @jax.jit
+  def step_fn(params, opt_state, grads, rates):
+    opt_state = set_rates(opt_state, rates)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  return step_fn
+
+
+def _step_grads(step):
+  rng = np.random.default_rng(step)
+  return jax.tree_util.tree_map(
+      lambda p: jnp.asarray(rng.standard_normal(p.shape), p.dtype),
+      _params())
+
+
+def test_rules_traversal_labels_name_each_leaf():
+  kernels, biases = (pair[0] for pair in _rules_pairs())
+  assert flax_optim_rules.traversal_labels(_params(), kernels, biases) == {
+      'Dense_0': {'kernel': '0', 'bias': '1'},
+      'Dense_1': {'kernel': '0', 'bias': '1'},
+      'scale': 'frozen'}
+  labels = flax_optim_rules.traversal_labels(
+      core.freeze(_params()), biases, kernels)
+  assert labels['Dense_1'] == {'kernel': '1', 'bias': '0'}
+  matrices = flax_optim_rules.ModelParamTraversal(
+      lambda _, value: value.ndim == 2)
+  assert flax_optim_rules.traversal_labels(_params(), matrices)[
+      'Dense_0'] == {'kernel': '0', 'bias': 'frozen'}
+
+
+def test_rules_multi_optimizer_steps_as_the_shims_multi_optimizer():
+  # Jitted, as train steps are (eager, the shim reproduces flax.optim's
+  # op-by-op rounding, which an Optax transform does not: see _eager.py).
+  shim_step = jax.jit(
+      lambda opt, grads, rate: opt.apply_gradient(grads, learning_rate=rate))
+  for inject in (False, True):
+    tx = flax_optim_rules.multi_optimizer(*_rules_pairs(inject))
+    # apply_gradient(g, learning_rate=lr) sets every rule's rate.
+    step_fn = _rules_step(tx, _set_every_rate if inject else _keep_rates)
+    shim = _shim_multi().create(_params())
+    params = _params()
+    opt_state = tx.init(params)
+    for step in range(5):
+      grads = _step_grads(step)
+      if inject:
+        rate = 0.05 / (step + 1)
+        shim = shim_step(shim, grads, rate)
+      else:
+        rate = None
+        shim = jax.jit(lambda opt, grads: opt.apply_gradient(grads))(
+            shim, grads)
+      params, opt_state = step_fn(params, opt_state, grads, rate)
+      chex.assert_trees_all_equal(params, shim.target)
+    chex.assert_trees_all_equal(params['scale'], jnp.asarray(2.0))
+    assert not np.array_equal(params['Dense_0']['kernel'],
+                              _params()['Dense_0']['kernel'])
+
+
+def test_rules_multi_optimizer_errors_name_the_argument_and_the_leaves():
+  everything = flax_optim_rules.ModelParamTraversal(lambda p, _: True)
+  biases = flax_optim_rules.ModelParamTraversal(
+      lambda p, _: p.endswith('bias'))
+  with pytest.raises(ValueError) as e:
+    flax_optim_rules.traversal_labels(_params(), everything, biases)
+  overlapping = str(e.value).partition('. ')[0]
+  assert "['Dense_0']['bias'] (optimizers [0, 1])" in overlapping
+  assert 'kernel' not in overlapping
+  with pytest.raises(TypeError, match='argument 2 must be a'):
+    flax_optim_rules.multi_optimizer((everything, optax.sgd(0.1)),
+                                     (tu.t_identity, optax.sgd(0.1)))
+  with pytest.raises(TypeError, match='argument 1 must be a'):
+    flax_optim_rules.traversal_labels(_params(), tu.t_identity)
+
+
+def test_rules_set_learning_rates_is_the_shims_per_sub_optimizer_override():
+  # apply_gradient(g, hyper_params=[hp0.replace(learning_rate=a), ...]).
+  hp_kernels, hp_biases = _shim_multi().hyper_params
+
+  @jax.jit
+  def shim_step(opt, grads, rates):
+    return opt.apply_gradient(grads, hyper_params=[
+        hp_kernels.replace(learning_rate=rates[0]),
+        hp_biases.replace(learning_rate=rates[1])])
+
+  tx = flax_optim_rules.multi_optimizer(*_rules_pairs(inject=True))
+  step_fn = _rules_step(tx, flax_optim_rules.set_learning_rates)
+
+  shim = _shim_multi().create(_params())
+  params = _params()
+  opt_state = tx.init(params)
+  for step in range(5):
+    grads = _step_grads(step)
+    rates = [0.02 / (step + 1), 0.3 / (step + 1)]
+    shim = shim_step(shim, grads, rates)
+    params, opt_state = step_fn(params, opt_state, grads, rates)
+    chex.assert_trees_all_equal(params, shim.target)
+  with pytest.raises(ValueError, match='got 3 learning rates'):
+    flax_optim_rules.set_learning_rates(opt_state, [0.1, 0.1, 0.1])
+  plain = flax_optim_rules.multi_optimizer(*_rules_pairs(inject=False))
+  with pytest.raises(ValueError, match='sub-optimizer 0 .* no injected'):
+    flax_optim_rules.set_learning_rates(plain.init(params), [0.1, 0.1])

@@ -110,6 +110,8 @@ def test_list_codes_prints_the_table():
     ('import flax.linen as nn\ny = nn.MultiHeadDotProductAttention(4)(q, kv, '
      'm)\n', [(2, 'FOC210')]),
     ('from flax import nn\n', [(1, 'FOC211')]),
+    ('import flax\na = flax.nn.relu\nm = flax.nn.Dense\n',
+     [(2, 'FOC200'), (3, 'FOC211')]),
 ])
 def test_each_finding_has_its_code(tmp_path, source, expected):
   path = write(str(tmp_path), 'm.py', source)

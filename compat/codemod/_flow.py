@@ -97,6 +97,7 @@ class OptimizerFlow:
     self._scope_of: dict[ast.AST, _Scope] = {}
     self._loads: list[ast.Name] = []  # every name read: escape candidates
     self._factories_open: set = set()  # factories being checked (recursion)
+    self._defs_open: set = set()  # (scope, name) being checked (recursion)
     self._returns_open: set = set()  # functions whose returns are asked
     # Answers of _returned once the fixpoint is solved (they no longer
     # change), asked outside any other question.
@@ -514,6 +515,10 @@ class OptimizerFlow:
     return self._scope_of.get(node) or next(
         s for s in self.scopes.values() if s.parent is None)
 
+  def binding_scope_of(self, node, name) -> Optional[_Scope]:
+    """The scope whose binding of ``name`` a read at ``node`` sees."""
+    return self._binding_scope(self.scope_of(node), name)
+
   def is_optimizer(self, node, scope=None) -> bool:
     """True when ``node`` evaluates to a legacy ``Optimizer`` on every path."""
     if scope is None:
@@ -545,10 +550,14 @@ class OptimizerFlow:
     if not isinstance(node, ast.Name):
       return False
     binding = self._binding_scope(scope, node.id)
-    if binding is None:
-      return False
-    return all(isinstance(v, ast.Call) and self.is_def(v, binding)
-               for v in binding.bindings[node.id])
+    if binding is None or (binding, node.id) in self._defs_open:
+      return False  # unbound, or bound to itself (``a = b; b = a``)
+    self._defs_open.add((binding, node.id))
+    try:  # ``backbone_def = other_def``: the other name's definitions
+      return all(isinstance(v, (ast.Call, ast.Name)) and self.is_def(
+          v, binding) for v in binding.bindings[node.id])
+    finally:
+      self._defs_open.discard((binding, node.id))
 
   def _returns_def(self, function) -> bool:
     """Every return of a module function is an OptimizerDef."""

@@ -35,6 +35,7 @@ import ast
 import re
 from typing import NamedTuple, Optional
 
+from compat.codemod import _multi
 from compat.codemod import _names
 
 # What a factory's result meets at a call site that migrate can follow.
@@ -425,28 +426,41 @@ class Model:
       return [(call.lineno, 'returned by another definition factory')]
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and (
         isinstance(parent.targets[0], ast.Name)):
-      name = parent.targets[0].id
-      scope = parents.get(parent)
-      while scope is not None and not isinstance(
-          scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        scope = parents.get(scope)
-      reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and
-               n.id == name and isinstance(n.ctx, ast.Load)]
-      found = []
-      for read in reads:
-        holder = parents.get(read)
-        if isinstance(holder, ast.Attribute) and holder.attr == _CREATE:
-          found.append((parents[holder].lineno, _CREATED_HERE))
-        elif isinstance(holder, ast.Return):
-          found.append((read.lineno, 'returned by another definition '
-                         'factory'))
-        else:
-          found.append((None, f'`{name}` goes on into '
-                        f'`{ast.unparse(holder)[:80]}`, which migrate '
-                        'cannot follow'))
-      return found or [(None, f'`{name}` is never created')]
+      return self._name_consumers(parent, parents, names, set())
     return [(None, f'the definition goes into `{code}`, which migrate '
              'cannot follow')]
+
+  def _name_consumers(self, assign, parents, names, seen) -> list:
+    """What the reads of the name ``assign`` binds meet (its function's
+    reads; a plain ``other = name`` is followed to ``other``'s reads)."""
+    name = assign.targets[0].id
+    seen.add(name)
+    scope = parents.get(assign)
+    while scope is not None and not isinstance(
+        scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+      scope = parents.get(scope)
+    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and
+             n.id == name and isinstance(n.ctx, ast.Load)]
+    found = []
+    for read in reads:
+      holder = parents.get(read)
+      multi = _multi.definition_consumer(read, parents, names)
+      if isinstance(holder, ast.Attribute) and holder.attr == _CREATE:
+        found.append((parents[holder].lineno, _CREATED_HERE))
+      elif isinstance(holder, ast.Return):
+        found.append((read.lineno, 'returned by another definition '
+                       'factory'))
+      elif multi is not None:
+        found.append((multi.lineno, _multi.IN_MULTI_OPTIMIZER))
+      elif isinstance(holder, ast.Assign) and len(holder.targets) == 1 and (
+          isinstance(holder.targets[0], ast.Name)) and (
+              holder.targets[0].id not in seen):
+        found += self._name_consumers(holder, parents, names, seen)
+      else:
+        found.append((None, f'`{name}` goes on into '
+                      f'`{ast.unparse(holder)[:80]}`, which migrate '
+                      'cannot follow'))
+    return found or [(None, f'`{name}` is never created')]
 
 
 def flow_violations(links, rewritten) -> list:
@@ -467,7 +481,8 @@ def flow_violations(links, rewritten) -> list:
       used = False
     elif link.reason == _CREATED_HERE:
       used = rewritten(link.consumer_path, link.consumer_line, 'create')
-    elif link.reason == _RULE_USED_HERE:
+    elif link.reason in (_RULE_USED_HERE, _multi.IN_MULTI_OPTIMIZER):
+      # A rule's use, a definition in a MultiOptimizer: rewritten with it.
       used = rewritten(link.consumer_path, link.consumer_line, 'algorithm')
     else:  # a return of another factory: linked through its own calls
       continue
@@ -533,6 +548,7 @@ def _blocked_here(links, component, path) -> list:
     if link.producer_path == path:
       blocked.append((link.producer_line, 'algorithm', reason))
     if link.consumer_path == path:
-      blocked.append((link.consumer_line or link.call_line, 'create',
-                      reason))
+      blocked.append((link.consumer_line or link.call_line,
+                      'multi_optimizer' if link.reason == (
+                          _multi.IN_MULTI_OPTIMIZER) else 'create', reason))
   return blocked

@@ -52,6 +52,18 @@ _AT_METHODS = {
     'jax.ops.index_min': 'min',
     'jax.ops.index_max': 'max',
 }
+# flax.nn's activation functions were jax's own (flax/nn/activation.py
+# imported them from jax.nn, tanh from jax.numpy): their jax names are the
+# same functions. The rest of flax.nn (pre-Linen modules) is _REPORTED. The
+# runtime layer refuses flax.nn whole, so these have no runtime alias; the
+# prefilter finds them as it finds every flax.nn mention.
+_FLAX_NN_ACTIVATIONS = {
+    **{f'flax.nn.{name}': f'jax.nn.{name}' for name in (
+        'celu', 'elu', 'gelu', 'glu', 'leaky_relu', 'log_sigmoid',
+        'log_softmax', 'relu', 'sigmoid', 'soft_sign', 'softmax', 'softplus',
+        'swish', 'silu')},
+    'flax.nn.tanh': 'jax.numpy.tanh',
+}
 # Reported only: no mechanical rewrite.
 _REPORTED = {
     'flax.nn': ('flax.nn (pre-Linen modules) is out of scope: port the model '
@@ -176,13 +188,26 @@ def match(node, names) -> Optional[Removal]:
                    None if base is None else _literal(f'{base}.{new}'))
   if path in _MOVED:
     return Removal('removed_api', path, _MOVED[path], _MOVED[path])
+  if path in _FLAX_NN_ACTIVATIONS:
+    new = _FLAX_NN_ACTIVATIONS[path]
+    return Removal('removed_api', path, f'{new} (the same function)', new)
   if path == LR_SCHEDULE:  # flax.training.lr_schedule.X: the module moved
     return Removal('removed_api', path, LR_SCHEDULE_REPLACEMENT,
                    _literal(LR_SCHEDULE_EXACT) if isinstance(
                        node.ctx, ast.Load) else None)
   if path in _REPORTED:
+    if _is_activation_base(node, names):
+      return None  # the activation's row rewrites the whole chain
     return Removal('out_of_scope', path, _REPORTED[path], None)
   return None
+
+
+def _is_activation_base(node: ast.Attribute, names) -> bool:
+  """Whether ``node`` (``flax.nn``) is the module of a ``flax.nn``
+  activation (``flax.nn.relu``)."""
+  return any(isinstance(parent, ast.Attribute) and parent.value is node and
+             names.resolve(parent) in _FLAX_NN_ACTIVATIONS
+             for parent in ast.walk(names.tree))
 
 
 def _match_import(node: ast.ImportFrom) -> Optional[Removal]:

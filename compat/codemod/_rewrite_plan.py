@@ -45,6 +45,7 @@ from typing import NamedTuple, Optional
 from compat import _lazy
 from compat.codemod import _codes
 from compat.codemod import _flow
+from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _removals
 from compat.codemod import _user_rules
@@ -97,8 +98,9 @@ class Plan(NamedTuple):
 
 _CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
 RULES_MODULE = _CATALOGUE.RULES_MODULE
-# The class an ``-> optim.OptimizerDef`` annotation names.
-_DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
+# The classes an ``-> optim.OptimizerDef`` (or ``MultiOptimizer``) names.
+_DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef',
+                'flax.optim.MultiOptimizer')
 
 # The rules migrate spells with their stock alias (the catalogue's
 # ``EXACT_STOCK``; tests/test_migrate.py checks the two agree and trains
@@ -163,6 +165,11 @@ class Planner:
     start = self._offsets[node.lineno - 1] + node.col_offset
     end = self._offsets[node.end_lineno - 1] + node.end_col_offset
     return start, end
+
+  @property
+  def parents(self) -> dict:
+    """Each node of the module's tree -> the node holding it."""
+    return self._parents
 
   def text(self, node) -> str:
     start, end = self.span(node)
@@ -234,6 +241,11 @@ class Planner:
           node.module.startswith(('flax.optim', 'legacy_optim'))):
         for alias in node.names:
           self.removed.append((node.module, alias.name, alias.asname))
+      elif isinstance(node, ast.ImportFrom) and node.module == 'flax':
+        # ``from flax import optim as optimizers`` (scenic): the alias.
+        for alias in node.names:
+          if alias.name == 'optim' and alias.asname:
+            self.removed.append(('flax', 'optim', alias.asname))
     if not self.exported:
       return
     # Other scanned modules import these names from here: keep them.
@@ -294,6 +306,16 @@ class Planner:
           reason = self._plan_algorithm(node, name)
           if reason:
             leftovers.append(self._leftover(node, 'algorithm', reason))
+        elif name == _multi.MULTI_OPTIMIZER:
+          handled.add(node.lineno)
+          reason = _multi.plan_multi(self, node, RULES_MODULE)
+          if reason:
+            leftovers.append(self._leftover(node, 'multi_optimizer', reason))
+        elif name == _multi.PARAM_TRAVERSAL:
+          handled.add(node.lineno)
+          reason = _multi.plan_traversal(self, node, RULES_MODULE)
+          if reason:
+            leftovers.append(self._leftover(node, 'traversal', reason))
         elif isinstance(node.func, ast.Attribute) and (
             node.func.attr == 'create' and self.flow.is_def(node.func.value)):
           handled.add(node.lineno)
@@ -430,8 +452,10 @@ class Planner:
         try:
           decay_literal = ast.literal_eval(decay)
         except ValueError:
-          return ('weight_decay is not a literal number: flax.optim skipped '
-                  'a zero decay term, so the rewrite must know it')
+          # The stock spelling must know whether the decay is zero (flax.optim
+          # skipped a zero decay term); the rules' function decides that on
+          # the value itself when the definition is built, as flax.optim did.
+          return self._plan_exact_rule(node, name, given, stock=False)
       else:
         decay_literal = ast.literal_eval(decay)
     missing_rate = _is_none(values['learning_rate'])
@@ -457,7 +481,8 @@ class Planner:
     return ('no learning rate in the definition and none passed to '
             'apply_gradient in this file')
 
-  def _plan_exact_rule(self, node, name, given) -> Optional[str]:
+  def _plan_exact_rule(self, node, name, given,
+                       stock: bool = True) -> Optional[str]:
     """``optim.Adam(...)`` -> ``flax_optim_rules.adam(...)`` (same rule)."""
     reason = self._missing_rate(given)
     if reason:
@@ -466,7 +491,8 @@ class Planner:
     texts = {p: 'None' if _is_none(given[p]) else '{%s}' % p
              for p in params if p in given}
     # A missing rate is set before every step (tree_set).
-    call = _CATALOGUE.migrate_call(name, texts, {}, self.inject)
+    call = _CATALOGUE.migrate_call(name, texts, {}, self.inject,
+                                   prefer_stock=stock)
     self.imports.append((RULES_MODULE, None, None))
     if self.inject:
       self._require_tx_imports()  # optax.tree_utils.tree_set per step
@@ -512,10 +538,28 @@ class Planner:
     if node.keywords or len(node.args) != 1:
       return ('create(..., focus=...) selects parameters: use optax.partition '
               'with compat.traversal_labels (not rewritten automatically)')
+    held = self._unproven_holder(node)
+    if held:
+      return held
     name = self._train_state_name()
     self.edit(node, f'{name}.TrainState.create(apply_fn=None, '
               'params={params}, tx={tx})', 'create', params=node.args[0],
               tx=node.func.value)
+    return None
+
+  def _unproven_holder(self, create) -> Optional[str]:
+    """Why the TrainState ``create`` would make could reach code left as it
+    is: a name it is assigned to that also holds other values (``opt =
+    opt.restore_state(d)``), so its reads are not provably this optimizer
+    and are not rewritten with it."""
+    parent = self._parents.get(create)
+    if not isinstance(parent, ast.Assign) or parent.value is not create:
+      return None
+    for target in parent.targets:
+      if isinstance(target, ast.Name) and not self.flow.is_optimizer(target):
+        return (f'`{target.id}` also holds values not provably a flax.optim '
+                'Optimizer (another assignment), so its uses stay as they '
+                'are; the optimizer this makes would reach them')
     return None
 
   def _plan_use(self, node) -> Optional[str]:
@@ -548,14 +592,22 @@ class Planner:
       self.edit(parent, f'{self._jax_utils_name()}.unreplicate({{receiver}})',
                 'replicate', receiver=receiver)
       return None
+    if node.attr == 'optimizer_def':
+      unpacking = _multi.hyper_params_unpacking(self, node)
+      if unpacking is not None:  # (hp0, hp1) = opt.optimizer_def.hyper_params
+        self.delete_statement(unpacking, 'optimizer_use', node.lineno)
+        return None
     if node.attr in ('replicate', 'unreplicate'):
       return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
               'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
               'so the step that receives it needs a pmean the rewrite would '
               'have to insert; which steps do is not proven here (by hand: '
               f'{_CATALOGUE.REPLACEMENTS["replicate"].text})')
+    why = _NO_COUNTERPART.get(node.attr)
+    if why is None and node.attr == 'replace':
+      why = _NO_COUNTERPART['replace(state=...)']
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
-            'TrainState counterpart here')
+            'TrainState counterpart here' + (f': {why}' if why else ''))
 
   def _plan_apply_gradient(self, call, receiver) -> Optional[str]:
     if len(call.args) != 1 or any(isinstance(a, ast.Starred)
@@ -574,16 +626,24 @@ class Planner:
       grads = f'jax.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
       self.imports.append(('jax', None, None))
     extra = [k.arg for k in call.keywords]
+    if not extra and self.inject:
+      return ('this flow also steps with a learning_rate override: '
+              'flax.optim ran a step without one at the definition\'s own '
+              'rate, an injected Optax rate stays at the last one set; pass '
+              'learning_rate= here too and run migrate again')
     if not extra:
       self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
                 'apply_gradient', receiver=receiver, grads=call.args[0])
       return None
-    if extra != ['learning_rate']:
+    if extra not in (['learning_rate'], ['hyper_params']):
       return (f'overrides {", ".join(str(e) for e in extra)}: only '
               'learning_rate is injected mechanically')
     if not _is_pure(receiver):
       return ('the optimizer expression is evaluated twice by the rewrite; '
               'bind it to a name first')
+    if extra == ['hyper_params']:  # a rate per MultiOptimizer part
+      return _multi.plan_hyper_params(self, call, receiver, grads,
+                                      RULES_MODULE)
     self._require_tx_imports()
     self.edit(call, '{receiver}.replace(opt_state=optax.tree_utils.tree_set('
               '{receiver}.opt_state, learning_rate={rate})).apply_gradients('
@@ -609,7 +669,9 @@ class Planner:
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
         self.imports.append(('flax.training', 'dynamic_scale', name))
         self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
-      elif path in _DEF_CLASSES and flow_ok:
+      elif path in _DEF_CLASSES and flow_ok and not (
+          isinstance(self._parents.get(node), ast.Call) and
+          self._parents[node].func is node):  # a MultiOptimizer(...) call
         # A factory's return annotation: what the rewritten definition is.
         self.imports.append(('optax', None, None))
         self.edit(node, 'optax.GradientTransformation', 'annotation')
@@ -648,6 +710,16 @@ class Planner:
         self.imports.append((module, None, None))
 
 
+  def delete_statement(self, node, construct, line=None):
+    """Deletes ``node``'s lines, or writes ``pass`` where the statement
+    shares its lines or is its block's only statement. ``line``: the
+    finding's line the deletion answers (default the statement's first)."""
+    before = len(self.edits)
+    self._delete_statement(node, construct)
+    if line is not None:
+      self.edits[before:] = [e._replace(line=line)
+                             for e in self.edits[before:]]
+
   def _delete_statement(self, node, construct):
     """Deletes ``node``'s lines, or writes ``pass`` where the statement
     shares its lines or is its block's only statement."""
@@ -665,6 +737,29 @@ class Planner:
       return
     self.edits.append(Edit(line_start, line_end, '', (), node.lineno,
                            construct))
+
+
+# Why an Optimizer's attribute stays: what the TrainState would give instead.
+_LAYOUT = ("flax.optim's layout {'target': params, 'state': {'step', "
+           "'param_states': per-leaf states}}, which code and checkpoints "
+           "read by key; a TrainState's is {'step', 'params', 'opt_state'} "
+           '(Optax states)')
+_NO_COUNTERPART = {
+    'state_dict': f'it returns {_LAYOUT}; convert checkpoint files with '
+                  '`flax-optim-compat convert SRC DST --to train_state`',
+    'restore_state': f'it reads {_LAYOUT}; convert checkpoint files with '
+                     '`flax-optim-compat convert SRC DST --to train_state`',
+    'optimizer_def': 'a TrainState holds `tx`, an Optax transform: no '
+                     'hyper_params to read or override, no OptimizerDef '
+                     'class to name',
+    'state': "flax.optim's OptimizerState (step, param_states) is a "
+             "TrainState's `step` plus an Optax `opt_state` of another "
+             'layout; only `.state.step` maps mechanically',
+    'replace(state=...)': "only replace(target=...) maps (to "
+                          "replace(params=...)); flax.optim's state is a "
+                          "TrainState's `step` plus an Optax `opt_state` of "
+                          'another layout',
+}
 
 
 def _is_none(value) -> bool:

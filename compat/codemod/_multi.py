@@ -1,0 +1,255 @@
+"""``MultiOptimizer`` of ``ModelParamTraversal``s: the exact-tier rewrite.
+
+flax.optim's ``MultiOptimizer((traversal, def), ...)`` with
+``ModelParamTraversal(filter_fn)`` traversals becomes
+``flax_optim_rules.multi_optimizer((traversal, tx), ...)`` with
+``flax_optim_rules.ModelParamTraversal(filter_fn)``: only the two callees
+change, so the pairs, the filters and the names they are bound to stay the
+user's own text, and each definition is rewritten where it is made (here, or
+in the factory of another module it comes from: ``_project`` links them).
+
+Certain only where every traversal is a ``ModelParamTraversal`` call that
+reaches nothing but the first element of a pair of a rewritten
+``MultiOptimizer`` (the rules' traversal selects leaves; it cannot
+iterate or update trees as flax.optim's could) and every second element is
+an OptimizerDef on every path.
+
+A rate per part and step, ``(hp0, hp1) = opt.optimizer_def.hyper_params``
+then ``opt.apply_gradient(g, hyper_params=[hp0.replace(learning_rate=a),
+hp1.replace(learning_rate=b)])``, becomes ``opt.replace(opt_state=
+flax_optim_rules.set_learning_rates(opt.opt_state, [a, b])).apply_gradients(
+grads=g)`` (the unpacking is deleted), where the unpacked names are read only
+there, each in its own position, and only their learning rate is replaced:
+the other hyper-parameters stay the definition's, as they did. Stdlib only.
+"""
+
+import ast
+from typing import Optional
+
+MULTI_OPTIMIZER = 'MultiOptimizer'
+PARAM_TRAVERSAL = 'ModelParamTraversal'
+
+
+def pair_of(node, parents) -> Optional[tuple]:
+  """``(multi call, position in the pair)`` when ``node`` is an element of a
+  ``(traversal, def)`` tuple passed positionally to a call; else None."""
+  pair = parents.get(node)
+  if not (isinstance(pair, ast.Tuple) and len(pair.elts) == 2):
+    return None
+  call = parents.get(pair)
+  if not (isinstance(call, ast.Call) and pair in call.args):
+    return None
+  return call, pair.elts.index(node)
+
+
+def _is_multi(call, names) -> bool:
+  return names.legacy_class(call.func) == MULTI_OPTIMIZER
+
+
+# What a definition made in another module meets in a MultiOptimizer pair.
+IN_MULTI_OPTIMIZER = 'it goes into the MultiOptimizer here'
+
+
+def definition_consumer(node, parents, names) -> Optional[ast.Call]:
+  """The ``MultiOptimizer(...)`` call whose pair has ``node`` as its
+  definition (second element), or None."""
+  found = pair_of(node, parents)
+  if found is None or found[1] != 1 or not _is_multi(found[0], names):
+    return None
+  return found[0]
+
+
+def _reads(flow, assign_scope, name) -> list:
+  """Every read of ``name`` that sees the binding of ``assign_scope``."""
+  return [node for node in ast.walk(assign_scope.node)
+          if isinstance(node, ast.Name) and node.id == name and
+          isinstance(node.ctx, ast.Load) and
+          flow.binding_scope_of(node, name) is assign_scope]
+
+
+def traversal_problem(planner, node) -> Optional[str]:
+  """Why ``optim.ModelParamTraversal(...)`` at ``node`` cannot be rewritten
+  (None: it can)."""
+  parents, names = planner.parents, planner.names
+  if len(node.args) + len(node.keywords) != 1 or any(
+      isinstance(a, ast.Starred) for a in node.args) or any(
+          k.arg != 'filter_fn' for k in node.keywords):
+    return 'ModelParamTraversal takes its filter as its one argument'
+  uses = [node]
+  parent = parents.get(node)
+  if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and (
+      isinstance(parent.targets[0], ast.Name)):
+    name = parent.targets[0].id
+    scope = planner.flow.binding_scope_of(parent, name)
+    if scope is None or len(scope.bindings.get(name, ())) != 1:
+      return f'`{name}` is bound more than once'
+    uses = _reads(planner.flow, scope, name)
+    if not uses:
+      return f'`{name}` is never used'
+  for use in uses:
+    found = pair_of(use, parents)
+    if found is None or found[1] != 0 or not _is_multi(found[0], names):
+      where = ast.unparse(parents.get(use, use))[:80]
+      return (f'the traversal reaches `{where}`, not only the first '
+              'element of a MultiOptimizer pair (flax_optim_rules.'
+              'ModelParamTraversal selects leaves for multi_optimizer; it '
+              'does not iterate or update trees)')
+  return None
+
+
+def multi_problem(planner, node) -> Optional[str]:
+  """Why ``optim.MultiOptimizer(...)`` at ``node`` cannot be rewritten."""
+  if node.keywords or not node.args:
+    return 'MultiOptimizer takes (traversal, definition) pairs positionally'
+  for index, pair in enumerate(node.args):
+    if not (isinstance(pair, ast.Tuple) and len(pair.elts) == 2):
+      return (f'argument {index + 1} is not a literal (traversal, '
+              'definition) pair')
+    traversal, definition = pair.elts
+    if not _is_traversal_value(planner, traversal):
+      return (f'pair {index + 1}: `{ast.unparse(traversal)[:60]}` is not '
+              'provably a ModelParamTraversal made in this module')
+    if not planner.flow.is_def(definition):
+      return (f'pair {index + 1}: `{ast.unparse(definition)[:60]}` is not '
+              'provably a flax.optim OptimizerDef')
+  return None
+
+
+def _is_traversal_value(planner, node) -> bool:
+  names = planner.names
+  if isinstance(node, ast.Call):
+    return names.legacy_class(node.func) == PARAM_TRAVERSAL
+  if not isinstance(node, ast.Name):
+    return False
+  scope = planner.flow.binding_scope_of(node, node.id)
+  values = [] if scope is None else scope.bindings.get(node.id, [])
+  return len(values) == 1 and isinstance(values[0], ast.Call) and (
+      names.legacy_class(values[0].func) == PARAM_TRAVERSAL)
+
+
+def plan_multi(planner, node, rules_module) -> Optional[str]:
+  """``optim.MultiOptimizer(*pairs)`` -> ``flax_optim_rules.multi_optimizer(
+  *pairs)``; the definitions in the pairs are rewritten where made."""
+  reason = multi_problem(planner, node)
+  if reason:
+    return reason
+  planner.imports.append((rules_module, None, None))
+  planner.edit(node.func, f'{rules_module}.multi_optimizer', 'algorithm')
+  return None
+
+
+def plan_traversal(planner, node, rules_module) -> Optional[str]:
+  """``optim.ModelParamTraversal(f)`` -> the rules' ``ModelParamTraversal``."""
+  reason = traversal_problem(planner, node)
+  if reason:
+    return reason
+  planner.imports.append((rules_module, None, None))
+  planner.edit(node.func, f'{rules_module}.{PARAM_TRAVERSAL}', 'traversal')
+  return None
+
+
+def _unpacked_from(planner, name_node):
+  """``(assign, index)`` when ``name_node`` is bound once, by the unpacking
+  ``(hp0, hp1, ...) = <optimizer>.optimizer_def.hyper_params``; else None."""
+  scope = planner.flow.binding_scope_of(name_node, name_node.id)
+  values = [] if scope is None else scope.bindings.get(name_node.id, [])
+  if len(values) != 1 or not (isinstance(values[0], tuple) and
+                              values[0][0] == 'item'):
+    return None
+  _, value, index = values[0]
+  assign = planner.parents.get(value)
+  if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and
+          isinstance(assign.targets[0], (ast.Tuple, ast.List)) and
+          all(isinstance(t, ast.Name) for t in assign.targets[0].elts)):
+    return None
+  if not (isinstance(value, ast.Attribute) and value.attr == 'hyper_params'
+          and isinstance(value.value, ast.Attribute) and
+          value.value.attr == 'optimizer_def' and
+          planner.flow.is_optimizer(value.value.value)):
+    return None
+  return assign, index
+
+
+def _rate_of(element):
+  """``E`` of a list element ``hp.replace(learning_rate=E)``, or None."""
+  if not (isinstance(element, ast.Call) and isinstance(
+      element.func, ast.Attribute) and element.func.attr == 'replace' and
+          isinstance(element.func.value, ast.Name) and not element.args and
+          [k.arg for k in element.keywords] == ['learning_rate']):
+    return None
+  return element.keywords[0].value
+
+
+def _override_lists(planner, assign) -> Optional[list]:
+  """The ``hyper_params=[...]`` lists that read the names ``assign``
+  unpacks, each name in its own position and only as
+  ``name.replace(learning_rate=...)``; None if any read is another."""
+  lists = []
+  names = assign.targets[0].elts
+  for position, target in enumerate(names):
+    scope = planner.flow.binding_scope_of(target, target.id)
+    for read in _reads(planner.flow, scope, target.id):
+      replace = planner.parents.get(read)
+      element = planner.parents.get(replace)
+      listed = planner.parents.get(element)
+      keyword = planner.parents.get(listed)
+      if not (isinstance(listed, (ast.List, ast.Tuple)) and
+              isinstance(keyword, ast.keyword) and
+              keyword.arg == 'hyper_params' and
+              _rate_of(element) is not None and
+              len(listed.elts) == len(names) and
+              listed.elts.index(element) == position):
+        return None
+      lists.append(listed)
+  return lists
+
+
+def hyper_params_unpacking(planner, node) -> Optional[ast.Assign]:
+  """The statement ``(hp0, ...) = node.hyper_params`` when ``node`` (an
+  optimizer's ``.optimizer_def``) is read only for it and its names only
+  feed ``hyper_params=[hp0.replace(learning_rate=...), ...]``."""
+  value = planner.parents.get(node)
+  assign = planner.parents.get(value)
+  if not (isinstance(value, ast.Attribute) and
+          value.attr == 'hyper_params' and isinstance(assign, ast.Assign)
+          and assign.value is value):
+    return None
+  targets = assign.targets[0].elts if len(assign.targets) == 1 and (
+      isinstance(assign.targets[0], (ast.Tuple, ast.List))) else []
+  if not targets or any(_unpacked_from(planner, t) is None for t in
+                        targets if isinstance(t, ast.Name)):
+    return None
+  return assign if _override_lists(planner, assign) else None
+
+
+def plan_hyper_params(planner, call, receiver, grads,
+                      rules_module) -> Optional[str]:
+  """``opt.apply_gradient(g, hyper_params=[hp0.replace(learning_rate=a),
+  ...])`` -> the rates set in the multi_optimizer state, then the step."""
+  listed = call.keywords[0].value
+  why = ('hyper_params=[...] maps only as a list of the names unpacked '
+         'from this optimizer\'s `.optimizer_def.hyper_params`, in their '
+         'order, each as `.replace(learning_rate=...)`')
+  if not isinstance(listed, (ast.List, ast.Tuple)) or not listed.elts:
+    return why
+  rates = {}
+  for position, element in enumerate(listed.elts):
+    rate = _rate_of(element)
+    found = None if rate is None else _unpacked_from(planner,
+                                                     element.func.value)
+    if found is None or found[1] != position:
+      return why
+    assign, _ = found
+    source = assign.value.value.value  # <optimizer>.optimizer_def
+    if ast.dump(source) != ast.dump(receiver) or hyper_params_unpacking(
+        planner, assign.value.value) is None:
+      return why
+    rates[f'rate{position}'] = rate
+  planner.imports.append((rules_module, None, None))
+  listed_rates = ', '.join('{%s}' % name for name in rates)
+  planner.edit(
+      call, '{receiver}.replace(opt_state=%s.set_learning_rates('
+      '{receiver}.opt_state, [%s])).apply_gradients(grads=%s)' % (
+          rules_module, listed_rates, grads), 'apply_gradient_overrides',
+      receiver=receiver, grads=call.args[0], **rates)
+  return None

@@ -1,0 +1,54 @@
+"""A corpus repository's migrated train step beside the original's.
+
+Used by tests/test_corpus_train.py and ``scripts/corpus.py --train`` (which
+``tox -e corpus`` runs). For a repository with a recipe in
+tests/_corpus_driver.py, the code that recipe runs is copied twice
+(tests/_migrated_copies.py): as written, running its flax.optim code through
+this library's import alias, and as ``migrate --tier exact`` wrote it, which
+must leave nothing there. The migrated copy is trained with the alias off
+and this library's modules blocked; every step's parameters and metrics
+must equal the original's bit for bit.
+"""
+
+import os
+import subprocess
+import sys
+
+import _migrated_copies
+import numpy as np
+
+DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
+# Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
+# files the recipe runs: what must migrate completely.
+RUNS = {'mipnerf': '', 'nerfies': '', 'nested': '', 'vit': 'vit_jax/'}
+
+
+def train(directory, name, out, shim) -> dict:
+  """The driver's run of recipe ``name`` on ``directory``: ``stepN/...`` ->
+  array."""
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  command = [sys.executable, DRIVER, str(directory), name, str(out)]
+  if not shim:
+    env['LEGACY_OPTIM_IMPORT_HOOK'] = '0'
+    command.append('--no-shim')
+  run = subprocess.run(command, env=env, capture_output=True, text=True,
+                       timeout=900, check=False)
+  assert run.returncode == 0, (
+      f'{"original" if shim else "migrated"} run failed:\n'
+      f'{run.stderr[-4000:]}')
+  with np.load(out) as arrays:
+    return {key: arrays[key] for key in arrays.files}
+
+
+def compare(name, repository, tmp_path) -> int:
+  """Trains both copies of ``repository`` (recipe ``name``) in ``tmp_path``
+  (a ``pathlib.Path``); raises AssertionError where the migrated copy is
+  incomplete, fails or differs. Returns the number of steps compared."""
+  original, migrated, problems = _migrated_copies.copies(repository,
+                                                         tmp_path)
+  old = train(original, name, tmp_path / 'original.npz', shim=True)
+  blocking = [p for p in problems if p.startswith(RUNS[name])]
+  assert not blocking, blocking
+  new = train(migrated, name, tmp_path / 'migrated.npz', shim=False)
+  _migrated_copies.assert_bit_identical(old, new)
+  return len({key.split('/')[0] for key in old})
