@@ -159,14 +159,22 @@ def _data():
   return params, batches
 
 
-def test_a_rule_from_another_module_trains_identically_without_the_shim(
-    tmp_path):
+def _migrated_completely(tmp_path, files):
+  """``(project, migrated, results)``: ``files`` written and migrated, with
+  nothing left and no flax.optim, legacy_optim or compat import."""
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  _write(project, {'rules.py': _RULES, 'train.py': _TRAIN})
+  _write(project, files)
   results = _migrate_into(project, migrated)
   for name, result in results.items():
     assert not result.plan.leftovers, (name, result.plan.leftovers)
     assert not _legacy_imports.legacy_imports(result.new), name
+  return project, migrated, results
+
+
+def test_a_rule_from_another_module_trains_identically_without_the_shim(
+    tmp_path):
+  project, migrated, results = _migrated_completely(
+      tmp_path, {'rules.py': _RULES, 'train.py': _TRAIN})
   rules = results['rules.py'].new
   assert b'class ClippedMomentum(flax_optim_rules.RuleDef):' in rules
   assert b'flax_optim_rules.RuleState(state.step + 1, new_states)' in rules
@@ -184,12 +192,9 @@ def test_a_rule_from_another_module_trains_identically_without_the_shim(
 
 
 def test_a_per_leaf_rule_used_in_its_module_trains_identically(tmp_path):
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  _write(project, {'sign.py': _LEAF_RULE})
-  results = _migrate_into(project, migrated)
+  project, migrated, results = _migrated_completely(
+      tmp_path, {'sign.py': _LEAF_RULE})
   result = results['sign.py']
-  assert not result.plan.leftovers, result.plan.leftovers
-  assert not _legacy_imports.legacy_imports(result.new)
   assert b'class Sign(flax_optim_rules.RuleDef):' in result.new
   assert b'tx=Sign(learning_rate=0.05).to_optax())' in result.new
   params, batches = _data()
