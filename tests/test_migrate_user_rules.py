@@ -11,6 +11,7 @@ followed, the class and every module of its flow stay as they were.
 """
 
 import ast
+import json
 import sys
 
 import _legacy_imports
@@ -302,3 +303,26 @@ def test_a_class_called_nowhere_in_the_scanned_code_stays(tmp_path):
   assert b'class ClippedMomentum(flax.optim.OptimizerDef):' in result.new
   assert any('called nowhere in the scanned code' in left.reason
              for left in result.plan.leftovers), result.plan.leftovers
+
+
+def _notebook(*cells):
+  return json.dumps({
+      'cells': [{'cell_type': 'code', 'execution_count': None, 'metadata': {},
+                 'outputs': [], 'source': cell.splitlines(keepends=True)}
+                for cell in cells],
+      'metadata': {}, 'nbformat': 4, 'nbformat_minor': 0}, indent=1)
+
+
+def test_a_notebook_calling_the_rule_moves_with_it(tmp_path):
+  # vision_transformer's notebook: it creates the rule's optimizer and steps
+  # it with train.py's pmapped step, which sets the rate per step.
+  notebook = _notebook(
+      'import rules\nimport train\nfrom flax import jax_utils\n',
+      'update_fn_repl = train.make_update_fn(lambda step: 0.1)\n'
+      'opt = rules.ClippedMomentum(beta=0.8).create(params)\n'
+      'opt_repl = jax_utils.replicate(opt)\n')
+  _, _, results = _migrated_completely(
+      tmp_path, {'rules.py': _RULES, 'train.py': _TRAIN,
+                 'run.ipynb': notebook})
+  assert (b'flax_optim_rules.inject_learning_rate(rules.ClippedMomentum('
+          b'beta=0.8))(learning_rate=0.0))') in results['run.ipynb'].new

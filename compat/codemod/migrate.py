@@ -187,16 +187,20 @@ def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
 
 
 def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
-                     reexports=None, chosen=None):
+                     reexports=None, chosen=None, rate_set_elsewhere=False,
+                     model=None, blocked=()):
   """``(new_notebook_bytes, plan)``: all code cells migrated as one module.
 
   Only the source lines that change differ in the file's bytes
   (``_notebook.Notebook.rewrite``); the plan's lines are the notebook
-  file's.
+  file's. ``rate_set_elsewhere``, ``model``, ``blocked``: as for
+  ``migrate_source`` (a notebook calls the project's modules: a rule class
+  they define, a step that sets the rate on the optimizer it creates).
   """
   notebook = _notebook.Notebook(raw)
   combined = notebook.module.encode('utf-8')
-  new, plan = migrate_source(combined, path, tier, reexports, chosen=chosen)
+  new, plan = migrate_source(combined, path, tier, reexports, (),
+                             rate_set_elsewhere, chosen, model, blocked)
   plan = plan._replace(**{
       field: [item._replace(line=notebook.file_line(item.line))
               for item in getattr(plan, field)]
@@ -254,7 +258,9 @@ def migrate_file(path: str, tier: str = 'exact',
   try:
     if path.endswith('.ipynb'):
       new, plan = migrate_notebook(
-          old, shown, tier, project.reexports if project else None, chosen)
+          old, path.replace(os.sep, '/') if project else shown, tier,
+          project.reexports if project else None, chosen, rate_elsewhere,
+          project.model if project else None, blocked)
     elif project is not None:
       new, plan = migrate_source(
           old, path.replace(os.sep, '/'), tier, project.reexports,
