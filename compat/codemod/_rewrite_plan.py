@@ -333,7 +333,8 @@ class Planner:
         self.notes.append(Leftover(finding.line, finding.construct,
                                    finding.code, CHECKPOINT_NOTE))
       elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
-          finding):
+          finding) and (finding.line, finding.construct) not in {
+              (left.line, left.construct) for left in leftovers}:
         leftovers.append(Leftover(
             finding.line, finding.construct, finding.code,
             'not rewritten: the object is not provably a flax.optim '
