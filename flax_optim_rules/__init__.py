@@ -49,6 +49,7 @@ from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
 from flax_optim_rules import _rule_def
 from flax_optim_rules import _sgd
+from flax_optim_rules import _weight_norm
 from flax_optim_rules import lr_schedule
 
 HyperParams = _numerics.HyperParams
@@ -63,6 +64,7 @@ ModelParamTraversal = _multi.ModelParamTraversal
 RuleDef = _rule_def.RuleDef
 RuleState = _rule_def.RuleState
 ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
+WeightNormState = _weight_norm.WeightNormState
 adabelief = _adabelief.adabelief
 adadelta = _adadelta.adadelta
 adafactor = _adafactor.adafactor
@@ -88,6 +90,7 @@ scale_by_legacy_lars = _lars.scale_by_legacy_lars
 set_learning_rates = _multi.set_learning_rates
 sgd = _sgd.sgd
 traversal_labels = _multi.traversal_labels
+weight_norm = _weight_norm.weight_norm
 
 
 def inject_learning_rate(
@@ -120,6 +123,7 @@ __all__ = (
     'RuleDef',
     'RuleState',
     'ScaleByLegacyLarsState',
+    'WeightNormState',
     'adabelief',
     'adadelta',
     'adafactor',
@@ -147,4 +151,5 @@ __all__ = (
     'set_learning_rates',
     'sgd',
     'traversal_labels',
+    'weight_norm',
 )

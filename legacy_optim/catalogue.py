@@ -214,7 +214,8 @@ RULES = (
         Check('(centered)', {'learning_rate': 0.01, 'centered': True}))),
 )
 
-# Wraps another OptimizerDef; Optax has no counterpart.
+# Wraps another OptimizerDef; stock Optax has no counterpart (the exact
+# tier: flax_optim_rules.weight_norm around the wrapped rule's transform).
 WEIGHT_NORM = Algorithm(
     'WeightNorm', 'weight_norm',
     ('direction_state', 'scale_state', 'direction', 'scale'),
@@ -271,9 +272,10 @@ REPLACEMENTS = {
         'traversal) or flax.traverse_util.path_aware_map(lambda path, _: '
         '..., params)', SECTION_TRAVERSALS),
     'weight_norm': Replacement(
-        'Optax has no counterpart: keep opt_def.to_optax() (same numbers) or '
-        'reparameterise the model with flax.linen.WeightNorm',
-        SECTION_WEIGHT_NORM),
+        'flax_optim_rules.weight_norm(tx, wn_decay=..., wn_eps=...) around '
+        'the wrapped rule, what flax-optim-compat migrate writes (same '
+        'numbers; stock Optax has no counterpart), or reparameterise the '
+        'model with flax.linen.WeightNorm', SECTION_WEIGHT_NORM),
     'create': Replacement(
         'train_state.TrainState.create(apply_fn=None, params=params, '
         'tx=opt_def), opt_def being the transform flax-optim-compat migrate '
@@ -450,8 +452,10 @@ def migrate_call(name: str, given: Mapping[str, str],
     keyword function of ``flax_optim_rules`` named after the algorithm's
     module with the given values: the same rule, bit for bit.
   """
-  if inject and {**defaults, **given}.get('learning_rate') in (None,
-                                                             'None'):
+  # Only a rate neither given nor defaulted starts at 0.0 (the stock path
+  # passes the call's values as ``defaults``).
+  rate = given.get('learning_rate', defaults.get('learning_rate'))
+  if inject and rate in (None, 'None'):
     given = {'learning_rate': '0.0', **{
         k: v for k, v in given.items() if k != 'learning_rate'}}
   if prefer_stock and name in stock_exact():

@@ -24,6 +24,7 @@ import optax
 import pytest
 
 import flax_optim_rules
+import legacy_optim
 from legacy_optim import catalogue
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -161,6 +162,14 @@ def test_injected_learning_rate_matches_apply_gradient_override(
   optimizer = legacy_def.create(_params())
   tx = flax_optim_rules.inject_learning_rate(_keyword_function(algorithm))(
       learning_rate=0.0, **kwargs)
+  optimizer, params = _step_with_rates(optimizer, tx)
+  chex.assert_trees_all_equal(optimizer.target, params)
+
+
+def _step_with_rates(optimizer, tx):
+  """Four steps of a legacy optimizer with ``apply_gradient(g,
+  learning_rate=lr)`` and of ``tx`` with the rate set by ``tree_set``, as
+  migrate writes it: ``(optimizer, params)`` after them."""
   params, opt_state = _params(), tx.init(_params())
 
   @jax.jit
@@ -177,7 +186,7 @@ def test_injected_learning_rate_matches_apply_gradient_override(
     rate = jnp.float32(0.05 / (1 + step))
     optimizer = legacy_step(optimizer, _grads(step), rate)
     params, opt_state = new_step(params, opt_state, _grads(step), rate)
-  chex.assert_trees_all_equal(optimizer.target, params)
+  return optimizer, params
 
 
 def test_state_zeros_are_those_of_jnp_zeros_like():
@@ -200,3 +209,18 @@ def test_state_zeros_are_those_of_jnp_zeros_like():
         want[name].weak_type, want[name].committed), name
   traced = jax.jit(_numerics.zeros_like_tree)(params)
   chex.assert_trees_all_equal(traced, want, strict=True)
+
+
+def test_weight_norm_with_an_injected_rate_matches_the_shims_weight_norm():
+  # What migrate writes for `WeightNorm(Adam(beta2=0.99), wn_decay=1e-3)`
+  # stepped with `apply_gradient(g, learning_rate=lr)`: the rate is set in
+  # the wrapped transform's state, found there by tree_set.
+  optimizer = legacy_optim.WeightNorm(
+      legacy_optim.Adam(beta2=0.99), wn_decay=1e-3).create(_params())
+  tx = flax_optim_rules.weight_norm(
+      flax_optim_rules.inject_learning_rate(flax_optim_rules.adam)(
+          learning_rate=0.0, beta2=0.99), wn_decay=1e-3)
+  optimizer, params = _step_with_rates(optimizer, tx)
+  chex.assert_trees_all_equal(optimizer.target, params)
+  assert not np.array_equal(params['dense']['kernel'],
+                            _params()['dense']['kernel'])

@@ -134,7 +134,8 @@ def test_leftovers_in_a_notebook_are_reported_at_its_lines(tmp_path):
       {'cell_type': 'code', 'metadata': {}, 'outputs': [],
        'execution_count': None,
        'source': ['from flax import optim\n',
-                  'opt_def = optim.WeightNorm(optim.Adam(0.1))']}],
+                  'opt_def = optim.WeightNorm(optim.Adam(0.1), **options)'
+                  ]}],
       'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}
   raw = json.dumps(notebook, indent=1).encode()
   _, plan = migrate.migrate_notebook(raw, 'w.ipynb')
@@ -149,8 +150,9 @@ def test_leftovers_in_a_notebook_are_reported_at_its_lines(tmp_path):
   assert {(l.line, l.construct, l.code) for l in result.left} >= {
       (lines.index('    "from flax import optim\\n",') + 1, 'import',
        'from flax import optim'),
-      (lines.index('    "opt_def = optim.WeightNorm(optim.Adam(0.1))"') + 1,
-       'weight_norm', 'opt_def = optim.WeightNorm(optim.Adam(0.1))')}
+      (lines.index('    "opt_def = optim.WeightNorm(optim.Adam(0.1), '
+                   '**options)"') + 1, 'weight_norm',
+       'opt_def = optim.WeightNorm(optim.Adam(0.1), **options)')}
 
 
 def test_a_byte_order_mark_stays():

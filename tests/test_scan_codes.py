@@ -403,6 +403,22 @@ def test_migrate_exit_status_counts_held_findings_as_done(tmp_path):
   assert run([path])[0] == scan.EXIT_CLEAN
 
 
+def test_migrate_exit_status_follows_the_selection(tmp_path):
+  # The rewrite changes the line of the ignored jax.tree_map (.target goes),
+  # so no held note maps to it: only the selection keeps it out.
+  path = write(str(tmp_path), 'src/m.py', 'import jax\n'
+               'from flax import optim\n'
+               'opt_def = optim.Adam(0.1)\n'
+               'optimizer = opt_def.create(p)\n'
+               'x = jax.tree_map(f, optimizer.target)\n')
+  out = os.path.join(str(tmp_path), 'out')
+  status, text, _ = run(['--ignore', 'FOC2', '--out', out, path], migrate)
+  assert status == migrate.EXIT_CLEAN, text
+  migrated = os.path.join(out, 'm.py')
+  assert run(['--ignore', 'FOC2', migrated])[0] == scan.EXIT_CLEAN
+  assert run([migrated])[0] == scan.EXIT_FOUND  # it is there, unselected
+
+
 # ---------------------------------------------------------------------------
 # Speed: the fast paths give the full path's result.
 
@@ -445,6 +461,63 @@ def test_prefilters_and_processes_give_the_full_result(tmp_path,
   full = scan.scan_paths(paths)
   assert full == fast
   assert len(full.findings) > 100 and full.errors
+
+
+_IN_WORKERS = '''
+import json, os, sys
+from compat.codemod import _parallel, scan
+scan._FILES_PER_JOB = 1
+parent, scan_share = os.getpid(), scan._scan_share
+
+def in_a_worker(inputs, share):  # a share scanned here would fail the run
+  assert os.getpid() != parent, 'scanned in the parent process'
+  return scan_share(inputs, share)
+
+assert _parallel.can_fork()
+one = scan.to_json(scan.scan_paths(sys.argv[1:]))
+scan._scan_share = in_a_worker
+print(json.dumps([one] + [scan.to_json(scan.scan_paths(sys.argv[1:], jobs=j))
+                          for j in (2, 3)]))
+'''
+
+
+def test_jobs_scan_with_the_project_model_in_worker_processes(tmp_path):
+  root = str(tmp_path)
+  # A definition made in one module, created in another that never spells
+  # optim (only the project's model links them), and a notebook using it.
+  write(root, 'pkg/configs.py', '''\
+      from flax import optim
+      class OptimizerConfig:
+        def create_optimizer_def(self):
+          return optim.Adam(0.1)
+      ''')
+  write(root, 'pkg/train.py', '''\
+      from pkg import configs
+      definition = configs.OptimizerConfig().create_optimizer_def()
+      state = definition.create(params)
+      ''')
+  with open(os.path.join(root, 'use.ipynb'), 'w') as f:
+    json.dump({'cells': [{'cell_type': 'code', 'metadata': {}, 'outputs': [],
+                          'execution_count': None, 'source': [
+                              'from pkg.configs import OptimizerConfig\n',
+                              'd = OptimizerConfig().create_optimizer_def()\n',
+                              'state = d.create(params)']}],
+               'metadata': {}, 'nbformat': 4, 'nbformat_minor': 5}, f,
+              indent=1)
+  for i in range(6):
+    write(root, f'pkg/filler_{i}.py', 'import jax\nx = jax.tree_map(f, x)\n')
+  write(root, 'pkg/broken.py', 'def (:\n')
+  done = subprocess.run([sys.executable, '-c', _IN_WORKERS, root],
+                        capture_output=True, text=True, timeout=300,
+                        cwd=ROOT)
+  assert done.returncode == 0, done.stderr
+  one, *jobs = json.loads(done.stdout)
+  found = {(f['path'].rsplit('/', 1)[-1], f['line'], f['rule'])
+           for f in one['findings']}
+  assert {('train.py', 3, 'FOC108'), ('configs.py', 4, 'FOC103'),
+          ('use.ipynb', 11, 'FOC108')} <= found, found
+  assert one['errors'] and one['files_scanned'] == 10
+  assert all(result == one for result in jobs)
 
 
 def test_jobs_flag(tmp_path):
@@ -512,6 +585,20 @@ def test_every_removal_matcher_has_its_words():
     ('state = state.apply_gradient(g)\n', True),
     ('x = jax.tree_util.tree_map(f, x)\n', False),
     ('import jax as tree_util\nx = tree_util.tree_map(f, x)\n', True),
+    ('import jax\nx = jax.tree_util.\\\n  tree_map(f, x)\n', False),
+    ('import jax\nx = jax.tree_util.tree_map(f, x)\ny = jax.tree_map(f, y)\n',
+     True),
+    # jax.partial moved to functools.partial (the same word after functools)
+    ('import functools\nf = functools.partial(g, 1)\n', False),
+    ('import functools\nf = functools . partial(g)\n', False),
+    ('import jax\nf = jax.partial(g)\n', True),
+    ('import jax as functools\nf = functools.partial(g)\n', True),
+    # method names count only as attributes (the licence header's "copy")
+    ('# You may obtain a copy of the License at\npop = 1\nx = 2\n', False),
+    ('x = variables.copy({"a": 1})\n', True),
+    ('x = (variables.  # the merge\n     copy({"a": 1}))\n', True),
+    ('rest, params = variables.pop("params")\n', True),
+    ('def replicate(x):\n  return x\ny = replicate(3)\n', False),
     ('from flax.training import checkpoints\n'
      'checkpoints.save_checkpoint(d, state, 1)\n', False),
     ('from flax.training import checkpoints\n'

@@ -40,6 +40,10 @@ _SAME_KIND = {
     'flax.jax_utils.replicate': (0, 'tree'),
     'flax.jax_utils.unreplicate': (0, 'tree'),
     'flax.training.checkpoints.restore_checkpoint': (1, 'target'),
+    # A leaf-wise map keeps its first tree's structure and classes
+    # (``jnp.where(is_finite, new, old)`` over two optimizers).
+    'jax.tree_util.tree_map': (1, 'tree'),
+    'jax.tree_map': (1, 'tree'),
 }
 
 
@@ -173,6 +177,8 @@ class OptimizerFlow:
         scope.annotated[child.target.id] = child.annotation
       scope.bindings.setdefault(child.target.id, []).append(
           child.value if child.value is not None else 'unknown')
+    # ``del name`` binds nothing: a read after it fails, so it holds no
+    # other value (``del optimizer`` once it is stored in a state class).
     elif isinstance(child, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With,
                             ast.AsyncWith, ast.NamedExpr, ast.ExceptHandler,
                             ast.comprehension, ast.Import, ast.ImportFrom,
@@ -452,7 +458,9 @@ class OptimizerFlow:
         if self.base is not None and func.attr == 'unreplicate':
           return None
         return True if plain else None
-      if isinstance(func, ast.Attribute) and func.attr == 'apply_gradient':
+      if isinstance(func, ast.Attribute) and func.attr in (
+          'apply_gradient', 'replace'):
+        # A step, or a struct's copy with fields replaced: an Optimizer.
         return True if self.is_optimizer(func.value, scope) else None
       return None
     return True if self.is_optimizer(value, scope) else None

@@ -151,15 +151,16 @@ def is_optimizer_annotation(names, node) -> bool:
 
 def own_returns(function) -> list:
   """The values (None for a bare ``return``) of ``function``'s own returns,
-  not those of functions or classes nested in it."""
+  not those of functions or classes nested in it. A return is a statement:
+  only statement lists are walked (no expression holds one)."""
   values, stack = [], list(function.body)
   while stack:
     node = stack.pop()
     if isinstance(node, ast.Return):
       values.append(node.value)
     elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                               ast.ClassDef, ast.Lambda)):
-      stack.extend(ast.iter_child_nodes(node))
+                               ast.ClassDef)):
+      stack.extend(_walk.statement_children(node))
   return values
 
 
@@ -270,7 +271,7 @@ class ModuleNames:
     changed = True
     while changed:  # subclasses of subclasses
       changed = False
-      for node in ast.walk(self.tree):
+      for node in _walk.statements(self.tree):
         if isinstance(node, ast.ClassDef) and node.name not in self.user_defs:
           if any(self._is_def_class(b) for b in node.bases):
             self.user_defs.add(node.name)
@@ -326,7 +327,7 @@ class ModuleNames:
     return None
 
   def _collect_assignments(self):
-    assigns = [n for n in ast.walk(self.tree)
+    assigns = [n for n in _walk.statements(self.tree)
                if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value]
     for _ in range(3):  # flow-insensitive fixpoint, shallow chains
       for node in assigns:

@@ -48,6 +48,21 @@ class _Source(NamedTuple):
     return ''.join(l.value for l in self.literals)
 
 
+def _not_json(constant: str):
+  raise ValueError(f'{constant} is not JSON')
+
+
+# Skips a value no code cell's source can lie in (outputs, metadata) in C;
+# NaN and Infinity, which json.loads takes, are left to the walk to reject.
+_SKIP = json.JSONDecoder(parse_constant=_not_json)
+
+
+def _may_hold_sources(path: tuple) -> bool:
+  """The document, its ``cells`` and each cell (sources are at
+  ``('cells', i, 'source')``)."""
+  return not path or (path[0] == 'cells' and len(path) <= 2)
+
+
 class _Spans:
   """Walks JSON text, recording the code cells' source literals."""
 
@@ -66,6 +81,11 @@ class _Spans:
     if char == '"':
       value, end = json.decoder.scanstring(self.text, position + 1)
       return end, value
+    if char in '{[' and not _may_hold_sources(path):
+      try:
+        return _SKIP.raw_decode(self.text, position)[1], None
+      except ValueError:
+        pass  # the walk below says where
     if char == '{':
       return self.object(position, path), None
     if char == '[':
@@ -174,7 +194,7 @@ class Notebook:
     self.module = ''.join(parts)
     # ASCII escapes (json.dumps' default) or the characters themselves
     # (nbformat's): new literals follow what the file already does.
-    self.ensure_ascii = not any(ord(c) > 127 for c in self.text) and bool(
+    self.ensure_ascii = self.text.isascii() and bool(
         re.search(r'\\u(?!00[0-7])[0-9a-fA-F]{4}', self.text))
 
   def file_line(self, module_line: int) -> int:

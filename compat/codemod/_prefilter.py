@@ -16,7 +16,7 @@ row brings its word; a new kind of matcher must add its own here
 
 import functools
 import re
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from compat.codemod import _names
 from compat.codemod import _removals
@@ -40,6 +40,12 @@ _SCAN_WORDS = (
     'apply_gradient', 'compute_gradient', 'compute_gradients', 'optimize',
     'replicate',
 )
+# Words whose findings read them only as an attribute's name (the legacy
+# methods, ``x.copy({...})``, ``rest, params = v.pop('params')``: the
+# matchers test ``node.func.attr``): ``copy`` in a licence header, or a
+# local ``pop``, is not one. A word the tables also give stays plain.
+_METHOD_WORDS = ('copy', 'pop', 'apply_gradient', 'compute_gradient',
+                 'compute_gradients', 'optimize', 'replicate')
 
 
 def _last(path: str) -> str:
@@ -51,33 +57,51 @@ class Triggers(NamedTuple):
   # checkpoint functions: a finding needs an optimizer among the arguments,
   # which without flax.optim means a name such as ``opt_state``
   checkpoint_words: frozenset
-  # removed ``jax.W`` whose ``jax.tree_util.W`` is today's name: spelled
-  # after ``tree_util.``, W is not the removed one
-  tree_util_words: frozenset
+  # removed ``a.W`` whose today's name keeps W after another module M
+  # (``jax.tree_map``: ``tree_util.tree_map``; ``jax.partial``:
+  # ``functools.partial``): W -> M. Spelled after ``M.``, W is today's.
+  today_words: dict
+  # ``_METHOD_WORDS``: a finding needs ``.W``
+  attribute_words: frozenset = frozenset()
+
+
+def _today_modules() -> dict:
+  """``Triggers.today_words`` from the tables of moved and renamed names
+  (a word some removed path also spells after M stays a plain word)."""
+  removed: dict = {}
+  for old in (*_removals._RENAMED, *_removals._MOVED):
+    removed.setdefault(_last(old), set()).add(old.rpartition('.')[0])
+  today: dict = {}
+  for old, new in (*_removals._RENAMED.items(), *_removals._MOVED.items()):
+    module, _, word = new.rpartition('.')
+    if word == _last(old) and module:
+      today.setdefault(word, set()).add(_last(module))
+  return {word: modules.pop() for word, modules in today.items()
+          if len(modules) == 1 and not any(
+              p == m or p.endswith('.' + m) for p in removed[word]
+              for m in modules)}
 
 
 def triggers(checkpoint_functions) -> Triggers:
   """The words a finding outside flax.optim's imports may need (``nn``:
   ``_mentions_flax_nn``)."""
-  found = set(_SCAN_WORDS)
+  tables: set = set()  # the words of the removals' and traversals' tables
   for table in (_removals._MOVED, _removals._NO_OPS,
                 _removals._KV_ATTENTION, _removals._MOVED_MODULES,
-                _removals._AT_METHODS):
-    found |= {_last(p).rstrip('()') for p in table}
-  renamed: dict = {}
-  for path in _removals._RENAMED:
-    renamed.setdefault(_last(path), set()).add(path.rpartition('.')[0])
-  tree_util = {word for word, parents in renamed.items()
-               if not any(p.endswith('tree_util') for p in parents)}
-  found |= set(renamed) - tree_util
-  found |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
-  found.add(_last(_removals.LR_SCHEDULE))
+                _removals._AT_METHODS, _removals._RENAMED):
+    tables |= {_last(p).rstrip('()') for p in table}
+  today = _today_modules()
+  tables -= set(today)
+  tables |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
+  tables.add(_last(_removals.LR_SCHEDULE))
+  tables |= set(_names.TRAVERSALS)
+  attribute = frozenset(_METHOD_WORDS) - tables
+  found = tables | set(_SCAN_WORDS)
   for needed in MATCHER_WORDS.values():
     found |= set(needed)
-  found |= set(_names.TRAVERSALS)
-  return Triggers(frozenset(found),
-                  frozenset(_last(p) for p in checkpoint_functions),
-                  frozenset(tree_util))
+  return Triggers(frozenset(found - attribute),
+                  frozenset(_last(p) for p in checkpoint_functions), today,
+                  attribute)
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -88,28 +112,66 @@ def triggers(checkpoint_functions) -> Triggers:
 # no shorter: two readings of one '#...' would make a run of '#'s (a banner)
 # backtrack exponentially where no match follows.
 _GAP = r'(?:\s|\\\n|#[^\n]*(?:\n|\Z))*'
-_ATTRIBUTE_NN = re.compile(rf'(?<!\bjax)\.{_GAP}nn\b')
+# A pattern below that starts a word is written without the leading \b
+# (sre then scans for its first letters instead of trying every position,
+# ten to forty times faster here) and found through ``_word_starts``.
 _ANY_ATTRIBUTE_NN = re.compile(rf'\.{_GAP}nn\b')
-_FLAX_AS_JAX = re.compile(r'\bas\s+jax\b')
+_FLAX_AS_JAX = re.compile(r'as\s+jax\b')
 _FROM_FLAX_IMPORT = re.compile(
-    rf'\bfrom{_GAP}flax{_GAP}import{_GAP}(\([^)]*\)|[^\n;]*(?:\\\n[^\n;]*)*)')
+    rf'from{_GAP}flax{_GAP}import{_GAP}(\([^)]*\)|[^\n;]*(?:\\\n[^\n;]*)*)')
 _ALIAS = re.compile(r'\bas\s+\w+')
-_JAX_CONFIG = re.compile(rf'\bjax{_GAP}\.{_GAP}config\b')
+_JAX_CONFIG = re.compile(rf'jax{_GAP}\.{_GAP}config\b')
+
+
+def _is_word_character(character: str) -> bool:
+  return character.isalnum() or character == '_'  # sre's \w on str
+
+
+def _word_starts(pattern: re.Pattern, text: str) -> Iterator[re.Match]:
+  """The matches ``findall`` gives for ``\\b`` + ``pattern`` (a pattern
+  that begins with a word character): each match of ``pattern`` where no
+  word character precedes it."""
+  match = pattern.search(text)
+  while match:
+    start = match.start()
+    if start and _is_word_character(text[start - 1]):
+      match = pattern.search(text, start + 1)
+      continue
+    yield match
+    match = pattern.search(text, max(match.end(), start + 1))
+
+
+def _found(pattern: re.Pattern, text: str) -> bool:
+  """``re.search(r'\\b' + pattern, text)``, fast (``_word_starts``)."""
+  return next(_word_starts(pattern, text), None) is not None
+
+
+def _after_jax(text: str, dot: int) -> bool:
+  """Whether the word ``jax`` ends right before ``text[dot]``."""
+  start = dot - 3
+  return start >= 0 and text[start:dot] == 'jax' and not (
+      start and _is_word_character(text[start - 1]))
 
 
 def _mentions_flax_nn(text: str) -> bool:
   if 'nn' not in text:
     return False
-  if _ANY_ATTRIBUTE_NN.search(text) and (
-      _ATTRIBUTE_NN.search(text) or _FLAX_AS_JAX.search(text)):
+  # ``.nn`` after anything but the word jax, or ``import flax as jax``
+  dots = []
+  match = _ANY_ATTRIBUTE_NN.search(text)
+  while match:
+    dots.append(match.start())
+    match = _ANY_ATTRIBUTE_NN.search(text, match.start() + 1)
+  if dots and (not all(_after_jax(text, dot) for dot in dots) or
+               _found(_FLAX_AS_JAX, text)):
     return True
-  for names in _FROM_FLAX_IMPORT.findall(text):
+  for found in _word_starts(_FROM_FLAX_IMPORT, text):
+    names = found.group(1)
     if '#' in names or re.search(r'\bnn\b', _ALIAS.sub('', names)):
       return True
   return False
 
 
-_TREE_UTIL_ALIAS = re.compile(r'\bas\s+tree_util\b')
 # ``_names.OPTIMIZER_NAME`` (an identifier with ``optimizer`` in it, or
 # ``opt``/``optim`` as one of its ``_``-separated parts) read on the whole
 # text: a letter or digit next to the part ends it, ``_`` does not.
@@ -121,24 +183,61 @@ def _has_optimizer_name(text: str) -> bool:
   return 'opt' in text.lower() and bool(_OPTIMIZER_NAME_IN_TEXT.search(text))
 
 
-def _mentions_removed_tree_function(text: str, words: frozenset) -> bool:
-  if not _spells(text, words):
-    return False
-  if _TREE_UTIL_ALIAS.search(text):  # ``import jax as tree_util``
-    return True
-  today = re.compile(rf'\btree_util{_GAP}\.{_GAP}(?:{"|".join(words)})\b')
-  return _spells(today.sub('', text), words)
+def _mentions_removed_word(text: str, today: dict) -> bool:
+  """Whether a word of ``today`` (W -> M) may be the removed name: spelled
+  other than as ``M.W``, or M is an alias (``import jax as tree_util``).
+  Without flax.optim, only imports bind names (``ModuleNames`` collects
+  no assignment there), so ``M.W`` is today's name unless one says ``as
+  M``."""
+  for word, module in today.items():
+    if word not in text:
+      continue
+    if module in text and _found(_alias(module), text):
+      if _found(_whole(word), text):
+        return True
+    elif text.count(word) != text.count(f'{module}.{word}') and sum(
+        1 for _ in _word_starts(_whole(word), text)) > sum(
+            1 for _ in _word_starts(_after(module, word), text)):
+      return True  # (every ``word`` right after ``module.``: today's)
+  return False
+
+
+# Patterns that start a word, for ``_word_starts`` (no leading \b).
+@functools.lru_cache(maxsize=None)
+def _alias(module: str) -> re.Pattern:
+  return re.compile(rf'as\s+{module}\b')
+
+
+@functools.lru_cache(maxsize=None)
+def _after(module: str, word: str) -> re.Pattern:
+  """``module.word`` (each match spells ``word`` once)."""
+  return re.compile(rf'{module}{_GAP}\.{_GAP}{word}\b')
 
 
 @functools.lru_cache(maxsize=None)
 def _whole(word: str) -> re.Pattern:
-  return re.compile(rf'\b{word}\b')
+  return re.compile(rf'{word}\b')
+
+
+def spells(text: str, word: str) -> bool:
+  """Whether ``text`` has ``word`` as a whole identifier."""
+  return word in text and _found(_whole(word), text)
 
 
 def _spells(text: str, words) -> bool:
   """Whether ``text`` has one of ``words`` as a whole identifier (names
   and attributes are: ``apply_gradients`` is not ``apply_gradient``)."""
-  return any(w in text and _whole(w).search(text) for w in words)
+  return any(w in text and _found(_whole(w), text) for w in words)
+
+
+@functools.lru_cache(maxsize=None)
+def _attribute(word: str) -> re.Pattern:
+  return re.compile(rf'\.{_GAP}{word}\b')
+
+
+def _spells_attribute(text: str, words) -> bool:
+  """Whether ``text`` has one of ``words`` as an attribute's name."""
+  return any(w in text and _attribute(w).search(text) for w in words)
 
 
 def may_find(text: str, given: Triggers) -> bool:
@@ -146,8 +245,9 @@ def may_find(text: str, given: Triggers) -> bool:
   (``triggers()``) and no flax.nn. Only for a module that cannot name
   flax.optim (scan looks at every other one)."""
   return (_spells(text, given.words) or
-          ('config' in text and bool(_JAX_CONFIG.search(text))) or
+          _spells_attribute(text, given.attribute_words) or
+          ('config' in text and _found(_JAX_CONFIG, text)) or
           _mentions_flax_nn(text) or
-          _mentions_removed_tree_function(text, given.tree_util_words) or
+          _mentions_removed_word(text, given.today_words) or
           (_spells(text, given.checkpoint_words) and
            _has_optimizer_name(text)))

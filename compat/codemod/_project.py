@@ -10,18 +10,25 @@ per project, what a single module cannot see:
   re-exports resolve through ``_names.ModuleNames``);
 * which of them return an OptimizerDef on every path (a least fixpoint:
   recursion proves nothing), so ``make_def().create(p)`` in another module
-  is known to create an optimizer;
+  is known to create an optimizer; a method call runs one of several
+  overrides, which must all agree (an abstract one that only raises
+  agrees): those of the class an attribute is annotated with
+  (``factory: configs.OptimizerConfig``) and its subclasses, else every
+  method of that name;
 * every call of such a factory in the project and what its result meets
   there: ``.create(...)`` (directly or through a name only ``.create`` reads,
   or a return of another factory) is a use migrate can follow; anything else
   (an argument, an attribute, a container) is not, and keeps the flow whole;
 * dataclass and NamedTuple fields annotated ``optim.Optimizer`` (also
   ``Optional[...]``) in any module, so ``tstate.optimizer.target`` is known
-  where ``tstate``'s class is defined elsewhere;
+  where ``tstate``'s class is defined elsewhere; what the class's
+  constructor, ``.replace`` or ``._replace`` stores there (``Holder``,
+  ``field_stores``) must be provably an optimizer in the module storing it;
 * the links between the modules of one flow (``Link``), which ``migrate``
   checks after planning (``flow_violations``): a definition rewritten in one
-  module whose ``.create`` stays in another (or the other way round) rolls
-  every module of that flow back.
+  module whose ``.create`` stays in another (or the other way round), or a
+  module that makes, stores or reads a holder's optimizer migrated while
+  another is not, rolls every module of that flow back.
 
 Why not LibCST's ``FullRepoManager`` with ``FullyQualifiedNameProvider``:
 it names what an import binds (relative imports included), which
@@ -37,6 +44,7 @@ from typing import NamedTuple, Optional
 
 from compat.codemod import _multi
 from compat.codemod import _names
+from compat.codemod import _walk
 
 # What a factory's result meets at a call site that migrate can follow.
 _CREATE = 'create'
@@ -44,6 +52,13 @@ _CREATED_HERE = 'its `.create(...)` is here'
 # A user rule class's call or subclass in another module: it moves onto
 # flax_optim_rules.RuleDef only together with the class.
 _RULE_USED_HERE = 'the rule class is called or subclassed here'
+# What ``flow_violations`` asks of a field link's modules: whether each
+# migrates its optimizer flow whole.
+WHOLE_FLOW = 'flow'
+# The construct of a field link's line kept as it was, and of a value
+# stored in such a field that is not provably an optimizer (a flow one:
+# the module's flow stays with it).
+HELD_IN_FIELD = 'optimizer_field'
 # Decorators that leave who calls a method as it was.
 _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 
@@ -61,11 +76,65 @@ class Link(NamedTuple):
   consumer_line: Optional[int]
   call_line: int
   reason: str
+  # 'definition': producer_line makes a definition, consumer_line is its
+  # `.create`; 'field': producer_line declares a field annotated
+  # `optim.Optimizer`, the consumer module makes, stores or uses what the
+  # field holds (the two modules' whole flows must agree).
+  kind: str = 'definition'
 
   def describe(self) -> str:
     where = self.consumer_line or self.call_line
+    if self.kind == 'field':
+      return f'{self.consumer_path}:{where} {self.reason}'
     return (f'{self.producer_path}:{self.producer_line} makes the '
             f'definition, {self.consumer_path}:{where}: {self.reason}')
+
+
+class Holder(NamedTuple):
+  """A class of the user's (dataclass, NamedTuple) with a field annotated
+  ``optim.Optimizer``: what its constructor's arguments are stored in."""
+  path: str
+  line: int  # the optimizer field's annotation
+  name: str  # the class's name
+  fields: tuple  # its annotated fields in order: constructor positions
+  field: str  # the optimizer field
+
+
+def holders_in(path, tree, names) -> list:
+  """The ``Holder`` classes ``tree`` defines (top-level and nested)."""
+  found = []
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.ClassDef):
+      continue
+    fields = [item for item in node.body if isinstance(
+        item, ast.AnnAssign) and isinstance(item.target, ast.Name)]
+    order = tuple(item.target.id for item in fields)
+    for item in fields:
+      if _names.is_optimizer_annotation(names, item.annotation):
+        found.append(Holder(path, item.lineno, node.name, order,
+                            item.target.id))
+  return found
+
+
+def field_stores(call, holders) -> list:
+  """``[(holder, value)]``: what ``call`` stores in an optimizer field of
+  one of ``holders``: the class called by its name (positionally or by
+  keyword, also through a module or an alias of the same name), or
+  ``.replace``/``._replace`` with the field's keyword."""
+  func = call.func
+  called = func.id if isinstance(func, ast.Name) else (
+      func.attr if isinstance(func, ast.Attribute) else None)
+  stores = []
+  for holder in holders:
+    if called in ('replace', '_replace') or called == holder.name:
+      stores += [(holder, k.value) for k in call.keywords
+                 if k.arg == holder.field]
+    if called == holder.name:
+      position = holder.fields.index(holder.field)
+      if position < len(call.args) and not any(
+          isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+        stores.append((holder, call.args[position]))
+  return stores
 
 
 class _ReturnsOf(NamedTuple):
@@ -82,9 +151,11 @@ class _Function(NamedTuple):
 class Model:
   """The project's factories of OptimizerDefs, their call sites, fields."""
 
-  def __init__(self, parsed, module_names_of, reexports):
+  def __init__(self, parsed, module_names_of, reexports, parse=None):
     """``parsed``: [(shown path, source, tree)]; ``module_names_of``: shown
-    path -> the dotted names its module may be imported by."""
+    path -> the dotted names its module may be imported by. A tree may be
+    None where ``parse(path)`` gives it (None: it does not parse): only the
+    modules the model reads are parsed (``scan``)."""
     self.reexports = reexports
     self.module_names_of = module_names_of
     self.functions: dict[str, _Function] = {}  # dotted name -> function
@@ -102,6 +173,16 @@ class Model:
     self.user_rules: dict[str, tuple] = {}
     # Dotted names of the user rule classes that another module calls.
     self.called_rules: set[str] = set()
+    self.holders: list[Holder] = []  # classes with an optimizer field
+    # The project's classes by every dotted name, their bases' dotted
+    # names, and per attribute the classes its annotations name (None in
+    # the set: one declaration names no class of the project, or a class
+    # assigns ``self.<attr>`` without annotating it).
+    self.classes: dict[str, ast.ClassDef] = {}
+    self._bases: dict[ast.ClassDef, tuple] = {}
+    self._attribute_classes: dict[str, set] = {}
+    self._function_of: dict[int, _Function] = {}  # id(method node) -> it
+    self._subclasses_memo: dict = {}
     self._taken: set[str] = set()  # dotted names two functions share
     # FunctionDef -> its own returns, read once.
     self._returns: dict = {}
@@ -111,13 +192,20 @@ class Model:
     # can hold or call one: the rest of a large tree is never analysed.
     tokens = {'optim', 'flax.optim', 'legacy_optim'} | {
         k.rpartition('.')[2] for k in reexports}
+    unparsed: set[str] = set()
     while tokens:
       pattern = re.compile(rb'\b(' + b'|'.join(
           re.escape(t.encode()) for t in sorted(tokens)) + rb')\b')
       fresh = [p for p, (source, _) in sources.items()
-               if p not in self.names and pattern.search(source)]
+               if p not in self.names and p not in unparsed and
+               pattern.search(source)]
       for path in fresh:
-        self._read(path, sources[path][1])
+        tree = sources[path][1]
+        tree = parse(path) if tree is None and parse else tree
+        if tree is None:
+          unparsed.add(path)
+        else:
+          self._read(path, tree)
       for dotted in self._taken:
         self.functions.pop(dotted, None)
       known = {self._returns[f].name for f in self.def_functions}
@@ -132,7 +220,9 @@ class Model:
     for path in self.names:
       self._link_calls(path, self.trees[path])
       self._link_rule_uses(path, self.trees[path])
+      self._link_disagreeing_overrides(path, self.trees[path])
     self._link_unseen_callers()
+    self._link_holders(sources)
 
   def _read(self, path, tree):
     dotted = self.module_names_of.get(path) or [None]
@@ -194,25 +284,116 @@ class Model:
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         self._add(path, node.name, _Function(path, node, False))
       elif isinstance(node, ast.ClassDef):
+        self._index_class(path, node, names)
         for item in node.body:
           if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function = _Function(path, item, True)
             self.methods.setdefault(item.name, []).append(function)
+            self._function_of[id(item)] = function
             self._add(path, f'{node.name}.{item.name}', function)
           elif isinstance(item, ast.AnnAssign) and isinstance(
               item.target, ast.Name):
             field = item.target.id
             self.fields[field] = self.fields.get(field, True) and (
                 _names.is_optimizer_annotation(names, item.annotation))
+    self.holders += holders_in(path, tree, names)
     # Every other function (top-level or nested) shares the name space of
     # methods called on an unknown receiver: such a name is no method's
     # alone (see ``_method_candidates``).
     indexed = {id(f.node) for group in self.methods.values() for f in group}
-    for node in ast.walk(tree):
+    for node in _walk.statements(tree):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
           id(node) not in indexed):
         self.methods.setdefault(node.name, []).append(
             _Function(path, node, False))
+
+  def _index_class(self, path, node, names):
+    """The class by its dotted names, its bases, its annotated attributes
+    (what ``self.factory.method()`` may run, see ``_hierarchy_methods``)."""
+    for module in self.module_names_of.get(path, ()):
+      self.classes[f'{module}.{node.name}'] = node
+    self._bases[node] = tuple(_dotted(base, names) for base in node.bases)
+    annotated = set()
+    for item in node.body:
+      if isinstance(item, ast.AnnAssign) and isinstance(item.target,
+                                                        ast.Name):
+        annotated.add(item.target.id)
+        self._attribute_classes.setdefault(item.target.id, set()).add(
+            _dotted(item.annotation, names))
+    for item in ast.walk(node):
+      if isinstance(item, ast.Attribute) and isinstance(
+          item.ctx, ast.Store) and isinstance(item.value, ast.Name) and (
+              item.value.id == 'self') and item.attr not in annotated:
+        self._attribute_classes.setdefault(item.attr, set()).add(None)
+
+  def _hierarchy_methods(self, call) -> Optional[list]:
+    """What ``x.attr.method(...)`` may run where every class of the project
+    declaring ``attr`` annotates it with a class of the project: that
+    class's method (its own or inherited) and every override in its
+    subclasses; None where that is not known (then the method's name
+    decides, ``_method_candidates``)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(
+        func.value, ast.Attribute):
+      return None
+    annotated = self._attribute_classes.get(func.value.attr)
+    if not annotated or None in annotated:
+      return None
+    roots = [self.classes.get(dotted) for dotted in annotated]
+    if None in roots:
+      return None
+    found: list = []
+    for root in roots:
+      inherited = self._inherited_method(root, func.attr, set())
+      if inherited is None:
+        return None
+      found.append(inherited)
+      found += [m for sub in self._subclasses(root)
+                for m in [self._own_method(sub, func.attr)] if m is not None]
+    return list({id(f.node): f for f in found}.values())
+
+  def _own_method(self, node, name) -> Optional[_Function]:
+    return next((self._function_of.get(id(item)) for item in node.body
+                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and item.name == name), None)
+
+  def _inherited_method(self, node, name, seen) -> Optional[_Function]:
+    """The method ``name`` instances of class ``node`` run (its own, else
+    its bases' in order); None where a base is not a class of the project
+    (or the method is found nowhere)."""
+    if node in seen:
+      return None
+    seen.add(node)
+    own = self._own_method(node, name)
+    if own is not None:
+      return own
+    for dotted in self._bases[node]:
+      base = self.classes.get(dotted)
+      if base is None:
+        return None
+      found = self._inherited_method(base, name, seen)
+      if found is not None:
+        return found
+    return None
+
+  def _subclasses(self, root) -> list:
+    """Every class of the project below ``root``, transitively (kept until
+    the model reads more classes)."""
+    key = (root, len(self._bases))
+    if key not in self._subclasses_memo:
+      self._subclasses_memo[key] = self._find_subclasses(root)
+    return self._subclasses_memo[key]
+
+  def _find_subclasses(self, root) -> list:
+    found, frontier = [], [root]
+    while frontier:
+      parent = frontier.pop()
+      for node, bases in self._bases.items():
+        if node not in found and any(self.classes.get(b) is parent
+                                     for b in bases):
+          found.append(node)
+          frontier.append(node)
+    return found
 
   def _add(self, path, local, function):
     for module in self.module_names_of.get(path, ()):
@@ -243,6 +424,9 @@ class Model:
     func = call.func
     if not isinstance(func, ast.Attribute):
       return []
+    precise = self._hierarchy_methods(call)
+    if precise is not None:
+      return precise
     candidates = self.methods.get(func.attr, [])
     if not candidates or not all(c.is_method for c in candidates):
       return []
@@ -255,9 +439,15 @@ class Model:
       return function.node in self.def_functions
     if names.resolve(call.func) is not None:
       return False
-    candidates = self._method_candidates(call)
-    return bool(candidates) and all(c.node in self.def_functions
-                                    for c in candidates)
+    return self._methods_agree(self._method_candidates(call))
+
+  def _methods_agree(self, candidates) -> bool:
+    """Every override a call may run returns a definition, or gives its
+    caller nothing (an abstract base method), and one of them returns."""
+    makers = [c for c in candidates if c.node in self.def_functions]
+    return bool(makers) and all(
+        c.node in self.def_functions or _gives_nothing(c.node)
+        for c in candidates)
 
   def _solve_factories(self):
     """Least fixpoint: a factory returns defs (or other factories' ones)."""
@@ -384,6 +574,29 @@ class Model:
       self.links.append(Link(rule[0], rule[1].lineno, path, line,
                              node.lineno, reason))
 
+  def _link_disagreeing_overrides(self, path, tree):
+    """A method call some of whose overrides return a definition and some
+    something else (``return self.given``): what the call gives is not
+    known, so the definitions stay (a link with no consumer)."""
+    names = self.names[path]
+    for node in ast.walk(tree):
+      if not isinstance(node, ast.Call) or names.resolve(node.func):
+        continue
+      candidates = self._method_candidates(node)
+      others = [c for c in candidates if c.node not in self.def_functions
+                and not _gives_nothing(c.node)]
+      if not others or len(others) == len(candidates):
+        continue
+      self._called.update(c.node for c in candidates)
+      other = others[0]
+      reason = (f'{node.func.attr}() may run the override at '
+                f'{other.path}:{other.node.lineno}, which does not return a '
+                'flax.optim definition: what the call gives is not known')
+      for producer_path, producer_line in self._factory_producers(
+          node, names):
+        self.links.append(Link(producer_path, producer_line, path, None,
+                               node.lineno, reason))
+
   def _link_unseen_callers(self):
     """A factory no code of the project calls (or a decorated one: gin and
     its kind call it from elsewhere) hands its definition to code migrate
@@ -406,6 +619,28 @@ class Model:
       for path, line in self._producers(function):
         self.links.append(Link(path, line, function.path, None, node.lineno,
                                reason))
+
+  def _link_holders(self, sources):
+    """A field link from each class holding an optimizer to every module
+    that makes the class, replaces the field or reads it (``x.optimizer``
+    is an optimizer wherever every class declaring ``optimizer`` says so):
+    what one of them stores is what the others use, so their flows are
+    rewritten together or not at all."""
+    holders = [h for h in self.holders if self.fields.get(h.field)]
+    if not holders:
+      return
+    words = {h.field for h in holders} | {h.name for h in holders}
+    pattern = re.compile(rb'\b(' + b'|'.join(
+        re.escape(w.encode()) for w in sorted(words)) + rb')\b')
+    for path, (source, tree) in sources.items():
+      if not pattern.search(source):
+        continue
+      for holder, line in _holder_touches(tree, holders):
+        self.links.append(Link(
+            holder.path, holder.line, path, line, line,
+            f'makes, stores or reads the optimizer that '
+            f'`{holder.name}.{holder.field}` holds (declared at '
+            f'{holder.path}:{holder.line})', 'field'))
 
   def _factory_producers(self, call, names) -> list:
     function = self.callee(call, names)
@@ -463,19 +698,75 @@ class Model:
     return found or [(None, f'`{name}` is never created')]
 
 
+def _dotted(node, names) -> Optional[str]:
+  """The dotted name a class reference resolves to: an import, else a name
+  of the module itself."""
+  path = names.resolve(node)
+  if path is None and isinstance(node, ast.Name) and names.package_module:
+    path = f'{names.package_module}.{node.id}'
+  return path
+
+
+def _holder_touches(tree, holders) -> list:
+  """``[(holder, first line)]`` for each holder ``tree`` makes (a call of
+  its class's name), stores into (a keyword of its field) or reads (an
+  attribute named like its field, not of a call's result)."""
+  first = {}
+  for node in ast.walk(tree):
+    touched = []
+    if isinstance(node, ast.Call):
+      touched = [h for h, _ in field_stores(node, holders)]
+      func = node.func
+      called = func.id if isinstance(func, ast.Name) else getattr(
+          func, 'attr', None)
+      touched += [h for h in holders if h.name == called]
+    elif isinstance(node, ast.Attribute) and not isinstance(
+        node.value, ast.Call):
+      touched = [h for h in holders if h.field == node.attr]
+    for holder in touched:
+      if holder not in first or node.lineno < first[holder]:
+        first[holder] = node.lineno
+  return sorted(first.items(), key=lambda item: (item[0].path,
+                                                 item[0].line))
+
+
+def _gives_nothing(function) -> bool:
+  """An abstract base method, which hands its caller no value: every path
+  raises (no return of its own, and the body ends in a ``raise``, so
+  whatever runs before it ends there), or an ``@abc.abstractmethod`` whose
+  body is only a docstring, ``pass`` or ``...`` (run only through
+  ``super()``, whose None makes no override that returns it a factory)."""
+  if _names.own_returns(function):
+    return False
+  if isinstance(function.body[-1], ast.Raise):
+    return True
+  abstract = any(ast.unparse(d).rpartition('.')[2] == 'abstractmethod'
+                 for d in function.decorator_list)
+  return abstract and all(
+      isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(
+          s.value, ast.Constant)) for s in function.body)
+
+
 def flow_violations(links, rewritten) -> list:
   """Links whose two ends were not rewritten alike: a definition rewritten
   into an Optax transform meets a ``.create`` left as it was (or a
   ``TrainState.create`` meets a flax.optim definition).
 
   ``rewritten(path, line, construct)``: whether the planned result of
-  ``path`` rewrites ``construct`` at ``line``. A link with no consumer line
-  is violated as soon as its producer is rewritten. ``migrate`` calls this
-  before anything is written and rolls back every module of a violated
-  flow; any other writer of migrated code can call it the same way.
+  ``path`` rewrites ``construct`` at ``line`` (``WHOLE_FLOW``, line None:
+  whether the module's optimizer flow is migrated, for field links). A
+  link with no consumer line is violated as soon as its producer is
+  rewritten. ``migrate`` calls this before anything is written and rolls
+  back every module of a violated flow; any other writer of migrated code
+  can call it the same way.
   """
   violations = []
   for link in links:
+    if link.kind == 'field':
+      if rewritten(link.producer_path, None, WHOLE_FLOW) != rewritten(
+          link.consumer_path, None, WHOLE_FLOW):
+        violations.append(link)
+      continue
     made = rewritten(link.producer_path, link.producer_line, 'algorithm')
     if link.consumer_line is None:
       used = False
@@ -491,17 +782,21 @@ def flow_violations(links, rewritten) -> list:
   return violations
 
 
-def _rewrites(plan, line, construct) -> bool:
+def _rewrites(plan, line, construct, flow_migrated) -> bool:
+  if construct == WHOLE_FLOW:
+    return plan is not None and flow_migrated(plan)
   return plan is not None and any(
       e.line == line and e.construct.startswith(construct)
       for e in plan.edits)
 
 
-def roll_back(links, plan_of):
+def roll_back(links, plan_of, flow_migrated=lambda plan: True):
   """Yields ``(path, blocked)`` for each module whose optimizer flow must
   stay as it was, until ``flow_violations`` finds none.
 
-  ``plan_of(path)``: the module's current plan (None: not migrated). The
+  ``plan_of(path)``: the module's current plan (None: not migrated);
+  ``flow_migrated(plan)``: whether that plan migrates the module's
+  optimizer flow (nothing of it left as it was). The
   caller plans each yielded module again with ``blocked`` (``(line,
   construct, code, reason)`` of every link of the flow there) before the
   next one is asked for: a rolled-back module may break another link, so
@@ -512,7 +807,7 @@ def roll_back(links, plan_of):
   while True:
     violated = flow_violations(
         links, lambda path, line, construct: _rewrites(
-            plan_of(path), line, construct))
+            plan_of(path), line, construct, flow_migrated))
     component = _linked(links, {p for link in violated for p in (
         link.producer_path, link.consumer_path)}) - done
     if not component:
@@ -545,6 +840,12 @@ def _blocked_here(links, component, path) -> list:
     reason = ('kept as it was with its whole flow across modules (a '
               'definition, its optimizer and every use are rewritten '
               'together or not at all): ' + link.describe())
+    if link.kind == 'field':
+      if path in (link.producer_path, link.consumer_path):
+        line = (link.producer_line if link.producer_path == path else
+                link.consumer_line)
+        blocked.append((line, HELD_IN_FIELD, reason))
+      continue
     if link.producer_path == path:
       blocked.append((link.producer_line, 'algorithm', reason))
     if link.consumer_path == path:

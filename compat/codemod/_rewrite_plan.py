@@ -47,6 +47,7 @@ from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _multi
 from compat.codemod import _names
+from compat.codemod import _project
 from compat.codemod import _removals
 from compat.codemod import _user_rules
 
@@ -55,7 +56,7 @@ FLOW_CONSTRUCTS = frozenset((
     'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
     'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
     'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
-    'optimizer_def', 'reexport'))
+    'optimizer_def', 'reexport', _project.HELD_IN_FIELD))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
@@ -65,6 +66,12 @@ CHECKPOINT_NOTE = (
     'the checkpoint now holds a TrainState (step, params, opt_state); '
     'convert files written by the old code with `flax-optim-compat convert '
     'SRC DST --to train_state`')
+
+
+def flow_migrated(plan) -> bool:
+  """Whether ``plan`` migrates its module's optimizer flow: no part of it
+  is left as it was (the flow is rewritten whole or not at all)."""
+  return not any(l.construct in FLOW_CONSTRUCTS for l in plan.leftovers)
 
 
 class Edit(NamedTuple):
@@ -328,6 +335,7 @@ class Planner:
         reason = self._plan_use(node)
         if reason:
           leftovers.append(self._leftover(node, 'optimizer_use', reason))
+    leftovers += self._unproven_field_stores()
     for finding in self.findings:
       if finding.construct in NOTE_CONSTRUCTS:
         self.notes.append(Leftover(finding.line, finding.construct,
@@ -341,6 +349,28 @@ class Planner:
             'Optimizer/OptimizerDef here (its flow leaves what this file '
             'shows); ' + finding.replacement))
     return self.edits[before:], leftovers
+
+  def _unproven_field_stores(self) -> list:
+    """A value stored in a field annotated ``optim.Optimizer`` (the class
+    called, ``.replace(optimizer=...)``) that this module cannot prove is
+    an optimizer: its uses elsewhere would be rewritten while it stays."""
+    model = self.names.model
+    holders = model.holders if model is not None else (
+        _project.holders_in(None, self.tree, self.names))
+    leftovers = []
+    for node in ast.walk(self.tree):
+      if not isinstance(node, ast.Call):
+        continue
+      for holder, value in _project.field_stores(node, holders):
+        if not self.flow.is_optimizer(value):
+          leftovers.append(self._leftover(
+              value, _project.HELD_IN_FIELD,
+              f'`{self.text(value)[:60]}` goes into the field '
+              f'`{holder.field}` of {holder.name}, annotated '
+              'flax.optim.Optimizer, and is not provably a flax.optim '
+              'Optimizer here: the modules that read the field stay with '
+              'it'))
+    return leftovers
 
   def _replicate_calls(self):
     return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and
@@ -432,6 +462,8 @@ class Planner:
     return given
 
   def _plan_algorithm(self, node, name) -> Optional[str]:
+    if name == _CATALOGUE.WEIGHT_NORM.name and self.tier == 'exact':
+      return self._plan_weight_norm(node, name)
     if name not in _RULE_NAMES:
       return (f'{name}: {_CATALOGUE.REPLACEMENTS["weight_norm"].text}'
               if name == _CATALOGUE.WEIGHT_NORM.name else
@@ -474,6 +506,25 @@ class Planner:
     call = _CATALOGUE.migrate_call(name, {}, texts, self.inject)
     self._require_tx_imports()
     self.edit(node, call, 'algorithm', **parts)
+    return None
+
+  def _plan_weight_norm(self, node, name) -> Optional[str]:
+    """``optim.WeightNorm(opt_def, wn_decay=d)`` ->
+    ``flax_optim_rules.weight_norm(opt_def, wn_decay=d)``: the same rule
+    around the wrapped definition, which is rewritten where it is made (a
+    per-step rate is set in its injected state: tree_set finds it there)."""
+    given = self._given_arguments(node, name)
+    if given is None:
+      return 'arguments passed with * or ** cannot be mapped with certainty'
+    wrapped = given.get('wrapped_optimizer')
+    if wrapped is None or not self.flow.is_def(wrapped):
+      return (f'{name}: the wrapped optimizer is not provably a flax.optim '
+              'definition migrate rewrites here')
+    keywords = ''.join(f', {p}={{{p}}}' for p in ('wn_decay', 'wn_eps')
+                       if p in given)
+    self.imports.append((RULES_MODULE, None, None))
+    self.edit(node, f'{RULES_MODULE}.{_CATALOGUE.WEIGHT_NORM.module}('
+              f'{{wrapped_optimizer}}{keywords})', 'algorithm', **given)
     return None
 
   def _missing_rate(self, given) -> Optional[str]:
@@ -628,10 +679,10 @@ class Planner:
       self.imports.append(('jax', None, None))
     extra = [k.arg for k in call.keywords]
     if not extra and self.inject:
-      return ('this flow also steps with a learning_rate override: '
-              'flax.optim ran a step without one at the definition\'s own '
-              'rate, an injected Optax rate stays at the last one set; pass '
-              'learning_rate= here too and run migrate again')
+      return ('other steps of this flow set the learning rate '
+              '(apply_gradient(g, learning_rate=...)): in the injected state '
+              'a rate set so stays, while flax.optim took the definition\'s '
+              'own rate for this step')
     if not extra:
       self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
                 'apply_gradient', receiver=receiver, grads=call.args[0])

@@ -17,14 +17,22 @@ from typing import Iterator
 _STATEMENT_FIELDS = ('body', 'handlers', 'orelse', 'finalbody', 'cases')
 
 
+def statement_children(node: ast.AST) -> list:
+  """``node``'s statements, handlers and match cases, in the order
+  ``ast.iter_child_nodes`` gives them (among its other children)."""
+  found: list = []
+  for field in _STATEMENT_FIELDS:
+    children = getattr(node, field, None)
+    if type(children) is list:  # a Lambda's or IfExp's body is one node
+      found += children
+  return found
+
+
 def statements(tree: ast.AST) -> Iterator[ast.AST]:
   """Every statement under ``tree`` (with the handlers and match cases
   between them), in ``ast.walk``'s order."""
   todo = collections.deque([tree])
   while todo:
     node = todo.popleft()
-    for field in _STATEMENT_FIELDS:
-      children = getattr(node, field, None)
-      if type(children) is list:  # a Lambda's or IfExp's body is one node
-        todo.extend(children)
+    todo.extend(statement_children(node))
     yield node

@@ -279,7 +279,7 @@ def migrate_file(path: str, tier: str = 'exact',
   result = FileResult(shown, old, new, plan, None)
   try:
     return result._replace(left=left_in_output(
-        result, project.reexports if project else None))
+        result, project.reexports if project else None, chosen))
   except Exception as e:  # pylint: disable=broad-except
     return FileResult(shown, old, old, None, 'not migrated: re-scanning the '
                       f'result failed: {scan.failure(shown, e).message}')
@@ -319,11 +319,15 @@ def references(tree: ast.Module, reexports=None) -> list:
   return sorted(found)
 
 
-def left_in_output(result: FileResult, reexports=None) -> tuple:
+def left_in_output(result: FileResult, reexports=None,
+                   chosen=None) -> tuple:
   """Every flax.optim usage (scan's findings) and reference left in
   ``result.new``, as ``Leftover``s at their lines there, each with the
   plan's reason for leaving it (or why no rule covered it). What the
-  report and the summary count: what is left, not what was attempted."""
+  report and the summary count: what is left, not what was attempted;
+  ``chosen``: the selected codes (default all): a finding of another code
+  is not left (as ``scan --select/--ignore`` would not report it), nor a
+  reference unless flax.optim's import (FOC101) is selected."""
   notebook = None
   module = result.new
   if result.path.endswith('.ipynb'):
@@ -331,14 +335,17 @@ def left_in_output(result: FileResult, reexports=None) -> tuple:
     module = notebook.module.encode('utf-8')
   tree = ast.parse(module, filename=result.path)
   # (line in the module, construct, what to do by hand)
-  # What a scan of the output reports: lines kept by a noqa are not left.
+  # What a scan of the output reports: lines kept by a noqa are not left,
+  # nor findings of unselected codes (their lines keep their references).
+  every = scan.scan_file(module, result.path, tree, reexports)[0]
+  chosen = set(_codes.BY_CODE) if chosen is None else chosen
   found = [(f.line, f.construct, f'by hand: {f.replacement}')
-           for f in scan.scan_file(module, result.path, tree, reexports)[0]
-           if f.rule != _codes.UNUSED_NOQA]
+           for f in every if f.rule != _codes.UNUSED_NOQA and
+           f.rule in chosen]
   # A line with a noqa mark keeps its references too (the mark held them).
-  covered = {line for line, _, _ in found} | set(_noqa.suppressions(module))
+  covered = {f.line for f in every} | set(_noqa.suppressions(module))
   for line, path in references(tree, reexports):
-    if line not in covered:
+    if line not in covered and _codes.code_of('import') in chosen:
       covered.add(line)
       found.append((line, 'reference', f'{path} is still named here'))
   module_lines = module.decode('utf-8', 'replace').splitlines()
@@ -395,7 +402,8 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   key_of = {p.replace(os.sep, '/'): p for p in sources}
   for path, blocked in _project.roll_back(
       project.model.links if project.model else [],
-      lambda key: _result_plan(results, key_of, key)):
+      lambda key: _result_plan(results, key_of, key),
+      _rewrite_plan.flow_migrated):
     results[key_of[path]] = migrate_file(key_of[path], tier, project,
                                          rate_elsewhere, chosen, blocked)
   return sources, [results[p] for p in sources]

@@ -56,15 +56,13 @@ file never stops the scan of the others).
 
 import argparse
 import ast
-import concurrent.futures
+import collections.abc
 import contextlib
 import fnmatch
 import functools
 import gc
 import json
-import multiprocessing
 import os
-import re
 import sys
 from typing import Iterable, NamedTuple, Optional
 
@@ -77,6 +75,7 @@ from compat.codemod import _formats
 from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
+from compat.codemod import _parallel
 from compat.codemod import _prefilter
 from compat.codemod import _project
 from compat.codemod import _removals
@@ -159,9 +158,10 @@ _ANNOTATIONS = {
 }
 
 
-# Nodes without children that no visit_ method handles.
+# Nodes without children (other than leaves) that no visit_ method handles
+# (``_walked``).
 _LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
-           ast.unaryop, ast.Constant)
+           ast.unaryop, ast.Constant, ast.Name)
 _DISPATCH: dict = {}  # node class -> the _Visitor method that visits it
 
 
@@ -177,21 +177,19 @@ class _Visitor(ast.NodeVisitor):
   # bounded by parsing, so these dispatch through a per-class table and skip
   # the nodes that have no children and no visit_ method (same order).
   def visit(self, node):
-    method = _DISPATCH.get(type(node))
-    if method is None:
-      method = _DISPATCH[type(node)] = getattr(
-          type(self), 'visit_' + type(node).__name__, _Visitor.generic_visit)
-    method(self, node)
+    (_DISPATCH.get(type(node)) or _method(type(node)))(self, node)
 
   def generic_visit(self, node):
+    walked = _walked()
     for field in node._fields:
       value = getattr(node, field, None)
       if type(value) is list:
         for item in value:
-          if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
-            self.visit(item)
-      elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
-        self.visit(value)
+          kind = type(item)
+          if kind in walked:  # (not None, a name's str or a leaf)
+            (_DISPATCH.get(kind) or _method(kind))(self, item)
+      elif type(value) in walked:
+        (_DISPATCH.get(type(value)) or _method(type(value)))(self, value)
 
   @functools.cached_property
   def flow(self) -> _flow.OptimizerFlow:
@@ -384,6 +382,23 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, 'checkpoint', confidence=confidence)
 
 
+def _method(kind: type):
+  """The _Visitor method that visits nodes of class ``kind``."""
+  _DISPATCH[kind] = getattr(_Visitor, 'visit_' + kind.__name__,
+                            _Visitor.generic_visit)
+  return _DISPATCH[kind]
+
+
+@functools.lru_cache(maxsize=None)
+def _walked() -> frozenset:
+  """The node classes a walk enters: every class of ``ast`` but the
+  ``_LEAVES`` that no visit_ method handles."""
+  return frozenset(
+      kind for kind in vars(ast).values() if isinstance(kind, type) and
+      issubclass(kind, ast.AST) and not (issubclass(kind, _LEAVES) and (
+          'visit_' + kind.__name__ not in vars(_Visitor))))
+
+
 def module_names(tree, path, reexports=None, model=None):
   """``tree``'s ``ModuleNames``, as part of the project ``model`` if given
   (its relative imports, the factories of its other modules)."""
@@ -395,11 +410,8 @@ def module_names(tree, path, reexports=None, model=None):
 # A module can name flax.optim only through an import of ``flax.optim``,
 # ``legacy_optim`` or ``from flax import optim`` (the word ``optim``), or
 # through a name another scanned module re-exports (its own word).
-_FLAX_OPTIM_WORD = re.compile(r'\boptim\b|legacy_optim')
-
-
 def _mentions_optim(text: str) -> bool:
-  return 'optim' in text and bool(_FLAX_OPTIM_WORD.search(text))
+  return _prefilter.spells(text, 'optim') or 'legacy_optim' in text
 
 
 def _may_name_flax_optim(text: str, reexports) -> bool:
@@ -524,58 +536,164 @@ def failure(path: str, error: BaseException) -> ScanError:
                    f'{type(error).__name__}: {message}')
 
 
-def read_source(path: str, shown: str):
-  """``(source bytes, ast.Module, Notebook or None)`` of a .py file or a
-  notebook (its code cells as one module). Raises ``OSError``,
-  ``ValueError``, ``SyntaxError`` (see ``failure``)."""
-  with open(path, 'rb') as f:
-    raw = f.read()
-  notebook = None
-  if path.endswith('.ipynb'):
-    notebook = _notebook.Notebook(raw)
-    raw = notebook.module.encode('utf-8')
-  return raw, ast.parse(raw, filename=shown), notebook
+class _Files:
+  """The files under the scanned paths, each read once (a notebook as its
+  code cells' module), parsed on demand; a tree is kept where asked (the
+  modules the tables across modules read), so no file is parsed twice."""
+
+  def __init__(self, paths: Iterable[str], exclude=()):
+    self.paths: list[str] = []
+    self.roots: list[str] = []
+    self.shown: list[str] = []
+    self.sources: list = []  # bytes, or the exception reading raised
+    self.notebooks: dict = {}  # index -> its _notebook.Notebook
+    self.kept: dict = {}  # index -> its tree, or the exception parsing raised
+    self._texts: dict = {}  # index -> its source decoded
+    for root in paths:
+      for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
+        index = len(self.paths)
+        self.paths.append(path)
+        self.roots.append(root)
+        self.shown.append(path.replace(os.sep, '/'))
+        try:
+          with open(path, 'rb') as f:
+            source = f.read()
+          if path.endswith('.ipynb'):
+            self.notebooks[index] = _notebook.Notebook(source)
+            source = self.notebooks[index].module.encode('utf-8')
+        except Exception as e:  # pylint: disable=broad-except
+          self.sources.append(e)
+        else:
+          self.sources.append(source)
+    self.index_of = {shown: i for i, shown in enumerate(self.shown)}
+
+  def tree(self, index: int, keep: bool = True) -> ast.Module:
+    """The file's tree (kept for every later call where ``keep``). Raises
+    what reading or parsing it raised (see ``failure``)."""
+    found = self.kept.get(index)
+    if found is None:
+      try:
+        source = self.sources[index]
+        if isinstance(source, Exception):
+          raise source
+        found = ast.parse(source, filename=self.shown[index])
+      except Exception as e:  # pylint: disable=broad-except
+        found = e
+      if keep:
+        self.kept[index] = found
+    if isinstance(found, Exception):
+      raise found
+    return found
+
+  def parsed_tree(self, index: int) -> Optional[ast.Module]:
+    """``tree(index)``, None where the file does not read or parse."""
+    try:
+      return self.tree(index)
+    except Exception:  # pylint: disable=broad-except
+      return None
+
+  def text(self, index: int) -> str:
+    if index not in self._texts:
+      source = self.sources[index]
+      self._texts[index] = '' if isinstance(source, Exception) else (
+          source.decode('utf-8', 'replace'))
+    return self._texts[index]
+
+
+class _ModuleTable:
+  """Which file each dotted name (``_names.module_names``) may import: the
+  one file it names; of several, the one that parses if only one does,
+  else none. Settled on first use, so only the files sharing a name that
+  is looked up are parsed. Notebooks and unreadable files name nothing."""
+
+  def __init__(self, files: _Files):
+    self._files = files
+    self.names_of: dict = {}  # file index -> its dotted names
+    self.indices_of: dict = {}  # dotted name -> [file index]
+    self._settled: dict = {}  # dotted name -> file index or None
+    for index, (path, root) in enumerate(zip(files.paths, files.roots)):
+      if index in files.notebooks or isinstance(files.sources[index],
+                                                Exception):
+        continue
+      self.names_of[index] = _names.module_names(path, root)
+      for name in self.names_of[index]:
+        self.indices_of.setdefault(name, []).append(index)
+
+  def index_of(self, name: str) -> Optional[int]:
+    if name not in self._settled:
+      indices = self.indices_of[name]
+      if len(indices) > 1:
+        indices = [i for i in indices
+                   if self._files.parsed_tree(i) is not None]
+      self._settled[name] = indices[0] if len(indices) == 1 else None
+    return self._settled[name]
+
+
+class _UniqueNames(collections.abc.Mapping):
+  """Shown path -> the dotted names by which only that file may be
+  imported (``_project.Model``'s ``module_names_of``), settled lazily."""
+
+  def __init__(self, files: _Files, table: _ModuleTable):
+    self._files, self._table = files, table
+
+  def __getitem__(self, shown: str) -> list:
+    index = self._files.index_of[shown]
+    if index not in self._table.names_of:
+      raise KeyError(shown)
+    return [name for name in self._table.names_of[index]
+            if self._table.index_of(name) == index]
+
+  def __iter__(self):
+    return (self._files.shown[i] for i in self._table.names_of)
+
+  def __len__(self) -> int:
+    return len(self._table.names_of)
+
+
+class _AcrossModules(NamedTuple):
+  table: _ModuleTable
+  reexports: dict  # as Project.reexports
+  model: Optional[_project.Model]  # as Project.model
+  errors: list  # [ScanError] of the analysis across modules
+
+
+def _across_modules(files: _Files) -> _AcrossModules:
+  """The re-export table and the project's model of ``files``, parsing
+  (and keeping) only the modules they read; a failure of either is an
+  error under ``ACROSS_MODULES`` and each file is scanned on its own."""
+  table = _ModuleTable(files)
+  errors = []
+  try:
+    reexports = _reexports(table, files.text, files.parsed_tree)
+  except Exception as e:  # pylint: disable=broad-except
+    errors.append(failure(ACROSS_MODULES, e))
+    reexports = {}
+  readable = [(shown, source, None) for shown, source in zip(
+      files.shown, files.sources) if not isinstance(source, Exception)]
+  try:
+    model = _project.Model(
+        readable, _UniqueNames(files, table), reexports,
+        lambda shown: files.parsed_tree(files.index_of[shown]))
+  except Exception as e:  # pylint: disable=broad-except
+    errors.append(failure(ACROSS_MODULES, e))
+    model = None
+  return _AcrossModules(table, reexports, model, errors)
 
 
 def parse_project(paths: Iterable[str], exclude=()) -> Project:
   """Reads and parses every .py file and notebook under ``paths`` (see
   ``Project``); a file that fails is an error, never the run's end."""
+  files = _Files(paths, exclude)
+  across = _across_modules(files)
   parsed: list[tuple[str, bytes, ast.Module]] = []
   errors: list[ScanError] = []
-  notebooks: dict[str, _notebook.Notebook] = {}
-  by_module: dict[str, ast.Module] = {}
-  ambiguous: set[str] = set()
-  module_paths: dict[str, str] = {}
-  dotted_of: dict[str, list] = {}  # shown path -> its dotted names
-  for root in paths:
-    for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
-      shown = path.replace(os.sep, '/')
-      try:
-        source, tree, notebook = read_source(path, shown)
-      except Exception as e:  # pylint: disable=broad-except
-        errors.append(failure(shown, e))
-        continue
-      parsed.append((shown, source, tree))
-      if notebook is not None:
-        notebooks[shown] = notebook
-        continue  # not importable: a consumer only
-      absolute = os.path.abspath(path)
-      dotted_of[shown] = _names.module_names(path, root)
-      for name in dotted_of[shown]:
-        if name in by_module and by_module[name] is not tree:
-          ambiguous.add(name)
-        by_module[name] = tree
-        module_paths[name] = absolute
-  trees = {module_paths[k]: v for k, v in by_module.items()}
-  sources = {id(tree): source for _, source, tree in parsed}
-  try:
-    reexports = _reexports(
-        {k: module_paths[k] for k in by_module if k not in ambiguous},
-        lambda path: sources[id(trees[path])], trees.get)
-  except Exception as e:  # pylint: disable=broad-except
-    # Each file is still scanned on its own; none follows another's names.
-    errors.append(failure(ACROSS_MODULES, e))
-    reexports = {}
+  for index, shown in enumerate(files.shown):
+    try:
+      parsed.append((shown, files.sources[index], files.tree(index)))
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(failure(shown, e))
+  errors += across.errors
+  reexports = across.reexports
   exported: dict[str, set[str]] = {}
   for shown, source, tree in parsed:
     if not _may_name_flax_optim(source.decode('utf-8', 'replace'),
@@ -588,16 +706,14 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
       continue
     for dotted in used:
       module, _, local = dotted.rpartition('.')
-      exported.setdefault(module_paths[module], set()).add(local)
-  unique = {shown: [n for n in names if n not in ambiguous]
-            for shown, names in dotted_of.items()}
-  try:
-    model = _project.Model(parsed, unique, reexports)
-  except Exception as e:  # pylint: disable=broad-except
-    # Each file is still scanned and migrated on its own.
-    errors.append(failure(ACROSS_MODULES, e))
-    model = None
-  return Project(parsed, errors, reexports, exported, notebooks, model)
+      named = across.table.index_of(module)  # a module the table read
+      if named is not None:
+        exported.setdefault(os.path.abspath(files.paths[named]),
+                            set()).add(local)
+  notebooks = {files.shown[i]: notebook
+               for i, notebook in files.notebooks.items()}
+  return Project(parsed, errors, reexports, exported, notebooks,
+                 across.model)
 
 
 def in_file_lines(findings: list, notebook) -> list:
@@ -624,7 +740,7 @@ def scan_file(source: bytes, shown: str, tree, reexports,
               chosen=None, model=None) -> tuple:
   """``(reported, suppressed)`` findings of one parsed file: only codes in
   ``chosen`` (default all), ``# noqa`` lines kept out of ``reported``;
-  ``model``: the project's (``parse_project``), None in a ``-j`` worker."""
+  ``model``: the project's (``parse_project``; a ``-j`` worker's too)."""
   findings = scan_source(source, shown, reexports, tree, model)
   marks = _noqa.suppressions(source)
   lines = source.decode('utf-8', 'replace').splitlines() if marks else []
@@ -632,27 +748,31 @@ def scan_file(source: bytes, shown: str, tree, reexports,
                      else chosen, unused_noqa(shown, lines))
 
 
-def _reexports(modules: dict, source_of, tree_of) -> dict:
-  """``_names.project_reexports`` of the project's modules (``modules``:
-  dotted name -> path; ``source_of(path)``: its bytes; ``tree_of(path)``:
-  its ``ast.Module``, None if it does not parse), computed over the modules
+def _reexports(table: _ModuleTable, text_of, tree_of) -> dict:
+  """``_names.project_reexports`` of the project's modules (``table``;
+  ``text_of(index)``: a file's source; ``tree_of(index)``: its
+  ``ast.Module``, None if it does not parse), computed over the modules
   that can bind a name to flax.optim: those whose source has the word
   ``optim`` or the name of a re-export found so far (a chain ``from mylib
   import optimizers as o`` names it), repeated until no new name appears.
   The others cannot add an entry, so the table is the same, without
-  parsing them (``-j``) or walking every module once per round."""
+  parsing them or walking every module once per round."""
   words: set[str] = set()
-  texts = {path: source_of(path).decode('utf-8', 'replace')
-           for path in set(modules.values())}
-  rooted = {path for path, text in texts.items() if _mentions_optim(text)}
+  rooted = {i for i in table.names_of if _mentions_optim(text_of(i))}
   while True:
-    candidates = {name: tree_of(path) for name, path in modules.items()
-                  if path in rooted or any(w in texts[path] for w in words)}
-    table = _names.project_reexports(
-        {name: tree for name, tree in candidates.items() if tree is not None})
-    found = {key.rpartition('.')[2] for key in table}
+    able = rooted | {i for i in table.names_of
+                     if any(w in text_of(i) for w in words)}
+    candidates = {}
+    for name, indices in table.indices_of.items():
+      if any(i in able for i in indices):  # else its file cannot be
+        index = table.index_of(name)
+        tree = tree_of(index) if index in able else None
+        if tree is not None:
+          candidates[name] = tree
+    found_table = _names.project_reexports(candidates)
+    found = {key.rpartition('.')[2] for key in found_table}
     if found <= words:
-      return table
+      return found_table
     words |= found
 
 
@@ -664,10 +784,10 @@ _FILES_PER_JOB = 32
 @contextlib.contextmanager
 def _without_cycle_collection():
   """Pauses the cyclic garbage collector. Parsing a tree allocates a node
-  per token and ``parse_project`` keeps every tree: each collection then
-  walks all of them again, which doubled a scan's time. Syntax trees hold
-  no cycles (freed by reference counting as usual); whatever else has one
-  is collected once the scan is over."""
+  per token and the tables across modules keep some trees: each
+  collection then walks all of them again, which doubled a scan's time.
+  Syntax trees hold no cycles (freed by reference counting as usual);
+  whatever else has one is collected once the scan is over."""
   enabled = gc.isenabled()
   gc.disable()
   try:
@@ -677,100 +797,30 @@ def _without_cycle_collection():
       gc.enable()
 
 
-def _scan_chunk(task) -> tuple:
-  """A worker's share of ``scan_paths(..., jobs)``: ``(findings, errors,
-  parsed count)`` of the files ``task`` names."""
-  files, reexports, chosen = task
-  findings, errors, parsed, unread = [], [], 0, 0
-  with _without_cycle_collection():
-    for path, shown in files:
-      try:
-        source, tree, _ = read_source(path, shown)
-      except Exception as e:  # pylint: disable=broad-except
-        errors.append(failure(shown, e))
-        unread += 1
-        continue
-      parsed += 1
-      try:
-        findings += scan_file(source, shown, tree, reexports, chosen)[0]
-      except Exception as e:  # pylint: disable=broad-except
-        errors.append(failure(shown, e))
-  return findings, errors, parsed, unread
+class _ShareInputs(NamedTuple):
+  files: _Files
+  reexports: dict
+  model: Optional[_project.Model]
+  chosen: Optional[set]
 
 
-def _scan_parallel(files: list, jobs: int, chosen) -> ScanResult:
-  """``scan_paths`` over ``files`` (``[(root, path)]``) in ``jobs``
-  processes: the re-export table first (here, parsing only the modules
-  that can take part), then each process reads, parses and scans its
-  contiguous share. Same findings, same order as one process."""
-  shown = [path.replace(os.sep, '/') for _, path in files]
-  sources: dict[str, Optional[bytes]] = {}
-  trees: dict[str, Optional[ast.Module]] = {}
-
-  def source_of(path):
-    if path not in sources:
-      sources[path] = _read_bytes(path)
-    return sources[path] or b''
-
-  def tree_of(path):
-    if path not in trees:
-      try:
-        sources[path], trees[path], _ = read_source(path, path)
-      except Exception:  # pylint: disable=broad-except
-        trees[path] = None  # the worker reports it
-    return trees[path]
-
-  paths_of: dict[str, list] = {}
-  for root, path in files:
-    for name in _names.module_names(path, root):
-      paths_of.setdefault(name, []).append(path)
-  modules = {}
-  for name, paths in paths_of.items():
-    # As parse_project: files that do not parse name no module; a name
-    # two parsed files share names neither.
-    parsed = paths if len(paths) == 1 else [
-        p for p in paths if tree_of(p) is not None]
-    if len(parsed) == 1:
-      modules[name] = parsed[0]
-  errors = []
-  with _without_cycle_collection():
+def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
+  """``(findings, errors)`` of the files ``share`` indexes: each parsed
+  (unless the tables across modules kept its tree), scanned, its tree
+  dropped. In this process or a forked worker (``_parallel``)."""
+  files = inputs.files
+  findings, errors = [], []
+  for index in share:
+    shown = files.shown[index]
     try:
-      reexports = _reexports(modules, source_of, tree_of)
+      tree = files.tree(index, keep=False)
+      found = scan_file(files.sources[index], shown, tree, inputs.reexports,
+                        inputs.chosen, inputs.model)[0]
     except Exception as e:  # pylint: disable=broad-except
-      errors.append(failure(ACROSS_MODULES, e))
-      reexports = {}
-    trees.clear()  # the trees go before the collector comes back
-  size = -(-len(files) // (jobs * 4))  # a few shares per process
-  tasks = [(list(zip([p for _, p in files[i:i + size]],
-                     shown[i:i + size])), reexports, chosen)
-           for i in range(0, len(files), size)]
-  findings, parsed_count, unread = [], 0, 0
-  with concurrent.futures.ProcessPoolExecutor(jobs, _worker_start()) as pool:
-    for share in pool.map(_scan_chunk, tasks):
-      findings += share[0]
-      errors += share[1]
-      parsed_count += share[2]
-      unread += share[3]
-  return ScanResult(parsed_count + unread, sorted(findings),
-                    sorted(errors, key=lambda e: (e.path, e.line or 0)))
-
-
-def _worker_start():
-  """How workers start: forked (the command line's process holds no
-  threads), or from a fresh server process where jax is loaded (its
-  threads make a fork unsafe: scan_paths called from a JAX program)."""
-  if 'jax' in sys.modules and (
-      'forkserver' in multiprocessing.get_all_start_methods()):
-    return multiprocessing.get_context('forkserver')
-  return None
-
-
-def _read_bytes(path: str) -> Optional[bytes]:
-  try:
-    with open(path, 'rb') as f:
-      return f.read()
-  except OSError:
-    return None
+      errors.append(failure(shown, e))
+      continue
+    findings += in_file_lines(found, files.notebooks.get(index))
+  return findings, errors
 
 
 def default_jobs() -> int:
@@ -789,36 +839,31 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
 
   One project: a name a scanned module re-exports from flax.optim
   (``from flax import optim as optimizers`` in mylib) is followed into the
-  modules that import it (``from mylib import optimizers``). ``chosen``:
-  the codes to report (``_codes.selected``; default all); findings on a
-  line marked ``# noqa`` are not reported. ``jobs``: processes to spread
-  the files over (the result is the same; small trees are scanned in this
-  process).
+  modules that import it (``from mylib import optimizers``), and the
+  project's model (``_project``) into every module. ``chosen``: the codes
+  to report (``_codes.selected``; default all); findings on a line marked
+  ``# noqa`` are not reported. ``jobs``: processes to spread the per-file
+  work over (``_parallel``; the result is the same; small trees, and a
+  process whose threads forbid a fork, are scanned here).
+
+  Every file is read once and parsed once: the tables across modules
+  parse only the modules they read (and keep those trees); every other
+  tree is dropped as soon as its file is scanned.
   """
-  paths = list(paths)
-  if jobs > 1:
-    files = [(root, path) for root in paths
-             for path in iter_python_files([root], exclude, SOURCE_SUFFIXES)]
-    jobs = min(jobs, len(files) // _FILES_PER_JOB)
-    # Notebooks are mapped back to their cells here: scanned in-process.
-    if jobs > 1 and not any(p.endswith('.ipynb') for _, p in files):
-      return _scan_parallel(files, jobs, chosen)
   with _without_cycle_collection():
-    project = parse_project(paths, exclude)
-    findings, errors = [], list(project.errors)
-    for shown, source, tree in project.parsed:
-      try:
-        found = scan_file(source, shown, tree, project.reexports, chosen,
-                          project.model)[0]
-      except Exception as e:  # pylint: disable=broad-except
-        errors.append(failure(shown, e))
-        continue
-      findings += in_file_lines(found, project.notebooks.get(shown))
-    unread = {e.path for e in project.errors} - {
-        shown for shown, _, _ in project.parsed} - {ACROSS_MODULES}
-    files_scanned = len(project.parsed) + len(unread)
-    del project  # the trees go before the collector comes back
-  return ScanResult(files_scanned, sorted(findings),
+    files = _Files(paths, exclude)
+    across = _across_modules(files)
+    count = len(files.shown)
+    results = _parallel.map_shares(
+        _scan_share, _ShareInputs(files, across.reexports, across.model,
+                                  chosen),
+        count, min(jobs, count // _FILES_PER_JOB))
+    findings, errors = [], list(across.errors)
+    for share_findings, share_errors in results:
+      findings += share_findings
+      errors += share_errors
+    del files, across  # the trees go before the collector comes back
+  return ScanResult(count, sorted(findings),
                     sorted(errors, key=lambda e: (e.path, e.line or 0)))
 
 
