@@ -446,6 +446,10 @@ class OptimizerFlow:
       returned = self._returned(value, scope)
       if returned is not None:
         return returned
+      model = self.names.model
+      if self.base is None and model is not None and (
+          model.gives_optimizer(value, self.names)):
+        return True  # another module's function, proven there
       func = value.func
       if isinstance(func, ast.Attribute) and func.attr == 'create':
         return True if self.base is None and self.is_def(
@@ -493,6 +497,15 @@ class OptimizerFlow:
     if not self._returns_open and self._solved:
       self._returned_memo[function] = kind
     return kind
+
+  def returns_optimizer(self, function) -> bool:
+    """Every return of the module function ``function`` is an optimizer
+    (proven in this module; what its callers pass proves nothing here)."""
+    returns = [n.value for n in self._own_nodes(function)
+               if isinstance(n, ast.Return)]
+    return bool(returns) and None not in returns and all(
+        self._kind(value, self.scopes[function]) is True
+        for value in returns)
 
   def _callee(self, call, scope):
     """The module function a call runs (directly or via an alias), or None."""

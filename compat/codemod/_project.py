@@ -42,6 +42,7 @@ import ast
 import re
 from typing import NamedTuple, Optional
 
+from compat.codemod import _flow
 from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _walk
@@ -55,10 +56,18 @@ _RULE_USED_HERE = 'the rule class is called or subclassed here'
 # What ``flow_violations`` asks of a field link's modules: whether each
 # migrates its optimizer flow whole.
 WHOLE_FLOW = 'flow'
+# Links whose two modules' whole flows must agree: a class's optimizer
+# field, and a module function that gives or takes an optimizer called
+# from another module.
+WHOLE_FLOW_KINDS = ('field', 'call')
 # The construct of a field link's line kept as it was, and of a value
 # stored in such a field that is not provably an optimizer (a flow one:
 # the module's flow stays with it).
 HELD_IN_FIELD = 'optimizer_field'
+# A module function can return an optimizer only where its module spells
+# one of these: what makes one, steps one, or types one.
+_GIVES_OPTIMIZER_WORDS = (b'create', b'apply_gradient', b'Optimizer',
+                          b'replicate', b'restore_checkpoint')
 # Decorators that leave who calls a method as it was.
 _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 
@@ -84,7 +93,7 @@ class Link(NamedTuple):
 
   def describe(self) -> str:
     where = self.consumer_line or self.call_line
-    if self.kind == 'field':
+    if self.kind in WHOLE_FLOW_KINDS:
       return f'{self.consumer_path}:{where} {self.reason}'
     return (f'{self.producer_path}:{self.producer_line} makes the '
             f'definition, {self.consumer_path}:{where}: {self.reason}')
@@ -216,13 +225,87 @@ class Model:
       if not fresh and not tokens:
         break
       tokens = tokens or set()
+    # Module functions that return an optimizer or take one by an
+    # annotated parameter (proven in their own module), and the modules
+    # that call them by name.
+    self.optimizer_givers: set = set()
+    self.optimizer_takers: set = set()
+    self._solve_optimizer_givers(sources, parse, unparsed)
     self._called: set = set()  # factories with a call in the project
     for path in self.names:
       self._link_calls(path, self.trees[path])
       self._link_rule_uses(path, self.trees[path])
+      self._link_optimizer_calls(path, self.trees[path])
       self._link_disagreeing_overrides(path, self.trees[path])
     self._link_unseen_callers()
-    self._link_holders(sources)
+    self._link_holders(sources, parse)
+
+  def _solve_optimizer_givers(self, sources, parse, unparsed):
+    """``optimizer_givers``: the module functions whose every return is an
+    optimizer, proven by their module's own flow; ``optimizer_takers``:
+    those with a parameter annotated ``optim.Optimizer``. Then the modules
+    that name one of them are read too (a test or script that only calls
+    ``create_optimizer``)."""
+    flows: dict[str, _flow.OptimizerFlow] = {}
+    for function in list(self.functions.values()):
+      node = function.node
+      if function.is_method:
+        continue
+      names = self.names[function.path]
+      arguments = node.args.posonlyargs + node.args.args + (
+          node.args.kwonlyargs)
+      if any(a.annotation is not None and _names.is_optimizer_annotation(
+          names, a.annotation) for a in arguments):
+        self.optimizer_takers.add(node)
+      if not any(word in self.sources[function.path]
+                 for word in _GIVES_OPTIMIZER_WORDS):
+        continue  # nothing there makes or passes on an optimizer
+      flow = flows.get(function.path)
+      if flow is None:
+        flow = flows[function.path] = _flow.OptimizerFlow(
+            self.trees[function.path], names)
+      if flow.functions.get(node.name) is node and (
+          flow.returns_optimizer(node)):
+        self.optimizer_givers.add(node)
+    words = {n.name for n in self.optimizer_givers | self.optimizer_takers}
+    if not words:
+      return
+    pattern = re.compile(rb'\b(' + b'|'.join(
+        re.escape(w.encode()) for w in sorted(words)) + rb')\b')
+    for path, (source, tree) in sources.items():
+      if path in self.names or path in unparsed or not pattern.search(
+          source):
+        continue
+      tree = parse(path) if tree is None and parse else tree
+      if tree is None:
+        unparsed.add(path)
+      else:
+        self._read(path, tree)
+
+  def gives_optimizer(self, call, names) -> bool:
+    """A call of another module's function that returns an optimizer."""
+    function = self.callee(call, names)
+    return function is not None and function.node in self.optimizer_givers
+
+  def _link_optimizer_calls(self, path, tree):
+    """A whole-flow link per call of another module's function that gives
+    or takes an optimizer: what one module makes, the other uses."""
+    functions = self.optimizer_givers | self.optimizer_takers
+    if not functions:
+      return
+    names = self.names[path]
+    for node in ast.walk(tree):
+      if not isinstance(node, ast.Call):
+        continue
+      function = self.callee(node, names)
+      if function is None or function.path == path or (
+          function.node not in functions):
+        continue
+      self.links.append(Link(
+          function.path, function.node.lineno, path, node.lineno,
+          node.lineno, f'calls {function.node.name}() '
+          f'({function.path}:{function.node.lineno}), which gives or '
+          'takes a flax.optim Optimizer', 'call'))
 
   def _read(self, path, tree):
     dotted = self.module_names_of.get(path) or [None]
@@ -620,7 +703,7 @@ class Model:
         self.links.append(Link(path, line, function.path, None, node.lineno,
                                reason))
 
-  def _link_holders(self, sources):
+  def _link_holders(self, sources, parse):
     """A field link from each class holding an optimizer to every module
     that makes the class, replaces the field or reads it (``x.optimizer``
     is an optimizer wherever every class declaring ``optimizer`` says so):
@@ -634,6 +717,12 @@ class Model:
         re.escape(w.encode()) for w in sorted(words)) + rb')\b')
     for path, (source, tree) in sources.items():
       if not pattern.search(source):
+        continue
+      # A module the model did not read is parsed here (scan hands the
+      # model a parse callback instead of every tree).
+      tree = self.trees.get(path, tree)
+      tree = parse(path) if tree is None and parse else tree
+      if tree is None:
         continue
       for holder, line in _holder_touches(tree, holders):
         self.links.append(Link(
@@ -762,7 +851,7 @@ def flow_violations(links, rewritten) -> list:
   """
   violations = []
   for link in links:
-    if link.kind == 'field':
+    if link.kind in WHOLE_FLOW_KINDS:
       if rewritten(link.producer_path, None, WHOLE_FLOW) != rewritten(
           link.consumer_path, None, WHOLE_FLOW):
         violations.append(link)
@@ -840,7 +929,7 @@ def _blocked_here(links, component, path) -> list:
     reason = ('kept as it was with its whole flow across modules (a '
               'definition, its optimizer and every use are rewritten '
               'together or not at all): ' + link.describe())
-    if link.kind == 'field':
+    if link.kind in WHOLE_FLOW_KINDS:
       if path in (link.producer_path, link.consumer_path):
         line = (link.producer_line if link.producer_path == path else
                 link.consumer_line)
