@@ -19,6 +19,12 @@ float32 arrays and round differently)::
       learning_rate=0.0, beta2=0.99)
   opt_state = optax.tree_utils.tree_set(opt_state, learning_rate=lr)
 
+A rule of the user's own (a former ``flax.optim.OptimizerDef`` subclass)
+keeps its methods on ``RuleDef`` and is injected the same way::
+
+  tx = flax_optim_rules.inject_learning_rate(MyRule(beta=0.9))(
+      learning_rate=0.0)
+
 ``learning_rate`` may also be a schedule (a callable of the step count):
 ``flax_optim_rules.lr_schedule`` holds flax 0.5.3's removed
 ``flax.training.lr_schedule`` helpers, bit for bit.
@@ -41,6 +47,7 @@ from flax_optim_rules import _lars
 from flax_optim_rules import _multi
 from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
+from flax_optim_rules import _rule_def
 from flax_optim_rules import _sgd
 from flax_optim_rules import _weight_norm
 from flax_optim_rules import lr_schedule
@@ -52,7 +59,10 @@ LegacyAdafactorState = _adafactor.LegacyAdafactorState
 LegacyAdagradState = _adagrad.LegacyAdagradState
 LegacyAdamState = _adam.LegacyAdamState
 LegacyRMSPropState = _rmsprop.LegacyRMSPropState
+LegacyRuleState = _rule_def.LegacyRuleState
 ModelParamTraversal = _multi.ModelParamTraversal
+RuleDef = _rule_def.RuleDef
+RuleState = _rule_def.RuleState
 ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
 WeightNormState = _weight_norm.WeightNormState
 adabelief = _adabelief.adabelief
@@ -83,14 +93,19 @@ traversal_labels = _multi.traversal_labels
 weight_norm = _weight_norm.weight_norm
 
 
-def inject_learning_rate(factory: Callable[..., optax.GradientTransformation]):
+def inject_learning_rate(
+    factory: Callable[..., optax.GradientTransformation] | _rule_def.RuleDef):
   """``optax.inject_hyperparams(factory)`` injecting only ``learning_rate``.
 
-  Every other parameter of ``factory`` (defaults included) is a static
+  ``factory``: a function of this package (``adam``...), or a ``RuleDef``
+  (its ``to_optax(learning_rate=...)``, the rate's default its own). Every
+  other parameter of ``factory`` (defaults included) is a static
   argument; set the rate per step with ``optax.tree_utils.tree_set(opt_state,
   learning_rate=lr)``. The injected rate takes the parameters' dtype (as
   ``optax.inject_hyperparams`` does).
   """
+  if isinstance(factory, _rule_def.RuleDef):
+    factory = factory.learning_rate_factory()
   static = tuple(name for name in inspect.signature(factory).parameters
                  if name != 'learning_rate')
   return optax.inject_hyperparams(factory, static_args=static)
@@ -103,7 +118,10 @@ __all__ = (
     'LegacyAdagradState',
     'LegacyAdamState',
     'LegacyRMSPropState',
+    'LegacyRuleState',
     'ModelParamTraversal',
+    'RuleDef',
+    'RuleState',
     'ScaleByLegacyLarsState',
     'WeightNormState',
     'adabelief',

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from flax_optim_rules import _numerics
+from flax_optim_rules import _rule_def
 
 # The rules' own helpers (flax_optim_rules needs nothing but jax and optax).
 resolve = _numerics.resolve
@@ -25,20 +26,5 @@ def field_names(hyper_params: Any) -> tuple[str, ...]:
   return tuple(f.name for f in dataclasses.fields(hyper_params))
 
 
-def apply_overrides(hyper_params: Any, overrides: dict[str, Any],
-                    owner: str) -> Any:
-  """``hyper_params.replace(**overrides)`` with an error that lists names."""
-  if not overrides:
-    return hyper_params
-  if not dataclasses.is_dataclass(hyper_params):
-    raise TypeError(
-        f'{owner}: cannot override {", ".join(map(repr, sorted(overrides)))}'
-        f' because its hyper_params is a {type(hyper_params).__name__}, not a'
-        ' dataclass (pass hyper_params=... to replace them all).')
-  valid = field_names(hyper_params)
-  unknown = sorted(set(overrides) - set(valid))
-  if unknown:
-    raise TypeError(
-        f'{owner} has no hyper-parameter named {", ".join(map(repr, unknown))}'
-        f'; valid names are: {", ".join(valid)} (or hyper_params=...).')
-  return hyper_params.replace(**overrides)
+# A user's rule kept on flax_optim_rules.RuleDef overrides the same way.
+apply_overrides = _rule_def.apply_overrides

@@ -22,7 +22,7 @@ imports them and the import graph has no cycle.
 """
 
 import functools
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, Optional
 
 from flax import jax_utils
 from flax import serialization
@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from flax_optim_rules import _rule_def
 from legacy_optim import _eager
 from legacy_optim import _field_trees
 from legacy_optim import _hyper
@@ -359,62 +360,29 @@ class OptimizerDef:
 
 
 # ----------------------------------------------------------------------------
-# The generic transform around a legacy per-leaf rule.
+# The generic transform around a legacy per-leaf rule: flax_optim_rules'
+# (what migrated code keeps a user's rule on), with this module's state class.
 
-
-class LegacyRuleState(NamedTuple):
-  """Optax state of a user-defined (per-leaf) rule: the legacy layout as is."""
-  count: jax.Array  # type: ignore[assignment]  # int32: the legacy step.
-  param_states: Any  # params-shaped tree of the rule's per-parameter states.
+LegacyRuleState = _rule_def.LegacyRuleState
 
 
 def _legacy_init_state(opt_def: OptimizerDef, params) -> OptimizerState:
-  param_states = jax.tree_util.tree_map(opt_def.init_param_state, params)
-  return OptimizerState(jnp.asarray(0, dtype=jnp.int32), param_states)
+  return _rule_def.init_per_leaf(opt_def.init_param_state, params,
+                                 OptimizerState)
 
 
 def _legacy_apply_per_leaf(opt_def, hyper_params, params, state, grads):
   """flax.optim's tree-level rule: the per-leaf rule on every leaf."""
-  treedef = jax.tree_util.tree_structure(params)
-  results = [
-      opt_def.apply_param_gradient(state.step, hyper_params, p, s, g)
-      for p, s, g in zip(treedef.flatten_up_to(params),
-                         treedef.flatten_up_to(state.param_states),
-                         treedef.flatten_up_to(grads))
-  ]
-  new_params = treedef.unflatten([r[0] for r in results])
-  new_states = treedef.unflatten([r[1] for r in results])
-  return new_params, OptimizerState(state.step + 1, new_states)
+  return _rule_def.apply_per_leaf(opt_def.apply_param_gradient, hyper_params,
+                                  params, state, grads, OptimizerState)
 
 
 def _legacy_rule_transform(
     opt_def: OptimizerDef, hyper_params) -> optax.GradientTransformation:
-  """An Optax transform running ``opt_def``'s own (legacy) methods.
-
-  Updates are ``new_param - param``; ``optax.apply_updates`` adds them back,
-  which reproduces the rule's new params exactly whenever old and new values
-  are within a factor of two of each other (Sterbenz), i.e. for any ordinary
-  step, and otherwise to within one rounding of the update.
-  """
-
-  def init_fn(params):
-    state = opt_def.init_state(params)
-    return LegacyRuleState(state.step, state.param_states)
-
-  def update_fn(updates, state, params=None):
-    if params is None:
-      raise ValueError(
-          f'{opt_def._name}.to_optax() needs params: call '
-          'tx.update(grads, opt_state, params).')
-    hp = _hyper.resolve(hyper_params, state.count)
-    new_params, new_state = opt_def.apply_gradient(
-        hp, params, OptimizerState(state.count, state.param_states), updates)
-    deltas = jax.tree_util.tree_map(lambda new, old: new - old, new_params,
-                                    params)
-    return deltas, LegacyRuleState(
-        jnp.asarray(new_state.step, jnp.int32), new_state.param_states)
-
-  return optax.GradientTransformation(init_fn, update_fn)
+  """An Optax transform running ``opt_def``'s own (legacy) methods."""
+  return _rule_def.rule_transform(opt_def._name, hyper_params,
+                                  opt_def.init_state, opt_def.apply_gradient,
+                                  OptimizerState)
 
 
 # ----------------------------------------------------------------------------

@@ -252,9 +252,13 @@ REPLACEMENTS = {
     'shim': Replacement('remove once migrated: uninstall flax-optim-compat',
                         SECTION_STRICT),
     'optimizer_def_subclass': Replacement(
-        'port the rule to an optax.GradientTransformation (init/update); '
-        'meanwhile opt_def.to_optax() runs it unchanged (a transform that '
-        'calls your per-leaf methods)', SECTION_ALGORITHMS),
+        'what flax-optim-compat migrate writes: the class unchanged on '
+        'flax_optim_rules.RuleDef (OptimizerState(...) -> '
+        'flax_optim_rules.RuleState(...)), Rule(...).to_optax() as its '
+        'transform (same numbers, no flax.optim); then port the rule to a '
+        'plain optax.GradientTransformation by hand (migrate --write puts a '
+        'test beside the module that proves the port equal)',
+        SECTION_ALGORITHMS),
     'multi_optimizer': Replacement(
         'flax_optim_rules.multi_optimizer((traversal0, tx0), ...) with '
         'flax_optim_rules.ModelParamTraversal traversals (what migrate '

@@ -387,10 +387,16 @@ def _legacy_api_uses(tree: ast.AST) -> list:
   value: ``.apply_gradient``, ``.optimizer_def``, ``.param_states`` on
   anything, ``.target``/``.state`` on a name or field called like an
   optimizer (``opt``, ``*optim*``): with no legacy optimizer left in a
-  program, each of them is broken."""
+  program, each of them is broken. A user's rule kept on
+  ``flax_optim_rules.RuleDef`` keeps the legacy layout (``RuleState``'s
+  ``step`` and ``param_states``): its methods are not such uses."""
+  kept_rules = [node for node in ast.walk(tree)
+                if isinstance(node, ast.ClassDef) and any(
+                    ast.unparse(b).endswith('RuleDef') for b in node.bases)]
+  inside = {id(n) for rule in kept_rules for n in ast.walk(rule)}
   found = []
   for node in ast.walk(tree):
-    if not isinstance(node, ast.Attribute):
+    if not isinstance(node, ast.Attribute) or id(node) in inside:
       continue
     receiver = _dotted(node.value)
     named = receiver[-1].lower() if receiver else ''

@@ -186,6 +186,8 @@ class OptimizerFlow:
                             ast.AsyncWith, ast.NamedExpr, ast.ExceptHandler,
                             ast.comprehension, ast.Import, ast.ImportFrom,
                             ast.Global, ast.Nonlocal)):
+      # (``del x`` gives ``x`` no value: a read after it fails, so the
+      # name's other bindings decide.)
       for name in self._bound_names(child):
         scope.bindings.setdefault(name, []).append('unknown')
     if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
@@ -300,11 +302,62 @@ class OptimizerFlow:
             self.alive.discard((scope, name))
             changed = True
 
+  def _returned_step(self, factory) -> Optional[ast.Name]:
+    """The reference to a nested function that every return of module
+    function ``factory`` gives back (through jit/pmap), or None.
+
+    ``return jax.pmap(update_fn, ...)`` with ``def update_fn`` nested once
+    in ``factory``: a name bound to ``factory(...)`` is then an alias of
+    ``update_fn`` (its calls are the step's calls, its results the step's).
+    """
+    scope = self.scopes[factory]
+    references = []
+    for value in _names.own_returns(factory):
+      while isinstance(value, ast.Call) and value.args and (
+          self.names.resolve(value.func) in _WRAPPERS):
+        value = value.args[0]
+      if not isinstance(value, ast.Name):
+        return None
+      references.append(value)
+    nested = {n.name: n for n in scope.node.body
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if not references or len({r.id for r in references}) != 1:
+      return None
+    name = references[0].id
+    if name not in nested or scope.bindings.get(name) != ['unknown'] or (
+        nested[name].decorator_list):
+      return None
+    return references[0] if len(references) == 1 else None
+
+  def _add_returned_steps(self) -> dict:
+    """Makes each nested step a factory returns callable by its name here
+    (as module functions are); ``{factory name: (step name, reference)}``."""
+    steps = {}
+    for factory in list(self.functions.values()):
+      reference = self._returned_step(factory)
+      if reference is None:
+        continue
+      nested = next(n for n in factory.body if isinstance(
+          n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name ==
+                    reference.id)
+      if nested.name in self.functions:
+        continue  # the name is a module function's (or another step's)
+      self.functions[nested.name] = nested
+      steps[factory.name] = (nested.name, reference)
+    return steps
+
   def _collect_aliases(self) -> set:
     """Fills ``aliases``; returns the function references they consume."""
+    steps = self._add_returned_steps()
     for scope, name, value in self._alias_candidates:
       if isinstance(value, ast.Name):
         continue  # a plain rebinding: the name escapes as before
+      if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+          value.func.id in steps) and self._lookup(
+              scope, value.func.id) is None and len(scope.bindings[name]) == 1:
+        step, reference = steps[value.func.id]
+        self.aliases[(scope, name)] = _Bound(step, reference, (), {})
+        continue
       bound = self._unwrap(value, scope)
       if bound is not None and len(scope.bindings[name]) == 1:
         self.aliases[(scope, name)] = bound

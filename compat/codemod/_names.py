@@ -345,9 +345,20 @@ class ModuleNames:
             self.user_defs.add(node.name)
             changed = True
 
+  def user_rule(self, node) -> bool:
+    """``node`` names an OptimizerDef subclass of the user's: this
+    module's, or another scanned module's (the project's model)."""
+    if isinstance(node, ast.Name) and node.id in self.user_defs:
+      return True
+    path = self.resolve(node)
+    return bool(path) and self.model is not None and (
+        path in self.model.user_rules)
+
   def _is_def_class(self, node) -> bool:
     name = self.legacy_class(node)
-    return name is not None and (
+    if name is None:
+      return self.user_rule(node)
+    return (
         name in ALGORITHMS or name in self.user_defs or name in (
             'OptimizerDef', 'MultiOptimizer', 'WeightNorm',
             'ReplicatedOptimizer'))

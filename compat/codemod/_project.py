@@ -50,6 +50,9 @@ from compat.codemod import _walk
 # What a factory's result meets at a call site that migrate can follow.
 _CREATE = 'create'
 _CREATED_HERE = 'its `.create(...)` is here'
+# A user rule class's call or subclass in another module: it moves onto
+# flax_optim_rules.RuleDef only together with the class.
+_RULE_USED_HERE = 'the rule class is called or subclassed here'
 # What ``flow_violations`` asks of a field link's modules: whether each
 # migrates its optimizer flow whole.
 WHOLE_FLOW = 'flow'
@@ -179,6 +182,12 @@ class Model:
     # project that declares it.
     self.fields: dict[str, bool] = {}
     self.links: list[Link] = []
+    # Dotted name -> (path, ClassDef) of the user's OptimizerDef subclasses
+    # defined at a module's top level: their calls in any module make
+    # definitions (a rule kept on flax_optim_rules.RuleDef once migrated).
+    self.user_rules: dict[str, tuple] = {}
+    # Dotted names of the user rule classes that another module calls.
+    self.called_rules: set[str] = set()
     self.holders: list[Holder] = []  # classes with an optimizer field
     # The project's classes by every dotted name, their bases' dotted
     # names, and per attribute the classes its annotations name (None in
@@ -215,8 +224,10 @@ class Model:
       for dotted in self._taken:
         self.functions.pop(dotted, None)
       known = {self._returns[f].name for f in self.def_functions}
+      rules = self._collect_user_rules()
       self._solve_factories()
-      tokens = {self._returns[f].name for f in self.def_functions} - known
+      tokens = ({self._returns[f].name for f in self.def_functions} - known
+                ) | rules
       if not fresh and not tokens:
         break
       tokens = tokens or set()
@@ -229,6 +240,7 @@ class Model:
     self._called: set = set()  # factories with a call in the project
     for path in self.names:
       self._link_calls(path, self.trees[path])
+      self._link_rule_uses(path, self.trees[path])
       self._link_optimizer_calls(path, self.trees[path])
       self._link_disagreeing_overrides(path, self.trees[path])
     self._link_unseen_callers()
@@ -309,6 +321,30 @@ class Model:
     self.trees[path] = tree
     self._index(path, tree)
     self.names[path].collect()
+
+  def _collect_user_rules(self) -> set:
+    """Adds the user rule classes found so far; returns the new ones' names
+    (modules that mention them may construct or subclass them: those read
+    already are read again, the others when a round finds them)."""
+    found = set()
+    while True:
+      fresh = {}
+      for path, names in self.names.items():
+        for node in self.trees[path].body:
+          if isinstance(node, ast.ClassDef) and node.name in names.user_defs:
+            for module in self.module_names_of.get(path, ()):
+              dotted = f'{module}.{node.name}'
+              if dotted not in self.user_rules:
+                fresh[dotted] = (path, node)
+      if not fresh:
+        return found
+      self.user_rules.update(fresh)
+      words = {dotted.rpartition('.')[2] for dotted in fresh}
+      found |= words
+      for path, names in self.names.items():
+        text = self.sources[path].decode('utf-8', 'replace')
+        if any(word in text for word in words):
+          names.collect()
 
   def module_names(self, path, tree) -> _names.ModuleNames:
     """The names of the module at ``path`` (the model's own where it read
@@ -593,6 +629,40 @@ class Model:
           self.links.append(Link(producer_path, producer_line, path, line,
                                  node.lineno, reason))
 
+  def _link_rule_uses(self, path, tree):
+    """A link from a user rule class to each use of it in another module:
+    a call (a definition there), a subclass, or any other reference (the
+    class goes where migrate cannot follow)."""
+    names = self.names[path]
+    parents = {}
+    for node in ast.walk(tree):
+      for child in ast.iter_child_nodes(node):
+        parents[child] = node
+    for node in ast.walk(tree):
+      if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(
+          parents.get(node), ast.Attribute):
+        continue
+      dotted = names.resolve(node)
+      rule = self.user_rules.get(dotted) if dotted else None
+      if rule is None or rule[0] == path:
+        continue
+      parent = parents.get(node)
+      if isinstance(parent, ast.Call) and parent.func is node:
+        line, reason = parent.lineno, _RULE_USED_HERE
+        self.called_rules.update(
+            f'{module}.{rule[1].name}'
+            for module in self.module_names_of.get(rule[0], ()))
+      elif isinstance(parent, ast.ClassDef) and node in parent.bases:
+        line, reason = parent.lineno, _RULE_USED_HERE
+      elif isinstance(parent, (ast.Import, ast.ImportFrom, ast.alias)):
+        continue
+      else:
+        line, reason = None, (f'the rule class goes into '
+                              f'`{ast.unparse(parent)[:80]}`, which migrate '
+                              'cannot follow')
+      self.links.append(Link(rule[0], rule[1].lineno, path, line,
+                             node.lineno, reason))
+
   def _link_disagreeing_overrides(self, path, tree):
     """A method call some of whose overrides return a definition and some
     something else (``return self.given``): what the call gives is not
@@ -797,7 +867,8 @@ def flow_violations(links, rewritten) -> list:
       used = False
     elif link.reason == _CREATED_HERE:
       used = rewritten(link.consumer_path, link.consumer_line, 'create')
-    elif link.reason == _multi.IN_MULTI_OPTIMIZER:  # rewritten with it
+    elif link.reason in (_RULE_USED_HERE, _multi.IN_MULTI_OPTIMIZER):
+      # A rule's use, a definition in a MultiOptimizer: rewritten with it.
       used = rewritten(link.consumer_path, link.consumer_line, 'algorithm')
     else:  # a return of another factory: linked through its own calls
       continue

@@ -49,6 +49,7 @@ from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _project
 from compat.codemod import _removals
+from compat.codemod import _user_rules
 
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
 FLOW_CONSTRUCTS = frozenset((
@@ -152,6 +153,9 @@ class Planner:
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
     self.edits, self.leftovers, self.notes = [], [], []
+    # ids of nodes a user rule's rewrite edits (its base, OptimizerState).
+    self.claimed: set[int] = set()
+    self.kept_rules: list = []  # the user's classes moved onto RuleDef
     self.imports, self.removed = [], []
     self._parents = {}
     for node in ast.walk(tree):
@@ -219,6 +223,11 @@ class Planner:
       self.imports = [i for i in self.imports if i[0] not in (
           'optax', RULES_MODULE) and i[1] != 'train_state']
     elif not self.flow_held:
+      self.notes += [Leftover(
+          node.lineno, 'optimizer_def_subclass', self._line(node.lineno),
+          _user_rules.PORT_NOTE.format(module=RULES_MODULE,
+                                       base=_user_rules.RULE_BASE))
+                     for node in self.kept_rules]
       for module in ('flax', 'legacy_optim'):
         self.removed.append((module, 'optim', None))
       self._plan_import_removals()
@@ -286,7 +295,18 @@ class Planner:
         f.construct == 'apply_gradient' for f in self.findings))
     handled = set()
     for node in ast.walk(self.tree):
-      if isinstance(node, ast.Call):
+      if isinstance(node, ast.ClassDef) and (
+          node.name in self.names.user_defs):
+        reason = _user_rules.plan_class(self, node, RULES_MODULE)
+        if reason:
+          leftovers.append(self._leftover(node, 'optimizer_def_subclass',
+                                          reason))
+        else:
+          self.kept_rules.append(node)
+      if isinstance(node, ast.Call) and self.names.user_rule(node.func):
+        handled.add(node.lineno)
+        _user_rules.plan_construction(self, node, RULES_MODULE, self.inject)
+      elif isinstance(node, ast.Call):
         name = self.names.legacy_class(node.func)
         if name in _CATALOGUE.BY_NAME:
           handled.add(node.lineno)
@@ -325,7 +345,8 @@ class Planner:
         self.notes.append(Leftover(finding.line, finding.construct,
                                    finding.code, CHECKPOINT_NOTE))
       elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
-          finding):
+          finding) and (finding.line, finding.construct) not in {
+              (left.line, left.construct) for left in leftovers}:
         leftovers.append(Leftover(
             finding.line, finding.construct, finding.code,
             'not rewritten: the object is not provably a flax.optim '
@@ -694,8 +715,9 @@ class Planner:
       if not isinstance(node, (ast.Name, ast.Attribute)) or not (
           isinstance(node.ctx, ast.Load)):
         continue  # an alias's own name (``Optimizer = ...``) stays
-      if isinstance(self._parents.get(node), ast.Attribute):
-        continue  # only whole references
+      if isinstance(self._parents.get(node), ast.Attribute) or (
+          id(node) in self.claimed):
+        continue  # only whole references, not a user rule's
       path = self.names.resolve(node)
       if self.flow_held:
         continue  # the file keeps flax.optim: its classes stay named

@@ -50,6 +50,7 @@ from compat.codemod import _notebook
 from compat.codemod import _project
 from compat.codemod import _rewrite_plan
 from compat.codemod import _self_check
+from compat.codemod import _user_rules
 from compat.codemod import scan
 
 EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE = 0, 1, 2
@@ -90,7 +91,46 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
                                                        obj, asname)
   module = visitors.AddImportsVisitor(context).transform_module(module)
   module = visitors.RemoveImportsVisitor(context).transform_module(module)
-  return module.code
+  return _drop_dotted_imports(module.code, plan.removed_imports)
+
+
+def _drop_dotted_imports(code: str, removed) -> str:
+  """Drops ``import flax.optim`` once nothing names ``flax.optim``.
+
+  LibCST keeps it while ``flax`` is read at all (``flax.struct``): such an
+  import binds ``flax`` too. Without another import of ``flax`` it
+  becomes ``import flax``.
+  """
+  dotted = {module for module, obj, asname in removed
+            if obj is None and asname is None and '.' in module}
+  if not dotted:
+    return code
+  tree = ast.parse(code)
+  chains = {ast.unparse(n) for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute)}
+  lines = code.splitlines(keepends=True)
+  for node in reversed(tree.body):
+    if not (isinstance(node, ast.Import) and len(node.names) == 1 and (
+        node.names[0].name in dotted) and node.names[0].asname is None):
+      continue
+    name = node.names[0].name
+    if any(c == name or c.startswith(name + '.') for c in chains):
+      continue  # still named
+    top = name.partition('.')[0]
+    bound_elsewhere = any(
+        isinstance(other, ast.Import) and other is not node and any(
+            (a.asname or a.name.partition('.')[0]) == top and (
+                a.asname is None or a.asname == top) for a in other.names)
+        for other in tree.body)
+    read = any(isinstance(n, ast.Name) and n.id == top
+               for n in ast.walk(tree))
+    indent = lines[node.lineno - 1][:node.col_offset]
+    if node.col_offset and indent.strip():
+      continue  # shares its line with another statement
+    replacement = [] if bound_elsewhere or not read else [
+        f'{indent}import {top}\n']
+    lines[node.lineno - 1:node.end_lineno] = replacement
+  return ''.join(lines)
 
 
 def migrate_source(source: bytes, path: str = '<string>',
@@ -156,7 +196,8 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
   the notebook file's lines (its edits, like ``blocked``, at the lines of
   the cells joined, where the project's links name them). ``model``: the
   project's (a notebook is a consumer of the package's modules, as a
-  script is: the fields, factories and links it reads come from there).
+  script is: the fields, factories, rule classes and links it reads
+  come from there); ``rate_set_elsewhere``: as for ``migrate_source``.
   """
   notebook = _notebook.Notebook(raw)
   combined = notebook.module.encode('utf-8')
@@ -457,6 +498,31 @@ def dirty_files(paths) -> tuple[list, list]:
 _write_in_place = _atomic.rewrite_in_place
 
 
+def write_port_tests(paths, sources, results) -> list:
+  """Writes the test of each rule ``migrate`` kept on RuleDef beside its
+  module, never over an existing file; returns a line per test for the
+  user."""
+  said = []
+  for path, result in zip(sources, results):
+    if result.plan is None or result.new == result.old:
+      continue
+    root = next((p for p in paths if os.path.isdir(p) and os.path.abspath(
+        path).startswith(os.path.abspath(p) + os.sep)), os.path.dirname(path))
+    for test_path, text in _user_rules.port_tests(path, root, result.old,
+                                                  result.plan.notes):
+      try:
+        with open(test_path, 'x', encoding='utf-8') as f:
+          f.write(text)
+      except FileExistsError:
+        said.append(f'{_shown(test_path)}: exists, kept as it is (the test '
+                    'of a hand port of the rule kept in '
+                    f'{_shown(path)})')
+        continue
+      said.append(f'{_shown(test_path)}: written: fill in port() to prove '
+                  f'your plain Optax port of the rule kept in {_shown(path)}')
+  return said
+
+
 def _out_layout(paths) -> dict:
   """Source path -> path relative to the output directory."""
   if len(paths) == 1 and os.path.isdir(paths[0]):
@@ -645,6 +711,8 @@ def main(argv=None) -> int:
       return EXIT_USAGE
     for path, result in to_change:
       _write_in_place(path, result.new)
+    for line in write_port_tests(args.paths, sources, results):
+      print(line)
   if args.out:
     try:
       write_tree(args.paths, args.out, results)
