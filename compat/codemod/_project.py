@@ -118,7 +118,7 @@ class Holder(NamedTuple):
 def holders_in(path, tree, names) -> list:
   """The ``Holder`` classes ``tree`` defines (top-level and nested)."""
   found = []
-  for node in ast.walk(tree):
+  for node in _walk.statements(tree):  # classes are statements
     if not isinstance(node, ast.ClassDef):
       continue
     fields = [item for item in node.body if isinstance(
@@ -166,11 +166,14 @@ class _Function(NamedTuple):
 class Model:
   """The project's factories of OptimizerDefs, their call sites, fields."""
 
-  def __init__(self, parsed, module_names_of, reexports, parse=None):
+  def __init__(self, parsed, module_names_of, reexports, parse=None,
+               links=True):
     """``parsed``: [(shown path, source, tree)]; ``module_names_of``: shown
     path -> the dotted names its module may be imported by. A tree may be
     None where ``parse(path)`` gives it (None: it does not parse): only the
-    modules the model reads are parsed (``scan``)."""
+    modules the model reads are parsed (``scan``). ``links``: also follow
+    optimizers across modules and link the modules of each flow (what
+    ``migrate`` checks; ``scan`` reports without them)."""
     self.reexports = reexports
     self.module_names_of = module_names_of
     self.functions: dict[str, _Function] = {}  # dotted name -> function
@@ -236,8 +239,10 @@ class Model:
     # that call them by name.
     self.optimizer_givers: set = set()
     self.optimizer_takers: set = set()
-    self._solve_optimizer_givers(sources, parse, unparsed)
     self._called: set = set()  # factories with a call in the project
+    if not links:
+      return
+    self._solve_optimizer_givers(sources, parse, unparsed)
     for path in self.names:
       self._link_calls(path, self.trees[path])
       self._link_rule_uses(path, self.trees[path])
@@ -633,6 +638,8 @@ class Model:
     """A link from a user rule class to each use of it in another module:
     a call (a definition there), a subclass, or any other reference (the
     class goes where migrate cannot follow)."""
+    if not self.user_rules:
+      return
     names = self.names[path]
     parents = {}
     for node in ast.walk(tree):

@@ -768,10 +768,11 @@ class _AcrossModules(NamedTuple):
   errors: list  # [ScanError] of the analysis across modules
 
 
-def _across_modules(files: _Files) -> _AcrossModules:
+def _across_modules(files: _Files, links: bool = True) -> _AcrossModules:
   """The re-export table and the project's model of ``files``, parsing
   (and keeping) only the modules they read; a failure of either is an
-  error under ``ACROSS_MODULES`` and each file is scanned on its own."""
+  error under ``ACROSS_MODULES`` and each file is scanned on its own.
+  ``links``: the model links the modules of each flow (``migrate``)."""
   table = _ModuleTable(files)
   errors = []
   try:
@@ -784,7 +785,7 @@ def _across_modules(files: _Files) -> _AcrossModules:
   try:
     model = _project.Model(
         readable, _UniqueNames(files, table), reexports,
-        lambda shown: files.parsed_tree(files.index_of[shown]))
+        lambda shown: files.parsed_tree(files.index_of[shown]), links)
   except Exception as e:  # pylint: disable=broad-except
     errors.append(failure(ACROSS_MODULES, e))
     model = None
@@ -963,7 +964,7 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
   """
   with _without_cycle_collection():
     files = _Files(paths, exclude)
-    across = _across_modules(files)
+    across = _across_modules(files, links=False)
     count = len(files.shown)
     results = _parallel.map_shares(
         _scan_share, _ShareInputs(files, across.reexports, across.model,
