@@ -217,6 +217,9 @@ class ModuleNames:
     self.package, self.model = package, model
     self.package_module = module  # this module's own dotted name
     self.used_reexports: set[str] = set()  # keys of reexports resolved
+    # (path, size of the re-export table) -> (what it resolves to, the
+    # table's key used or None): chains repeat across a module.
+    self._reexport_memo: dict[tuple, tuple] = {}
     self.bindings: dict[str, str] = {}  # local name -> dotted import path
     self.star_flax_optim = False
     self.defs: set[str] = set()  # names assigned an OptimizerDef
@@ -317,14 +320,23 @@ class ModuleNames:
 
   def _reexported(self, path: str) -> str:
     """``mylib.optimizers.Adam`` -> ``flax.optim.Adam`` if mylib re-exports."""
+    key = (path, len(self.reexports))
+    found = self._reexport_memo.get(key)
+    if found is None:
+      found = self._reexport_memo[key] = self._find_reexport(path)
+    resolved, used = found
+    if used is not None:
+      self.used_reexports.add(used)
+    return resolved
+
+  def _find_reexport(self, path: str) -> tuple:
     head, tail = path, ''
     while head:
       if head in self.reexports:
-        self.used_reexports.add(head)
-        return self.reexports[head] + tail
+        return self.reexports[head] + tail, head
       head, dot, last = head.rpartition('.')
       tail = dot + last + tail if head else tail
-    return path
+    return path, None
 
   def legacy_class(self, node) -> Optional[str]:
     """'Adam', 'MultiOptimizer', ... if ``node`` names a flax.optim class."""
