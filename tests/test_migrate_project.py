@@ -175,20 +175,14 @@ def test_config_method_definition_and_users_namedtuple_train_identically(
   _write(project, {'configs.py': _CONFIGS, 'training.py': _TRAINING,
                    'main.py': _MAIN})
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert not result.plan.leftovers, (name, result.plan.leftovers)
-    assert not _legacy_imports.legacy_imports(result.new), name
+  _assert_fully_migrated(results)
   training = results['training.py'].new
   assert b'train_state.TrainState.create(' in training
   assert b'tstate.optimizer.params' in training
   assert b'tstate.optimizer.step' in training
   assert b'-> optax.GradientTransformation' in results['configs.py'].new
-  params, batches = _data()
   for name in ('adam', 'adafactor'):
-    old = _run(project, 'main', params, batches, name)
-    new = _run(migrated, 'main', params, batches, name)
-    _assert_same_bits(old.target, new.params)
-    assert int(old.state.step) == int(new.step) == STEPS
+    _assert_trains_alike(project, migrated, 'main', name)
 
 
 def test_one_link_that_cannot_be_followed_keeps_every_module_of_the_flow(
@@ -293,9 +287,7 @@ def test_relative_imports_factory_function_and_optional_field(tmp_path):
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, _PACKAGE)
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert not result.plan.leftovers, (name, result.plan.leftovers)
-    assert not _legacy_imports.legacy_imports(result.new), name
+  _assert_fully_migrated(results)
   assert b'Optional[train_state.TrainState]' in results['pkg/state.py'].new
   assert b"print(holder.optimizer.params['w'].shape)" in results[
       'pkg/train.py'].new
@@ -519,9 +511,7 @@ def test_definitions_of_a_factory_module_flow_into_a_multi_optimizer(
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, _MULTI_PACKAGE)
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert not result.plan.leftovers, (name, result.plan.leftovers)
-    assert not _legacy_imports.legacy_imports(result.new), name
+  _assert_fully_migrated(results)
   assert b'return flax_optim_rules.multi_optimizer((backbone, backbone_def)' \
       in results['mpkg/train_utils.py'].new
   params, batches = _multi_data()

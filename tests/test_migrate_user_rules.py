@@ -14,9 +14,9 @@ import ast
 import json
 import sys
 
-import _legacy_imports
 import numpy as np
 import pytest
+from test_migrate_project import _assert_fully_migrated
 from test_migrate_project import _assert_same_bits
 from test_migrate_project import _migrate_into
 from test_migrate_project import _run
@@ -166,9 +166,7 @@ def _migrated_completely(tmp_path, files):
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, files)
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert not result.plan.leftovers, (name, result.plan.leftovers)
-    assert not _legacy_imports.legacy_imports(result.new), name
+  _assert_fully_migrated(results)
   return project, migrated, results
 
 
