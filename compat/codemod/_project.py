@@ -212,18 +212,7 @@ class Model:
         k.rpartition('.')[2] for k in reexports}
     unparsed: set[str] = set()
     while tokens:
-      pattern = re.compile(rb'\b(' + b'|'.join(
-          re.escape(t.encode()) for t in sorted(tokens)) + rb')\b')
-      fresh = [p for p, (source, _) in sources.items()
-               if p not in self.names and p not in unparsed and
-               pattern.search(source)]
-      for path in fresh:
-        tree = sources[path][1]
-        tree = parse(path) if tree is None and parse else tree
-        if tree is None:
-          unparsed.add(path)
-        else:
-          self._read(path, tree)
+      fresh = self._read_modules_naming(tokens, sources, parse, unparsed)
       for dotted in self._taken:
         self.functions.pop(dotted, None)
       known = {self._returns[f].name for f in self.def_functions}
@@ -279,19 +268,24 @@ class Model:
           flow.returns_optimizer(node)):
         self.optimizer_givers.add(node)
     words = {n.name for n in self.optimizer_givers | self.optimizer_takers}
-    if not words:
-      return
-    pattern = re.compile(rb'\b(' + b'|'.join(
-        re.escape(w.encode()) for w in sorted(words)) + rb')\b')
-    for path, (source, tree) in sources.items():
-      if path in self.names or path in unparsed or not pattern.search(
-          source):
-        continue
+    if words:
+      self._read_modules_naming(words, sources, parse, unparsed)
+
+  def _read_modules_naming(self, words, sources, parse, unparsed) -> list:
+    """Reads every module not read yet whose source spells one of
+    ``words`` (a parse that fails goes to ``unparsed``); returns them."""
+    pattern = _word_pattern(words)
+    fresh = [p for p, (source, _) in sources.items()
+             if p not in self.names and p not in unparsed and
+             pattern.search(source)]
+    for path in fresh:
+      tree = sources[path][1]
       tree = parse(path) if tree is None and parse else tree
       if tree is None:
         unparsed.add(path)
       else:
         self._read(path, tree)
+    return fresh
 
   def gives_optimizer(self, call, names) -> bool:
     """A call of another module's function that returns an optimizer."""
@@ -725,9 +719,8 @@ class Model:
     holders = [h for h in self.holders if self.fields.get(h.field)]
     if not holders:
       return
-    words = {h.field for h in holders} | {h.name for h in holders}
-    pattern = re.compile(rb'\b(' + b'|'.join(
-        re.escape(w.encode()) for w in sorted(words)) + rb')\b')
+    pattern = _word_pattern({h.field for h in holders} |
+                            {h.name for h in holders})
     for path, (source, tree) in sources.items():
       if not pattern.search(source):
         continue
@@ -798,6 +791,12 @@ class Model:
                       f'`{ast.unparse(holder)[:80]}`, which migrate '
                       'cannot follow'))
     return found or [(None, f'`{name}` is never created')]
+
+
+def _word_pattern(words) -> re.Pattern:
+  """Matches any of ``words`` as a whole word of a module's bytes."""
+  return re.compile(rb'\b(' + b'|'.join(
+      re.escape(w.encode()) for w in sorted(words)) + rb')\b')
 
 
 def _dotted(node, names) -> Optional[str]:
