@@ -50,6 +50,35 @@ _SAME_KIND = {
 }
 
 
+# What ``jax.jit`` may be given besides the function where a jitted
+# ``.create`` is followed: where the computation runs (the created arrays'
+# device), nothing that changes which values it makes.
+_JIT_PLACEMENT = ('backend', 'device')
+
+
+def jitted_create(call, names) -> Optional[ast.Attribute]:
+  """``d.create`` where ``call`` is ``jax.jit(d.create, backend=...)(p)``.
+
+  jit keeps a pytree's classes, so this makes what ``d.create(p)`` makes
+  (on the device named); whether ``d`` is a definition is the caller's
+  question. None for any other call (more arguments to either call, other
+  jit options, another wrapper).
+  """
+  jit = call.func
+  if not isinstance(jit, ast.Call) or names.resolve(jit.func) != 'jax.jit':
+    return None
+  if len(jit.args) != 1 or any(k.arg not in _JIT_PLACEMENT
+                               for k in jit.keywords):
+    return None
+  create = jit.args[0]
+  if not (isinstance(create, ast.Attribute) and create.attr == 'create'):
+    return None
+  if call.keywords or len(call.args) != 1 or isinstance(call.args[0],
+                                                         ast.Starred):
+    return None
+  return create
+
+
 def _simple_name_bindings(target, value, out):
   """(name, value-or-element-path) pairs of one assignment target."""
   if isinstance(target, ast.Name):
@@ -453,6 +482,10 @@ class OptimizerFlow:
       if self.base is None and model is not None and (
           model.gives_optimizer(value, self.names)):
         return True  # another module's function, proven there
+      jitted = jitted_create(value, self.names)
+      if jitted is not None:
+        return True if self.base is None and self.is_def(
+            jitted.value, scope) else None
       func = value.func
       if isinstance(func, ast.Attribute) and func.attr == 'create':
         return True if self.base is None and self.is_def(

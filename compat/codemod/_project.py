@@ -751,7 +751,7 @@ class Model:
     parent = parents.get(call)
     code = ast.unparse(parent if parent is not None else call)[:80]
     if isinstance(parent, ast.Attribute) and parent.attr == _CREATE:
-      return [(parents[parent].lineno, _CREATED_HERE)]
+      return [(parent.lineno, _CREATED_HERE)]
     if isinstance(parent, ast.Return):
       return [(call.lineno, 'returned by another definition factory')]
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and (
@@ -776,7 +776,7 @@ class Model:
       holder = parents.get(read)
       multi = _multi.definition_consumer(read, parents, names)
       if isinstance(holder, ast.Attribute) and holder.attr == _CREATE:
-        found.append((parents[holder].lineno, _CREATED_HERE))
+        found.append((holder.lineno, _CREATED_HERE))
       elif isinstance(holder, ast.Return):
         found.append((read.lineno, 'returned by another definition '
                        'factory'))

@@ -329,6 +329,11 @@ class Planner:
           reason = self._plan_create(node)
           if reason:
             leftovers.append(self._leftover(node, 'create', reason))
+        elif self._jitted_def_create(node) is not None:
+          handled.add(node.lineno)
+          reason = self._plan_jitted_create(node)
+          if reason:
+            leftovers.append(self._leftover(node, 'create', reason))
         elif self.names.resolve(node.func) in _flow.OPTIMIZER_CLASSES:
           # Renamed to TrainState, it would be built from flax.optim parts.
           leftovers.append(self._leftover(
@@ -601,6 +606,29 @@ class Planner:
     self.edit(node, f'{name}.TrainState.create(apply_fn=None, '
               'params={params}, tx={tx})', 'create', params=node.args[0],
               tx=node.func.value)
+    return None
+
+  def _jitted_def_create(self, node) -> Optional[ast.Attribute]:
+    """``d.create`` of ``jax.jit(d.create, backend=...)(params)`` where
+    ``d`` is certainly a definition."""
+    create = _flow.jitted_create(node, self.names)
+    if create is None or not self.flow.is_def(create.value):
+      return None
+    return create
+
+  def _plan_jitted_create(self, node) -> Optional[str]:
+    """``jax.jit(d.create, ...)(params)``: jit is given a function of the
+    parameters alone (``TrainState.create`` takes keywords only); the
+    definition stays a default argument, so it is evaluated where it was,
+    once, before jit traces."""
+    held = self._unproven_holder(node)
+    if held:
+      return held
+    create = self._jitted_def_create(node)
+    name = self._train_state_name()
+    self.edit(create, 'lambda params, tx={tx}: '
+              f'{name}.TrainState.create(apply_fn=None, params=params, '
+              'tx=tx)', 'create', tx=create.value)
     return None
 
   def _unproven_holder(self, create) -> Optional[str]:
