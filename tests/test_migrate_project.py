@@ -1160,3 +1160,67 @@ def test_a_jitted_create_with_other_jit_options_keeps_the_flow(tmp_path):
   assert '`optimizer` goes into the field `optimizer` of TrainState' in (
       reasons['trainer.py', 20])
   assert 'flow across modules' in reasons['opts.py', 5]
+
+
+# A restore helper that stores a dict stand-in (`{'target': params}`, as a
+# restored checkpoint's raw layout) where no state was given, and a reader
+# that reads the stand-in by its key: neither is an optimizer, both are
+# read the same way before and after.
+_STAND_IN = dict(_WARM_START)
+_STAND_IN['warm.py'] += '''
+
+def from_checkpoint(state, params, fresh):
+  if fresh:
+    new_optimizer = {'target': params}
+  else:
+    new_optimizer = state.optimizer.replace(target=params)
+  return state.replace(optimizer=new_optimizer)
+
+
+def placeholder(state, params):
+  return state.replace(optimizer={'target': params})
+
+
+def params_of(state):
+  return state.optimizer['target']
+'''
+_STAND_IN['main.py'] = '''import train as train_lib
+import warm
+
+
+def train(params, batches):
+  fresh = warm.from_checkpoint(train_lib.make_state(params), params, True)
+  held = warm.placeholder(fresh, warm.params_of(fresh))
+  state = warm.from_checkpoint(train_lib.make_state(params),
+                               warm.params_of(held), False)
+  for batch in batches:
+    state = train_lib.train_step(state, batch)
+  return state.optimizer
+'''
+
+
+def test_a_dict_stand_in_stored_in_the_field_migrates_with_the_flow(
+    tmp_path):
+  project, migrated, results = _migrated(tmp_path, _STAND_IN)
+  _assert_fully_migrated(results)
+  new = results['warm.py'].new
+  assert b"new_optimizer = {'target': params}" in new
+  assert b'new_optimizer = state.optimizer.replace(params=params)' in new
+  assert b"return state.optimizer['target']" in new
+  _assert_trains_alike(project, migrated, 'main')
+
+
+def test_a_name_holding_a_dict_or_an_optimizer_read_otherwise_stays(
+    tmp_path):
+  # `new_optimizer.target` would stay as it is (the name is not provably
+  # an optimizer) and meet a TrainState: the flow is kept whole.
+  files = dict(_STAND_IN)
+  files['warm.py'] = files['warm.py'].replace(
+      '  return state.replace(optimizer=new_optimizer)\n',
+      '  print(new_optimizer.target)\n'
+      '  return state.replace(optimizer=new_optimizer)\n', 1)
+  _, _, results = _migrated(tmp_path, files)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  assert '`new_optimizer` goes into the field `optimizer`' in _reasons(
+      results)['warm.py', 16]

@@ -593,6 +593,25 @@ class OptimizerFlow:
       return self._kind(node, scope) is True
     return False
 
+  def optimizer_or_dict(self, node) -> bool:
+    """``node`` is an optimizer or a dict display on every path (a name:
+    each of its bindings is one or the other).
+
+    A dict stored where an optimizer goes (``{'target': params}`` as a
+    restored checkpoint's stand-in) is read only as a dict: none of the
+    Optimizer attributes migrate rewrites exists on a dict, so its readers
+    do the same before and after.
+    """
+    if isinstance(node, ast.Dict) or self.is_optimizer(node):
+      return True
+    if not isinstance(node, ast.Name):
+      return False
+    scope = self._binding_scope(self.scope_of(node), node.id)
+    if scope is None:
+      return False
+    return all(isinstance(value, ast.Dict) or self._binding_holds(
+        scope, node.id, value) for value in scope.bindings[node.id])
+
   def is_def(self, node, scope=None) -> bool:
     """True when ``node`` is a flax.optim OptimizerDef on every path."""
     scope = self.scope_of(node) if scope is None else scope

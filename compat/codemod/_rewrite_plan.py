@@ -366,20 +366,40 @@ class Planner:
     model = self.names.model
     holders = model.holders if model is not None else (
         _project.holders_in(None, self.tree, self.names))
+    stores = [store for node in ast.walk(self.tree)
+              if isinstance(node, ast.Call)
+              for store in _project.field_stores(node, holders)]
+    stored = {id(value) for _, value in stores}
     leftovers = []
-    for node in ast.walk(self.tree):
-      if not isinstance(node, ast.Call):
-        continue
-      for holder, value in _project.field_stores(node, holders):
-        if not self.flow.is_optimizer(value):
-          leftovers.append(self._leftover(
-              value, _project.HELD_IN_FIELD,
-              f'`{self.text(value)[:60]}` goes into the field '
-              f'`{holder.field}` of {holder.name}, annotated '
-              'flax.optim.Optimizer, and is not provably a flax.optim '
-              'Optimizer here: the modules that read the field stay with '
-              'it'))
+    for holder, value in stores:
+      if not self._stores_alike(value, stored):
+        leftovers.append(self._leftover(
+            value, _project.HELD_IN_FIELD,
+            f'`{self.text(value)[:60]}` goes into the field '
+            f'`{holder.field}` of {holder.name}, annotated '
+            'flax.optim.Optimizer, and is not provably a flax.optim '
+            'Optimizer here: the modules that read the field stay with '
+            'it'))
     return leftovers
+
+  def _stores_alike(self, value, stored) -> bool:
+    """What ``value`` puts in an optimizer field is read alike once the
+    flow is migrated: an optimizer (rewritten with its readers), or a dict
+    stand-in (``{'target': restored}``: read as a dict, before and after).
+    A name bound to either must be read only to be stored (``stored``: the
+    ids of every value this module stores in such a field): any other
+    read stays as it was, and would meet a TrainState."""
+    if self.flow.is_optimizer(value):
+      return True
+    if not self.flow.optimizer_or_dict(value):
+      return False
+    if not isinstance(value, ast.Name):
+      return True  # a dict display
+    scope = self.flow.binding_scope_of(value, value.id)
+    return all(id(read) in stored for read in ast.walk(scope.node)
+               if isinstance(read, ast.Name) and read.id == value.id and
+               isinstance(read.ctx, ast.Load) and
+               self.flow.binding_scope_of(read, read.id) is scope)
 
   def _replicate_calls(self):
     return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and
