@@ -61,6 +61,7 @@ LegacyAdamState = _adam.LegacyAdamState
 LegacyRMSPropState = _rmsprop.LegacyRMSPropState
 LegacyRuleState = _rule_def.LegacyRuleState
 ModelParamTraversal = _multi.ModelParamTraversal
+MultiRuleDef = _multi.MultiRuleDef
 RuleDef = _rule_def.RuleDef
 RuleState = _rule_def.RuleState
 ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
@@ -120,6 +121,7 @@ __all__ = (
     'LegacyRMSPropState',
     'LegacyRuleState',
     'ModelParamTraversal',
+    'MultiRuleDef',
     'RuleDef',
     'RuleState',
     'ScaleByLegacyLarsState',

@@ -68,6 +68,12 @@ class ModelParamTraversal(NamedTuple):
   """
   filter_fn: Callable[[str, Any], bool]
 
+  @property
+  def _filter_fn(self) -> Callable[[str, Any], bool]:
+    """flax.optim's name of the filter, which code logging what each
+    traversal selects read (``MultiRuleDef`` subclasses keep such code)."""
+    return self.filter_fn
+
 
 def _is_leaf(node) -> bool:
   # flax.optim walked nested dicts only: anything else is one leaf.
@@ -135,6 +141,46 @@ def multi_optimizer(
   transforms[FROZEN_LABEL] = optax.set_to_zero()
   return optax.partition(
       transforms, lambda tree: traversal_labels(tree, *traversals))
+
+
+class MultiRuleDef:
+  """A user's own ``flax.optim.MultiOptimizer`` subclass, as Optax.
+
+  Research code subclassed MultiOptimizer to run something of its own when
+  the optimizer is made (log which params each traversal selects) and then
+  ``super().init_state(params)``. ``migrate`` keeps such a class verbatim on
+  this base, which has what those overrides ask for: ``traversals`` (each
+  also readable by its flax.optim name ``_filter_fn``), ``init_state``
+  (the ``multi_optimizer`` state, which the override returns as it is) and
+  ``to_optax()``, whose ``init`` runs the class's ``init_state`` where
+  flax.optim's ``create`` did::
+
+    class LoggingMulti(flax_optim_rules.MultiRuleDef):
+      def init_state(self, params):
+        log(self.traversals, params)
+        return super().init_state(params)
+
+    tx = LoggingMulti((kernels, flax_optim_rules.adam()),
+                      (biases, optax.sgd(0.1))).to_optax()
+
+  Steps are ``multi_optimizer``'s: the same numbers, the same state (so
+  ``set_learning_rates`` applies).
+  """
+
+  def __init__(self, *traversals_and_transforms: tuple[
+      ModelParamTraversal, optax.GradientTransformation]):
+    self._transform = multi_optimizer(*traversals_and_transforms)
+    self.traversals = tuple(pair[0] for pair in traversals_and_transforms)
+
+  def init_state(self, params: Any) -> Any:
+    """The ``multi_optimizer`` state of ``params``."""
+    return self._transform.init(params)
+
+  def to_optax(self) -> optax.GradientTransformationExtraArgs:
+    """The steps of ``multi_optimizer``, made by this class's
+    ``init_state``."""
+    return optax.GradientTransformationExtraArgs(self.init_state,
+                                                 self._transform.update)
 
 
 def set_learning_rates(opt_state: Any, learning_rates: Sequence[Any]) -> Any:

@@ -1224,3 +1224,75 @@ def test_a_name_holding_a_dict_or_an_optimizer_read_otherwise_stays(
     assert result.new == result.old, name
   assert '`new_optimizer` goes into the field `optimizer`' in _reasons(
       results)['warm.py', 16]
+
+
+# A MultiOptimizer subclass that logs, when the optimizer is made, which
+# params each traversal selects (reading its filter by flax.optim's name)
+# and then makes the state as MultiOptimizer does.
+_LOGGING_MULTI = dict(_MULTI_PACKAGE)
+_LOGGING_MULTI['mpkg/train_utils.py'] = '''from flax import optim
+from flax import traverse_util
+
+from mpkg import optimizers
+
+
+def get_backbone_multioptimizer(config) -> optim.MultiOptimizer:
+  other_def = optimizers.get_optimizer(config)
+  backbone_def = optimizers.get_optimizer(config.get('backbone', config))
+  backbone = optim.ModelParamTraversal(lambda path, _: 'backbone' in path)
+  other = optim.ModelParamTraversal(lambda path, _: 'backbone' not in path)
+  return LoggingMulti((backbone, backbone_def), (other, other_def))
+
+
+class LoggingMulti(optim.MultiOptimizer):
+
+  def init_state(self, params):
+    self.log(params)
+    return super().init_state(params)
+
+  def log(self, params):
+    flat = traverse_util.flatten_dict(params)
+    for index, traversal in enumerate(self.traversals):
+      for key, value in sorted(flat.items()):
+        path = '/' + '/'.join(key)
+        if traversal._filter_fn(path, value):
+          print('optimizer', index, 'trains', path, value.shape)
+'''
+
+
+def test_a_multi_optimizer_subclass_that_logs_moves_onto_multi_rule_def(
+    tmp_path, capsys):
+  project, migrated, results = _migrated(tmp_path, _LOGGING_MULTI)
+  _assert_fully_migrated(results)
+  new = results['mpkg/train_utils.py'].new
+  assert b'class LoggingMulti(flax_optim_rules.MultiRuleDef):' in new
+  assert (b'return LoggingMulti((backbone, backbone_def), (other, '
+          b'other_def)).to_optax()') in new
+  params, batches = _multi_data()
+  config = {'optimizer': 'adam', 'lr': 0.01,
+            'backbone': {'optimizer': 'momentum', 'lr': 0.1}}
+  capsys.readouterr()
+  old = _run(project, 'mpkg.trainer', params, batches, config)
+  logged = capsys.readouterr().out
+  new = _run(migrated, 'mpkg.trainer', params, batches, config)
+  assert capsys.readouterr().out == logged
+  assert "optimizer 0 trains /backbone/w (4, 3)" in logged
+  _assert_same_bits(old.target, new.params)
+  assert int(old.state.step) == int(new.step) == STEPS
+
+
+def test_a_multi_optimizer_subclass_reading_its_state_keeps_the_flow(
+    tmp_path):
+  # The override reads the state flax.optim made (its step): Optax's
+  # differs, so the class and the whole flow stay, and the report says why.
+  files = dict(_LOGGING_MULTI)
+  files['mpkg/train_utils.py'] = files['mpkg/train_utils.py'].replace(
+      '    return super().init_state(params)\n',
+      '    state = super().init_state(params)\n'
+      '    print(state.step)\n'
+      '    return state\n')
+  _, _, results = _migrated(tmp_path, files)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  assert 'LoggingMulti.init_state builds or reads a state itself' in (
+      _reasons(results)['mpkg/train_utils.py', 15])

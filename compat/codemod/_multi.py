@@ -42,8 +42,17 @@ def pair_of(node, parents) -> Optional[tuple]:
   return call, pair.elts.index(node)
 
 
-def _is_multi(call, names) -> bool:
-  return names.legacy_class(call.func) == MULTI_OPTIMIZER
+def is_multi(call, names) -> bool:
+  """A call of flax.optim's MultiOptimizer, or of a class of this module
+  that derives from it alone (its pairs are MultiOptimizer's)."""
+  name = names.legacy_class(call.func)
+  if name == MULTI_OPTIMIZER:
+    return True
+  return name is not None and any(
+      isinstance(node, ast.ClassDef) and node.name == name and
+      len(node.bases) == 1 and not node.keywords and
+      names.legacy_class(node.bases[0]) == MULTI_OPTIMIZER
+      for node in names.tree.body)
 
 
 # What a definition made in another module meets in a MultiOptimizer pair.
@@ -54,7 +63,7 @@ def definition_consumer(node, parents, names) -> Optional[ast.Call]:
   """The ``MultiOptimizer(...)`` call whose pair has ``node`` as its
   definition (second element), or None."""
   found = pair_of(node, parents)
-  if found is None or found[1] != 1 or not _is_multi(found[0], names):
+  if found is None or found[1] != 1 or not is_multi(found[0], names):
     return None
   return found[0]
 
@@ -88,7 +97,7 @@ def traversal_problem(planner, node) -> Optional[str]:
       return f'`{name}` is never used'
   for use in uses:
     found = pair_of(use, parents)
-    if found is None or found[1] != 0 or not _is_multi(found[0], names):
+    if found is None or found[1] != 0 or not is_multi(found[0], names):
       where = ast.unparse(parents.get(use, use))[:80]
       return (f'the traversal reaches `{where}`, not only the first '
               'element of a MultiOptimizer pair (flax_optim_rules.'

@@ -305,7 +305,10 @@ class Planner:
           self.kept_rules.append(node)
       if isinstance(node, ast.Call) and self.names.user_rule(node.func):
         handled.add(node.lineno)
-        _user_rules.plan_construction(self, node, RULES_MODULE, self.inject)
+        reason = _user_rules.plan_construction(self, node, RULES_MODULE,
+                                               self.inject)
+        if reason:
+          leftovers.append(self._leftover(node, 'multi_optimizer', reason))
       elif isinstance(node, ast.Call):
         name = self.names.legacy_class(node.func)
         if name in _CATALOGUE.BY_NAME:

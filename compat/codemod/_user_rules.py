@@ -25,6 +25,7 @@ import ast
 import os
 from typing import Optional
 
+from compat.codemod import _multi
 from compat.codemod import _names
 
 # What migrated code names (flax_optim_rules' public surface).
@@ -36,6 +37,20 @@ RULE_DEF_API = frozenset((
     'init_state', 'apply_gradient', 'update_hyper_params', 'to_optax',
     'learning_rate_factory', '__class__', '__dict__'))
 _DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
+# A MultiOptimizer subclass moves onto flax_optim_rules.MultiRuleDef, which
+# has only what an override run when the optimizer is made asks for: its
+# methods may ask ``self``/``super()`` for these besides their own names,
+# and override none of flax.optim's other hooks (MultiRuleDef never runs
+# them). What they get from ``self.traversals`` must be a filter only:
+# a read named like flax.optim's Traversal API keeps the class.
+MULTI_BASE = 'MultiRuleDef'
+MULTI_BASE_API = frozenset(('__init__', 'traversals', 'init_state',
+                            'to_optax', '__class__', '__dict__'))
+_MULTI_UNRUN_HOOKS = frozenset((
+    '__init__', 'init_param_state', 'apply_param_gradient', 'apply_gradient',
+    'update_hyper_params', 'create', 'hyper_params', 'sub_optimizers',
+    'traversals'))
+_TRAVERSAL_API = frozenset(('iterate', 'update', 'set', 'merge', 'compose'))
 _STATE_CLASSES = ('flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
 PORT_NOTE = (
     'kept as your own rule on {module}.{base} (same numbers, no flax.optim): '
@@ -84,16 +99,69 @@ def _asked_of_base(node: ast.ClassDef) -> set:
   return asked
 
 
+def is_multi_subclass(names, node: ast.ClassDef) -> bool:
+  """The class derives from flax.optim's MultiOptimizer alone."""
+  return len(node.bases) == 1 and not node.keywords and (
+      names.legacy_class(node.bases[0]) == _multi.MULTI_OPTIMIZER)
+
+
+def _why_not_multi(names, node: ast.ClassDef) -> Optional[str]:
+  """Why a MultiOptimizer subclass cannot move onto ``MultiRuleDef``."""
+  own = _own_names(node)
+  overridden = sorted(own & _MULTI_UNRUN_HOOKS)
+  missing = sorted(_asked_of_base(node) - own - MULTI_BASE_API)
+  traversal_reads = sorted({
+      sub.attr for sub in ast.walk(node) if isinstance(sub, ast.Attribute)
+      and sub.attr in _TRAVERSAL_API})
+  by_hand = (f'by hand: build it with flax_optim_rules.multi_optimizer and '
+             f'run what {node.name} adds where the TrainState is created')
+  if overridden or missing:
+    return (f'{node.name} overrides or uses '
+            f'{", ".join(overridden + missing)} of flax.optim\'s '
+            f'MultiOptimizer, which flax_optim_rules.{MULTI_BASE} neither '
+            f'has nor runs ({by_hand})')
+  if traversal_reads:
+    return (f'{node.name} reads .{", .".join(traversal_reads)}, which a '
+            'flax_optim_rules.ModelParamTraversal does not have (it '
+            f'selects leaves only; {by_hand})')
+  for method in node.body:
+    if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+        method.name == 'init_state') and not _returns_base_state(method):
+      return (f'{node.name}.init_state builds or reads a state itself: '
+              f'flax.optim\'s OptimizerState and the {MULTI_BASE} state '
+              f'(Optax\'s) differ ({by_hand})')
+  return None
+
+
+def _returns_base_state(method) -> bool:
+  """Every return of ``method`` is ``super().init_state(...)`` as it is,
+  and ``super().init_state`` is read nowhere else in it."""
+  returns = [n for n in ast.walk(method) if isinstance(n, ast.Return)]
+  supers = [n for n in ast.walk(method) if isinstance(n, ast.Attribute) and
+            n.attr == 'init_state' and isinstance(n.value, ast.Call) and
+            isinstance(n.value.func, ast.Name) and
+            n.value.func.id == 'super']
+  returned = [r.value.func for r in returns if isinstance(
+      r.value, ast.Call)]
+  return bool(returns) and len(returned) == len(returns) == len(
+      supers) and all(any(s is r for r in returned) for s in supers)
+
+
 def why_not_kept(names, node: ast.ClassDef) -> Optional[str]:
-  """Why the class cannot move onto ``RuleDef`` with certainty, or None."""
-  if len(node.bases) != 1 or node.keywords or (
+  """Why the class cannot move onto ``RuleDef`` (a MultiOptimizer
+  subclass: ``MultiRuleDef``) with certainty, or None."""
+  if is_multi_subclass(names, node):
+    reason = _why_not_multi(names, node)
+    if reason:
+      return reason
+  elif len(node.bases) != 1 or node.keywords or (
       names.resolve(node.bases[0]) not in _DEF_CLASSES):
     bases = ', '.join(ast.unparse(b) for b in node.bases)
     return (f'{node.name} derives from {bases}: only a direct subclass of '
             'flax.optim.OptimizerDef moves onto flax_optim_rules.RuleDef '
             '(a built-in rule\'s subclass keeps its base)')
   missing = sorted(_asked_of_base(node) - _own_names(node) - RULE_DEF_API)
-  if missing:
+  if missing and not is_multi_subclass(names, node):
     return (f'{node.name} uses {", ".join(missing)} of flax.optim\'s '
             'OptimizerDef, which flax_optim_rules.RuleDef does not have')
   if not _called_in_scanned_code(names, node):
@@ -122,7 +190,9 @@ def plan_class(planner, node: ast.ClassDef, rules_module: str
     return reason
   base = node.bases[0]
   planner.claimed.add(id(base))
-  planner.edit(base, f'{rules_module}.{RULE_BASE}', 'algorithm_rule')
+  planner.edit(base, f'{rules_module}.' + (
+      MULTI_BASE if is_multi_subclass(planner.names, node) else RULE_BASE),
+               'algorithm_rule')
   # The edit counts at the class's line: where scan reports the class and
   # where the project's links look for it.
   planner.edits[-1] = planner.edits[-1]._replace(line=node.lineno)
@@ -136,15 +206,23 @@ def plan_class(planner, node: ast.ClassDef, rules_module: str
 
 
 def plan_construction(planner, call: ast.Call, rules_module: str,
-                      inject: bool) -> None:
+                      inject: bool) -> Optional[str]:
   """``Rule(...)`` -> its Optax transform (the rate injected if set per
-  step, as for a built-in rule)."""
+  step, as for a built-in rule); a MultiOptimizer subclass's call (its
+  pairs as ``MultiOptimizer``'s, the rates its definitions') ->
+  ``.to_optax()``. Returns why not, or None."""
+  if _multi.is_multi(call, planner.names):
+    reason = _multi.multi_problem(planner, call)
+    if reason is None:
+      planner.edit(call, '{rule}.to_optax()', 'algorithm', rule=call)
+    return reason
   if inject:
     planner.imports.append((rules_module, None, None))
     planner.edit(call, f'{rules_module}.inject_learning_rate({{rule}})('
                  'learning_rate=0.0)', 'algorithm', rule=call)
   else:
     planner.edit(call, '{rule}.to_optax()', 'algorithm', rule=call)
+  return None
 
 
 _PORT_TEST = '''\
