@@ -1296,3 +1296,76 @@ def test_a_multi_optimizer_subclass_reading_its_state_keeps_the_flow(
     assert result.new == result.old, name
   assert 'LoggingMulti.init_state builds or reads a state itself' in (
       _reasons(results)['mpkg/train_utils.py', 15])
+
+
+# A step helper module that never names flax.optim: its function's
+# parameter is an optimizer only through what the trainer passes it.
+_STEP_HELPER = {
+    'steps.py': '''import jax
+import jax.numpy as jnp
+
+
+def loss(params, batch):
+  return jnp.mean((batch['x'] @ params['w'] - batch['y']) ** 2)
+
+
+@jax.jit
+def step(optimizer, batch, lr):
+  grad = jax.grad(loss)(optimizer.target, batch)
+  return optimizer.apply_gradient(grad, learning_rate=lr)
+''',
+    'trainer.py': '''from flax import optim
+
+import steps
+
+
+def train(params, batches):
+  optimizer = optim.Adam(0.01).create(params)
+  for batch in batches:
+    optimizer = steps.step(optimizer, batch, 0.02)
+  return optimizer
+''',
+}
+
+
+def test_a_parameter_proven_by_its_calls_from_another_module(tmp_path):
+  project, migrated, results = _migrated(tmp_path, _STEP_HELPER)
+  _assert_fully_migrated(results)
+  assert b'grad = jax.grad(loss)(optimizer.params, batch)' in results[
+      'steps.py'].new
+  _assert_trains_alike(project, migrated, 'trainer')
+
+
+def test_one_call_passing_what_is_not_provably_an_optimizer_keeps_the_flow(
+    tmp_path):
+  # A script steps what a callback made: `steps.step`'s parameter is not
+  # provably an optimizer, so its uses stay, and with them the trainer
+  # whose optimizer reaches them (before, the trainer's own call proved it
+  # and the script met a rewritten step).
+  files = dict(_STEP_HELPER)
+  files['script.py'] = ('import steps\n\n\n'
+                        'def resume(make, batch):\n'
+                        '  return steps.step(make(), batch, 0.1).target\n')
+  _, _, results = _migrated(tmp_path, files)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  reasons = _reasons(results)
+  assert 'not provably' in reasons['steps.py', 12]
+  assert 'also holds values not provably' in reasons['trainer.py', 7]
+
+
+def test_a_callee_module_kept_keeps_the_callers_passing_it_an_optimizer(
+    tmp_path):
+  # steps.py reads the optimizer's state_dict (no TrainState counterpart):
+  # it stays, so the trainer that passes it its optimizer stays with it.
+  files = dict(_STEP_HELPER)
+  files['steps.py'] += ('\n\ndef peek(optimizer):\n'
+                        '  return optimizer.state_dict()\n')
+  files['trainer.py'] = files['trainer.py'].replace(
+      '  return optimizer\n', '  steps.peek(optimizer)\n  return optimizer\n')
+  _, _, results = _migrated(tmp_path, files)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  reasons = _reasons(results)
+  assert '.state_dict of a flax.optim Optimizer' in reasons['steps.py', 16]
+  assert 'passes an optimizer to peek()' in reasons['trainer.py', 10]

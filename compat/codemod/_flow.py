@@ -439,8 +439,15 @@ class OptimizerFlow:
       return False
     if self.functions[function.name] is not function:
       return False
+    # What the calls from other modules pass (the project's model: None
+    # where no other module names the function).
+    model = self.names.model
+    elsewhere = None if model is None else model.param_verdict(
+        self.names, function.name, name)
+    if elsewhere is False:
+      return False
     sites = self._sites(function.name)
-    if not sites:
+    if sites is None or (not sites and not elsewhere):
       return False
     position = self.scopes[function].params[name]
     positional = len(function.args.posonlyargs) + len(function.args.args)

@@ -45,6 +45,7 @@ from typing import NamedTuple, Optional
 from compat.codemod import _flow
 from compat.codemod import _multi
 from compat.codemod import _names
+from compat.codemod import _params
 from compat.codemod import _walk
 
 # What a factory's result meets at a call site that migrate can follow.
@@ -229,9 +230,15 @@ class Model:
     self.optimizer_givers: set = set()
     self.optimizer_takers: set = set()
     self._called: set = set()  # factories with a call in the project
+    # (FunctionDef, parameter) -> whether every call of the module function
+    # from another module passes an optimizer there (``_params``).
+    self.param_verdicts: dict = {}
     if not links:
       return
-    self._solve_optimizer_givers(sources, parse, unparsed)
+    self._read_calls(sources, parse, unparsed)
+    passing = _params.solve(
+        self, lambda: self._solve_optimizer_givers(sources, parse, unparsed))
+    self._solve_factories()  # over the modules the givers' callers added
     for path in self.names:
       self._link_calls(path, self.trees[path])
       self._link_rule_uses(path, self.trees[path])
@@ -239,6 +246,11 @@ class Model:
       self._link_disagreeing_overrides(path, self.trees[path])
     self._link_unseen_callers()
     self._link_holders(sources, parse)
+    for path, line, function in passing:
+      self.links.append(Link(
+          function.path, function.node.lineno, path, line, line,
+          f'passes an optimizer to {function.node.name}() '
+          f'({function.path}:{function.node.lineno}), which uses it', 'call'))
 
   def _solve_optimizer_givers(self, sources, parse, unparsed):
     """``optimizer_givers``: the module functions whose every return is an
@@ -246,6 +258,7 @@ class Model:
     those with a parameter annotated ``optim.Optimizer``. Then the modules
     that name one of them are read too (a test or script that only calls
     ``create_optimizer``)."""
+    self.optimizer_givers, self.optimizer_takers = set(), set()
     flows: dict[str, _flow.OptimizerFlow] = {}
     for function in list(self.functions.values()):
       node = function.node
@@ -271,21 +284,50 @@ class Model:
     if words:
       self._read_modules_naming(words, sources, parse, unparsed)
 
+  def _read_calls(self, sources, parse, unparsed):
+    """Reads the modules whose functions the modules read so far call (an
+    optimizer made in one is stepped in the other), then every module that
+    names one of the functions (``_params`` proves their parameters from
+    all their calls); the factories are solved again over them."""
+    while self._read_paths(sorted(
+        p for p in _params.callee_modules(self)
+        if p not in unparsed), sources, parse, unparsed):
+      pass
+    self._read_modules_naming(_params.function_names(self), sources, parse,
+                              unparsed)
+    for dotted in self._taken:
+      self.functions.pop(dotted, None)
+    self._solve_factories()
+
   def _read_modules_naming(self, words, sources, parse, unparsed) -> list:
     """Reads every module not read yet whose source spells one of
     ``words`` (a parse that fails goes to ``unparsed``); returns them."""
     pattern = _word_pattern(words)
-    fresh = [p for p, (source, _) in sources.items()
-             if p not in self.names and p not in unparsed and
-             pattern.search(source)]
-    for path in fresh:
+    return self._read_paths([
+        p for p, (source, _) in sources.items()
+        if p not in self.names and p not in unparsed and
+        pattern.search(source)], sources, parse, unparsed)
+
+  def _read_paths(self, paths, sources, parse, unparsed) -> list:
+    """Reads the modules ``paths`` (a parse that fails goes to
+    ``unparsed``); returns them."""
+    for path in paths:
       tree = sources[path][1]
       tree = parse(path) if tree is None and parse else tree
       if tree is None:
         unparsed.add(path)
       else:
         self._read(path, tree)
-    return fresh
+    return paths
+
+  def param_verdict(self, names, function, parameter) -> Optional[bool]:
+    """Whether every call from another module of the module function
+    named ``function`` in the module of ``names`` passes an optimizer as
+    ``parameter`` (None: no other module names it)."""
+    module = names.package_module
+    found = self.functions.get(f'{module}.{function}') if module else None
+    return None if found is None else self.param_verdicts.get(
+        (found.node, parameter))
 
   def gives_optimizer(self, call, names) -> bool:
     """A call of another module's function that returns an optimizer."""

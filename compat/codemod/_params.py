@@ -1,0 +1,204 @@
+"""Parameters proven through their call sites in every module of the project.
+
+A module's own flow (``_flow.OptimizerFlow``) proves an unannotated
+parameter from the calls it sees: its own module's. A module function is
+also called from other modules (a trainer's ``train_utils.step(opt, g)``, a
+test, a notebook), and those calls decide too: the parameter is an optimizer
+only if every call in the project passes one, whichever module makes it.
+So, for the module functions of the modules the project's model reads:
+
+* every reference to one from another module is found (the modules that
+  spell its name are read for it, as are the modules whose functions the
+  modules read call): a call, whose arguments that module's
+  flow must prove, or anything else (``jax.jit(train_utils.step)``, a
+  list, a callback), after which its callers are not known;
+* ``Model.param_verdicts[(function, parameter)]`` says whether all those
+  calls pass an optimizer (False where a reference is not a call). The
+  flow of the function's module asks it, beside its own calls: a function
+  called only from other modules is proven by them, one called from one
+  unprovable place is not (its uses stay, with the flow they belong to);
+  a function called nowhere in the project has callers migrate cannot see,
+  and proves nothing;
+* a greatest fixpoint, as each module's flow is: every verdict starts
+  True; a round computes the flows of the modules involved with the
+  current verdicts (and the functions that return an optimizer), turns
+  False each verdict a call refutes, and ends when nothing changes;
+* each call from another module that passes a parameter its function's
+  flow proves becomes a whole-flow link (``_project.Link``, kind 'call'):
+  the caller's optimizer and the callee's uses of it migrate together or
+  not at all.
+
+Stdlib only.
+"""
+
+import ast
+
+from compat.codemod import _flow
+
+# Rounds of the fixpoint before it gives up (it converges in two or three on
+# real trees; past this every verdict is False, which proves nothing more).
+_MAX_ROUNDS = 8
+
+
+class _Reference:
+  """A reference to a module function from another module."""
+
+  def __init__(self, path, node, call):
+    self.path = path  # the referring module
+    self.node = node  # the Name/Attribute naming the function
+    self.call = call  # the Call it is the callee of, or None
+
+
+def _candidates(model) -> dict:
+  """``{id(FunctionDef): _Function}`` of the module functions (not methods)
+  of the modules the model has read, with one parameter or more."""
+  found = {}
+  for function in model.functions.values():
+    node = function.node
+    if function.is_method or not (node.args.posonlyargs + node.args.args +
+                                  node.args.kwonlyargs):
+      continue
+    found[id(node)] = function
+  return found
+
+
+def _references(model, candidates) -> dict:
+  """``{id(FunctionDef): [_Reference]}`` from modules other than the
+  function's own."""
+  found: dict = {}
+  for path, names in model.names.items():
+    tree = model.trees[path]
+    parents = {}
+    for node in ast.walk(tree):
+      for child in ast.iter_child_nodes(node):
+        parents[child] = node
+    for node in ast.walk(tree):
+      if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(
+          parents.get(node), ast.Attribute):
+        continue
+      dotted = names.resolve(node)
+      function = model.functions.get(dotted) if dotted else None
+      if function is None or id(function.node) not in candidates or (
+          function.path == path):
+        continue
+      parent = parents.get(node)
+      call = parent if isinstance(parent, ast.Call) and (
+          parent.func is node) else None
+      found.setdefault(id(function.node), []).append(
+          _Reference(path, node, call))
+  return found
+
+
+def _passed(function_node, parameter, call):
+  """The argument ``call`` passes for ``parameter``; None: none is, or it
+  cannot be told (``*args``, ``**kwargs``)."""
+  if any(isinstance(a, ast.Starred) for a in call.args) or any(
+      k.arg is None for k in call.keywords):
+    return None
+  for keyword in call.keywords:
+    if keyword.arg == parameter:
+      return keyword.value
+  arguments = function_node.args
+  positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+  if parameter in positional:
+    position = positional.index(parameter)
+    if position < len(call.args):
+      return call.args[position]
+  return None
+
+
+def _parameters(function_node) -> list:
+  arguments = function_node.args
+  return [a.arg for a in arguments.posonlyargs + arguments.args +
+          arguments.kwonlyargs]
+
+
+def callee_modules(model) -> set:
+  """The paths of the project's modules, not read yet, whose functions the
+  modules read so far call."""
+  path_of = {dotted: path for path, dotteds in model.module_names_of.items()
+             for dotted in dotteds}
+  found = set()
+  for path, names in list(model.names.items()):
+    for node in ast.walk(model.trees[path]):
+      if isinstance(node, ast.Call):
+        dotted = names.resolve(node.func)
+        callee = path_of.get(dotted.rpartition('.')[0]) if dotted else None
+        if callee is not None and callee not in model.names:
+          found.add(callee)
+  return found
+
+
+def function_names(model) -> set:
+  """The names of the candidate functions: the modules that spell one may
+  call it."""
+  return {f.node.name for f in _candidates(model).values()}
+
+
+def solve(model, solve_givers) -> list:
+  """Fills ``model.param_verdicts`` over the modules the model has read
+  (``Model._read_calls`` read the callers and callees first);
+  ``solve_givers()`` computes the functions returning an optimizer from
+  the current verdicts (each round). Returns the whole-flow links
+  ``(caller path, call line, function)`` of calls passing a parameter the
+  function's flow proves."""
+  candidates = _candidates(model)
+  if not candidates:
+    solve_givers()
+    return []
+  references = _references(model, candidates)
+  verdicts = model.param_verdicts
+  for key, found in references.items():
+    function = candidates[key].node
+    escaped = any(r.call is None for r in found)
+    for parameter in _parameters(function):
+      verdicts[(function, parameter)] = not escaped
+  flows = {}
+  for _ in range(_MAX_ROUNDS):
+    solve_givers()
+    flows = {}
+    changed = False
+    for key, found in references.items():
+      function = candidates[key].node
+      for parameter in _parameters(function):
+        if not verdicts[(function, parameter)]:
+          continue
+        for reference in found:
+          argument = _passed(function, parameter, reference.call)
+          flow = flows.get(reference.path)
+          if flow is None:
+            flow = flows[reference.path] = _flow.OptimizerFlow(
+                model.trees[reference.path], model.names[reference.path])
+          if argument is None or not flow.is_optimizer(argument):
+            verdicts[(function, parameter)] = False
+            changed = True
+            break
+    if not changed:
+      break
+  else:
+    for key in verdicts:
+      verdicts[key] = False
+    solve_givers()
+    return []
+  return _links(model, candidates, references)
+
+
+def _links(model, candidates, references) -> list:
+  """``(caller path, call line, function)`` per call from another module
+  passing a parameter that the function's own flow proves."""
+  links = []
+  own_flows = {}
+  for key, found in references.items():
+    function = candidates[key]
+    flow = own_flows.get(function.path)
+    if flow is None:
+      flow = own_flows[function.path] = _flow.OptimizerFlow(
+          model.trees[function.path], model.names[function.path])
+    scope = flow.scopes[function.node]
+    proven = [p for p in _parameters(function.node)
+              if model.param_verdicts.get((function.node, p)) and
+              (scope, p) in flow.alive]
+    if not proven:
+      continue
+    links += [(r.path, r.call.lineno, function) for r in found]
+  return links
