@@ -1350,7 +1350,8 @@ def test_one_call_passing_what_is_not_provably_an_optimizer_keeps_the_flow(
   for name, result in results.items():
     assert result.new == result.old, name
   reasons = _reasons(results)
-  assert 'not provably' in reasons['steps.py', 12]
+  assert 'script.py:5 passes `make()` as `optimizer` of step(), not ' \
+      'provably an optimizer' in reasons['steps.py', 12]
   assert 'also holds values not provably' in reasons['trainer.py', 7]
 
 

@@ -32,6 +32,7 @@ Stdlib only.
 """
 
 import ast
+import re
 
 from compat.codemod import _flow
 
@@ -147,12 +148,17 @@ def solve(model, solve_givers) -> list:
     solve_givers()
     return []
   references = _references(model, candidates)
-  verdicts = model.param_verdicts
+  verdicts, why = model.param_verdicts, model.param_why
   for key, found in references.items():
     function = candidates[key].node
-    escaped = any(r.call is None for r in found)
+    escaped = [r for r in found if r.call is None]
     for parameter in _parameters(function):
       verdicts[(function, parameter)] = not escaped
+      if escaped:
+        why[(function, parameter)] = (
+            f'{escaped[0].path}:{escaped[0].node.lineno} uses '
+            f'{function.name}() otherwise than by calling it, so its '
+            'callers are not known')
   flows = {}
   for _ in range(_MAX_ROUNDS):
     solve_givers()
@@ -171,6 +177,12 @@ def solve(model, solve_givers) -> list:
                 model.trees[reference.path], model.names[reference.path])
           if argument is None or not flow.is_optimizer(argument):
             verdicts[(function, parameter)] = False
+            passed = 'nothing' if argument is None else (
+                f'`{ast.unparse(argument)[:60]}`')
+            why[(function, parameter)] = (
+                f'{reference.path}:{reference.call.lineno} passes {passed} '
+                f'as `{parameter}` of {function.name}(), not provably an '
+                'optimizer')
             changed = True
             break
     if not changed:
@@ -181,6 +193,24 @@ def solve(model, solve_givers) -> list:
     solve_givers()
     return []
   return _links(model, candidates, references)
+
+
+def why_unproven(model, names, tree, line, code) -> str:
+  """Why the parameters ``code`` reads attributes of, in the module
+  function of ``tree`` around ``line``, are not optimizers by their calls
+  from other modules: what one of them passes, or a use that is not a
+  call ('' where none is)."""
+  if model is None:
+    return ''
+  reasons = []
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+        node.lineno <= line <= (node.end_lineno or node.lineno)):
+      for parameter in _parameters(node):
+        if re.search(rf'\b{parameter}\s*\.', code) and model.param_verdict(
+            names, node.name, parameter) is False:
+          reasons.append(model.param_why_of(names, node.name, parameter))
+  return '; '.join(r for r in reasons if r)
 
 
 def _links(model, candidates, references) -> list:

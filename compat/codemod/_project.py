@@ -233,6 +233,7 @@ class Model:
     # (FunctionDef, parameter) -> whether every call of the module function
     # from another module passes an optimizer there (``_params``).
     self.param_verdicts: dict = {}
+    self.param_why: dict = {}  # the same keys -> why a verdict is False
     if not links:
       return
     self._read_calls(sources, parse, unparsed)
@@ -324,10 +325,17 @@ class Model:
     """Whether every call from another module of the module function
     named ``function`` in the module of ``names`` passes an optimizer as
     ``parameter`` (None: no other module names it)."""
+    return self._of_parameter(self.param_verdicts, names, function,
+                              parameter)
+
+  def param_why_of(self, names, function, parameter) -> Optional[str]:
+    """Why ``param_verdict`` is False (None where it is not)."""
+    return self._of_parameter(self.param_why, names, function, parameter)
+
+  def _of_parameter(self, table, names, function, parameter):
     module = names.package_module
     found = self.functions.get(f'{module}.{function}') if module else None
-    return None if found is None else self.param_verdicts.get(
-        (found.node, parameter))
+    return None if found is None else table.get((found.node, parameter))
 
   def gives_optimizer(self, call, names) -> bool:
     """A call of another module's function that returns an optimizer."""

@@ -47,6 +47,7 @@ from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _multi
 from compat.codemod import _names
+from compat.codemod import _params
 from compat.codemod import _project
 from compat.codemod import _removals
 from compat.codemod import _user_rules
@@ -355,11 +356,14 @@ class Planner:
       elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
           finding) and (finding.line, finding.construct) not in {
               (left.line, left.construct) for left in leftovers}:
+        callers = _params.why_unproven(self.names.model, self.names,
+                                       self.tree, finding.line, finding.code)
         leftovers.append(Leftover(
             finding.line, finding.construct, finding.code,
             'not rewritten: the object is not provably a flax.optim '
             'Optimizer/OptimizerDef here (its flow leaves what this file '
-            'shows); ' + finding.replacement))
+            'shows' + (f': {callers}' if callers else '') + '); ' +
+            finding.replacement))
     return self.edits[before:], leftovers
 
   def _unproven_field_stores(self) -> list:
