@@ -327,6 +327,41 @@ def test_rules_multi_optimizer_steps_as_the_shims_multi_optimizer():
                               _params()['Dense_0']['kernel'])
 
 
+class _LoggingMulti(flax_optim_rules.MultiRuleDef):
+  """A user's MultiOptimizer subclass as migrate keeps it: logs, then the
+  base makes the state."""
+
+  def __init__(self, *pairs):
+    super().__init__(*pairs)
+    self.logged = []
+
+  def init_state(self, params):
+    for index, traversal in enumerate(self.traversals):
+      self.logged += [(index, path) for path in ('/Dense_0/bias', '/scale')
+                      if traversal._filter_fn(path, None)]  # pylint: disable=protected-access
+    return super().init_state(params)
+
+
+def test_multi_rule_def_runs_its_init_state_and_steps_as_multi_optimizer():
+  rule = _LoggingMulti(*_rules_pairs())
+  tx = rule.to_optax()
+  assert rule.logged == []
+  opt_state = tx.init(_params())
+  assert rule.logged == [(1, '/Dense_0/bias')]
+  reference = flax_optim_rules.multi_optimizer(*_rules_pairs())
+  reference_state = reference.init(_params())
+  chex.assert_trees_all_equal(opt_state, reference_state)
+  params, reference_params = _params(), _params()
+  for step in range(3):
+    grads = _step_grads(step)
+    params, opt_state = _rules_step(tx, _keep_rates)(
+        params, opt_state, grads, None)
+    reference_params, reference_state = _rules_step(reference, _keep_rates)(
+        reference_params, reference_state, grads, None)
+  chex.assert_trees_all_equal(params, reference_params)
+  chex.assert_trees_all_equal(opt_state, reference_state)
+
+
 def test_rules_multi_optimizer_errors_name_the_argument_and_the_leaves():
   everything = flax_optim_rules.ModelParamTraversal(lambda p, _: True)
   biases = flax_optim_rules.ModelParamTraversal(
