@@ -197,8 +197,7 @@ def test_one_link_that_cannot_be_followed_keeps_every_module_of_the_flow(
   _write(project, {'configs.py': _CONFIGS, 'training.py': _TRAINING,
                    'main.py': _MAIN, 'inspect_def.py': inspect})
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = _reasons(results)
   assert 'definition.hyper_params' in reasons['inspect_def.py', 3]
   assert 'training.py:21' in reasons['training.py', 21]
@@ -319,8 +318,7 @@ def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
                '  return optim.Momentum(rate, beta=0.9)\n')
   _write(project, {'configs.py': _CONFIGS, 'cached.py': decorated})
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = [left.reason for left in results['configs.py'].plan.leftovers]
   assert any('create_optimizer_def() is called nowhere' in r
              for r in reasons), reasons
@@ -534,8 +532,7 @@ def test_a_definition_read_elsewhere_keeps_the_multi_optimizer_flow(
              '.hyper_params)\n')
   _write(project, {**_MULTI_PACKAGE, 'mpkg/inspect_def.py': inspect})
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = _reasons(results)
   assert 'mpkg/train_utils.py:14: it goes into the MultiOptimizer here' in (
       reasons['mpkg/optimizers.py', 6])
@@ -556,6 +553,12 @@ def _assert_fully_migrated(results):
   for name, result in results.items():
     assert not result.plan.leftovers, (name, result.plan.leftovers)
     assert not _legacy_imports.legacy_imports(result.new), name
+
+
+def _assert_unchanged(results):
+  """No module changed: the flow was kept whole."""
+  for name, result in results.items():
+    assert result.new == result.old, name
 
 
 def _assert_trains_alike(project, migrated, module, *args):
@@ -675,8 +678,7 @@ class GivenConfig(OptimizerConfig):
     return self.given
 '''
   project, migrated, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons: dict = {}
   for name, result in results.items():
     for left in result.plan.leftovers:
@@ -703,8 +705,7 @@ def test_a_value_stored_in_the_field_that_is_not_provably_an_optimizer(
                         'def resume(restored):\n'
                         '  return task.TrainState(restored, {})\n')
   project, migrated, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   resume = [(left.line, left.reason)
             for left in results['resume.py'].plan.leftovers]
   assert any(line == 5 and '`restored` goes into the field `optimizer` of '
@@ -780,8 +781,7 @@ def test_a_helper_storing_what_it_cannot_prove_keeps_both_modules(tmp_path):
   files['warm.py'] += ('\n\ndef reset(state, make):\n'
                        '  return state.replace(optimizer=make())\n')
   project, migrated, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   warm_left = [(left.line, left.reason)
                for left in results['warm.py'].plan.leftovers]
   assert any(line == 11 and '`make()` goes into the field `optimizer`' in
@@ -928,8 +928,7 @@ def test_an_unannotated_attribute_resolves_the_method_by_its_name(tmp_path):
                            '  def create_optimizer_def(self):\n'
                            '    return 0.01\n')
   project, migrated, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = [left.reason for left in results['opt_config.py'].plan.leftovers]
   assert any('schedules.py:3, which does not return' in r
              for r in reasons), reasons
@@ -1013,8 +1012,7 @@ def test_a_use_of_a_returned_optimizer_left_keeps_every_module(tmp_path):
       '  return optimizer\n')
   _write(project, files)
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = [left.reason for left in results['models.py'].plan.leftovers]
   assert any('check.py' in r and 'create_optimizer()' in r
              for r in reasons), reasons
@@ -1033,8 +1031,7 @@ def test_no_flow_is_rewritten_when_the_analysis_across_modules_fails(
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, _GIVER_FILES)
   results = _migrate_into(project, migrated)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = [left.reason for left in results['models.py'].plan.leftovers]
   assert any('analysis across modules failed' in r for r in reasons), reasons
 
@@ -1154,8 +1151,7 @@ def test_a_jitted_create_with_other_jit_options_keeps_the_flow(tmp_path):
   files['trainer.py'] = files['trainer.py'].replace(
       "backend='cpu'", 'donate_argnums=0')
   _, _, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = _reasons(results)
   assert '`optimizer` goes into the field `optimizer` of TrainState' in (
       reasons['trainer.py', 20])
@@ -1220,8 +1216,7 @@ def test_a_name_holding_a_dict_or_an_optimizer_read_otherwise_stays(
       '  print(new_optimizer.target)\n'
       '  return state.replace(optimizer=new_optimizer)\n', 1)
   _, _, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   assert '`new_optimizer` goes into the field `optimizer`' in _reasons(
       results)['warm.py', 16]
 
@@ -1292,8 +1287,7 @@ def test_a_multi_optimizer_subclass_reading_its_state_keeps_the_flow(
       '    print(state.step)\n'
       '    return state\n')
   _, _, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   assert 'LoggingMulti.init_state builds or reads a state itself' in (
       _reasons(results)['mpkg/train_utils.py', 15])
 
@@ -1347,8 +1341,7 @@ def test_one_call_passing_what_is_not_provably_an_optimizer_keeps_the_flow(
                         'def resume(make, batch):\n'
                         '  return steps.step(make(), batch, 0.1).target\n')
   _, _, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = _reasons(results)
   assert 'script.py:5 passes `make()` as `optimizer` of step(), not ' \
       'provably an optimizer' in reasons['steps.py', 12]
@@ -1365,8 +1358,7 @@ def test_a_callee_module_kept_keeps_the_callers_passing_it_an_optimizer(
   files['trainer.py'] = files['trainer.py'].replace(
       '  return optimizer\n', '  steps.peek(optimizer)\n  return optimizer\n')
   _, _, results = _migrated(tmp_path, files)
-  for name, result in results.items():
-    assert result.new == result.old, name
+  _assert_unchanged(results)
   reasons = _reasons(results)
   assert '.state_dict of a flax.optim Optimizer' in reasons['steps.py', 16]
   assert 'passes an optimizer to peek()' in reasons['trainer.py', 10]

@@ -428,3 +428,20 @@ class ModuleNames:
           if returns and all(r is not None and self.is_def(r)
                              for r in returns):
             self.def_factories.add(function.name)
+
+
+def references(tree, names):
+  """``(node, parent, dotted)`` for each outermost name or attribute chain
+  of ``tree`` that ``names`` resolves (``a.b.c`` once, not ``a`` and
+  ``a.b`` too); ``parent``: the node holding it."""
+  parents = {}
+  for node in ast.walk(tree):
+    for child in ast.iter_child_nodes(node):
+      parents[child] = node
+  for node in ast.walk(tree):
+    if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(
+        parents.get(node), ast.Attribute):
+      continue
+    dotted = names.resolve(node)
+    if dotted:
+      yield node, parents.get(node), dotted

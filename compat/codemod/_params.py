@@ -35,6 +35,7 @@ import ast
 import re
 
 from compat.codemod import _flow
+from compat.codemod import _names
 
 # Rounds of the fixpoint before it gives up (it converges in two or three on
 # real trees; past this every verdict is False, which proves nothing more).
@@ -68,21 +69,11 @@ def _references(model, candidates) -> dict:
   function's own."""
   found: dict = {}
   for path, names in model.names.items():
-    tree = model.trees[path]
-    parents = {}
-    for node in ast.walk(tree):
-      for child in ast.iter_child_nodes(node):
-        parents[child] = node
-    for node in ast.walk(tree):
-      if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(
-          parents.get(node), ast.Attribute):
-        continue
-      dotted = names.resolve(node)
-      function = model.functions.get(dotted) if dotted else None
+    for node, parent, dotted in _names.references(model.trees[path], names):
+      function = model.functions.get(dotted)
       if function is None or id(function.node) not in candidates or (
           function.path == path):
         continue
-      parent = parents.get(node)
       call = parent if isinstance(parent, ast.Call) and (
           parent.func is node) else None
       found.setdefault(id(function.node), []).append(

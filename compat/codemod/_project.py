@@ -684,20 +684,10 @@ class Model:
     class goes where migrate cannot follow)."""
     if not self.user_rules:
       return
-    names = self.names[path]
-    parents = {}
-    for node in ast.walk(tree):
-      for child in ast.iter_child_nodes(node):
-        parents[child] = node
-    for node in ast.walk(tree):
-      if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(
-          parents.get(node), ast.Attribute):
-        continue
-      dotted = names.resolve(node)
-      rule = self.user_rules.get(dotted) if dotted else None
+    for node, parent, dotted in _names.references(tree, self.names[path]):
+      rule = self.user_rules.get(dotted)
       if rule is None or rule[0] == path:
         continue
-      parent = parents.get(node)
       if isinstance(parent, ast.Call) and parent.func is node:
         line, reason = parent.lineno, _RULE_USED_HERE
         self.called_rules.update(
