@@ -1398,3 +1398,43 @@ def test_a_package_scanned_from_inside_resolves_its_absolute_imports(
     (migrated / relative).write_bytes(result.new)
   _assert_fully_migrated(by_name)
   _assert_trains_alike(project, migrated, 'pkg.train')
+
+
+def test_a_multi_optimizer_subclass_made_in_another_module_keeps_the_flow(
+    tmp_path):
+  # The pairs given to the class are followed only in its own module.
+  files = dict(_LOGGING_MULTI)
+  files['mpkg/train_utils.py'] = files['mpkg/train_utils.py'].replace(
+      '  return LoggingMulti(', '  return multi.LoggingMulti(').replace(
+          'from mpkg import optimizers\n',
+          'from mpkg import multi\nfrom mpkg import optimizers\n')
+  head, _, tail = files['mpkg/train_utils.py'].partition(
+      '\n\nclass LoggingMulti')
+  files['mpkg/train_utils.py'] = head + '\n'
+  files['mpkg/multi.py'] = ('from flax import optim\n'
+                            'from flax import traverse_util\n\n\n'
+                            'class LoggingMulti' + tail)
+  _, _, results = _migrated(tmp_path, files)
+  _assert_unchanged(results)
+  assert 'LoggingMulti is a MultiOptimizer subclass of another module' in (
+      _reasons(results)['mpkg/train_utils.py', 13])
+
+
+def test_a_factory_returning_another_modules_kept_rule_keeps_its_creates(
+    tmp_path):
+  # The factory's definition is the rule class of a third module, which
+  # stays (it derives from a built-in rule): the trainer's .create of it
+  # stays too (before, no link named the factory's line, and the trainer
+  # alone was rewritten).
+  files = {
+      'rules.py': ('from flax import optim\n\n\n'
+                   'class Mine(optim.GradientDescent):\n  pass\n'),
+      'factory.py': 'import rules\n\n\ndef make():\n  return rules.Mine(0.1)\n',
+      'trainer.py': ('import factory\n\n\n'
+                     'def train(params, grads):\n'
+                     '  optimizer = factory.make().create(params)\n'
+                     '  return optimizer.apply_gradient(grads).target\n'),
+  }
+  _, _, results = _migrated(tmp_path, files)
+  _assert_unchanged(results)
+  assert 'flow across modules' in _reasons(results)['trainer.py', 5]

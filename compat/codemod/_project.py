@@ -647,7 +647,8 @@ class Model:
       for candidate in self._method_candidates(value):
         found += self._producers(candidate, seen)
       return found
-    if names.legacy_class(value.func) is not None:
+    if names.legacy_class(value.func) is not None or names.user_rule(
+        value.func):  # also a rule class of another module
       return [(function.path, value.lineno)]
     return []
 

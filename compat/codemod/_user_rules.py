@@ -147,6 +147,15 @@ def _returns_base_state(method) -> bool:
       supers) and all(any(s is r for r in returned) for s in supers)
 
 
+def _other_modules_multi(names, call) -> bool:
+  """``call`` makes a MultiOptimizer subclass another module defines."""
+  model = names.model
+  dotted = names.resolve(call.func)
+  rule = model.user_rules.get(dotted) if model and dotted else None
+  return rule is not None and rule[0] in model.names and is_multi_subclass(
+      model.names[rule[0]], rule[1])
+
+
 def why_not_kept(names, node: ast.ClassDef) -> Optional[str]:
   """Why the class cannot move onto ``RuleDef`` (a MultiOptimizer
   subclass: ``MultiRuleDef``) with certainty, or None."""
@@ -216,6 +225,10 @@ def plan_construction(planner, call: ast.Call, rules_module: str,
     if reason is None:
       planner.edit(call, '{rule}.to_optax()', 'algorithm', rule=call)
     return reason
+  if _other_modules_multi(planner.names, call):
+    return (f'{ast.unparse(call.func)} is a MultiOptimizer subclass of '
+            'another module: its (traversal, definition) pairs are followed '
+            'only where the class is defined')
   if inject:
     planner.imports.append((rules_module, None, None))
     planner.edit(call, f'{rules_module}.inject_learning_rate({{rule}})('
