@@ -9,9 +9,9 @@ So, for the module functions of the modules the project's model reads:
 
 * every reference to one from another module is found (the modules that
   spell its name are read for it, as are the modules whose functions the
-  modules read call): a call, whose arguments that module's
-  flow must prove, or anything else (``jax.jit(train_utils.step)``, a
-  list, a callback), after which its callers are not known;
+  modules read call): a call, whose arguments that module's flow must
+  prove, or anything else (``jax.jit(train_utils.step)``, a list, a
+  callback), after which its callers are not known;
 * ``Model.param_verdicts[(function, parameter)]`` says whether all those
   calls pass an optimizer (False where a reference is not a call). The
   flow of the function's module asks it, beside its own calls: a function
@@ -28,27 +28,32 @@ So, for the module functions of the modules the project's model reads:
   the caller's optimizer and the callee's uses of it migrate together or
   not at all.
 
+A module the model never reads (nothing in it names flax.optim, a factory,
+a function of a module read, or is called by one) has no verdicts: its own
+calls alone prove its functions' parameters, as before.
+
 Stdlib only.
 """
 
 import ast
 import re
+from typing import NamedTuple, Optional
 
 from compat.codemod import _flow
 from compat.codemod import _names
 
-# Rounds of the fixpoint before it gives up (it converges in two or three on
-# real trees; past this every verdict is False, which proves nothing more).
+# Rounds of the fixpoint before it gives up. Verdicts only turn False, but
+# each round recomputes the functions that return an optimizer from them,
+# so the bound guards against a cycle; past it every verdict is False,
+# which proves nothing.
 _MAX_ROUNDS = 8
 
 
-class _Reference:
+class _Reference(NamedTuple):
   """A reference to a module function from another module."""
-
-  def __init__(self, path, node, call):
-    self.path = path  # the referring module
-    self.node = node  # the Name/Attribute naming the function
-    self.call = call  # the Call it is the callee of, or None
+  path: str  # the referring module
+  node: ast.AST  # the Name/Attribute naming the function
+  call: Optional[ast.Call]  # the Call it is the callee of, or None
 
 
 def _candidates(model) -> dict:
