@@ -40,6 +40,7 @@ _SAME_KIND = {
     'flax.jax_utils.replicate': (0, 'tree'),
     'flax.jax_utils.unreplicate': (0, 'tree'),
     'flax.training.checkpoints.restore_checkpoint': (1, 'target'),
+    'flax.serialization.from_state_dict': (0, 'target'),
     # A leaf-wise map keeps its first tree's structure and classes
     # (``jnp.where(is_finite, new, old)`` over two optimizers).
     'jax.tree_util.tree_map': (1, 'tree'),
@@ -466,8 +467,9 @@ class OptimizerFlow:
           return None
         return True if plain else None
       if isinstance(func, ast.Attribute) and func.attr in (
-          'apply_gradient', 'replace'):
-        # A step, or a struct's copy with fields replaced: an Optimizer.
+          'apply_gradient', 'replace', 'restore_state'):
+        # A step, a struct's copy with fields replaced, or one restored
+        # from a state dict: an Optimizer.
         return True if self.is_optimizer(func.value, scope) else None
       return None
     return True if self.is_optimizer(value, scope) else None
