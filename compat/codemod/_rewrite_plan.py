@@ -45,7 +45,6 @@ from typing import NamedTuple, Optional
 from compat import _lazy
 from compat.codemod import _codes
 from compat.codemod import _flow
-from compat.codemod import _guessed
 from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _project
@@ -346,7 +345,6 @@ class Planner:
         if reason:
           leftovers.append(self._leftover(node, 'optimizer_use', reason))
     leftovers += self._unproven_field_stores()
-    guesses_apart = _guessed.cannot_reach_flow(self)
     for finding in self.findings:
       if finding.construct in NOTE_CONSTRUCTS and (
           finding.line not in self.legacy_layout_lines):
@@ -354,8 +352,7 @@ class Planner:
                                    finding.code, CHECKPOINT_NOTE))
       elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
           finding) and (finding.line, finding.construct) not in {
-              (left.line, left.construct) for left in leftovers} and not (
-                  finding.confidence != 'certain' and guesses_apart):
+              (left.line, left.construct) for left in leftovers}:
         leftovers.append(Leftover(
             finding.line, finding.construct, finding.code,
             'not rewritten: the object is not provably a flax.optim '
