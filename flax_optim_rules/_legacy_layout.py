@@ -344,12 +344,30 @@ def state_dict(train_state) -> dict:
                     'param_states': _to_state_dict(state.param_states)}}
 
 
+# A TrainState's own state dict (what ``flax.serialization`` writes of it).
+_TRAIN_STATE_KEYS = ('step', 'params', 'opt_state')
+
+
 def restore_state(train_state, state_dict: Mapping):
   """What flax.optim's ``optimizer.restore_state(state_dict)`` was:
   ``train_state`` holding the params, step and per-parameter states of a
   state dict in flax.optim's layout (``state_dict(...)``, or a checkpoint
-  flax.optim wrote). ``train_state`` is the template: its structure is
-  kept, and a missing or unexpected key raises ``ValueError`` naming it."""
+  flax.optim wrote).
+
+  A TrainState's own layout (``{'step', 'params', 'opt_state'}``, what a
+  checkpoint of the migrated program holds) is restored as it is, so code
+  reading checkpoints keeps reading both the old program's and the new
+  one's. ``train_state`` is the template: its structure is kept, and a
+  missing or unexpected key raises ``ValueError`` naming it.
+  """
+  if isinstance(state_dict, Mapping) and set(state_dict) == set(
+      _TRAIN_STATE_KEYS):
+    return train_state.replace(
+        step=state_dict['step'],
+        params=_from_state_dict(train_state.params, state_dict['params'],
+                                'params'),
+        opt_state=_from_state_dict(train_state.opt_state,
+                                   state_dict['opt_state'], 'opt_state'))
   template = optimizer_state(train_state)
   _require_keys(state_dict, ('target', 'state'), '')
   _require_keys(state_dict['state'], ('step', 'param_states'), 'state/')

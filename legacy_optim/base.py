@@ -486,6 +486,28 @@ serialization.register_serialization_state(
     Optimizer, Optimizer.state_dict, Optimizer.restore_state, override=True)
 
 
+def _register_layout_classes():
+  """flax_optim_rules' per-parameter classes (what migrated code builds by
+  hand) serialize as this package's flax dataclasses do: a dict of their
+  fields, so one that reaches an ``Optimizer`` checkpoints alike."""
+  def to_dict(state):
+    return {name: serialization.to_state_dict(value)
+            for name, value in vars(state).items()}
+
+  def from_dict(state, state_dict):
+    return state.replace(**{
+        name: serialization.from_state_dict(value, state_dict[name])
+        for name, value in vars(state).items()})
+
+  for layout in _legacy_layout.LAYOUTS:
+    if layout.param_state is not None:
+      serialization.register_serialization_state(
+          layout.param_state, to_dict, from_dict, override=True)
+
+
+_register_layout_classes()
+
+
 def __getattr__(name):
   # flax.optim.base exported these too; they register when imported.
   if name in _WRAPPERS:

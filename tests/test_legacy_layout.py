@@ -236,4 +236,30 @@ def test_restore_names_a_missing_key():
   with pytest.raises(ValueError, match='state/param_states/dense/bias/'):
     flax_optim_rules.restore_state(state, written)
   with pytest.raises(ValueError, match="'target', 'state'"):
-    flax_optim_rules.restore_state(state, {'params': {}})
+    flax_optim_rules.restore_state(state, {'params': {}, 'step': 1})
+
+
+@pytest.mark.parametrize('name', ['adam', 'momentum', 'rmsprop'])
+def test_restore_also_reads_the_train_states_own_layout(name):
+  # A checkpoint the migrated program wrote (a TrainState's state dict).
+  state = _migrated(name, 3)
+  written = serialization.to_state_dict(state)
+  template = _migrated(name, 0)
+  restored = flax_optim_rules.restore_state(template, written)
+  chex.assert_trees_all_equal(
+      serialization.to_state_dict(restored), written)
+
+
+def test_a_state_built_with_the_views_classes_checkpoints_in_the_shim():
+  # A helper migrated to flax_optim_rules' classes may still feed an
+  # Optimizer of the shim (a flow kept elsewhere): it checkpoints alike.
+  legacy = _legacy('adam', 3)
+  rebuilt = flax_optim_rules.OptimizerState(
+      legacy.state.step, jax.tree_util.tree_map(
+          lambda s: flax_optim_rules.AdamParamState(s.grad_ema,
+                                                    s.grad_sq_ema),
+          legacy.state.param_states,
+          is_leaf=lambda s: isinstance(s, flax_optim_rules.AdamParamState)))
+  _assert_same_state_dict(
+      serialization.to_state_dict(legacy),
+      serialization.to_state_dict(legacy.replace(state=rebuilt)))

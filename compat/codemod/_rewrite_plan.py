@@ -739,7 +739,7 @@ class Planner:
         # A factory's return annotation: what the rewritten definition is.
         self.imports.append(('optax', None, None))
         self.edit(node, 'optax.GradientTransformation', 'annotation')
-      elif flow_ok and self._rewrites_a_flow() and (
+      elif flow_ok and (
           _state_layout.plan_reference(self, node, path, RULES_MODULE)):
         continue  # flax.optim's layout, built by hand or annotated
       elif path in _flow.OPTIMIZER_CLASSES:
@@ -749,12 +749,6 @@ class Planner:
         else:
           self.leave(node, 'annotation', 'flax.optim.Optimizer stays while '
                      'the file keeps legacy optimizers')
-
-  def _rewrites_a_flow(self) -> bool:
-    """This module's plan rewrites an optimizer flow (the layout classes
-    it names then hold the migrated optimizers' states)."""
-    return any(e.construct in FLOW_CONSTRUCTS or
-               e.construct == 'algorithm_stock' for e in self.edits)
 
   def _plan_removals(self):
     """Neighbouring removals (``jax.tree_map``...): the mechanical ones."""
