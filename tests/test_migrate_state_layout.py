@@ -102,6 +102,36 @@ def train(params, batches):
 ''',
 }
 
+_HAND_BUILT = {
+    'train.py': '''import jax
+import jax.numpy as jnp
+from flax import optim
+
+
+def warm_start(params, moments_from):
+  """An optimizer of the given params holding another one's moments."""
+  return optim.Optimizer(optim.Adam(0.01, beta2=0.99),
+                         state=moments_from.state, target=params)
+
+
+@jax.jit
+def step(optimizer, batch):
+  grad = jax.grad(lambda p: jnp.mean(
+      (batch['x'] @ p['w'] + p['b'] - batch['y']) ** 2))(optimizer.target)
+  return optimizer.apply_gradient(grad)
+
+
+def train(params, batches):
+  optimizer = optim.Adam(0.01, beta2=0.99).create(params)
+  optimizer = step(optimizer, batches[0])
+  doubled = jax.tree_util.tree_map(lambda x: 2 * x, params)
+  optimizer = warm_start(doubled, optimizer)
+  for batch in batches[1:]:
+    optimizer = step(optimizer, batch)
+  return optimizer
+''',
+}
+
 
 def _data():
   rng = np.random.RandomState(3)
@@ -172,3 +202,13 @@ def test_replacing_the_definition_keeps_the_flow_and_says_why(tmp_path):
   reasons = [left.reason for left in result.plan.leftovers
              if left.construct == 'optimizer_use']
   assert any('no optimizer_def' in r for r in reasons), reasons
+
+
+def test_an_optimizer_built_by_hand_from_a_definition_and_a_state(tmp_path):
+  results, old, new = _trained(tmp_path, _HAND_BUILT)
+  assert (b'flax_optim_rules.replace_optimizer_state(train_state.TrainState.'
+          b'create(apply_fn=None, params=params, tx=flax_optim_rules.adam('
+          in results['train.py'].new), results['train.py'].new
+  _assert_same_bits(old.target, new.params)
+  assert int(old.state.step) == int(new.step) == STEPS
+  _assert_same_state_dict(old, new)

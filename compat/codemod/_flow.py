@@ -23,6 +23,7 @@ import ast
 from typing import NamedTuple, Optional
 
 from compat.codemod import _names
+from compat.codemod import _state_layout
 
 _ANY = object()  # an element of a returned tuple that is not an optimizer
 # Wrappers (also as decorators, also through functools.partial) whose
@@ -455,6 +456,11 @@ class OptimizerFlow:
           model.gives_optimizer(value, self.names)):
         return True  # another module's function, proven there
       func = value.func
+      if self.base is None and self.names.resolve(func) in OPTIMIZER_CLASSES:
+        # optim.Optimizer(opt_def, state, target): one, if opt_def is.
+        given = _state_layout.hand_built_parts(value)
+        return True if given is not None and self.is_def(
+            given['optimizer_def'], scope) else None
       if isinstance(func, ast.Attribute) and func.attr == 'create':
         return True if self.base is None and self.is_def(
             func.value, scope) and (not value.keywords and

@@ -27,9 +27,10 @@ TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
 OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
 # What replaces ``optim.Optimizer(definition, state=..., target=...)``.
 HAND_BUILT = ('an Optimizer built by hand from a definition, a state and a '
-              'target has no mechanical counterpart: TrainState.create('
-              "apply_fn=..., params=target, tx=the definition's transform), "
-              'its state converted by hand')
+              'target: flax_optim_rules.replace_optimizer_state('
+              'TrainState.create(apply_fn=..., params=target, tx=the '
+              "definition's transform), state) (migrate writes it where the "
+              'definition is provably a flax.optim OptimizerDef)')
 _OPTIONAL = ('typing.Optional',)
 OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
                              re.IGNORECASE)

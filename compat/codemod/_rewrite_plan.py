@@ -335,9 +335,15 @@ class Planner:
         elif _state_layout.plan_serialization(self, node, RULES_MODULE):
           self.legacy_layout_lines.add(node.lineno)
         elif self.names.resolve(node.func) in _flow.OPTIMIZER_CLASSES:
-          # Renamed to TrainState, it would be built from flax.optim parts.
-          leftovers.append(self._leftover(
-              node, 'reference', 'not rewritten: ' + _names.HAND_BUILT))
+          # Built from a definition, a state and a target: a TrainState of
+          # the definition's transform holding that state.
+          handled.add(node.lineno)
+          why = _state_layout.plan_hand_built(
+              self, node, self._train_state_name, RULES_MODULE)
+          if why is not None or _state_layout.hand_built_parts(node) is None:
+            leftovers.append(self._leftover(
+                node, 'reference', 'not rewritten: ' + (
+                    why or _names.HAND_BUILT)))
       if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
           node.value):
         handled.add(node.lineno)

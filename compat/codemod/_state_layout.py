@@ -19,6 +19,9 @@ flow are rewritten with it, as part of the flow (all or none):
   flax.serialization.from_state_dict(opt, d) -> (as opt.restore_state(d))
   optim.OptimizerState            -> flax_optim_rules.OptimizerState
   optim.adam._AdamParamState      -> flax_optim_rules.AdamParamState
+  optim.Optimizer(opt_def, state=s, target=t)
+      -> flax_optim_rules.replace_optimizer_state(TrainState.create(
+             apply_fn=None, params=t, tx=opt_def), s)
 
 (``opt``: an expression proven to be a migrated optimizer.) A state dict
 read back takes flax.optim's layout or the TrainState's, so checkpoints
@@ -124,6 +127,44 @@ def plan_serialization(planner, call, rules: str) -> bool:
     planner.edit(call, f'{rules}.restore_state({{target}}, {{value}})',
                  'checkpoint', target=call.args[0], value=call.args[1])
   return True
+
+
+# flax.optim's ``Optimizer`` fields, in their order.
+_OPTIMIZER_FIELDS = ('optimizer_def', 'state', 'target')
+
+
+def hand_built_parts(call) -> Optional[dict]:
+  """``{field: value}`` of ``optim.Optimizer(optimizer_def, state,
+  target)`` given in full, or None."""
+  if any(isinstance(a, ast.Starred) for a in call.args) or any(
+      k.arg is None for k in call.keywords) or len(call.args) > 3:
+    return None
+  given = dict(zip(_OPTIMIZER_FIELDS, call.args))
+  for keyword in call.keywords:
+    if keyword.arg not in _OPTIMIZER_FIELDS or keyword.arg in given:
+      return None
+    given[keyword.arg] = keyword.value
+  return given if len(given) == 3 else None
+
+
+def plan_hand_built(planner, call, train_state_name,
+                    rules: str) -> Optional[str]:
+  """``optim.Optimizer(opt_def, state=s, target=t)`` ->
+  ``rules.replace_optimizer_state(TrainState.create(apply_fn=None,
+  params=t, tx=opt_def), s)``, where ``opt_def`` is a definition this
+  flow rewrites; returns why not otherwise. ``train_state_name()``: the
+  name flax.training.train_state is imported as (importing it)."""
+  given = hand_built_parts(call)
+  if given is None or not planner.flow.is_def(given['optimizer_def']):
+    return None if given is None else (
+        'its definition is not provably a flax.optim OptimizerDef here, '
+        'so it is not rewritten to a transform')
+  planner.imports.append((rules, None, None))
+  planner.edit(call, f'{rules}.replace_optimizer_state({train_state_name()}.'
+               'TrainState.create(apply_fn=None, params={target}, '
+               'tx={tx}), {state})', 'create', target=given['target'],
+               tx=given['optimizer_def'], state=given['state'])
+  return None
 
 
 def plan_reference(planner, node, path: str, rules: str) -> bool:

@@ -85,6 +85,7 @@ from compat.codemod import _parallel
 from compat.codemod import _prefilter
 from compat.codemod import _project
 from compat.codemod import _removals
+from compat.codemod import _state_layout
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
 
@@ -164,10 +165,10 @@ _COUNTERPARTS = {
     'OptimizerDef': 'optax.GradientTransformation',
     'MultiOptimizer': 'optax.GradientTransformation (optax.partition of '
                       'one transform per traversal)',
-    'OptimizerState': "the TrainState's step and opt_state (the Optax "
-                      'state); state built by hand has no mechanical '
-                      'counterpart: port the rule to an '
-                      'optax.GradientTransformation',
+    'OptimizerState': 'flax_optim_rules.OptimizerState: flax.optim\'s '
+                      'layout of a TrainState\'s step and Optax state '
+                      '(flax_optim_rules.optimizer_state(state), '
+                      'replace_optimizer_state(state, s))',
 }
 # The classes whose call is a finding of its own (``_check_call``).
 _CALLED_CLASSES = frozenset(_names.ALGORITHMS) | frozenset(
@@ -178,6 +179,9 @@ _CALLED_CLASSES = frozenset(_names.ALGORITHMS) | frozenset(
 def _counterpart(path: str) -> str:
   """The replacement of a reference to ``path`` (in flax.optim)."""
   name = path.rsplit('.', 1)[1] if path != 'flax.optim' else 'flax.optim'
+  param_state = _state_layout.param_state_classes().get(path)
+  if param_state:  # flax.optim.adam._AdamParamState
+    return f'{rep.RULES_MODULE}.{param_state} (the same fields)'
   return _COUNTERPARTS.get(name, f'the Optax counterpart of {name}')
 
 
