@@ -14,12 +14,12 @@ from flax import serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import flax_optim_rules
 from test_migrate_project import _assert_fully_migrated
 from test_migrate_project import _assert_same_bits
 from test_migrate_project import _migrated
 from test_migrate_project import _run
+
+import flax_optim_rules
 
 STEPS = 3
 
