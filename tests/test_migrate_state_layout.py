@@ -9,7 +9,6 @@ shapes; migrated, it uses flax_optim_rules' view of the layout, trains to
 the same bits as the original under the shim and gives the same state dict.
 """
 
-import _legacy_imports  # noqa: F401  (tests/ on the path for the helpers)
 from flax import serialization
 import jax
 import jax.numpy as jnp
