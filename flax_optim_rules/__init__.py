@@ -59,6 +59,7 @@ AdafactorParamState = _legacy_layout.AdafactorParamState
 AdagradParamState = _legacy_layout.AdagradParamState
 AdamParamState = _legacy_layout.AdamParamState
 HyperParams = _numerics.HyperParams
+LAMBParamState = _legacy_layout.LAMBParamState
 LARSParamState = _legacy_layout.LARSParamState
 LegacyAdaBeliefState = _adabelief.LegacyAdaBeliefState
 LegacyAdadeltaState = _adadelta.LegacyAdadeltaState
@@ -131,6 +132,7 @@ __all__ = (
     'AdagradParamState',
     'AdamParamState',
     'HyperParams',
+    'LAMBParamState',
     'LARSParamState',
     'LegacyAdaBeliefState',
     'LegacyAdadeltaState',

@@ -65,6 +65,10 @@ class AdamParamState:
   grad_sq_ema: Any  # moving average of the squared gradient.
 
 
+# LAMB keeps Adam's moments in Adam's Optax state: one class, two names.
+LAMBParamState = AdamParamState
+
+
 @_param_state
 class AdaBeliefParamState:
   grad_ema: Any  # moving average of the gradient.

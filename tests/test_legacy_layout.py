@@ -6,6 +6,7 @@ flax_optim_rules transform, and the checkpoints real flax 0.5.3 wrote
 (tests/checkpoints).
 """
 
+import dataclasses
 import functools
 import pathlib
 import sys
@@ -19,8 +20,10 @@ import jax.numpy as jnp
 import optax
 import pytest
 
+from compat.codemod import _state_layout
 import flax_optim_rules
 import legacy_optim
+from legacy_optim import catalogue
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent / 'checkpoints'))
 import fixture_lib as fx  # noqa: E402
@@ -263,3 +266,15 @@ def test_a_state_built_with_the_views_classes_checkpoints_in_the_shim():
   _assert_same_state_dict(
       serialization.to_state_dict(legacy),
       serialization.to_state_dict(legacy.replace(state=rebuilt)))
+
+
+def test_migrates_class_names_are_the_views_with_the_catalogues_fields():
+  # migrate spells flax.optim.<module>._<Name>ParamState as
+  # flax_optim_rules.<Name>ParamState: each exists, with the checkpoint's
+  # field names.
+  names = _state_layout.param_state_classes()
+  assert len(names) == sum(1 for a in catalogue.RULES if a.state_fields)
+  for path, name in names.items():
+    algorithm = catalogue.BY_NAME[name[:-len('ParamState')]]
+    fields = dataclasses.fields(getattr(flax_optim_rules, name))
+    assert tuple(f.name for f in fields) == algorithm.state_fields, path
