@@ -343,8 +343,9 @@ def state_dict(train_state) -> dict:
   ``flax.serialization.to_state_dict`` writes them, so checkpoints keep the
   layout code written for flax.optim reads."""
   state = optimizer_state(train_state)
+  # flax.optim's step was an int32 array (a TrainState's starts as an int).
   return {'target': _to_state_dict(train_state.params),
-          'state': {'step': state.step,
+          'state': {'step': jnp.asarray(state.step, jnp.int32),
                     'param_states': _to_state_dict(state.param_states)}}
 
 

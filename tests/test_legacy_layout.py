@@ -278,3 +278,9 @@ def test_migrates_class_names_are_the_views_with_the_catalogues_fields():
     algorithm = catalogue.BY_NAME[name[:-len('ParamState')]]
     fields = dataclasses.fields(getattr(flax_optim_rules, name))
     assert tuple(f.name for f in fields) == algorithm.state_fields, path
+
+
+def test_state_dict_of_a_fresh_train_state_has_flax_optims_step():
+  # A TrainState starts at the Python int 0; flax.optim at an int32 array.
+  _assert_same_state_dict(serialization.to_state_dict(_legacy('adam', 0)),
+                          flax_optim_rules.state_dict(_migrated('adam', 0)))
