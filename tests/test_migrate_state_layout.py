@@ -211,3 +211,21 @@ def test_an_optimizer_built_by_hand_from_a_definition_and_a_state(tmp_path):
   _assert_same_bits(old.target, new.params)
   assert int(old.state.step) == int(new.step) == STEPS
   _assert_same_state_dict(old, new)
+
+
+def test_a_multi_optimizers_layout_links_keep_the_flow_with_why(tmp_path):
+  # The view lays out one rule's transform: a module building a
+  # MultiOptimizer keeps its flow, the optimizer built by hand included.
+  files = {'train.py': _HAND_BUILT['train.py'].replace(
+      'optim.Optimizer(optim.Adam(0.01, beta2=0.99),',
+      'optim.Optimizer(optim.MultiOptimizer(\n'
+      '      (optim.ModelParamTraversal(lambda path, _: True),\n'
+      '       optim.Adam(0.01, beta2=0.99))),')}
+  _, _, results = _migrated(tmp_path, files)
+  result = results['train.py']
+  assert result.new == result.old
+  reasons = [(left.construct, left.reason) for left in result.plan.leftovers]
+  assert ('create', 'not rewritten: this module builds multi_optimizer '
+          "definitions, whose Optax state flax_optim_rules' view of "
+          "flax.optim's layout does not cover (one rule's transform only)"
+          ) in reasons, reasons

@@ -340,10 +340,14 @@ class Planner:
           handled.add(node.lineno)
           why = _state_layout.plan_hand_built(
               self, node, self._train_state_name, RULES_MODULE)
-          if why is not None or _state_layout.hand_built_parts(node) is None:
+          parts = _state_layout.hand_built_parts(node)
+          if why is not None or parts is None:
+            # One the flow proves an optimizer holds the flow with it.
+            proven = parts is not None and self.flow.is_def(
+                parts['optimizer_def'])
             leftovers.append(self._leftover(
-                node, 'reference', 'not rewritten: ' + (
-                    why or _names.HAND_BUILT)))
+                node, 'create' if proven else 'reference',
+                'not rewritten: ' + (why or _names.HAND_BUILT)))
       if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
           node.value):
         handled.add(node.lineno)

@@ -54,10 +54,30 @@ def param_state_classes() -> dict:
   return classes
 
 
+# Definitions whose Optax state flax_optim_rules' view does not lay out.
+_NOT_LAID_OUT = ('multi_optimizer', 'weight_norm')
+
+
+def _unsupported(planner) -> Optional[str]:
+  """Why this module's optimizers have no view of flax.optim's layout."""
+  found = sorted({f.construct for f in planner.findings
+                  if f.construct in _NOT_LAID_OUT})
+  if found:
+    return (f'this module builds {" and ".join(found)} definitions, whose '
+            "Optax state flax_optim_rules' view of flax.optim's layout does "
+            'not cover (one rule\'s transform only)')
+  return None
+
+
 def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
   """Rewrites ``receiver.<node.attr>`` (a link in ``LINKS``); returns why
   not where it cannot."""
   called = isinstance(parent, ast.Call) and parent.func is node
+  if node.attr != 'replace' or any(
+      k.arg == 'state' for k in getattr(parent, 'keywords', ())):
+    why = _unsupported(planner)
+    if why:
+      return why
   if node.attr == 'state':
     if not isinstance(node.ctx, ast.Load):
       return 'the state is assigned, not read'
@@ -117,7 +137,8 @@ def plan_serialization(planner, call, rules: str) -> bool:
       isinstance(a, ast.Starred) for a in call.args):
     return False
   arity = 1 if path == _TO_STATE_DICT else 2
-  if len(call.args) != arity or not planner.flow.is_optimizer(call.args[0]):
+  if len(call.args) != arity or not planner.flow.is_optimizer(
+      call.args[0]) or _unsupported(planner):
     return False
   planner.imports.append((rules, None, None))
   if path == _TO_STATE_DICT:
@@ -155,10 +176,14 @@ def plan_hand_built(planner, call, train_state_name,
   flow rewrites; returns why not otherwise. ``train_state_name()``: the
   name flax.training.train_state is imported as (importing it)."""
   given = hand_built_parts(call)
-  if given is None or not planner.flow.is_def(given['optimizer_def']):
-    return None if given is None else (
-        'its definition is not provably a flax.optim OptimizerDef here, '
-        'so it is not rewritten to a transform')
+  if given is None:
+    return None
+  if not planner.flow.is_def(given['optimizer_def']):
+    return ('its definition is not provably a flax.optim OptimizerDef here, '
+            'so it is not rewritten to a transform')
+  why = _unsupported(planner)
+  if why:
+    return why
   planner.imports.append((rules, None, None))
   planner.edit(call, f'{rules}.replace_optimizer_state({train_state_name()}.'
                'TrainState.create(apply_fn=None, params={target}, '
