@@ -18,6 +18,7 @@ from test_migrate_project import _assert_same_bits
 from test_migrate_project import _migrated
 from test_migrate_project import _run
 
+from compat.codemod import migrate
 import flax_optim_rules
 
 STEPS = 3
@@ -229,3 +230,11 @@ def test_a_multi_optimizers_layout_links_keep_the_flow_with_why(tmp_path):
           "definitions, whose Optax state flax_optim_rules' view of "
           "flax.optim's layout does not cover (one rule's transform only)"
           ) in reasons, reasons
+
+
+def test_the_stock_tier_keeps_a_flow_that_reads_the_layout():
+  source = _CHECKPOINTS['train.py'].encode()
+  new, plan = migrate.migrate_source(source, 'train.py', tier='stock')
+  assert new == source
+  assert any('--tier stock writes stock Optax rules' in left.reason
+             for left in plan.leftovers), plan.leftovers
