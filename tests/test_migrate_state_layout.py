@@ -74,6 +74,14 @@ def reset(state: optim.OptimizerState, prefix):
 ''',
 }
 
+# One jitted step of a module's optimizer (both fixtures below).
+_STEP = '''@jax.jit
+def step(optimizer, batch):
+  grad = jax.grad(lambda p: jnp.mean(
+      (batch['x'] @ p['w'] + p['b'] - batch['y']) ** 2))(optimizer.target)
+  return optimizer.apply_gradient(grad)
+'''
+
 _CHECKPOINTS = {
     'train.py': '''import flax
 import jax
@@ -81,12 +89,7 @@ import jax.numpy as jnp
 from flax import optim
 
 
-@jax.jit
-def step(optimizer, batch):
-  grad = jax.grad(lambda p: jnp.mean(
-      (batch['x'] @ p['w'] + p['b'] - batch['y']) ** 2))(optimizer.target)
-  return optimizer.apply_gradient(grad)
-
+''' + _STEP + '''
 
 def train(params, batches):
   optimizer = optim.Momentum(0.05, beta=0.9).create(params)
@@ -114,12 +117,7 @@ def warm_start(params, moments_from):
                          state=moments_from.state, target=params)
 
 
-@jax.jit
-def step(optimizer, batch):
-  grad = jax.grad(lambda p: jnp.mean(
-      (batch['x'] @ p['w'] + p['b'] - batch['y']) ** 2))(optimizer.target)
-  return optimizer.apply_gradient(grad)
-
+''' + _STEP + '''
 
 def train(params, batches):
   optimizer = optim.Adam(0.01, beta2=0.99).create(params)
