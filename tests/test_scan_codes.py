@@ -608,6 +608,12 @@ def test_every_removal_matcher_has_its_words():
     ('from jax.experimental.stax import Dense\n', True),
     ('import jax\nx = jax.ops.index_update(x, 0, 1.)\n', True),
     ('import jax\nx = x.at[0].set(1.)\n', False),
+    # a removed dotted name needs every part of it spelled (jax.ops.index)
+    ('import jax\nindex = 3\nx = y[index]\n', False),
+    ('import jax\nx = y[jax . ops . index[0]]\n', True),
+    ('from jax import ops as o\nx = y[o.index[0]]\n', True),
+    ('import jax.ops as o\nx = o.index_add(x, 1, 2)\n', True),
+    ('from jax.ops import index_update as u\nx = u(x, 1, 2)\n', True),
 ])
 def test_prefilter_looks_closely(source, may):
   from compat.codemod import _prefilter

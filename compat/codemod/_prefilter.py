@@ -3,9 +3,9 @@ needs.
 
 Most modules of a research tree use neither flax.optim nor a removed API,
 and walking their syntax trees costs more than parsing them. Each kind of
-finding needs some word in the source: a name it resolves ends in an
-identifier the source spells (``jax.tree_map`` needs ``tree_map``, as an
-attribute or an imported name), a method finding needs the method's name,
+finding needs some word in the source: a name it resolves spells each
+part of its path (``jax.ops.index`` needs ``index`` and ``ops``, as
+attributes or in an import), a method finding needs the method's name,
 a flax.optim construct needs an import that spells ``optim`` (or a name
 another scanned module re-exports). A module without any of them has no
 finding; ``may_find`` says False only then. The words come from the tables
@@ -63,6 +63,10 @@ class Triggers(NamedTuple):
   today_words: dict
   # ``_METHOD_WORDS``: a finding needs ``.W``
   attribute_words: frozenset = frozenset()
+  # W of ``words`` that only the removals' dotted paths give -> the other
+  # parts of each such path (``jax.ops.index``: ``index`` -> [{jax, ops}]):
+  # a finding needs every part of one of them (``_spells_path``).
+  path_parts: dict = {}
 
 
 def _today_modules() -> dict:
@@ -82,26 +86,40 @@ def _today_modules() -> dict:
               for m in modules)}
 
 
+def _parts_by_word(paths) -> dict:
+  """W -> the other parts of each of ``paths`` ending in W."""
+  parts: dict = {}
+  for path in paths:
+    *others, word = path.rstrip('()').split('.')
+    parts.setdefault(word, []).append(frozenset(others))
+  return parts
+
+
 def triggers(checkpoint_functions) -> Triggers:
   """The words a finding outside flax.optim's imports may need (``nn``:
   ``_mentions_flax_nn``)."""
-  tables: set = set()  # the words of the removals' and traversals' tables
-  for table in (_removals._MOVED, _removals._NO_OPS,
-                _removals._KV_ATTENTION, _removals._MOVED_MODULES,
-                _removals._AT_METHODS, _removals._RENAMED):
-    tables |= {_last(p).rstrip('()') for p in table}
+  # The removals found by resolving a name or reading an import's module:
+  # there, imports bind only absolute paths they spell (relative ones
+  # resolve to nothing without the project's model, which reads every
+  # module that may name flax.optim), and attributes spell the rest, so a
+  # module that reaches such a path spells each of its parts.
+  resolved = _parts_by_word((
+      *_removals._MOVED, *_removals._NO_OPS, *_removals._KV_ATTENTION,
+      *_removals._MOVED_MODULES, *_removals._AT_METHODS,
+      *_removals._RENAMED, _removals.LR_SCHEDULE))
   today = _today_modules()
-  tables -= set(today)
+  tables = set(resolved) - set(today)  # the words of the tables
   tables |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
-  tables.add(_last(_removals.LR_SCHEDULE))
   tables |= set(_names.TRAVERSALS)
   attribute = frozenset(_METHOD_WORDS) - tables
-  found = tables | set(_SCAN_WORDS)
+  others = set(_SCAN_WORDS) | set(_names.TRAVERSALS)  # read by name alone
   for needed in MATCHER_WORDS.values():
-    found |= set(needed)
-  return Triggers(frozenset(found - attribute),
-                  frozenset(_last(p) for p in checkpoint_functions), today,
-                  attribute)
+    others |= set(needed)
+  words = frozenset((tables | others) - attribute)
+  return Triggers(words, frozenset(_last(p) for p in checkpoint_functions),
+                  today, attribute, {word: resolved[word]
+                                     for word in words - others
+                                     if word in resolved})
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -230,6 +248,14 @@ def _spells(text: str, words) -> bool:
   return any(w in text and _found(_whole(w), text) for w in words)
 
 
+def _spells_path(text: str, word: str, path_parts: dict) -> bool:
+  """Whether ``text`` spells ``word`` and, where it ends dotted paths
+  (``path_parts``), every other part of one of them."""
+  return spells(text, word) and (word not in path_parts or any(
+      all(spells(text, part) for part in parts)
+      for parts in path_parts[word]))
+
+
 @functools.lru_cache(maxsize=None)
 def _attribute(word: str) -> re.Pattern:
   return re.compile(rf'\.{_GAP}{word}\b')
@@ -244,7 +270,8 @@ def may_find(text: str, given: Triggers) -> bool:
   """False only when ``text`` has none of the words ``given`` names
   (``triggers()``) and no flax.nn. Only for a module that cannot name
   flax.optim (scan looks at every other one)."""
-  return (_spells(text, given.words) or
+  return (any(_spells_path(text, word, given.path_parts)
+              for word in given.words) or
           _spells_attribute(text, given.attribute_words) or
           ('config' in text and _found(_JAX_CONFIG, text)) or
           _mentions_flax_nn(text) or
