@@ -8,6 +8,7 @@ package ships it.
 
 import ast
 import contextlib
+import gc
 import io
 import json
 import os
@@ -461,6 +462,21 @@ def test_prefilters_and_processes_give_the_full_result(tmp_path,
   full = scan.scan_paths(paths)
   assert full == fast
   assert len(full.findings) > 100 and full.errors
+
+
+def test_a_scan_leaves_nothing_for_the_cycle_collector(tmp_path):
+  # scan pauses the collector; whatever a cycle held (files, trees, the
+  # model) would wait for its next collection, which walks all of it.
+  paths = _corpus(tmp_path)  # files that do not parse, a project model
+  scan.scan_paths(paths)  # what the first scan loads for good
+  gc.collect()
+  gc.disable()
+  try:
+    result = scan.scan_paths(paths)
+    assert gc.collect() == 0
+  finally:
+    gc.enable()
+  assert result.errors and result.findings
 
 
 _IN_WORKERS = '''
