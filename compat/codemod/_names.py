@@ -306,17 +306,21 @@ class ModuleNames:
 
   def resolve(self, node) -> Optional[str]:
     """Dotted canonical path of a name/attribute chain, if imported."""
-    if isinstance(node, ast.Name):
-      if node.id in self.bindings:
-        return self._reexported(canonical(self.bindings[node.id]))
-      if self.star_flax_optim and node.id in legacy_signatures():
-        return f'flax.optim.{node.id}'
+    attributes = []  # outermost first; the chain's root is read first
+    while isinstance(node, ast.Attribute):
+      attributes.append(node.attr)
+      node = node.value
+    if not isinstance(node, ast.Name):
       return None
-    if isinstance(node, ast.Attribute):
-      base = self.resolve(node.value)
-      return None if base is None else self._reexported(
-          f'{base}.{node.attr}')
-    return None
+    if node.id in self.bindings:
+      path = self._reexported(canonical(self.bindings[node.id]))
+    elif self.star_flax_optim and node.id in legacy_signatures():
+      path = f'flax.optim.{node.id}'
+    else:
+      return None
+    for attribute in reversed(attributes):  # each prefix may be re-exported
+      path = self._reexported(f'{path}.{attribute}')
+    return path
 
   def _reexported(self, path: str) -> str:
     """``mylib.optimizers.Adam`` -> ``flax.optim.Adam`` if mylib re-exports."""
