@@ -414,6 +414,7 @@ class ModuleNames:
     assigns = [n for n in _walk.statements(self.tree)
                if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value]
     for _ in range(3):  # flow-insensitive fixpoint, shallow chains
+      found = (len(self.defs), len(self.optimizers), len(self.def_factories))
       for node in assigns:
         targets = node.targets if isinstance(node, ast.Assign) else [
             node.target]
@@ -432,3 +433,6 @@ class ModuleNames:
           if returns and all(r is not None and self.is_def(r)
                              for r in returns):
             self.def_factories.add(function.name)
+      if found == (len(self.defs), len(self.optimizers),
+                   len(self.def_factories)):
+        break  # a round that adds nothing: so would the next ones
