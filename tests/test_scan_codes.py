@@ -613,6 +613,7 @@ def test_every_removal_matcher_has_its_words():
     ('# You may obtain a copy of the License at\npop = 1\nx = 2\n', False),
     ('x = variables.copy({"a": 1})\n', True),
     ('x = (variables.  # the merge\n     copy({"a": 1}))\n', True),
+    ('x = variables . \\\n  copy({"a": 1})\n', True),
     ('rest, params = variables.pop("params")\n', True),
     ('def replicate(x):\n  return x\ny = replicate(3)\n', False),
     ('from flax.training import checkpoints\n'
@@ -642,6 +643,8 @@ def test_prefilter_looks_closely(source, may):
     'x = (a.  # ' + '#' * 200 + '\n  b)\n',
     'from flax import  # ' + '#' * 200 + '\n',
     'y = jax.' + '# ' * 200 + '\n',
+    '#' * 200 + '\n  copy(x)\n',  # an attribute's gap, read backwards
+    'a' + '# ' * 200 + '\ncopy\n',
 ])
 def test_prefilter_ends_on_comment_banners(text):
   # Each '#' of a run could start a comment inside one: a pattern that
