@@ -135,29 +135,42 @@ def project_reexports(modules: dict) -> dict:
   user modules too). ``modules``: dotted module name -> its ``ast.Module``.
   """
   table: dict = {}
-  # Each module's imports, collected once; only the table changes per round.
-  module_names = {module: ModuleNames(tree, None, collect=False)
-                  for module, tree in modules.items()}
+  # Each module's imports, collected once, and read once per round however
+  # many dotted names it has; only the table changes per round.
+  module_names = {id(tree): ModuleNames(tree, None, collect=False)
+                  for tree in modules.values()}
   for _ in range(len(modules) + 1):  # chains through user modules
     found = {}
+    bound_of: dict = {}  # id(tree) -> {local: flax.optim path} this round
     for module, tree in modules.items():
-      names = module_names[module]
-      names.reexports = table
-      for node in tree.body:
-        if not isinstance(node, (ast.Import, ast.ImportFrom)):
-          continue
-        for alias in node.names:
-          local = alias.asname or alias.name.partition('.')[0]
-          target = names.resolve(ast.Name(id=local))
-          if is_flax_optim(target):
-            found[f'{module}.{local}'] = target
-      names.collect_aliases()  # ``Optimizer = optim.Optimizer`` too
-      for local, target in names.aliases.items():
+      if id(tree) not in bound_of:
+        bound_of[id(tree)] = _bound_to_flax_optim(module_names[id(tree)],
+                                                  table)
+      for local, target in bound_of[id(tree)].items():
         found[f'{module}.{local}'] = target
     if found == table:
       break
     table = found
   return table
+
+
+def _bound_to_flax_optim(names: 'ModuleNames', table: dict) -> dict:
+  """The module-level names a module's imports and aliases bind to
+  flax.optim or something in it, other modules' re-exports ``table``
+  followed."""
+  names.reexports = table
+  bound = {}
+  for node in names.tree.body:
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+      continue
+    for alias in node.names:
+      local = alias.asname or alias.name.partition('.')[0]
+      target = names.resolve(ast.Name(id=local))
+      if is_flax_optim(target):
+        bound[local] = target
+  names.collect_aliases()  # ``Optimizer = optim.Optimizer`` too
+  bound.update(names.aliases)
+  return bound
 
 
 def used_reexports(tree: ast.Module, reexports: dict) -> set:
