@@ -1087,3 +1087,39 @@ def test_a_leafwise_map_over_optimizers_stored_in_a_field(tmp_path):
   _write(runnable, {'train.py': _TREE_MULTIMAP_STORE.replace(
       'jax.tree_multimap(', 'jax.tree_util.tree_map(')})
   _assert_trains_alike(runnable, migrated, 'train')
+
+
+def test_a_package_scanned_from_inside_resolves_its_absolute_imports(
+    tmp_path):
+  """``migrate pkg/`` of a package whose modules import each other as
+  ``from pkg import defs``: the scan starts inside the package, and the
+  names still resolve to the files scanned (the definition and its
+  ``.create`` are one flow)."""
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project / 'pkg', {
+      '__init__.py': '',
+      'defs.py': ('from flax import optim\n\n\n'
+                  'def make_def(rate):\n'
+                  '  return optim.Adam(learning_rate=rate, beta2=0.99)\n'),
+      'train.py': ('import jax\nimport jax.numpy as jnp\n\n'
+                   'from pkg import defs\n\n\n'
+                   '@jax.jit\n'
+                   'def step(opt, batch):\n'
+                   '  grads = jax.grad(lambda p: jnp.mean(\n'
+                   "      (batch['x'] @ p['w'] - batch['y'])**2))(opt.target)\n"
+                   '  return opt.apply_gradient(grads)\n\n\n'
+                   'def train(params, batches):\n'
+                   '  opt = defs.make_def(0.01).create(params)\n'
+                   '  for batch in batches:\n'
+                   '    opt = step(opt, batch)\n'
+                   '  return opt\n'),
+  })
+  sources, results = migrate.migrate_paths([str(project / 'pkg')])
+  by_name = {}
+  for path, result in zip(sources, results):
+    relative = os.path.relpath(path, project)
+    by_name[relative] = result
+    (migrated / relative).parent.mkdir(parents=True, exist_ok=True)
+    (migrated / relative).write_bytes(result.new)
+  _assert_fully_migrated(by_name)
+  _assert_trains_alike(project, migrated, 'pkg.train')

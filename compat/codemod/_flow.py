@@ -23,6 +23,7 @@ import ast
 from typing import NamedTuple, Optional
 
 from compat.codemod import _names
+from compat.codemod import _removals
 
 _ANY = object()  # an element of a returned tuple that is not an optimizer
 # Wrappers (also as decorators, also through functools.partial) whose
@@ -43,11 +44,11 @@ _SAME_KIND = {
     # A leaf-wise map keeps its first tree's structure and classes
     # (``jnp.where(is_finite, new, old)`` over two optimizers).
     'jax.tree_util.tree_map': (1, 'tree'),
-    'jax.tree_map': (1, 'tree'),
-    # Their removed spellings (migrate renames them to tree_map).
-    'jax.tree_multimap': (1, 'tree'),
-    'jax.tree_util.tree_multimap': (1, 'tree'),
 }
+# Removed spellings (``jax.tree_map``, ``jax.tree_multimap``...) call what
+# replaced them: the removals table says which.
+_SAME_KIND.update({old: _SAME_KIND[name] for name in tuple(_SAME_KIND)
+                   for old in _removals.removed_spellings(name)})
 
 
 def _simple_name_bindings(target, value, out):

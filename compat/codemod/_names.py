@@ -116,12 +116,31 @@ def _heads(path: str) -> list:
   return ['.'.join(parts[:n]) for n in range(1, len(parts))]
 
 
+def _enclosing_packages(directory: str) -> list:
+  """The packages ``directory`` sits in, outermost first, itself included
+  when it is one (``['t5x']`` for a ``t5x/`` holding ``__init__.py``)."""
+  packages: list = []
+  directory = os.path.abspath(directory)
+  while os.path.isfile(os.path.join(directory, '__init__.py')):
+    directory, name = os.path.split(directory)
+    if not name.isidentifier():
+      break
+    packages.insert(0, name)
+  return packages
+
+
 def module_names(path: str, root: str) -> list:
-  """Dotted names ``path`` may be imported by: its path under ``root`` and
-  each tail of it (``src/mylib/__init__.py`` -> ``src.mylib``, ``mylib``)."""
-  relative = os.path.relpath(path, root) if os.path.isdir(root) else (
-      os.path.basename(path))
-  parts = os.path.normpath(relative)[:-len('.py')].split(os.sep)
+  """Dotted names ``path`` may be imported by: its path under ``root``
+  (under the packages ``root`` itself is in, when the scan starts inside a
+  package: ``t5x/adafactor.py`` scanned from ``t5x/`` is ``t5x.adafactor``)
+  and each tail of it (``src/mylib/__init__.py`` -> ``src.mylib``,
+  ``mylib``)."""
+  if os.path.isdir(root):
+    relative = os.path.relpath(path, root)
+    packages = _enclosing_packages(root)
+  else:
+    relative, packages = os.path.basename(path), []
+  parts = packages + os.path.normpath(relative)[:-len('.py')].split(os.sep)
   if parts[-1] == '__init__':
     parts = parts[:-1]
   if not parts or not all(p.isidentifier() for p in parts):

@@ -114,6 +114,14 @@ class Removal(NamedTuple):
   parts: tuple = ()  # (name, node): more ``{name}`` sources for the template
 
 
+def removed_spellings(name: str) -> tuple[str, ...]:
+  """The removed names that today's ``name`` replaces (``jax.tree_multimap``
+  for ``jax.tree_util.tree_map``): code still spelling them calls ``name``
+  once migrated, or through the runtime layer."""
+  return tuple(old for old, new in _RENAMED.items()
+               if f"{old.rsplit('.', 1)[0]}.{new}" == name)
+
+
 def needed_import(rewrite: str) -> Optional[str]:
   """The module a rewrite's text names first (``jax``, ``flax``,
   ``flax_optim_rules.lr_schedule``)."""

@@ -837,47 +837,58 @@ def _is_pure(node) -> bool:
   return isinstance(node, ast.Name)
 
 
+def _render_order(edit):
+  """Sort key: by start, the longer edit first, and of two with the same
+  span the one that carries that span as a part (it wraps the other)."""
+  wraps = any(value == (edit.start, edit.end) for _, value in edit.parts)
+  return (edit.start, -edit.end, not wraps)
+
+
 def render(source: bytes, edits) -> tuple[bytes, list]:
   """``source`` with ``edits`` applied; nested edits compose inside out.
 
-  Edits that overlap without nesting: the later one is dropped and returned
-  in the second value.
+  An edit is applied inside another where it lies in one of the other's
+  parts (a span the template keeps); one inside an applied edit but outside
+  its parts is replaced with the source around it (e.g. a statement
+  removed whole). Every other edit that could not be applied (it overlaps
+  another without nesting, or shares its span with a different edit that
+  does not wrap it) is returned in the second value, never dropped
+  silently.
   """
-  ordered = sorted(set(edits), key=lambda e: (e.start, -e.end))
-  top, dropped = [], []
-  for edit in ordered:
-    if top and edit.start < top[-1].end:
-      outer = top[-1]
-      if edit.end <= outer.end:
-        continue  # nested: rendered inside its outer edit
-      dropped.append(edit)
-      continue
-    top.append(edit)
+  ordered = sorted(set(edits), key=_render_order)
+  applied = set()
 
-  def fill(start, end, inner_edits, current=None):
-    """Source bytes [start, end) with the edits inside them applied."""
+  def fill(start, end, enclosing=()):
+    """Source bytes [start, end) with the edits inside them applied
+    (``enclosing``: the edits being applied around them)."""
     out, position, covered = [], start, start
-    level = sorted((e for e in inner_edits if e is not current and
-                    start <= e.start and e.end <= end),
-                   key=lambda e: (e.start, -e.end))
-    for e in level:
+    for e in ordered:
+      if e in enclosing or e.start < start or e.end > end:
+        continue
       if e.start < covered:
-        continue  # nested in an edit of this level: applied by it
+        continue  # inside (or across) an edit of this level: see ``applied``
       out.append(source[position:e.start])
-      out.append(apply(e, inner_edits))
+      out.append(apply(e, enclosing))
       position = covered = e.end
     out.append(source[position:end])
     return b''.join(out)
 
-  def apply(edit, inner_edits):
+  def apply(edit, enclosing):
+    applied.add(edit)
     values = {}
     for name, value in edit.parts:
       if isinstance(value, tuple):
-        values[name] = fill(value[0], value[1], inner_edits,
-                            current=edit).decode('utf-8')
+        values[name] = fill(value[0], value[1],
+                            enclosing + (edit,)).decode('utf-8')
       else:
         values[name] = value
     return edit.template.format(**values).encode('utf-8')
 
-  kept = [e for e in ordered if e not in dropped]
-  return fill(0, len(source), kept), dropped
+  rendered = fill(0, len(source))
+
+  def replaced_whole(edit):
+    return any(a.start <= edit.start and edit.end <= a.end and
+               (a.start, a.end) != (edit.start, edit.end) for a in applied)
+
+  return rendered, [e for e in ordered
+                    if e not in applied and not replaced_whole(e)]

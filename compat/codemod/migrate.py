@@ -168,7 +168,13 @@ def migrate_source(source: bytes, path: str = '<string>',
     plan.leftovers.append(_rewrite_plan.Leftover(
         edit.line, edit.construct, '', 'overlaps another rewrite; left as is'))
   new = _fix_imports(rendered.decode('utf-8'), plan).encode('utf-8')
-  problems = _self_check.problems(source, new, path)
+  # A flow with one link left out is not migrated: the whole file stays.
+  problems = [_self_check.Problem(
+      edit.line, f'its {edit.construct} rewrite here overlaps another one, '
+      'so the flow could not be rewritten whole')
+              for edit in dropped
+              if edit.construct in _rewrite_plan.FLOW_CONSTRUCTS]
+  problems = problems or _self_check.problems(source, new, path)
   if problems:
     return source, rolled_back(source, plan, problems)
   return new, plan
