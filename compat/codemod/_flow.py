@@ -274,10 +274,12 @@ class OptimizerFlow:
   # ---------------------------------------------------------------- solve
   def _solve(self):
     parents = {}
-    for scope in self.scopes.values():
-      for node in ast.walk(scope.node):
-        for child in ast.iter_child_nodes(node):
-          parents.setdefault(child, node)
+    # The module's scope comes first and holds every other: walking each
+    # scope again would only revisit nodes (once per enclosing scope).
+    module = next(iter(self.scopes.values())).node
+    for node in ast.walk(module):
+      for child in ast.iter_child_nodes(node):
+        parents.setdefault(child, node)
     wrapped = self._collect_aliases()
     for name in self._loads:
       parent = parents.get(name)
