@@ -615,6 +615,11 @@ def test_every_removal_matcher_has_its_words():
     ('x = (variables.  # the merge\n     copy({"a": 1}))\n', True),
     ('x = variables . \\\n  copy({"a": 1})\n', True),
     ('rest, params = variables.pop("params")\n', True),
+    # ... called as their matchers need: a dict display, a string
+    ('y = x.copy()\nz = np.copy(y)\n', False),
+    ('order = stack.pop(0)\nlast = stack.pop()\n', False),
+    ('x = v.copy  (  # the merge\n  ({"a": 1}))\n', True),
+    ('a, b = v.pop(\n    (r"params"))\n', True),
     ('def replicate(x):\n  return x\ny = replicate(3)\n', False),
     ('from flax.training import checkpoints\n'
      'checkpoints.save_checkpoint(d, state, 1)\n', False),

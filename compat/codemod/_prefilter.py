@@ -34,6 +34,13 @@ MATCHER_WORDS = {
     '_match_at_method': (),  # by _AT_METHODS' names
     '_match_frozen_copy': ('copy',),
 }
+# What those two matchers need after the method's name: ``x.copy({...})``
+# (one dict display, maybe parenthesized), ``x.pop('key')`` (one string):
+# ``.copy()`` and ``.pop(0)`` are no finding (``_called_as_matched``).
+_CALLED_WITH = {
+    'copy': r'\((?:{gap}\()*{gap}\{{',
+    'pop': r'\((?:{gap}\()*{gap}[rRuU]?[\'"]',
+}
 _SCAN_WORDS = (
     'traverse_util',  # flax.traverse_util traversals
     'compat',  # the bridges
@@ -269,14 +276,25 @@ def _attribute_backwards(word: str) -> re.Pattern:
   return re.compile(rf'{re.escape(word[::-1])}{gap}\.')
 
 
+@functools.lru_cache(maxsize=None)
+def _called_as_matched(word: str) -> re.Pattern:
+  """What follows ``word`` where a matcher may find its call (any call
+  where ``_CALLED_WITH`` does not say)."""
+  return re.compile(_GAP + _CALLED_WITH.get(word, '').format(gap=_GAP))
+
+
 def _spells_attribute(text: str, words) -> bool:
-  """Whether ``text`` has one of ``words`` as an attribute's name."""
+  """Whether ``text`` has one of ``words`` as an attribute's name (called
+  as its matcher needs, ``_CALLED_WITH``)."""
   backwards = None
   for word in words:
     if word in text:
       backwards = text[::-1] if backwards is None else backwards
-      if _found(_attribute_backwards(word), backwards):
-        return True
+      after = _called_as_matched(word)
+      for found in _word_starts(_attribute_backwards(word), backwards):
+        # (the reversed word starts where the word ends)
+        if after.match(text, len(text) - found.start()):
+          return True
   return False
 
 
