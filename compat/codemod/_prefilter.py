@@ -105,11 +105,12 @@ def _parts_by_word(paths) -> dict:
 def triggers(checkpoint_functions) -> Triggers:
   """The words a finding outside flax.optim's imports may need (``nn``:
   ``_mentions_flax_nn``)."""
-  # The removals found by resolving a name or reading an import's module:
-  # there, imports bind only absolute paths they spell (relative ones
-  # resolve to nothing without the project's model, which reads every
-  # module that may name flax.optim), and attributes spell the rest, so a
-  # module that reaches such a path spells each of its parts.
+  # The removals found by resolving a name or reading an import's module.
+  # scan reads a module that cannot name flax.optim (the only ones
+  # ``may_find`` is asked about) without its package: relative imports
+  # resolve to nothing, the others bind only absolute paths they spell,
+  # and attributes spell the rest, so reaching such a path spells each of
+  # its parts.
   resolved = _parts_by_word((
       *_removals._MOVED, *_removals._NO_OPS, *_removals._KV_ATTENTION,
       *_removals._MOVED_MODULES, *_removals._AT_METHODS,
@@ -268,8 +269,8 @@ def _attribute_backwards(word: str) -> re.Pattern:
   """``\\.{_GAP}word\\b`` read backwards, on the reversed text (a text
   matches one where its reverse matches the other): it starts with the
   word's last letter, which sre scans for, not with a dot, which it would
-  try at every one (half of scan's prefilter time: ``copy`` is in every
-  licence header). The ``\\b`` is ``_word_starts``'. Backwards a comment
+  try at every one (a third of scan's prefilter time: ``copy`` is in
+  every licence header). The ``\\b`` is ``_word_starts``'. Backwards a comment
   ends at a ``#``: of a run of them only the one a gap or the dot follows
   goes on, so a banner is read in one pass, as forwards."""
   gap = r'(?:\s|\n\\|(?:\n|\A)[^\n]*#)*'  # _GAP backwards
