@@ -20,6 +20,7 @@ results are ``step``'s results (these wrappers keep a pytree's classes).
 """
 
 import ast
+import collections
 from typing import NamedTuple, Optional
 
 from compat.codemod import _names
@@ -276,10 +277,15 @@ class OptimizerFlow:
   # ---------------------------------------------------------------- solve
   def _solve(self):
     parents = {}
-    for scope in self.scopes.values():
-      for node in ast.walk(scope.node):
-        for child in ast.iter_child_nodes(node):
-          parents.setdefault(child, node)
+    # The module's scope comes first and holds every other: walking each
+    # scope again would only revisit nodes (once per enclosing scope). In
+    # ``ast.walk``'s order, each node's children listed once.
+    todo = collections.deque([next(iter(self.scopes.values())).node])
+    while todo:
+      node = todo.popleft()
+      for child in ast.iter_child_nodes(node):
+        parents.setdefault(child, node)
+        todo.append(child)
     wrapped = self._collect_aliases()
     for name in self._loads:
       parent = parents.get(name)
