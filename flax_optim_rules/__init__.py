@@ -149,7 +149,6 @@ __all__ = (
     'RuleState',
     'ScaleByLegacyLarsState',
     'WeightNormState',
-    '__all__',
     'adabelief',
     'adadelta',
     'adafactor',
