@@ -44,6 +44,7 @@ from flax_optim_rules import _adagrad
 from flax_optim_rules import _adam
 from flax_optim_rules import _lamb
 from flax_optim_rules import _lars
+from flax_optim_rules import _legacy_layout
 from flax_optim_rules import _multi
 from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
@@ -52,7 +53,14 @@ from flax_optim_rules import _sgd
 from flax_optim_rules import _weight_norm
 from flax_optim_rules import lr_schedule
 
+AdaBeliefParamState = _legacy_layout.AdaBeliefParamState
+AdadeltaParamState = _legacy_layout.AdadeltaParamState
+AdafactorParamState = _legacy_layout.AdafactorParamState
+AdagradParamState = _legacy_layout.AdagradParamState
+AdamParamState = _legacy_layout.AdamParamState
 HyperParams = _numerics.HyperParams
+LAMBParamState = _legacy_layout.LAMBParamState
+LARSParamState = _legacy_layout.LARSParamState
 LegacyAdaBeliefState = _adabelief.LegacyAdaBeliefState
 LegacyAdadeltaState = _adadelta.LegacyAdadeltaState
 LegacyAdafactorState = _adafactor.LegacyAdafactorState
@@ -61,7 +69,10 @@ LegacyAdamState = _adam.LegacyAdamState
 LegacyRMSPropState = _rmsprop.LegacyRMSPropState
 LegacyRuleState = _rule_def.LegacyRuleState
 ModelParamTraversal = _multi.ModelParamTraversal
+MomentumParamState = _legacy_layout.MomentumParamState
 MultiRuleDef = _multi.MultiRuleDef
+OptimizerState = _legacy_layout.OptimizerState
+RMSPropParamState = _legacy_layout.RMSPropParamState
 RuleDef = _rule_def.RuleDef
 RuleState = _rule_def.RuleState
 ScaleByLegacyLarsState = _lars.ScaleByLegacyLarsState
@@ -85,11 +96,15 @@ legacy_rmsprop = _rmsprop.legacy_rmsprop
 legacy_trace = _lars.legacy_trace
 momentum = _sgd.momentum
 multi_optimizer = _multi.multi_optimizer
+optimizer_state = _legacy_layout.optimizer_state
+replace_optimizer_state = _legacy_layout.replace_optimizer_state
+restore_state = _legacy_layout.restore_state
 rmsprop = _rmsprop.rmsprop
 scale_by_legacy_adafactor = _adafactor.scale_by_legacy_adafactor
 scale_by_legacy_lars = _lars.scale_by_legacy_lars
 set_learning_rates = _multi.set_learning_rates
 sgd = _sgd.sgd
+state_dict = _legacy_layout.state_dict
 traversal_labels = _multi.traversal_labels
 weight_norm = _weight_norm.weight_norm
 
@@ -112,7 +127,14 @@ def inject_learning_rate(
   return optax.inject_hyperparams(factory, static_args=static)
 
 __all__ = (
+    'AdaBeliefParamState',
+    'AdadeltaParamState',
+    'AdafactorParamState',
+    'AdagradParamState',
+    'AdamParamState',
     'HyperParams',
+    'LAMBParamState',
+    'LARSParamState',
     'LegacyAdaBeliefState',
     'LegacyAdadeltaState',
     'LegacyAdafactorState',
@@ -121,7 +143,10 @@ __all__ = (
     'LegacyRMSPropState',
     'LegacyRuleState',
     'ModelParamTraversal',
+    'MomentumParamState',
     'MultiRuleDef',
+    'OptimizerState',
+    'RMSPropParamState',
     'RuleDef',
     'RuleState',
     'ScaleByLegacyLarsState',
@@ -147,11 +172,15 @@ __all__ = (
     'lr_schedule',
     'momentum',
     'multi_optimizer',
+    'optimizer_state',
+    'replace_optimizer_state',
+    'restore_state',
     'rmsprop',
     'scale_by_legacy_adafactor',
     'scale_by_legacy_lars',
     'set_learning_rates',
     'sgd',
+    'state_dict',
     'traversal_labels',
     'weight_norm',
 )

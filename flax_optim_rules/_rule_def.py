@@ -48,6 +48,10 @@ class RuleState(NamedTuple):
   step: Any  # int32 scalar: the number of steps taken.
   param_states: Any  # params-shaped tree of the rule's per-parameter states.
 
+  def replace(self, **changes) -> 'RuleState':
+    """A copy with ``changes`` (flax.optim's ``OptimizerState.replace``)."""
+    return self._replace(**changes)
+
 
 class LegacyRuleState(NamedTuple):
   """Optax state of a rule run by its own methods: the legacy layout as is."""

@@ -3,9 +3,9 @@
 from typing import Optional
 
 from flax import struct
-import numpy as np
 
 from flax_optim_rules import _adadelta as _rules_adadelta
+from flax_optim_rules import _legacy_layout
 from legacy_optim import base
 
 
@@ -18,9 +18,8 @@ class _AdadeltaHyperParams:
 
 
 @struct.dataclass
-class _AdadeltaParamState:
-  sq_avg: np.ndarray
-  acc_delta: np.ndarray
+class _AdadeltaParamState(_legacy_layout.AdadeltaParamState):
+  """flax.optim's class; its fields are flax_optim_rules'."""
 
 
 # The rule itself lives in flax_optim_rules (jax and optax only), which

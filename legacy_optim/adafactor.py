@@ -11,9 +11,9 @@ from typing import Any, Optional
 from flax import struct
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from flax_optim_rules import _adafactor as _rules_adafactor
+from flax_optim_rules import _legacy_layout
 from legacy_optim import base
 
 Dtype = Any
@@ -37,11 +37,8 @@ class _AdafactorHyperParams:
 
 
 @struct.dataclass
-class _AdafactorParamState:
-  v_row: np.ndarray  # factored leaves: row means of squared gradients.
-  v_col: np.ndarray  # factored leaves: column means of squared gradients.
-  v: np.ndarray  # other leaves: elementwise means of squared gradients.
-  m: np.ndarray  # with beta1: momentum of the scaled update.
+class _AdafactorParamState(_legacy_layout.AdafactorParamState):
+  """flax.optim's class; its fields are flax_optim_rules'."""
 
 
 # The rule itself lives in flax_optim_rules (jax and optax only), which

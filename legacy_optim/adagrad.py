@@ -3,9 +3,9 @@
 from typing import Optional
 
 from flax import struct
-import numpy as np
 
 from flax_optim_rules import _adagrad as _rules_adagrad
+from flax_optim_rules import _legacy_layout
 from legacy_optim import base
 
 
@@ -17,9 +17,8 @@ class _AdagradHyperParams:
 
 
 @struct.dataclass
-class _AdagradParamState:
+class _AdagradParamState(_legacy_layout.AdagradParamState):
   """Adagrad per-parameter state: the sum of squared gradients."""
-  G: np.ndarray
 
 
 # The rule itself lives in flax_optim_rules (jax and optax only), which

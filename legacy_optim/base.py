@@ -31,9 +31,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from flax_optim_rules import _legacy_layout
 from flax_optim_rules import _rule_def
 from legacy_optim import _eager
-from legacy_optim import _field_trees
 from legacy_optim import _hyper
 from legacy_optim import _inputs
 from legacy_optim import _restore
@@ -138,14 +138,16 @@ class OptimizerDef:
   their per-parameter state dataclass (``_param_state_cls``); their per-leaf
   API is then derived from the transform. The transform's state holds the
   step as ``count`` and each legacy field as an attribute of the same name
-  (or of the name ``_optax_field_names`` gives), in a NamedTuple or a chain
-  of them; ``_pack_optax_state``/``_unpack_optax_state`` map between the two.
+  (or of the name flax_optim_rules' layout table gives), in a NamedTuple or
+  a chain of them; ``_pack_optax_state``/``_unpack_optax_state`` map between
+  the two.
   """
 
   # The legacy per-parameter state dataclass; None: the empty tuple ``()``.
+  # A built-in's derives from flax_optim_rules' class of the same fields,
+  # whose ``_legacy_layout.LAYOUTS`` entry says where the Optax state holds
+  # each field.
   _param_state_cls: Optional[type] = None
-  # Legacy field -> the Optax state attribute holding it, where they differ.
-  _optax_field_names: Mapping[str, str] = {}
   # flax.optim's rule used only + - * / on the leaves, so Python numbers and
   # NumPy arrays stayed Python/NumPy (float64) there; see ``_inputs``.
   _host_arithmetic: bool = False
@@ -200,17 +202,25 @@ class OptimizerDef:
     cls = self._param_state_cls
     return () if cls is None else _hyper.field_names(cls)
 
+  @property
+  def _optax_field_names(self) -> Mapping[str, str]:
+    """Legacy field -> the Optax state attribute holding it, where they
+    differ (flax_optim_rules' layout table)."""
+    if self._param_state_cls is None:
+      return {}
+    return _legacy_layout.layout_of(self._param_state_cls).optax_names
+
   def _pack_optax_state(self, tx, step, fields: dict[str, Any]) -> Any:
     """(step, one params-shaped tree per state field) -> ``tx``'s state."""
     values = {self._optax_field_names.get(name, name): tree
               for name, tree in fields.items()}
     values['count'] = jnp.asarray(step, jnp.int32)
     # The transform's state for no params: its structure, with empty trees.
-    return _field_trees.fill_optax_state(tx.init({}), values)
+    return _legacy_layout.fill_optax_state(tx.init({}), values)
 
   def _unpack_optax_state(self, opt_state) -> tuple[Any, dict[str, Any]]:
     """Optax state -> (step, one params-shaped tree per state field)."""
-    values = _field_trees.optax_state_values(opt_state)
+    values = _legacy_layout.optax_state_values(opt_state)
     return values['count'], {
         name: values[self._optax_field_names.get(name, name)]
         for name in self._param_state_fields}
@@ -278,7 +288,7 @@ class OptimizerDef:
 
   def _to_native_state(self, state: OptimizerState, params) -> Any:
     """Legacy ``OptimizerState`` -> the state of ``_native_transform``."""
-    fields = _field_trees.split_param_states(
+    fields = _legacy_layout.split_param_states(
         state.param_states, params, self._param_state_fields)
     return self._pack_optax_state(
         self._native_transform(self.hyper_params), state.step, fields)
@@ -286,7 +296,7 @@ class OptimizerDef:
   def _from_native_state(self, opt_state, params) -> OptimizerState:
     """The state of ``_native_transform`` -> legacy ``OptimizerState``."""
     step, fields = self._unpack_optax_state(opt_state)
-    param_states = _field_trees.merge_param_states(
+    param_states = _legacy_layout.merge_param_states(
         fields, params, self._make_param_state)
     return OptimizerState(step, param_states)
 
@@ -474,6 +484,28 @@ class Optimizer(struct.PyTreeNode):
 
 serialization.register_serialization_state(
     Optimizer, Optimizer.state_dict, Optimizer.restore_state, override=True)
+
+
+def _register_layout_classes():
+  """flax_optim_rules' per-parameter classes (what migrated code builds by
+  hand) serialize as this package's flax dataclasses do: a dict of their
+  fields, so one that reaches an ``Optimizer`` checkpoints alike."""
+  def to_dict(state):
+    return {name: serialization.to_state_dict(value)
+            for name, value in vars(state).items()}
+
+  def from_dict(state, state_dict):
+    return state.replace(**{
+        name: serialization.from_state_dict(value, state_dict[name])
+        for name, value in vars(state).items()})
+
+  for layout in _legacy_layout.LAYOUTS:
+    if layout.param_state is not None:
+      serialization.register_serialization_state(
+          layout.param_state, to_dict, from_dict, override=True)
+
+
+_register_layout_classes()
 
 
 def __getattr__(name):

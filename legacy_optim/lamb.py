@@ -5,6 +5,7 @@ from flax import struct
 import numpy as np
 
 from flax_optim_rules import _lamb as _rules_lamb
+from flax_optim_rules import _legacy_layout
 from legacy_optim import base
 
 
@@ -18,9 +19,8 @@ class _LAMBHyperParams:
 
 
 @struct.dataclass
-class _LAMBParamState:
-  grad_ema: np.ndarray
-  grad_sq_ema: np.ndarray
+class _LAMBParamState(_legacy_layout.AdamParamState):
+  """flax.optim's class; its fields are flax_optim_rules'."""
 
 
 # The rule itself lives in flax_optim_rules (jax and optax only), which

@@ -5,6 +5,7 @@ from flax import struct
 import numpy as np
 
 from flax_optim_rules import _lars as _rules_lars
+from flax_optim_rules import _legacy_layout
 from legacy_optim import base
 
 
@@ -19,8 +20,8 @@ class _LARSHyperParams:
 
 
 @struct.dataclass
-class _LARSParamState:
-  momentum: np.ndarray
+class _LARSParamState(_legacy_layout.LARSParamState):
+  """flax.optim's class; its fields are flax_optim_rules'."""
 
 
 # The rule itself lives in flax_optim_rules (jax and optax only), which
@@ -53,7 +54,6 @@ class LARS(base.OptimizerDef):
   """
 
   _param_state_cls = _LARSParamState
-  _optax_field_names = {'momentum': 'trace'}  # legacy_trace's TraceState
 
   def __init__(self, learning_rate=None, beta=0.9, weight_decay=0,
                trust_coefficient=0.001, eps=0, nesterov=False):

@@ -3,6 +3,7 @@
 from flax import struct
 import numpy as np
 
+from flax_optim_rules import _legacy_layout
 from flax_optim_rules import _sgd as _rules_sgd
 from legacy_optim import base
 
@@ -16,8 +17,8 @@ class _MomentumHyperParams:
 
 
 @struct.dataclass
-class _MomentumParamState:
-  momentum: np.ndarray
+class _MomentumParamState(_legacy_layout.MomentumParamState):
+  """flax.optim's class; its fields are flax_optim_rules'."""
 
 
 class Momentum(base.OptimizerDef):
@@ -35,7 +36,6 @@ class Momentum(base.OptimizerDef):
   """
 
   _param_state_cls = _MomentumParamState
-  _optax_field_names = {'momentum': 'trace'}  # optax.TraceState
   _host_arithmetic = True
 
   def __init__(self, learning_rate=None, beta=0.9, weight_decay=0,

@@ -3,8 +3,8 @@
 from typing import Optional
 
 from flax import struct
-import numpy as np
 
+from flax_optim_rules import _legacy_layout
 from flax_optim_rules import _rmsprop as _rules_rmsprop
 from legacy_optim import _hyper
 from legacy_optim import base
@@ -20,10 +20,8 @@ class _RMSPropHyperParams:
 
 
 @struct.dataclass
-class _RMSPropParamState:
+class _RMSPropParamState(_legacy_layout.RMSPropParamState):
   """RMSProp per-parameter state; ``mg`` is None unless centered."""
-  v: np.ndarray
-  mg: np.ndarray
 
 
 # The rule itself lives in flax_optim_rules (jax and optax only), which

@@ -12,8 +12,8 @@ from flax import struct
 import jax.numpy as jnp
 import numpy as np
 
+from flax_optim_rules import _legacy_layout
 from flax_optim_rules import _weight_norm
-from legacy_optim import _field_trees
 from legacy_optim import _hyper
 from legacy_optim import _restore
 from legacy_optim import base
@@ -141,7 +141,7 @@ class WeightNorm(base.OptimizerDef):
 
   # ------------------------------------------------ legacy <-> Optax state
   def _to_native_state(self, state, params):
-    fields = _field_trees.split_param_states(
+    fields = _legacy_layout.split_param_states(
         state.param_states, params,
         _hyper.field_names(_WeightNormParamState))
     wn_params = {'direction': fields['direction'], 'scale': fields['scale']}
@@ -156,7 +156,7 @@ class WeightNorm(base.OptimizerDef):
     wn_params = {'direction': opt_state.direction, 'scale': opt_state.scale}
     inner = self.wrapped_optimizer.from_optax_state(opt_state.inner_state,
                                                     wn_params)
-    param_states = _field_trees.merge_param_states({
+    param_states = _legacy_layout.merge_param_states({
         'direction_state': inner.param_states['direction'],
         'scale_state': inner.param_states['scale'],
         'direction': opt_state.direction,

@@ -382,6 +382,31 @@ def _legacy_on_migrated(tree: ast.AST, producers: set) -> list:
   return sorted(set(found))
 
 
+# What gives flax.optim's layout in migrated code: flax_optim_rules'
+# ``OptimizerState`` (built, or annotated) and ``optimizer_state(...)``.
+_LAYOUT_VIEW = re.compile(r'(^|\.)(OptimizerState|optimizer_state)$')
+
+
+def _is_layout_view(node: ast.AST, views: set) -> bool:
+  if isinstance(node, ast.Name):
+    return node.id in views
+  return isinstance(node, ast.Call) and bool(
+      _LAYOUT_VIEW.search(ast.unparse(node.func)))
+
+
+def _layout_views(tree: ast.AST) -> set:
+  """Names that hold flax_optim_rules' view of flax.optim's layout: a
+  parameter annotated ``OptimizerState``, a name bound to a view."""
+  views = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.arg) and node.annotation is not None and (
+        _LAYOUT_VIEW.search(ast.unparse(node.annotation))):
+      views.add(node.arg)
+    elif isinstance(node, ast.Assign) and _is_layout_view(node.value, set()):
+      views.update(t.id for t in node.targets if isinstance(t, ast.Name))
+  return views
+
+
 def _legacy_api_uses(tree: ast.AST) -> list:
   """``[(line, text)]``: uses of the legacy Optimizer API whatever the
   value: ``.apply_gradient``, ``.optimizer_def``, ``.param_states`` on
@@ -389,14 +414,19 @@ def _legacy_api_uses(tree: ast.AST) -> list:
   optimizer (``opt``, ``*optim*``): with no legacy optimizer left in a
   program, each of them is broken. A user's rule kept on
   ``flax_optim_rules.RuleDef`` keeps the legacy layout (``RuleState``'s
-  ``step`` and ``param_states``): its methods are not such uses."""
+  ``step`` and ``param_states``): its methods are not such uses; nor are
+  reads of flax_optim_rules' view of that layout (``_layout_views``)."""
   kept_rules = [node for node in ast.walk(tree)
                 if isinstance(node, ast.ClassDef) and any(
                     ast.unparse(b).endswith('RuleDef') for b in node.bases)]
   inside = {id(n) for rule in kept_rules for n in ast.walk(rule)}
+  views = _layout_views(tree)
   found = []
   for node in ast.walk(tree):
     if not isinstance(node, ast.Attribute) or id(node) in inside:
+      continue
+    if node.attr in ('param_states', 'step') and (
+        _is_layout_view(node.value, views)):
       continue
     receiver = _dotted(node.value)
     named = receiver[-1].lower() if receiver else ''

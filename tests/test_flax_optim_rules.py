@@ -24,6 +24,7 @@ import optax
 import pytest
 
 import flax_optim_rules
+from flax_optim_rules import _legacy_layout
 import legacy_optim
 from legacy_optim import catalogue
 
@@ -89,7 +90,8 @@ def _named_tuples(state):
     n for n, a in RULES.items() if a.state_fields))
 def test_state_keeps_the_legacy_field_names(name):
   algorithm = RULES[name]
-  renamed = _legacy_class(algorithm)._optax_field_names
+  renamed = _legacy_layout.layout_of(
+      _legacy_class(algorithm)._param_state_cls).optax_names
   expected = tuple(renamed.get(f, f) for f in algorithm.state_fields)
   state = _keyword_function(algorithm)(learning_rate=0.1).init(
       {'w': jnp.ones((3, 2))})

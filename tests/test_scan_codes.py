@@ -8,6 +8,7 @@ package ships it.
 
 import ast
 import contextlib
+import gc
 import io
 import json
 import os
@@ -463,6 +464,21 @@ def test_prefilters_and_processes_give_the_full_result(tmp_path,
   assert len(full.findings) > 100 and full.errors
 
 
+def test_a_scan_leaves_nothing_for_the_cycle_collector(tmp_path):
+  # scan pauses the collector; whatever a cycle held (files, trees, the
+  # model) would wait for its next collection, which walks all of it.
+  paths = _corpus(tmp_path)  # files that do not parse, a project model
+  scan.scan_paths(paths)  # what the first scan loads for good
+  gc.collect()
+  gc.disable()
+  try:
+    result = scan.scan_paths(paths)
+    assert gc.collect() == 0
+  finally:
+    gc.enable()
+  assert result.errors and result.findings
+
+
 _IN_WORKERS = '''
 import json, os, sys
 from compat.codemod import _parallel, scan
@@ -597,7 +613,13 @@ def test_every_removal_matcher_has_its_words():
     ('# You may obtain a copy of the License at\npop = 1\nx = 2\n', False),
     ('x = variables.copy({"a": 1})\n', True),
     ('x = (variables.  # the merge\n     copy({"a": 1}))\n', True),
+    ('x = variables . \\\n  copy({"a": 1})\n', True),
     ('rest, params = variables.pop("params")\n', True),
+    # ... called as their matchers need: a dict display, a string
+    ('y = x.copy()\nz = np.copy(y)\n', False),
+    ('order = stack.pop(0)\nlast = stack.pop()\n', False),
+    ('x = v.copy  (  # the merge\n  ({"a": 1}))\n', True),
+    ('a, b = v.pop(\n    (r"params"))\n', True),
     ('def replicate(x):\n  return x\ny = replicate(3)\n', False),
     ('from flax.training import checkpoints\n'
      'checkpoints.save_checkpoint(d, state, 1)\n', False),
@@ -608,6 +630,12 @@ def test_every_removal_matcher_has_its_words():
     ('from jax.experimental.stax import Dense\n', True),
     ('import jax\nx = jax.ops.index_update(x, 0, 1.)\n', True),
     ('import jax\nx = x.at[0].set(1.)\n', False),
+    # a removed dotted name needs every part of it spelled (jax.ops.index)
+    ('import jax\nindex = 3\nx = y[index]\n', False),
+    ('import jax\nx = y[jax . ops . index[0]]\n', True),
+    ('from jax import ops as o\nx = y[o.index[0]]\n', True),
+    ('import jax.ops as o\nx = o.index_add(x, 1, 2)\n', True),
+    ('from jax.ops import index_update as u\nx = u(x, 1, 2)\n', True),
 ])
 def test_prefilter_looks_closely(source, may):
   from compat.codemod import _prefilter
@@ -620,6 +648,8 @@ def test_prefilter_looks_closely(source, may):
     'x = (a.  # ' + '#' * 200 + '\n  b)\n',
     'from flax import  # ' + '#' * 200 + '\n',
     'y = jax.' + '# ' * 200 + '\n',
+    '#' * 200 + '\n  copy(x)\n',  # an attribute's gap, read backwards
+    'a' + '# ' * 200 + '\ncopy\n',
 ])
 def test_prefilter_ends_on_comment_banners(text):
   # Each '#' of a run could start a comment inside one: a pattern that

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from legacy_optim import _field_trees
+from flax_optim_rules import _legacy_layout
 from legacy_optim import _hyper
 from legacy_optim import _inputs
 from legacy_optim import base
@@ -152,7 +152,7 @@ def _carry_step(tree: Any, step: Any, inner_state: Any) -> Any:
   """
   if tree is inner_state:
     return tree
-  if _field_trees.is_named_tuple(tree):
+  if _legacy_layout.is_named_tuple(tree):
     fields = {name: _carry_step(value, step, inner_state)
               for name, value in zip(tree._fields, tree)}
     counter = _STEP_COUNTERS.get(type(tree).__name__)

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 from compat.bridges import optax_bridge
-from legacy_optim import _field_trees
+from flax_optim_rules import _legacy_layout
 from legacy_optim import base
 from legacy_optim import catalogue
 from legacy_optim import multi
@@ -208,7 +208,7 @@ def _field_columns(param_states, params, fields, selected=None):
 
 def _fill(template: Any, step, columns, mapping, params, where: str):
   """``template`` (a stock state) with the legacy values placed in it."""
-  if _field_trees.is_named_tuple(template):
+  if _legacy_layout.is_named_tuple(template):
     attributes = {}
     for attribute in template._fields:
       value = getattr(template, attribute)
@@ -270,7 +270,7 @@ def _check_unplaced(record, template, columns, label_text: str) -> None:
   present = set()
 
   def collect(node):
-    if _field_trees.is_named_tuple(node):
+    if _legacy_layout.is_named_tuple(node):
       present.update(node._fields)
     if isinstance(node, tuple):
       for inner in node:

@@ -20,10 +20,12 @@ results are ``step``'s results (these wrappers keep a pytree's classes).
 """
 
 import ast
+import collections
 from typing import NamedTuple, Optional
 
 from compat.codemod import _names
 from compat.codemod import _removals
+from compat.codemod import _state_layout
 
 _ANY = object()  # an element of a returned tuple that is not an optimizer
 # Wrappers (also as decorators, also through functools.partial) whose
@@ -41,6 +43,7 @@ _SAME_KIND = {
     'flax.jax_utils.replicate': (0, 'tree'),
     'flax.jax_utils.unreplicate': (0, 'tree'),
     'flax.training.checkpoints.restore_checkpoint': (1, 'target'),
+    'flax.serialization.from_state_dict': (0, 'target'),
     # A leaf-wise map keeps its first tree's structure and classes
     # (``jnp.where(is_finite, new, old)`` over two optimizers).
     'jax.tree_util.tree_map': (1, 'tree'),
@@ -303,10 +306,15 @@ class OptimizerFlow:
   # ---------------------------------------------------------------- solve
   def _solve(self):
     parents = {}
-    for scope in self.scopes.values():
-      for node in ast.walk(scope.node):
-        for child in ast.iter_child_nodes(node):
-          parents.setdefault(child, node)
+    # The module's scope comes first and holds every other: walking each
+    # scope again would only revisit nodes (once per enclosing scope). In
+    # ``ast.walk``'s order, each node's children listed once.
+    todo = collections.deque([next(iter(self.scopes.values())).node])
+    while todo:
+      node = todo.popleft()
+      for child in ast.iter_child_nodes(node):
+        parents.setdefault(child, node)
+        todo.append(child)
     wrapped = self._collect_aliases()
     for name in self._loads:
       parent = parents.get(name)
@@ -495,6 +503,11 @@ class OptimizerFlow:
         return True if self.base is None and self.is_def(
             jitted.value, scope) else None
       func = value.func
+      if self.base is None and self.names.resolve(func) in OPTIMIZER_CLASSES:
+        # optim.Optimizer(opt_def, state, target): one, if opt_def is.
+        given = _state_layout.hand_built_parts(value)
+        return True if given is not None and self.is_def(
+            given['optimizer_def'], scope) else None
       if isinstance(func, ast.Attribute) and func.attr == 'create':
         return True if self.base is None and self.is_def(
             func.value, scope) and (not value.keywords and
@@ -507,8 +520,9 @@ class OptimizerFlow:
           return None
         return True if plain else None
       if isinstance(func, ast.Attribute) and func.attr in (
-          'apply_gradient', 'replace'):
-        # A step, or a struct's copy with fields replaced: an Optimizer.
+          'apply_gradient', 'replace', 'restore_state'):
+        # A step, a struct's copy with fields replaced, or one restored
+        # from a state dict: an Optimizer.
         return True if self.is_optimizer(func.value, scope) else None
       return None
     return True if self.is_optimizer(value, scope) else None

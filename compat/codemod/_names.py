@@ -27,9 +27,10 @@ TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
 OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
 # What replaces ``optim.Optimizer(definition, state=..., target=...)``.
 HAND_BUILT = ('an Optimizer built by hand from a definition, a state and a '
-              'target has no mechanical counterpart: TrainState.create('
-              "apply_fn=..., params=target, tx=the definition's transform), "
-              'its state converted by hand')
+              'target: flax_optim_rules.replace_optimizer_state('
+              'TrainState.create(apply_fn=..., params=target, tx=the '
+              "definition's transform), state) (migrate writes it where the "
+              'definition is provably a flax.optim OptimizerDef)')
 _OPTIONAL = ('typing.Optional',)
 OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
                              re.IGNORECASE)
@@ -154,29 +155,42 @@ def project_reexports(modules: dict) -> dict:
   user modules too). ``modules``: dotted module name -> its ``ast.Module``.
   """
   table: dict = {}
-  # Each module's imports, collected once; only the table changes per round.
-  module_names = {module: ModuleNames(tree, None, collect=False)
-                  for module, tree in modules.items()}
+  # Each module's imports, collected once, and read once per round however
+  # many dotted names it has; only the table changes per round.
+  module_names = {id(tree): ModuleNames(tree, None, collect=False)
+                  for tree in modules.values()}
   for _ in range(len(modules) + 1):  # chains through user modules
     found = {}
+    bound_of: dict = {}  # id(tree) -> {local: flax.optim path} this round
     for module, tree in modules.items():
-      names = module_names[module]
-      names.reexports = table
-      for node in tree.body:
-        if not isinstance(node, (ast.Import, ast.ImportFrom)):
-          continue
-        for alias in node.names:
-          local = alias.asname or alias.name.partition('.')[0]
-          target = names.resolve(ast.Name(id=local))
-          if is_flax_optim(target):
-            found[f'{module}.{local}'] = target
-      names.collect_aliases()  # ``Optimizer = optim.Optimizer`` too
-      for local, target in names.aliases.items():
+      if id(tree) not in bound_of:
+        bound_of[id(tree)] = _bound_to_flax_optim(module_names[id(tree)],
+                                                  table)
+      for local, target in bound_of[id(tree)].items():
         found[f'{module}.{local}'] = target
     if found == table:
       break
     table = found
   return table
+
+
+def _bound_to_flax_optim(names: 'ModuleNames', table: dict) -> dict:
+  """The module-level names a module's imports and aliases bind to
+  flax.optim or something in it, other modules' re-exports ``table``
+  followed."""
+  names.reexports = table
+  bound = {}
+  for node in names.tree.body:
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+      continue
+    for alias in node.names:
+      local = alias.asname or alias.name.partition('.')[0]
+      target = names.resolve(ast.Name(id=local))
+      if is_flax_optim(target):
+        bound[local] = target
+  names.collect_aliases()  # ``Optimizer = optim.Optimizer`` too
+  bound.update(names.aliases)
+  return bound
 
 
 def used_reexports(tree: ast.Module, reexports: dict) -> set:
@@ -325,17 +339,21 @@ class ModuleNames:
 
   def resolve(self, node) -> Optional[str]:
     """Dotted canonical path of a name/attribute chain, if imported."""
-    if isinstance(node, ast.Name):
-      if node.id in self.bindings:
-        return self._reexported(canonical(self.bindings[node.id]))
-      if self.star_flax_optim and node.id in legacy_signatures():
-        return f'flax.optim.{node.id}'
+    attributes = []  # outermost first; the chain's root is read first
+    while isinstance(node, ast.Attribute):
+      attributes.append(node.attr)
+      node = node.value
+    if not isinstance(node, ast.Name):
       return None
-    if isinstance(node, ast.Attribute):
-      base = self.resolve(node.value)
-      return None if base is None else self._reexported(
-          f'{base}.{node.attr}')
-    return None
+    if node.id in self.bindings:
+      path = self._reexported(canonical(self.bindings[node.id]))
+    elif self.star_flax_optim and node.id in legacy_signatures():
+      path = f'flax.optim.{node.id}'
+    else:
+      return None
+    for attribute in reversed(attributes):  # each prefix may be re-exported
+      path = self._reexported(f'{path}.{attribute}')
+    return path
 
   def _reexported(self, path: str) -> str:
     """``mylib.optimizers.Adam`` -> ``flax.optim.Adam`` if mylib re-exports."""
@@ -429,6 +447,7 @@ class ModuleNames:
     assigns = [n for n in _walk.statements(self.tree)
                if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value]
     for _ in range(3):  # flow-insensitive fixpoint, shallow chains
+      found = (len(self.defs), len(self.optimizers), len(self.def_factories))
       for node in assigns:
         targets = node.targets if isinstance(node, ast.Assign) else [
             node.target]
@@ -447,6 +466,9 @@ class ModuleNames:
           if returns and all(r is not None and self.is_def(r)
                              for r in returns):
             self.def_factories.add(function.name)
+      if found == (len(self.defs), len(self.optimizers),
+                   len(self.def_factories)):
+        break  # a round that adds nothing: so would the next ones
 
 
 def references(tree, names):

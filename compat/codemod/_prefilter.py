@@ -3,9 +3,9 @@ needs.
 
 Most modules of a research tree use neither flax.optim nor a removed API,
 and walking their syntax trees costs more than parsing them. Each kind of
-finding needs some word in the source: a name it resolves ends in an
-identifier the source spells (``jax.tree_map`` needs ``tree_map``, as an
-attribute or an imported name), a method finding needs the method's name,
+finding needs some word in the source: a name it resolves spells each
+part of its path (``jax.ops.index`` needs ``index`` and ``ops``, as
+attributes or in an import), a method finding needs the method's name,
 a flax.optim construct needs an import that spells ``optim`` (or a name
 another scanned module re-exports). A module without any of them has no
 finding; ``may_find`` says False only then. The words come from the tables
@@ -33,6 +33,13 @@ MATCHER_WORDS = {
     '_match_moved_module_from': (),  # by _MOVED_MODULES' names
     '_match_at_method': (),  # by _AT_METHODS' names
     '_match_frozen_copy': ('copy',),
+}
+# What those two matchers need after the method's name: ``x.copy({...})``
+# (one dict display, maybe parenthesized), ``x.pop('key')`` (one string):
+# ``.copy()`` and ``.pop(0)`` are no finding (``_called_as_matched``).
+_CALLED_WITH = {
+    'copy': r'\((?:{gap}\()*{gap}\{{',
+    'pop': r'\((?:{gap}\()*{gap}[rRuU]?[\'"]',
 }
 _SCAN_WORDS = (
     'traverse_util',  # flax.traverse_util traversals
@@ -63,6 +70,10 @@ class Triggers(NamedTuple):
   today_words: dict
   # ``_METHOD_WORDS``: a finding needs ``.W``
   attribute_words: frozenset = frozenset()
+  # W of ``words`` that only the removals' dotted paths give -> the other
+  # parts of each such path (``jax.ops.index``: ``index`` -> [{jax, ops}]):
+  # a finding needs every part of one of them (``_spells_path``).
+  path_parts: dict = {}
 
 
 def _today_modules() -> dict:
@@ -82,26 +93,41 @@ def _today_modules() -> dict:
               for m in modules)}
 
 
+def _parts_by_word(paths) -> dict:
+  """W -> the other parts of each of ``paths`` ending in W."""
+  parts: dict = {}
+  for path in paths:
+    *others, word = path.rstrip('()').split('.')
+    parts.setdefault(word, []).append(frozenset(others))
+  return parts
+
+
 def triggers(checkpoint_functions) -> Triggers:
   """The words a finding outside flax.optim's imports may need (``nn``:
   ``_mentions_flax_nn``)."""
-  tables: set = set()  # the words of the removals' and traversals' tables
-  for table in (_removals._MOVED, _removals._NO_OPS,
-                _removals._KV_ATTENTION, _removals._MOVED_MODULES,
-                _removals._AT_METHODS, _removals._RENAMED):
-    tables |= {_last(p).rstrip('()') for p in table}
+  # The removals found by resolving a name or reading an import's module.
+  # scan reads a module that cannot name flax.optim (the only ones
+  # ``may_find`` is asked about) without its package: relative imports
+  # resolve to nothing, the others bind only absolute paths they spell,
+  # and attributes spell the rest, so reaching such a path spells each of
+  # its parts.
+  resolved = _parts_by_word((
+      *_removals._MOVED, *_removals._NO_OPS, *_removals._KV_ATTENTION,
+      *_removals._MOVED_MODULES, *_removals._AT_METHODS,
+      *_removals._RENAMED, _removals.LR_SCHEDULE))
   today = _today_modules()
-  tables -= set(today)
+  tables = set(resolved) - set(today)  # the words of the tables
   tables |= {_last(p) for p in _removals._REPORTED if _last(p) != 'nn'}
-  tables.add(_last(_removals.LR_SCHEDULE))
   tables |= set(_names.TRAVERSALS)
   attribute = frozenset(_METHOD_WORDS) - tables
-  found = tables | set(_SCAN_WORDS)
+  others = set(_SCAN_WORDS) | set(_names.TRAVERSALS)  # read by name alone
   for needed in MATCHER_WORDS.values():
-    found |= set(needed)
-  return Triggers(frozenset(found - attribute),
-                  frozenset(_last(p) for p in checkpoint_functions), today,
-                  attribute)
+    others |= set(needed)
+  words = frozenset((tables | others) - attribute)
+  return Triggers(words, frozenset(_last(p) for p in checkpoint_functions),
+                  today, attribute, {word: resolved[word]
+                                     for word in words - others
+                                     if word in resolved})
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -230,21 +256,55 @@ def _spells(text: str, words) -> bool:
   return any(w in text and _found(_whole(w), text) for w in words)
 
 
+def _spells_path(text: str, word: str, path_parts: dict) -> bool:
+  """Whether ``text`` spells ``word`` and, where it ends dotted paths
+  (``path_parts``), every other part of one of them."""
+  return spells(text, word) and (word not in path_parts or any(
+      all(spells(text, part) for part in parts)
+      for parts in path_parts[word]))
+
+
 @functools.lru_cache(maxsize=None)
-def _attribute(word: str) -> re.Pattern:
-  return re.compile(rf'\.{_GAP}{word}\b')
+def _attribute_backwards(word: str) -> re.Pattern:
+  """``\\.{_GAP}word\\b`` read backwards, on the reversed text (a text
+  matches one where its reverse matches the other): it starts with the
+  word's last letter, which sre scans for, not with a dot, which it would
+  try at every one (a third of scan's prefilter time: ``copy`` is in
+  every licence header). The ``\\b`` is ``_word_starts``'. Backwards a comment
+  ends at a ``#``: of a run of them only the one a gap or the dot follows
+  goes on, so a banner is read in one pass, as forwards."""
+  gap = r'(?:\s|\n\\|(?:\n|\A)[^\n]*#)*'  # _GAP backwards
+  return re.compile(rf'{re.escape(word[::-1])}{gap}\.')
+
+
+@functools.lru_cache(maxsize=None)
+def _called_as_matched(word: str) -> re.Pattern:
+  """What follows ``word`` where a matcher may find its call (any call
+  where ``_CALLED_WITH`` does not say)."""
+  return re.compile(_GAP + _CALLED_WITH.get(word, '').format(gap=_GAP))
 
 
 def _spells_attribute(text: str, words) -> bool:
-  """Whether ``text`` has one of ``words`` as an attribute's name."""
-  return any(w in text and _attribute(w).search(text) for w in words)
+  """Whether ``text`` has one of ``words`` as an attribute's name (called
+  as its matcher needs, ``_CALLED_WITH``)."""
+  backwards = None
+  for word in words:
+    if word in text:
+      backwards = text[::-1] if backwards is None else backwards
+      after = _called_as_matched(word)
+      for found in _word_starts(_attribute_backwards(word), backwards):
+        # (the reversed word starts where the word ends)
+        if after.match(text, len(text) - found.start()):
+          return True
+  return False
 
 
 def may_find(text: str, given: Triggers) -> bool:
   """False only when ``text`` has none of the words ``given`` names
   (``triggers()``) and no flax.nn. Only for a module that cannot name
   flax.optim (scan looks at every other one)."""
-  return (_spells(text, given.words) or
+  return (any(_spells_path(text, word, given.path_parts)
+              for word in given.words) or
           _spells_attribute(text, given.attribute_words) or
           ('config' in text and _found(_JAX_CONFIG, text)) or
           _mentions_flax_nn(text) or

@@ -40,7 +40,7 @@ its type inference needs pyre (a server, not here). Stdlib only.
 
 import ast
 import re
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from compat.codemod import _flow
 from compat.codemod import _multi
@@ -303,11 +303,11 @@ class Model:
   def _read_modules_naming(self, words, sources, parse, unparsed) -> list:
     """Reads every module not read yet whose source spells one of
     ``words`` (a parse that fails goes to ``unparsed``); returns them."""
-    pattern = _word_pattern(words)
+    spells = _spells_any_of(words)
     return self._read_paths([
         p for p, (source, _) in sources.items()
-        if p not in self.names and p not in unparsed and
-        pattern.search(source)], sources, parse, unparsed)
+        if p not in self.names and p not in unparsed and spells(source)],
+        sources, parse, unparsed)
 
   def _read_paths(self, paths, sources, parse, unparsed) -> list:
     """Reads the modules ``paths`` (a parse that fails goes to
@@ -760,10 +760,10 @@ class Model:
     holders = [h for h in self.holders if self.fields.get(h.field)]
     if not holders:
       return
-    pattern = _word_pattern({h.field for h in holders} |
+    spells = _spells_any_of({h.field for h in holders} |
                             {h.name for h in holders})
     for path, (source, tree) in sources.items():
-      if not pattern.search(source):
+      if not spells(source):
         continue
       # A module the model did not read is parsed here (scan hands the
       # model a parse callback instead of every tree).
@@ -834,10 +834,14 @@ class Model:
     return found or [(None, f'`{name}` is never created')]
 
 
-def _word_pattern(words) -> re.Pattern:
-  """Matches any of ``words`` as a whole word of a module's bytes."""
-  return re.compile(rb'\b(' + b'|'.join(
-      re.escape(w.encode()) for w in sorted(words)) + rb')\b')
+def _spells_any_of(words) -> Callable[[bytes], bool]:
+  """The test whether a module's bytes spell any of ``words`` as a whole
+  word. Its pattern runs only where one is a substring: starting with
+  ``\\b``, it is tried at every position (most modules spell none)."""
+  encoded = [w.encode() for w in sorted(words)]
+  pattern = re.compile(rb'\b(' + b'|'.join(map(re.escape, encoded)) + rb')\b')
+  return lambda source: any(w in source for w in encoded) and (
+      pattern.search(source) is not None)
 
 
 def _dotted(node, names) -> Optional[str]:

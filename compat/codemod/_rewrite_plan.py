@@ -50,6 +50,7 @@ from compat.codemod import _names
 from compat.codemod import _params
 from compat.codemod import _project
 from compat.codemod import _removals
+from compat.codemod import _state_layout
 from compat.codemod import _user_rules
 
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
@@ -157,6 +158,8 @@ class Planner:
     # ids of nodes a user rule's rewrite edits (its base, OptimizerState).
     self.claimed: set[int] = set()
     self.kept_rules: list = []  # the user's classes moved onto RuleDef
+    # Lines whose checkpoint call keeps flax.optim's layout (``_state_layout``).
+    self.legacy_layout_lines: set[int] = set()
     self.imports, self.removed = [], []
     self._parents = {}
     for node in ast.walk(tree):
@@ -338,10 +341,22 @@ class Planner:
           reason = self._plan_jitted_create(node)
           if reason:
             leftovers.append(self._leftover(node, 'create', reason))
+        elif _state_layout.plan_serialization(self, node, RULES_MODULE):
+          self.legacy_layout_lines.add(node.lineno)
         elif self.names.resolve(node.func) in _flow.OPTIMIZER_CLASSES:
-          # Renamed to TrainState, it would be built from flax.optim parts.
-          leftovers.append(self._leftover(
-              node, 'reference', 'not rewritten: ' + _names.HAND_BUILT))
+          # Built from a definition, a state and a target: a TrainState of
+          # the definition's transform holding that state.
+          handled.add(node.lineno)
+          why = _state_layout.plan_hand_built(
+              self, node, self._train_state_name, RULES_MODULE)
+          parts = _state_layout.hand_built_parts(node)
+          if why is not None or parts is None:
+            # One the flow proves an optimizer holds the flow with it.
+            proven = parts is not None and self.flow.is_def(
+                parts['optimizer_def'])
+            leftovers.append(self._leftover(
+                node, 'create' if proven else 'reference',
+                'not rewritten: ' + (why or _names.HAND_BUILT)))
       if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
           node.value):
         handled.add(node.lineno)
@@ -350,7 +365,8 @@ class Planner:
           leftovers.append(self._leftover(node, 'optimizer_use', reason))
     leftovers += self._unproven_field_stores()
     for finding in self.findings:
-      if finding.construct in NOTE_CONSTRUCTS:
+      if finding.construct in NOTE_CONSTRUCTS and (
+          finding.line not in self.legacy_layout_lines):
         self.notes.append(Leftover(finding.line, finding.construct,
                                    finding.code, CHECKPOINT_NOTE))
       elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
@@ -708,6 +724,9 @@ class Planner:
       if unpacking is not None:  # (hp0, hp1) = opt.optimizer_def.hyper_params
         self.delete_statement(unpacking, 'optimizer_use', node.lineno)
         return None
+    if node.attr in _state_layout.LINKS:
+      return _state_layout.plan_use(self, node, parent, receiver,
+                                    RULES_MODULE)
     if node.attr in ('replicate', 'unreplicate'):
       return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
               'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
@@ -715,8 +734,6 @@ class Planner:
               'have to insert; which steps do is not proven here (by hand: '
               f'{_CATALOGUE.REPLACEMENTS["replicate"].text})')
     why = _NO_COUNTERPART.get(node.attr)
-    if why is None and node.attr == 'replace':
-      why = _NO_COUNTERPART['replace(state=...)']
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
             'TrainState counterpart here' + (f': {why}' if why else ''))
 
@@ -787,6 +804,9 @@ class Planner:
         # A factory's return annotation: what the rewritten definition is.
         self.imports.append(('optax', None, None))
         self.edit(node, 'optax.GradientTransformation', 'annotation')
+      elif flow_ok and (
+          _state_layout.plan_reference(self, node, path, RULES_MODULE)):
+        continue  # flax.optim's layout, built by hand or annotated
       elif path in _flow.OPTIMIZER_CLASSES:
         if flow_ok:
           name = self._train_state_name()
@@ -794,7 +814,6 @@ class Planner:
         else:
           self.leave(node, 'annotation', 'flax.optim.Optimizer stays while '
                      'the file keeps legacy optimizers')
-
 
   def _plan_removals(self):
     """Neighbouring removals (``jax.tree_map``...): the mechanical ones."""
@@ -852,25 +871,10 @@ class Planner:
 
 
 # Why an Optimizer's attribute stays: what the TrainState would give instead.
-_LAYOUT = ("flax.optim's layout {'target': params, 'state': {'step', "
-           "'param_states': per-leaf states}}, which code and checkpoints "
-           "read by key; a TrainState's is {'step', 'params', 'opt_state'} "
-           '(Optax states)')
 _NO_COUNTERPART = {
-    'state_dict': f'it returns {_LAYOUT}; convert checkpoint files with '
-                  '`flax-optim-compat convert SRC DST --to train_state`',
-    'restore_state': f'it reads {_LAYOUT}; convert checkpoint files with '
-                     '`flax-optim-compat convert SRC DST --to train_state`',
     'optimizer_def': 'a TrainState holds `tx`, an Optax transform: no '
                      'hyper_params to read or override, no OptimizerDef '
                      'class to name',
-    'state': "flax.optim's OptimizerState (step, param_states) is a "
-             "TrainState's `step` plus an Optax `opt_state` of another "
-             'layout; only `.state.step` maps mechanically',
-    'replace(state=...)': "only replace(target=...) maps (to "
-                          "replace(params=...)); flax.optim's state is a "
-                          "TrainState's `step` plus an Optax `opt_state` of "
-                          'another layout',
 }
 
 

@@ -17,11 +17,18 @@ from typing import Iterator
 _STATEMENT_FIELDS = ('body', 'handlers', 'orelse', 'finalbody', 'cases')
 
 
+# Node class -> which of those fields it has (most statements: none).
+_FIELDS_OF = {
+    kind: tuple(f for f in _STATEMENT_FIELDS if f in kind._fields)
+    for kind in vars(ast).values()
+    if isinstance(kind, type) and issubclass(kind, ast.AST)}
+
+
 def statement_children(node: ast.AST) -> list:
   """``node``'s statements, handlers and match cases, in the order
   ``ast.iter_child_nodes`` gives them (among its other children)."""
   found: list = []
-  for field in _STATEMENT_FIELDS:
+  for field in _FIELDS_OF.get(type(node), _STATEMENT_FIELDS):
     children = getattr(node, field, None)
     if type(children) is list:  # a Lambda's or IfExp's body is one node
       found += children
