@@ -1350,17 +1350,18 @@ def test_one_call_passing_what_is_not_provably_an_optimizer_keeps_the_flow(
 
 def test_a_callee_module_kept_keeps_the_callers_passing_it_an_optimizer(
     tmp_path):
-  # steps.py reads the optimizer's state_dict (no TrainState counterpart):
+  # steps.py reads the optimizer's definition (no TrainState counterpart):
   # it stays, so the trainer that passes it its optimizer stays with it.
   files = dict(_STEP_HELPER)
   files['steps.py'] += ('\n\ndef peek(optimizer):\n'
-                        '  return optimizer.state_dict()\n')
+                        '  return optimizer.optimizer_def\n')
   files['trainer.py'] = files['trainer.py'].replace(
       '  return optimizer\n', '  steps.peek(optimizer)\n  return optimizer\n')
   _, _, results = _migrated(tmp_path, files)
   _assert_unchanged(results)
   reasons = _reasons(results)
-  assert '.state_dict of a flax.optim Optimizer' in reasons['steps.py', 16]
+  assert '.optimizer_def of a flax.optim Optimizer' in reasons[
+      'steps.py', 16]
   assert 'passes an optimizer to peek()' in reasons['trainer.py', 10]
 
 
