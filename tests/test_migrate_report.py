@@ -100,3 +100,24 @@ def test_a_fully_migrated_file_leaves_nothing(tmp_path):
   result = migrate.migrate_file(str(path))
   assert result.left == ()
   assert b'optim' not in result.new
+
+
+def test_reads_of_the_old_checkpoint_layout_by_key_are_noted():
+  # The flow moves to TrainState, so checkpoints this code writes from now
+  # on hold 'params'; a read of flax.optim's keys from a raw checkpoint
+  # still works on old files only, which the report says. A batch's
+  # 'target' (one level, not a checkpoint's layout) is not noted, nor a
+  # module whose flow stays.
+  migrated = (b'from flax import optim\n\n\n'
+              b'def init(params, restored, batch):\n'
+              b'  opt = optim.Adam(0.1).create(params)\n'
+              b"  loaded = restored['optimizer']['target']\n"
+              b"  moments = restored['state']['param_states']\n"
+              b"  return opt.target, loaded, moments, batch['target']\n")
+  _, plan = migrate.migrate_source(migrated, 'finetune.py')
+  assert [(n.line, n.construct) for n in plan.notes] == [
+      (6, 'checkpoint'), (7, 'checkpoint')]
+  assert "('target')" in plan.notes[0].reason
+  assert "('param_states')" in plan.notes[1].reason
+  untouched = b"def load(restored):\n  return restored['optimizer']['target']\n"
+  assert migrate.migrate_source(untouched, 'load.py')[1].notes == []

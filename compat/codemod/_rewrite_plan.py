@@ -69,6 +69,27 @@ CHECKPOINT_NOTE = (
     'convert files written by the old code with `flax-optim-compat convert '
     'SRC DST --to train_state`')
 
+# flax.optim's checkpoint keys (``Optimizer.state_dict()``'s layout).
+LAYOUT_KEYS = ('target', 'param_states')
+LAYOUT_KEY_NOTE = (
+    "reads flax.optim's checkpoint layout by key ({key!r}): checkpoints "
+    'written before migrating hold it, ones the migrated code writes hold a '
+    "TrainState's (step, params, opt_state); convert the old ones with "
+    '`flax-optim-compat convert SRC DST --to train_state` and read '
+    "'params', or keep writing flax.optim's layout with "
+    '`{rules}.state_dict(state)`')
+
+
+def layout_key_reads(tree: ast.Module) -> list:
+  """``(node, key)`` of each read of a nested dict by one of flax.optim's
+  checkpoint keys (``state['optimizer']['target']``): one level below
+  another subscript, so that ``batch['target']`` is not one."""
+  return [(node, node.slice.value) for node in ast.walk(tree)
+          if isinstance(node, ast.Subscript) and
+          isinstance(node.value, ast.Subscript) and
+          isinstance(node.slice, ast.Constant) and
+          node.slice.value in LAYOUT_KEYS]
+
 
 def flow_migrated(plan) -> bool:
   """Whether ``plan`` migrates its module's optimizer flow: no part of it
@@ -232,6 +253,12 @@ class Planner:
           _user_rules.PORT_NOTE.format(module=RULES_MODULE,
                                        base=_user_rules.RULE_BASE))
                      for node in self.kept_rules]
+      if flow_edits:  # old checkpoints read by key meet new ones
+        self.notes += [Leftover(node.lineno, 'checkpoint',
+                                self._line(node.lineno),
+                                LAYOUT_KEY_NOTE.format(
+                                    key=key, rules=RULES_MODULE))
+                       for node, key in layout_key_reads(self.tree)]
       for module in ('flax', 'legacy_optim'):
         self.removed.append((module, 'optim', None))
       self._plan_import_removals()
