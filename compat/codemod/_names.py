@@ -239,13 +239,16 @@ class ModuleNames:
   scanned modules bound to flax.optim (``from mylib import optimizers``).
   ``package``: the dotted package relative imports start from;
   ``model``: the project's ``_project.Model`` (definition factories in
-  other modules), or None for a module read alone.
+  other modules), or None for a module read alone; ``path``: the module's
+  key in it.
   """
 
   def __init__(self, tree: ast.Module, reexports: Optional[dict] = None,
                collect: bool = True, package: Optional[str] = None,
-               model=None, module: Optional[str] = None):
+               model=None, module: Optional[str] = None,
+               path: Optional[str] = None):
     self.tree = tree
+    self.path = path
     self.reexports = reexports or {}
     self.package, self.model = package, model
     self.package_module = module  # this module's own dotted name
