@@ -784,3 +784,113 @@ def test_hyper_params_read_for_more_than_a_rate_keep_the_flow():
   assert 'maps only as a list of the names unpacked' in reasons[
       22, 'optimizer_use']
   assert 'another link of this optimizer flow' in reasons[28, 'create']
+
+
+# jax3d's MobileNeRF scripts: the definition's hyper-parameters in a dict
+# literal passed with ``**`` (``Adam(**adam_kwargs)``) and the rate set per
+# step. flax_optim_rules' functions take flax.optim's keywords, so a ``**``
+# mapping passes on as it is; a rate injected per step starts at 0.0 where
+# nothing sets it, which is certain only where the mapping's keys are known.
+_SPREAD = b'''import jax
+from flax import optim
+
+ADAM_KWARGS = {'beta1': 0.8, 'beta2': 0.99, 'eps': 1e-6}
+
+
+def create_optimizer(params):
+  return optim.Adam(**ADAM_KWARGS).create(params)
+
+
+@jax.jit
+def train_step(optimizer, batch):
+  def loss_fn(params):
+    return ((batch['x'] @ params['w'] - batch['y']) ** 2).mean()
+  loss, grad = jax.value_and_grad(loss_fn)(optimizer.target)
+  return optimizer.apply_gradient(grad, learning_rate=0.05), {'loss': loss}
+
+
+def train(params, batches):
+  optimizer = create_optimizer(params)
+  for batch in batches:
+    optimizer, _ = train_step(optimizer, batch)
+  return optimizer.target
+'''
+
+
+def _assert_trains_like_the_original(source, new, tmp_path, name):
+  old_steps = _train(source, tmp_path, name + '_original')
+  new_steps = _train(new, tmp_path, name + '_migrated')
+  for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
+                                                  strict=True):
+    assert old_w.tobytes() == new_w.tobytes()
+    assert old_loss.tobytes() == new_loss.tobytes()
+  assert old_steps[-1][0].tobytes() != old_steps[0][0].tobytes()
+
+
+def test_a_dict_literal_passed_with_stars_goes_on_to_the_rule(tmp_path):
+  new, plan = migrate.migrate_source(_SPREAD, 'stage.py')
+  assert not plan.leftovers, plan.leftovers
+  assert (b'flax_optim_rules.inject_learning_rate(flax_optim_rules.adam)('
+          b'learning_rate=0.0, **ADAM_KWARGS)') in new
+  _assert_trains_like_the_original(_SPREAD, new, tmp_path, 'spread')
+
+
+def test_any_mapping_passed_with_stars_goes_on_where_no_rate_is_injected(
+    tmp_path):
+  # Momentum's stock spelling (optax.sgd) renames the keywords, so the
+  # rules' own function is written, with the mapping as it is.
+  source = _SPREAD.replace(
+      b"ADAM_KWARGS = {'beta1': 0.8, 'beta2': 0.99, 'eps': 1e-6}",
+      b"ADAM_KWARGS = dict(beta=0.8, nesterov=True)").replace(
+          b'optim.Adam(**ADAM_KWARGS)',
+          b'optim.Momentum(0.05, **ADAM_KWARGS)').replace(
+              b', learning_rate=0.05)', b')')
+  new, plan = migrate.migrate_source(source, 'stage.py')
+  assert not plan.leftovers, plan.leftovers
+  assert (b'flax_optim_rules.momentum(learning_rate=0.05, **ADAM_KWARGS)'
+          in new)
+  _assert_trains_like_the_original(source, new, tmp_path, 'spread_any')
+
+
+def test_a_mapping_that_may_set_the_injected_rate_keeps_the_flow():
+  changed = {
+      'built by a call': (b"{'beta1': 0.8, 'beta2': 0.99, 'eps': 1e-6}",
+                          b"dict(beta1=0.8)"),
+      'changed later': (b"'eps': 1e-6}\n",
+                        b"'eps': 1e-6}\nADAM_KWARGS['eps'] = 1e-7\n"),
+      'updated': (b"'eps': 1e-6}\n",
+                  b"'eps': 1e-6}\nADAM_KWARGS.update(eps=1e-7)\n"),
+      'setting the rate': (b"'eps': 1e-6}", b"'learning_rate': 0.1}"),
+  }
+  for what, (old, new_text) in changed.items():
+    source = _SPREAD.replace(old, new_text)
+    new, plan = migrate.migrate_source(source, 'stage.py')
+    assert new == source, what
+    reasons = [left.reason for left in plan.leftovers
+               if left.construct == 'algorithm']
+    assert any('**ADAM_KWARGS' in r and 'learning_rate' in r
+               for r in reasons), (what, plan.leftovers)
+
+
+def test_the_stock_tier_leaves_a_mapping_passed_with_stars():
+  new, plan = migrate.migrate_source(_SPREAD, 'stage.py', 'stock')
+  assert new == _SPREAD
+  assert any("cannot be mapped to a stock alias's keywords" in left.reason
+             for left in plan.leftovers), plan.leftovers
+
+
+def test_create_with_its_target_by_keyword_is_rewritten(tmp_path):
+  # jax3d's train_utils_test: ``opt_def.create(target={...})``.
+  source = _SCRIPT.replace(b'optimizer_def.create(params)',
+                           b'optimizer_def.create(target=params)')
+  new, plan = migrate.migrate_source(source, 'example.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'TrainState.create(apply_fn=None, params=params, tx=' in new
+  _assert_trains_like_the_original(source, new, tmp_path, 'target_keyword')
+  for focused in (b'optimizer_def.create(params, focus)',
+                  b'optimizer_def.create(target=params, focus=focus)'):
+    _, plan = migrate.migrate_source(
+        source.replace(b'optimizer_def.create(target=params)', focused),
+        'example.py')
+    assert any('focus=...) selects parameters' in left.reason
+               for left in plan.leftovers), (focused, plan.leftovers)

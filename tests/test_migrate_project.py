@@ -1471,3 +1471,35 @@ def test_a_factory_returning_another_modules_kept_rule_keeps_its_creates(
   _, _, results = _migrated(tmp_path, files)
   _assert_unchanged(results)
   assert 'flow across modules' in _reasons(results)['trainer.py', 5]
+
+
+def test_a_property_of_the_same_name_is_not_the_optimizer_field(tmp_path):
+  # jax3d: one project's dataclass holds a flax.optim Optimizer in
+  # `optimizer`, another project's trainer has an `optimizer` property giving
+  # an Optax transform. `self.optimizer.init(...)` there is not a flax.optim
+  # Optimizer's: it is neither reported nor linked to the dataclass's flow.
+  other = '''import optax
+
+
+class Trainer:
+
+  @property
+  def optimizer(self) -> optax.GradientTransformation:
+    return optax.sgd(0.1)
+
+  def init_state(self, params):
+    return self.optimizer.init(params)
+
+  def apply(self, grads, opt_state, params):
+    updates, opt_state = self.optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+'''
+  _, migrated, results = _migrated(tmp_path, {**_PACKAGE,
+                                               'pkg/other.py': other})
+  assert results['pkg/other.py'].new == results['pkg/other.py'].old
+  assert not results['pkg/other.py'].plan.leftovers
+  _assert_fully_migrated(results)
+  params, batches = _data()
+  old = _run(tmp_path / 'project', 'pkg.train', params, batches)
+  new = _run(migrated, 'pkg.train', params, batches)
+  _assert_same_bits(old.target, new.params)

@@ -443,6 +443,8 @@ class Model:
             field = item.target.id
             self.fields[field] = self.fields.get(field, True) and (
                 _names.is_optimizer_annotation(names, item.annotation))
+          for name in _names.other_attribute_declarations(item):
+            self.fields[name] = False
     self.holders += holders_in(path, tree, names)
     # Every other function (top-level or nested) shares the name space of
     # methods called on an unknown receiver: such a name is no method's
