@@ -61,6 +61,13 @@ WHOLE_FLOW = 'flow'
 # field, and a module function that gives or takes an optimizer called
 # from another module.
 WHOLE_FLOW_KINDS = ('field', 'call')
+# A link whose module's whole flow stays as it is, with every module linked
+# to it (an optimizer field whose name another class declares otherwise).
+HELD = 'held'
+# How the reason of each link that keeps a module's flow starts.
+KEPT_WITH_FLOW = ('kept as it was with its whole flow across modules (a '
+                  'definition, its optimizer and every use are rewritten '
+                  'together or not at all): ')
 # The construct of a field link's line kept as it was, and of a value
 # stored in such a field that is not provably an optimizer (a flow one:
 # the module's flow stays with it).
@@ -97,7 +104,7 @@ class Link(NamedTuple):
     module read (a notebook's file line for a line of its joined cells)."""
     shown = file_line or (lambda path, line: line)
     where = self.consumer_line or self.call_line
-    if self.kind in WHOLE_FLOW_KINDS:
+    if self.kind in WHOLE_FLOW_KINDS + (HELD,):
       return (f'{self.consumer_path}:{shown(self.consumer_path, where)} '
               f'{self.reason}')
     return (f'{self.producer_path}:'
@@ -194,6 +201,10 @@ class Model:
     # Field name -> annotated flax.optim.Optimizer in every class of the
     # project that declares it.
     self.fields: dict[str, bool] = {}
+    # Field name -> (path, line, class) of its first declaration in the
+    # project that is not an ``optim.Optimizer`` field (a field of another
+    # type, a method or property, a class-level assignment).
+    self._declared_otherwise: dict[str, tuple] = {}
     self.links: list[Link] = []
     # Dotted name -> (path, ClassDef) of the user's OptimizerDef subclasses
     # defined at a module's top level: their calls in any module make
@@ -441,10 +452,15 @@ class Model:
           elif isinstance(item, ast.AnnAssign) and isinstance(
               item.target, ast.Name):
             field = item.target.id
-            self.fields[field] = self.fields.get(field, True) and (
-                _names.is_optimizer_annotation(names, item.annotation))
+            holds = _names.is_optimizer_annotation(names, item.annotation)
+            self.fields[field] = self.fields.get(field, True) and holds
+            if not holds:
+              self._declared_otherwise.setdefault(
+                  field, (path, item.lineno, node.name))
           for name in _names.other_attribute_declarations(item):
             self.fields[name] = False
+            self._declared_otherwise.setdefault(
+                name, (path, _first_line(item), node.name))
     self.holders += holders_in(path, tree, names)
     # Every other function (top-level or nested) shares the name space of
     # methods called on an unknown receiver: such a name is no method's
@@ -797,12 +813,16 @@ class Model:
     that makes the class, replaces the field or reads it (``x.optimizer``
     is an optimizer wherever every class declaring ``optimizer`` says so):
     what one of them stores is what the others use, so their flows are
-    rewritten together or not at all."""
-    holders = [h for h in self.holders if self.fields.get(h.field)]
+    rewritten together or not at all. Where another class of the project
+    declares the field's name otherwise, a read ``x.optimizer`` cannot be
+    told to be this field's: nothing of that flow is rewritten (a link of
+    kind ``HELD``)."""
+    holders = self.holders
     if not holders:
       return
     spells = _spells_any_of({h.field for h in holders} |
                             {h.name for h in holders})
+    touching = []
     for path, (source, tree) in sources.items():
       if not spells(source):
         continue
@@ -812,12 +832,42 @@ class Model:
       tree = parse(path) if tree is None and parse else tree
       if tree is None:
         continue
+      touching.append((path, tree))
+      if path not in self.names:  # names no flax.optim: declares otherwise
+        self._declare_otherwise(path, tree, {h.field for h in holders})
+    for holder in holders:
+      if self.fields.get(holder.field):
+        continue
+      path, line, name = self._declared_otherwise[holder.field]
+      self.links.append(Link(
+          holder.path, holder.line, holder.path, None, holder.line,
+          f'declares `{holder.name}.{holder.field}` a flax.optim Optimizer, '
+          f'and {path}:{line} declares `{name}.{holder.field}` otherwise: a '
+          f'read `x.{holder.field}` cannot be told to be the optimizer, so '
+          'what the field holds stays as it is', HELD))
+    for path, tree in touching:
       for holder, line in _holder_touches(tree, holders):
         self.links.append(Link(
             holder.path, holder.line, path, line, line,
             f'makes, stores or reads the optimizer that '
             f'`{holder.name}.{holder.field}` holds (declared at '
             f'{holder.path}:{holder.line})', 'field'))
+
+  def _declare_otherwise(self, path, tree, fields):
+    """Records the classes of a module the model did not read that declare
+    one of ``fields`` (annotated, a method or property, assigned): nothing
+    there names flax.optim, so none is an optimizer field."""
+    for node in _walk.statements(tree):
+      if not isinstance(node, ast.ClassDef):
+        continue
+      for item in node.body:
+        declared = _names.other_attribute_declarations(item) + (
+            [item.target.id] if isinstance(item, ast.AnnAssign) and
+            isinstance(item.target, ast.Name) else [])
+        for name in set(declared) & fields:
+          self.fields[name] = False
+          self._declared_otherwise.setdefault(
+              name, (path, _first_line(item), node.name))
 
   def _factory_producers(self, call, names) -> list:
     function = self.callee(call, names)
@@ -917,6 +967,12 @@ def _holder_touches(tree, holders) -> list:
                                                  item[0].line))
 
 
+def _first_line(item) -> int:
+  """The first line of a class body's item (a property's decorator)."""
+  return min([item.lineno] + [d.lineno for d in getattr(
+      item, 'decorator_list', ())])
+
+
 def _gives_nothing(function) -> bool:
   """An abstract base method, which hands its caller no value: every path
   raises (no return of its own, and the body ends in a ``raise``, so
@@ -949,6 +1005,10 @@ def flow_violations(links, rewritten) -> list:
   """
   violations = []
   for link in links:
+    if link.kind == HELD:
+      if rewritten(link.producer_path, None, WHOLE_FLOW):
+        violations.append(link)
+      continue
     if link.kind in WHOLE_FLOW_KINDS:
       if rewritten(link.producer_path, None, WHOLE_FLOW) != rewritten(
           link.consumer_path, None, WHOLE_FLOW):
@@ -1026,10 +1086,8 @@ def _blocked_here(links, component, path, file_line=None) -> list:
   for link in links:
     if link.producer_path not in component:
       continue
-    reason = ('kept as it was with its whole flow across modules (a '
-              'definition, its optimizer and every use are rewritten '
-              'together or not at all): ' + link.describe(file_line))
-    if link.kind in WHOLE_FLOW_KINDS:
+    reason = KEPT_WITH_FLOW + link.describe(file_line)
+    if link.kind in WHOLE_FLOW_KINDS + (HELD,):
       if path in (link.producer_path, link.consumer_path):
         line = (link.producer_line if link.producer_path == path else
                 link.consumer_line)
