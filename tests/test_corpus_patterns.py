@@ -485,18 +485,41 @@ def _train(source: bytes, tmp_path, name):
   return trained
 
 
+def _assert_trains_like_the_original(source, new, tmp_path, name):
+  old_steps = _train(source, tmp_path, name + '_original')
+  new_steps = _train(new, tmp_path, name + '_migrated')
+  for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
+                                                  strict=True):
+    assert old_w.tobytes() == new_w.tobytes()
+    assert old_loss.tobytes() == new_loss.tobytes()
+  assert old_steps[-1][0].tobytes() != old_steps[0][0].tobytes()
+
+
 def test_a_small_example_migrates_completely_and_trains_bit_identically(
     tmp_path):
   new, plan = migrate.migrate_source(_SCRIPT, 'example.py')
   assert not plan.leftovers, plan.leftovers
   assert b'flax.optim' not in new and b'from flax import optim' not in new
-  old_steps = _train(_SCRIPT, tmp_path, 'example_original')
-  new_steps = _train(new, tmp_path, 'example_migrated')
-  for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
-                                                  strict=True):
-    assert old_w.tobytes() == new_w.tobytes()
-    assert old_loss.tobytes() == new_loss.tobytes()
+  _assert_trains_like_the_original(_SCRIPT, new, tmp_path, 'example')
 
+
+# A jitted step and its loop, after a module's create_optimizer(params).
+_TRAIN_LOOP = b'''
+
+@jax.jit
+def train_step(optimizer, batch):
+  def loss_fn(params):
+    return ((batch['x'] @ params['w'] - batch['y']) ** 2).mean()
+  loss, grad = jax.value_and_grad(loss_fn)(optimizer.target)
+  return optimizer.apply_gradient(grad), {'loss': loss}
+
+
+def train(params, batches):
+  optimizer = create_optimizer(params)
+  for batch in batches:
+    optimizer, _ = train_step(optimizer, batch)
+  return optimizer.target
+'''
 
 # scenic's get_optimizer: a Momentum whose weight decay comes from the
 # config. The stock spelling (optax.sgd) would have to know whether it is
@@ -515,22 +538,7 @@ def get_optimizer(config):
 
 def create_optimizer(params):
   return get_optimizer(CONFIG).create(params)
-
-
-@jax.jit
-def train_step(optimizer, batch):
-  def loss_fn(params):
-    return ((batch['x'] @ params['w'] - batch['y']) ** 2).mean()
-  loss, grad = jax.value_and_grad(loss_fn)(optimizer.target)
-  return optimizer.apply_gradient(grad), {'loss': loss}
-
-
-def train(params, batches):
-  optimizer = create_optimizer(params)
-  for batch in batches:
-    optimizer, _ = train_step(optimizer, batch)
-  return optimizer.target
-'''
+''' + _TRAIN_LOOP
 
 
 def test_a_weight_decay_from_the_config_migrates_to_the_exact_rule(tmp_path):
@@ -541,13 +549,7 @@ def test_a_weight_decay_from_the_config_migrates_to_the_exact_rule(tmp_path):
     assert b'flax_optim_rules.momentum(learning_rate=0.1, beta=0.9,' in new
     assert b'from flax import optim' not in new
     name = 'decay_' + decay.decode().replace('.', '_').replace('-', '_')
-    old_steps = _train(source, tmp_path, name + '_original')
-    new_steps = _train(new, tmp_path, name + '_migrated')
-    for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
-                                                    strict=True):
-      assert old_w.tobytes() == new_w.tobytes()
-      assert old_loss.tobytes() == new_loss.tobytes()
-    assert old_steps[-1][0].tobytes() != old_steps[0][0].tobytes()
+    _assert_trains_like_the_original(source, new, tmp_path, name)
 
 
 def test_a_literal_weight_decay_keeps_the_stock_spelling():
@@ -799,32 +801,8 @@ ADAM_KWARGS = {'beta1': 0.8, 'beta2': 0.99, 'eps': 1e-6}
 
 def create_optimizer(params):
   return optim.Adam(**ADAM_KWARGS).create(params)
-
-
-@jax.jit
-def train_step(optimizer, batch):
-  def loss_fn(params):
-    return ((batch['x'] @ params['w'] - batch['y']) ** 2).mean()
-  loss, grad = jax.value_and_grad(loss_fn)(optimizer.target)
-  return optimizer.apply_gradient(grad, learning_rate=0.05), {'loss': loss}
-
-
-def train(params, batches):
-  optimizer = create_optimizer(params)
-  for batch in batches:
-    optimizer, _ = train_step(optimizer, batch)
-  return optimizer.target
-'''
-
-
-def _assert_trains_like_the_original(source, new, tmp_path, name):
-  old_steps = _train(source, tmp_path, name + '_original')
-  new_steps = _train(new, tmp_path, name + '_migrated')
-  for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
-                                                  strict=True):
-    assert old_w.tobytes() == new_w.tobytes()
-    assert old_loss.tobytes() == new_loss.tobytes()
-  assert old_steps[-1][0].tobytes() != old_steps[0][0].tobytes()
+''' + _TRAIN_LOOP.replace(
+    b'apply_gradient(grad)', b'apply_gradient(grad, learning_rate=0.05)')
 
 
 def test_a_dict_literal_passed_with_stars_goes_on_to_the_rule(tmp_path):
