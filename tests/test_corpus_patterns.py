@@ -872,3 +872,21 @@ def test_create_with_its_target_by_keyword_is_rewritten(tmp_path):
         'example.py')
     assert any('focus=...) selects parameters' in left.reason
                for left in plan.leftovers), (focused, plan.leftovers)
+
+
+def test_the_legacy_api_on_a_field_that_now_holds_a_train_state_is_broken():
+  # What migrate left before a field another class declares otherwise held
+  # its flow: the holder and its maker migrated, a reader of the field not.
+  old = {
+      'state.py': 'from flax import optim\nclass Holder:\n'
+                  '  optimizer: optim.Optimizer\n',
+      'use.py': 'def weights(holder):\n  return holder.optimizer.target\n',
+      # Another flow keeps flax.optim: only this check sees the read.
+      'other.py': 'from flax import optim\nd = optim.Adam(0.1)\n',
+  }
+  new = dict(old, **{'state.py': 'from flax.training import train_state\n'
+                                 'class Holder:\n'
+                                 '  optimizer: train_state.TrainState\n'})
+  assert _broken(old, new) == [('use.py', 2)]
+  new['use.py'] = old['use.py'].replace('.target', '.params')
+  assert not _broken(old, new)
