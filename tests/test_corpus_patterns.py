@@ -890,3 +890,25 @@ def test_the_legacy_api_on_a_field_that_now_holds_a_train_state_is_broken():
   assert _broken(old, new) == [('use.py', 2)]
   new['use.py'] = old['use.py'].replace('.target', '.params')
   assert not _broken(old, new)
+
+
+def test_a_pickled_optimizer_is_a_checkpoint_the_report_notes(tmp_path):
+  # jax3d's MobileNeRF scripts pickle the optimizer to resume from; after
+  # migrate the pickle holds a TrainState, and an old pickle does not.
+  source = _SCRIPT.replace(b'import jax\n', b'import pickle\n\nimport jax\n')
+  source += (b'\n\ndef save(optimizer, params, f):\n'
+             b'  pickle.dump(params, f)\n'
+             b'  return pickle.dumps(optimizer)\n'
+             b'\n\nsave(create_optimizer({}), {}, None)\n')
+  dumps = source.splitlines().index(b'  return pickle.dumps(optimizer)') + 1
+  findings = [(f.line, f.rule, f.replacement)
+              for f in scan.scan_source(source, 'stage.py')
+              if f.construct == 'checkpoint']
+  assert [(line, rule) for line, rule, _ in findings] == [(dumps, 'FOC114')]
+  assert 'pickle the TrainState' in findings[0][2]
+  new, plan = migrate.migrate_source(source, 'stage.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'return pickle.dumps(optimizer)' in new
+  assert [(n.line, n.construct) for n in plan.notes] == [(dumps,
+                                                          'checkpoint')]
+  assert 'the pickle now holds a TrainState' in plan.notes[0].reason

@@ -70,6 +70,12 @@ CHECKPOINT_NOTE = (
     'convert files written by the old code with `flax-optim-compat convert '
     'SRC DST --to train_state`')
 
+PICKLE_NOTE = (
+    'the pickle now holds a TrainState (step, params, opt_state); one written '
+    'by the old code holds a flax.optim Optimizer: load it with '
+    'flax-optim-compat installed and continue it with '
+    '`compat.to_train_state(optimizer, apply_fn)`')
+
 # A definition nothing in the project calls, migrated with its flow.
 CALLED_NOWHERE_NOTE = (
     '`{name}` is called and named nowhere in the scanned code, so it was '
@@ -425,8 +431,11 @@ class Planner:
     for finding in self.findings:
       if finding.construct in NOTE_CONSTRUCTS and (
           finding.line not in self.legacy_layout_lines):
+        pickled = finding.replacement == _CATALOGUE.REPLACEMENTS[
+            'pickle'].text
         self.notes.append(Leftover(finding.line, finding.construct,
-                                   finding.code, CHECKPOINT_NOTE))
+                                   finding.code, PICKLE_NOTE if pickled
+                                   else CHECKPOINT_NOTE))
       elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
           finding) and (finding.line, finding.construct) not in {
               (left.line, left.construct) for left in leftovers}:

@@ -102,6 +102,9 @@ _CHECKPOINT_FUNCS = {
     'flax.serialization.from_state_dict': ('target', 0),
     'flax.serialization.to_bytes': ('target', 0),
     'flax.serialization.from_bytes': ('target', 0),
+    # A pickled optimizer is a checkpoint too (research scripts wrote them).
+    'pickle.dump': ('obj', 0),
+    'pickle.dumps': ('obj', 0),
 }
 _TRIGGERS = _prefilter.triggers(_CHECKPOINT_FUNCS)
 EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_UNPARSEABLE = 0, 1, 2, 3
@@ -495,7 +498,9 @@ class _Visitor(ast.NodeVisitor):
     confidence = ('certain' if 'certain' in found else
                   'likely' if 'likely' in found else None)
     if confidence is not None:
-      self.add(node, 'checkpoint', confidence=confidence)
+      pickled = path.startswith('pickle.')
+      self.add(node, 'checkpoint', _FIXED['pickle'].text if pickled else None,
+               confidence=confidence)
 
 
 def _method(kind: type):
