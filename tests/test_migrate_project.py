@@ -352,6 +352,13 @@ def test_a_factory_called_and_named_nowhere_migrates_with_a_note(tmp_path):
       (10, 'called_nowhere')], notes
   assert '`create_optimizer_def` is called and named nowhere' in notes[0][2]
   assert 'it now returns an Optax transform' in notes[0][2]
+  # Passed as a single file, not a tree: its callers may be in another.
+  single = str(tmp_path / 'project' / 'configs.py')
+  _, (result,) = migrate.migrate_paths([single])
+  assert result.new == result.old
+  assert any('create_optimizer_def() is called nowhere in the scanned code '
+             'but passed as single files, not their directory' in l.reason
+             for l in result.plan.leftovers), result.plan.leftovers
   # Its name in a comment of another module is enough to keep it.
   commented = tmp_path / 'commented'
   _write(commented, {

@@ -184,7 +184,9 @@ class Model:
     ``migrate`` checks; ``scan`` reports without them). ``other_files``:
     a callable giving ``[(shown path, bytes)]`` of the project's other text
     files (configs, scripts, docs), read only where a definition called
-    nowhere must be looked for (``mention``)."""
+    nowhere must be looked for (``mention``); None where files were passed
+    one by one, not a tree: a definition called nowhere in them may be
+    called in another."""
     self.reexports = reexports
     self._other_files = other_files
     self._other_texts: Optional[list] = None
@@ -782,30 +784,33 @@ class Model:
           self.unseen.add((function.path, node.lineno, node.name))
           continue
         reason = (f'{node.name}() is called nowhere in the scanned code but '
-                  f'named at {where}: its callers (a registry, another '
-                  'package, a config system) cannot be rewritten with it')
+                  f'{where}: its callers (a registry, another package, a '
+                  'config system) cannot be rewritten with it')
       for path, line in self._producers(function):
         self.links.append(Link(path, line, function.path, None, node.lineno,
                                reason))
 
   def mention(self, node, path: str) -> Optional[str]:
-    """Where the project spells the name of the function or class ``node``
-    of the module at ``path`` (a whole word, comments and strings too)
-    outside its own definition: ``path:line`` of the first place (a
-    notebook's path alone), or None. Its Python modules, notebooks and
-    other text files (``other_files``) are searched."""
+    """Why code outside its definition may call the function or class
+    ``node`` of the module at ``path``: ``named at path:line``, the first
+    place the project spells its name (a whole word, comments and strings
+    too; a notebook's path alone) in its Python modules, notebooks and
+    other text files (``other_files``), or that files were passed one by
+    one; None: nothing may."""
+    if self._other_files is None:
+      return 'passed as single files, not their directory'
     word, lines = node.name, range(node.lineno, node.end_lineno + 1)
     pattern = re.compile(rb'\b' + re.escape(word.encode()) + rb'\b')
     if self._other_texts is None:
-      self._other_texts = list(self._other_files() if self._other_files
-                               else ())
+      self._other_texts = list(self._other_files())
     for shown, text in [*sorted(self.sources.items()), *self._other_texts]:
       if word.encode() not in text:
         continue
       for found in pattern.finditer(text):
         at = text.count(b'\n', 0, found.start()) + 1
         if shown != path or at not in lines:
-          return shown if shown.endswith('.ipynb') else f'{shown}:{at}'
+          return 'named at ' + (shown if shown.endswith('.ipynb') else
+                                f'{shown}:{at}')
     return None
 
   def _link_holders(self, sources, parse):

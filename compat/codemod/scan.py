@@ -830,7 +830,8 @@ def _across_modules(files: _Files, links: bool = True) -> _AcrossModules:
     model = _project.Model(
         readable, _UniqueNames(files, table), reexports,
         lambda shown: files.parsed_tree(files.index_of[shown]), links,
-        files.other_texts)
+        files.other_texts if all(os.path.isdir(p) for p in files.scanned)
+        else None)
   except Exception as e:  # pylint: disable=broad-except
     errors.append(failure(ACROSS_MODULES, e))
     model = None
