@@ -338,33 +338,49 @@ def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
              f'at {project}/configs/train.gin:1' in r for r in reasons), reasons
 
 
+# scenic's get_backbone_multioptimizer: a public factory nothing calls.
+_UNCALLED = '''"""Factories of definitions."""
+from flax import optim
+
+
+def get_optimizer(config):
+  return optim.Adam(config['learning_rate'], beta2=0.99)
+'''
+
+
 def test_a_factory_called_and_named_nowhere_migrates_with_a_note(tmp_path):
   # The scanned tree is the program: a factory nothing in it calls or names
   # (not even a config file or a comment) is dead code there, rewritten with
   # its flow; the report says that callers outside the tree meet the new
-  # contract. The config class's method is such a factory.
-  _, _, results = _migrated(tmp_path, {'configs.py': _CONFIGS})
+  # contract.
+  _, _, results = _migrated(tmp_path, {'optimizers.py': _UNCALLED})
   _assert_fully_migrated(results)
-  assert b'optim.' not in results['configs.py'].new
+  assert b'optim.' not in results['optimizers.py'].new
   notes = [(n.line, n.construct, n.reason)
-           for n in results['configs.py'].plan.notes]
+           for n in results['optimizers.py'].plan.notes]
   assert [(line, construct) for line, construct, _ in notes] == [
-      (10, 'called_nowhere')], notes
-  assert '`create_optimizer_def` is called and named nowhere' in notes[0][2]
+      (5, 'called_nowhere')], notes
+  assert '`get_optimizer` is called and named nowhere' in notes[0][2]
   assert 'it now returns an Optax transform' in notes[0][2]
   # Passed as a single file, not a tree: its callers may be in another.
-  single = str(tmp_path / 'project' / 'configs.py')
+  single = str(tmp_path / 'project' / 'optimizers.py')
   _, (result,) = migrate.migrate_paths([single])
   assert result.new == result.old
-  assert any('create_optimizer_def() is called nowhere in the scanned code '
-             'but passed as single files, not their directory' in l.reason
+  assert any('get_optimizer() is called nowhere in the scanned code but '
+             'passed as single files, not their directory' in l.reason
              for l in result.plan.leftovers), result.plan.leftovers
   # Its name in a comment of another module is enough to keep it.
   commented = tmp_path / 'commented'
   _write(commented, {
-      'configs.py': _CONFIGS,
-      'main.py': '# opt = cfg.create_optimizer_def().create(params)\n'})
+      'optimizers.py': _UNCALLED,
+      'main.py': '# opt = get_optimizer(config).create(params)\n'})
   _assert_unchanged(_migrate_into(commented, tmp_path / 'commented_out'))
+  # A method called nowhere may be a hook a base class outside calls.
+  _write(tmp_path / 'method', {'configs.py': _CONFIGS})
+  results = _migrate_into(tmp_path / 'method', tmp_path / 'method_out')
+  _assert_unchanged(results)
+  assert any('create_optimizer_def() is a method called nowhere' in l.reason
+             for l in results['configs.py'].plan.leftovers)
 
 
 # A package and a Colab notebook that trains with it (nerfies' shape): the

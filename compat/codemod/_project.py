@@ -762,8 +762,9 @@ class Model:
     migrate does not see where something names it without calling it (a
     registry, a callback, a config file such as gin's) or a decorator (gin
     and its kind) calls it: its definitions stay (a link with no
-    consumer). One named nowhere else is dead code in the project, which
-    ``migrate`` treats as one program: it goes with its flow, and the
+    consumer), as do a method's (a hook a base class outside the project
+    may call). A function named nowhere else is dead code in the project,
+    which ``migrate`` treats as one program: it goes with its flow, and the
     report says its contract changed (``unseen``)."""
     functions = {id(f.node): f for f in self.functions.values()}
     for group in self.methods.values():
@@ -778,6 +779,11 @@ class Model:
         reason = (f'{node.name}() is decorated with '
                   f'`{ast.unparse(decorated[0])}`: its callers are not in '
                   'the scanned code')
+      elif function.is_method:
+        reason = (f'{node.name}() is a method called nowhere in the scanned '
+                  'code: a base class outside it may call it (a hook), or '
+                  'code holding an instance: they cannot be rewritten with '
+                  'it')
       else:
         where = self.mention(node, function.path)
         if where is None:
