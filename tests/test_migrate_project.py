@@ -1576,3 +1576,24 @@ def make(params):
             'Optimizer, and ') in report, report
     assert re.search(r'/pkg/state\.py:1[34] declares `Config\.optimizer` '
                      'otherwise', report), report
+
+
+def test_the_field_read_on_a_calls_result_is_rewritten_with_its_flow(
+    tmp_path):
+  # mipnerf's `jax.device_get(jax.tree_map(lambda x: x[0], state))
+  # .optimizer.target`: before, the read of a call's result was neither
+  # rewritten nor linked, and stayed `.target` on a TrainState.
+  files = dict(_PACKAGE)
+  files['pkg/train.py'] = files['pkg/train.py'].replace(
+      "  print(holder.optimizer.target['w'].shape)\n",
+      "  print(_same(holder).optimizer.target['w'].shape)\n").replace(
+          '\n\n@jax.jit\n', '\n\ndef _same(value):\n  return value\n\n\n'
+          '@jax.jit\n')
+  project, migrated, results = _migrated(tmp_path, files)
+  _assert_fully_migrated(results)
+  assert b"print(_same(holder).optimizer.params['w'].shape)" in results[
+      'pkg/train.py'].new
+  params, batches = _data()
+  old = _run(project, 'pkg.train', params, batches)
+  new = _run(migrated, 'pkg.train', params, batches)
+  _assert_same_bits(old.target, new.params)

@@ -638,8 +638,9 @@ class OptimizerFlow:
         scope = scope.parent
       return False
     if isinstance(node, ast.Attribute):
-      return (self.base is None and self._field_holds(node.attr) and
-              not isinstance(node.value, ast.Call))
+      # Also of a call's result (``jax.device_get(state).optimizer``): every
+      # class declaring the field says what it holds, whatever gives it.
+      return self.base is None and self._field_holds(node.attr)
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True
     return False

@@ -958,7 +958,7 @@ def _dotted(node, names) -> Optional[str]:
 def _holder_touches(tree, holders) -> list:
   """``[(holder, first line)]`` for each holder ``tree`` makes (a call of
   its class's name), stores into (a keyword of its field) or reads (an
-  attribute named like its field, not of a call's result)."""
+  attribute named like its field, also of a call's result)."""
   first = {}
   for node in ast.walk(tree):
     touched = []
@@ -968,8 +968,7 @@ def _holder_touches(tree, holders) -> list:
       called = func.id if isinstance(func, ast.Name) else getattr(
           func, 'attr', None)
       touched += [h for h in holders if h.name == called]
-    elif isinstance(node, ast.Attribute) and not isinstance(
-        node.value, ast.Call):
+    elif isinstance(node, ast.Attribute):
       touched = [h for h in holders if h.field == node.attr]
     for holder in touched:
       if holder not in first or node.lineno < first[holder]:
