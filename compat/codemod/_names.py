@@ -204,6 +204,134 @@ def used_reexports(tree: ast.Module, reexports: dict) -> set:
   return names.used_reexports
 
 
+# ---------------------------------------------------------------------------
+# A notebook's kernel: names a notebook uses without binding them.
+#
+# A notebook that binds a name nowhere can run only in a kernel another
+# notebook prepared; of a project's notebooks, those that bind the name at
+# their top level are the ones that can have. Where every such binding is
+# an import of the same module or name, the free name means that (a
+# module, a ``.py`` file, is never read this way: a free name there fails
+# when it runs).
+
+# What ``kernel_bindings`` maps a name to where the project's notebooks do
+# not all bind it to one import (another path, or an assignment, a
+# function, a loop target...): the name resolves to nothing.
+KERNEL_UNDECIDED = None
+
+
+def bound_names(tree: ast.Module) -> Optional[set]:
+  """Every name ``tree`` binds anywhere, at any depth (imports,
+  assignment, ``del``, ``for``/``with``/``except`` targets, walrus,
+  comprehension variables, functions, classes, parameters, ``global``,
+  ``nonlocal``, match captures); None where a star import may bind any."""
+  bound: set[str] = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+      bound.add(node.id)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      for alias in node.names:
+        if alias.name == '*':
+          return None
+        bound.add(alias.asname or alias.name.partition('.')[0])
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                           ast.ClassDef)):
+      bound.add(node.name)
+    elif isinstance(node, ast.arg):
+      bound.add(node.arg)
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+      bound.add(node.name)
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+      bound.update(node.names)
+    elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+      bound.add(node.name)
+    elif isinstance(node, ast.MatchMapping) and node.rest:
+      bound.add(node.rest)
+  return bound
+
+
+def _top_level(tree: ast.Module):
+  """The statements that run at a module's top level: its body and the
+  bodies of its compound statements, not those of functions or classes
+  (which still bind their own names there)."""
+  todo = list(tree.body)
+  while todo:
+    node = todo.pop()
+    yield node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef)):
+      todo.extend(_walk.statement_children(node))
+
+
+def _scoped(node) -> bool:
+  """A node whose inner names bind in a scope of their own."""
+  return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                           ast.ClassDef, ast.Lambda, ast.ListComp,
+                           ast.SetComp, ast.DictComp, ast.GeneratorExp))
+
+
+def _kernel_entries(tree: ast.Module) -> list:
+  """``(name, dotted path or KERNEL_UNDECIDED)`` for each binding at a
+  notebook's top level: a plain import binds its path, anything else
+  (an assignment, a function, a star or relative import) leaves the name
+  undecided (a star import: every name, ``'*'``)."""
+  entries = []
+  for statement in _top_level(tree):
+    if isinstance(statement, ast.Import):
+      for alias in statement.names:
+        local = alias.asname or alias.name.partition('.')[0]
+        entries.append((local, canonical(alias.name if alias.asname
+                                         else local)))
+      continue
+    if isinstance(statement, ast.ImportFrom):
+      for alias in statement.names:
+        plain = statement.module and not statement.level
+        if alias.name == '*':
+          entries.append(('*', KERNEL_UNDECIDED))
+        else:
+          entries.append((alias.asname or alias.name, canonical(
+              f'{statement.module}.{alias.name}') if plain
+                          else KERNEL_UNDECIDED))
+      continue
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
+                              ast.ClassDef)):
+      entries.append((statement.name, KERNEL_UNDECIDED))
+      continue
+    todo = [child for child in ast.iter_child_nodes(statement)
+            if not isinstance(child, ast.stmt)]  # inner ones come anyway
+    while todo:
+      node = todo.pop()
+      if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        entries.append((node.id, KERNEL_UNDECIDED))
+      elif isinstance(node, ast.ExceptHandler) and node.name:
+        entries.append((node.name, KERNEL_UNDECIDED))
+      if not _scoped(node):
+        todo.extend(child for child in ast.iter_child_nodes(node)
+                    if not isinstance(child, ast.stmt))
+  # ``global`` in a function binds the name at the top level too.
+  entries += [(name, KERNEL_UNDECIDED) for node in ast.walk(tree)
+              if isinstance(node, ast.Global) for name in node.names]
+  return entries
+
+
+def kernel_bindings(notebooks) -> dict:
+  """Name -> the dotted path (canonical) that every notebook of
+  ``notebooks`` (their trees) binding it at its top level binds it to by a
+  plain import (``from flax import optim`` everywhere: ``flax.optim``), or
+  ``KERNEL_UNDECIDED`` where they disagree or one binds it otherwise. A
+  star import at a notebook's top level may bind any name: then every name
+  is undecided (the table is empty)."""
+  table: dict = {}
+  for tree in notebooks:
+    for name, path in _kernel_entries(tree):
+      if name == '*':
+        return {}
+      if name in table and table[name] != path:
+        path = KERNEL_UNDECIDED
+      table[name] = path
+  return table
+
+
 def is_optimizer_annotation(names, node) -> bool:
   """``optim.Optimizer``, ``Optional[optim.Optimizer]``, also as a string."""
   if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -239,12 +367,15 @@ class ModuleNames:
   scanned modules bound to flax.optim (``from mylib import optimizers``).
   ``package``: the dotted package relative imports start from;
   ``model``: the project's ``_project.Model`` (definition factories in
-  other modules), or None for a module read alone.
+  other modules), or None for a module read alone; ``kernel``: for a
+  notebook, its project's ``kernel_bindings`` (the names it binds nowhere
+  resolve as the project's notebooks all import them).
   """
 
   def __init__(self, tree: ast.Module, reexports: Optional[dict] = None,
                collect: bool = True, package: Optional[str] = None,
-               model=None, module: Optional[str] = None):
+               model=None, module: Optional[str] = None,
+               kernel: Optional[dict] = None):
     self.tree = tree
     self.reexports = reexports or {}
     self.package, self.model = package, model
@@ -262,6 +393,10 @@ class ModuleNames:
     self.def_factories: set[str] = set()
     self.aliases: dict[str, str] = {}  # module-level aliases, their paths
     self._collect_imports()
+    # Names this notebook binds nowhere, resolved by the kernel the
+    # project's notebooks prepare (``kernel_bindings``): name -> path.
+    self.kernel_names = self._kernel_names(kernel) if kernel else {}
+    self.bindings.update(self.kernel_names)
     self.collect_aliases()
     if collect:
       self.collect()
@@ -291,6 +426,15 @@ class ModuleNames:
           else:
             self.bindings[alias.asname or alias.name] = (
                 f'{module}.{alias.name}')
+
+  def _kernel_names(self, kernel: dict) -> dict:
+    """The entries of ``kernel`` (a notebook's project's
+    ``kernel_bindings``) for the names this tree binds nowhere."""
+    bound = bound_names(self.tree)
+    if bound is None:
+      return {}  # a star import of its own may bind any of them
+    return {name: path for name, path in kernel.items()
+            if path is not KERNEL_UNDECIDED and name not in bound}
 
   def collect_aliases(self):
     """Module-level names assigned a flax.optim name (``Optimizer =

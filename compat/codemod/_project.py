@@ -207,10 +207,18 @@ class Model:
     self._returns: dict = {}
     sources = {path: (source, tree) for path, source, tree in parsed}
     self.sources = {path: source for path, source, _ in parsed}
+    # What the names a notebook binds nowhere mean (``_names.ModuleNames``
+    # reads it for notebooks only).
+    self.kernel = _names.kernel_bindings(
+        tree for tree in (sources[path][1] or (parse and parse(path))
+                          for path in sources if is_notebook(path))
+        if tree is not None)
     # Only modules that can see flax.optim, or name a factory found so far,
     # can hold or call one: the rest of a large tree is never analysed.
     tokens = {'optim', 'flax.optim', 'legacy_optim'} | {
-        k.rpartition('.')[2] for k in reexports}
+        k.rpartition('.')[2] for k in reexports} | {
+            name for name, path in self.kernel.items()
+            if _names.is_flax_optim(path)}
     unparsed: set[str] = set()
     while tokens:
       fresh = self._read_modules_naming(tokens, sources, parse, unparsed)
@@ -366,7 +374,7 @@ class Model:
     dotted = self.module_names_of.get(path) or [None]
     self.names[path] = _names.ModuleNames(
         tree, self.reexports, collect=False, package=self.package_of(path),
-        model=self, module=dotted[0])
+        model=self, module=dotted[0], kernel=self.kernel_of(path))
     self.trees[path] = tree
     self._index(path, tree)
     self.names[path].collect()
@@ -403,7 +411,12 @@ class Model:
     dotted = self.module_names_of.get(path) or [None]
     return _names.ModuleNames(tree, self.reexports,
                               package=self.package_of(path), model=self,
-                              module=dotted[0])
+                              module=dotted[0], kernel=self.kernel_of(path))
+
+  def kernel_of(self, path) -> Optional[dict]:
+    """What resolves the names the file at ``path`` binds nowhere: the
+    project's notebooks' kernel for a notebook, nothing for a module."""
+    return self.kernel if is_notebook(path) else None
 
   # ------------------------------------------------------------- indexing
   def package_of(self, path) -> Optional[str]:
@@ -832,6 +845,11 @@ class Model:
                       f'`{ast.unparse(holder)[:80]}`, which migrate '
                       'cannot follow'))
     return found or [(None, f'`{name}` is never created')]
+
+
+def is_notebook(path: str) -> bool:
+  """A Jupyter notebook (its code cells read as one module)."""
+  return path.endswith('.ipynb')
 
 
 def _spells_any_of(words) -> Callable[[bytes], bool]:
