@@ -192,3 +192,34 @@ def test_the_kernel_table_decides_a_name_only_where_every_binding_agrees():
   # A star import may bind any name: nothing is decided.
   assert _names.kernel_bindings([tree('from flax import optim'),
                                  tree('from pylab import *')]) == {}
+
+
+def test_a_fragment_keeping_its_flow_imports_what_its_kernel_lost(
+    tmp_path, monkeypatch):
+  # The fragment's own flow stays (a # noqa holds it) while prepare.ipynb
+  # migrates and drops `from flax import optim`: run after it, the
+  # fragment needs an import of its own. Before: it was left reading an
+  # `optim` nothing bound any more.
+  project = tmp_path / 'project'
+  _write_project(project, {'fragment.ipynb': _notebook_of(
+      'optimizer = optim.Adam(0.1).create(params)  # noqa\n',
+      "result = optimizer.target['w']\n")})
+  results = _migrate(project)
+  prepare, fragment = results['prepare.ipynb'], results['fragment.ipynb']
+  assert 'from flax import optim' not in _notebook.Notebook(
+      prepare.new).module
+  module = _notebook.Notebook(fragment.new).module
+  assert module.splitlines()[1:3] == [
+      'from flax import optim', '']
+  assert 'optimizer = optim.Adam(0.1).create(params)  # noqa' in module
+  added = [note for note in fragment.plan.notes if note.code == (
+      'from flax import optim')]
+  assert len(added) == 1 and 'prepare.ipynb' in added[0].reason
+  assert _without_sources(fragment.new) == _without_sources(fragment.old)
+  migrated = tmp_path / 'migrated'
+  _write_project(migrated)
+  for name, result in results.items():
+    (migrated / name).write_bytes(result.new)
+  kernel = _run_kernel(migrated, [prepare.new, fragment.new], monkeypatch)
+  np.testing.assert_array_equal(np.asarray(kernel['result']),
+                                np.arange(3.0))

@@ -434,7 +434,84 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
       if key in project.notebooks else line):
     results[key_of[path]] = migrate_file(key_of[path], tier, project,
                                          rate_elsewhere, chosen, blocked)
+  if project.model is not None and project.model.kernel:
+    _import_kernel_names(results, project, chosen)
   return sources, [results[p] for p in sources]
+
+
+# A notebook's own import of a flax.optim name it read from its kernel.
+_KERNEL_IMPORT = ('added: this notebook binds {local!r} nowhere (it runs in '
+                  'a kernel another notebook of the project prepared) and '
+                  'still uses it, but the migrated {preparers} no longer '
+                  'import it')
+
+
+def _import_kernel_names(results: dict, project: scan.Project,
+                         chosen) -> None:
+  """Gives each notebook that still reads a flax.optim name from its kernel
+  (``_names.kernel_bindings``; its flow left as it was) an import of it,
+  where a notebook that bound it migrated that import away: run after that
+  notebook, it would fail. ``results``: path -> FileResult, updated."""
+  kernel = project.model.kernel
+  old_trees, new_trees = {}, {}
+  for path, result in results.items():
+    if _project.is_notebook(path) and not result.error:
+      old_trees[path], new_trees[path] = (
+          ast.parse(_notebook.Notebook(raw).module)
+          for raw in (result.old, result.new))
+  dropped_by: dict = {}  # local name -> the notebooks no longer binding it
+  for path in old_trees:
+    before = _names.kernel_bindings([old_trees[path]])
+    after = _names.kernel_bindings([new_trees[path]])
+    for local, bound in before.items():
+      if kernel.get(local) == bound and after.get(local) != bound:
+        dropped_by.setdefault(local, []).append(results[path].path)
+  for path, tree in new_trees.items():
+    names = _names.ModuleNames(tree, project.reexports, collect=False,
+                               kernel=kernel)
+    read = {node.id for node in ast.walk(tree) if isinstance(
+        node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    needed = sorted(local for local in names.kernel_names
+                    if local in read and local in dropped_by and (
+                        _names.is_flax_optim(names.resolve(
+                            ast.Name(id=local)))))
+    if needed:
+      results[path] = _with_kernel_imports(
+          results[path], {local: kernel[local] for local in needed},
+          dropped_by, project, chosen)
+
+
+def _with_kernel_imports(result: FileResult, bound: dict, dropped_by: dict,
+                         project: scan.Project, chosen) -> FileResult:
+  """``result`` with an import of each of ``bound`` (local name -> the
+  dotted path the kernel bound it to) added to its notebook, and a note
+  why."""
+  imports = []
+  for local, dotted in bound.items():
+    module, _, name = dotted.rpartition('.')
+    imports.append((dotted, None, None) if local == dotted else (
+        (dotted, None, local) if not module else (
+            module, name, None if name == local else local)))
+  notebook = _notebook.Notebook(result.new)
+  code = _fix_imports(notebook.module, _rewrite_plan.Plan(
+      [], [], [], imports, []))
+  new = notebook.rewrite(code)
+  added = _notebook.Notebook(new)
+  lines = added.module.splitlines()
+  notes = []
+  for node in ast.parse(added.module).body:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      for alias in node.names:
+        local = alias.asname or alias.name.partition('.')[0]
+        if local in bound:
+          notes.append(_rewrite_plan.Leftover(
+              added.file_line(node.lineno), 'import',
+              lines[node.lineno - 1].strip(), _KERNEL_IMPORT.format(
+                  local=local, preparers=', '.join(dropped_by[local]))))
+  plan = result.plan._replace(notes=list(result.plan.notes) + notes)
+  result = result._replace(new=new, plan=plan)
+  return result._replace(left=left_in_output(result, project.reexports,
+                                             chosen))
 
 
 def _result_plan(results, key_of, key):
