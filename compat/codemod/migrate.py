@@ -435,7 +435,8 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
     results[key_of[path]] = migrate_file(key_of[path], tier, project,
                                          rate_elsewhere, chosen, blocked)
   if project.model is not None and project.model.kernel:
-    _import_kernel_names(results, project, chosen)
+    _import_kernel_names(results, project.model.kernel, project.reexports,
+                         chosen)
   return sources, [results[p] for p in sources]
 
 
@@ -446,16 +447,16 @@ _KERNEL_IMPORT = ('added: this notebook binds {local!r} nowhere (it runs in '
                   'import it')
 
 
-def _import_kernel_names(results: dict, project: scan.Project,
+def _import_kernel_names(results: dict, kernel: dict, reexports,
                          chosen) -> None:
   """Gives each notebook that still reads a flax.optim name from its kernel
   (``_names.kernel_bindings``; its flow left as it was) an import of it,
   where a notebook that bound it migrated that import away: run after that
-  notebook, it would fail. ``results``: path -> FileResult, updated."""
-  kernel = project.model.kernel
+  notebook, it would fail. ``results``: path -> FileResult, updated;
+  ``kernel``: the project model's; ``reexports``: the project's."""
   old_trees, new_trees = {}, {}
   for path, result in results.items():
-    if _project.is_notebook(path) and not result.error:
+    if _project.is_notebook(path) and result.plan is not None:
       old_trees[path], new_trees[path] = (
           ast.parse(_notebook.Notebook(raw).module)
           for raw in (result.old, result.new))
@@ -467,7 +468,7 @@ def _import_kernel_names(results: dict, project: scan.Project,
       if kernel.get(local) == bound and after.get(local) != bound:
         dropped_by.setdefault(local, []).append(results[path].path)
   for path, tree in new_trees.items():
-    names = _names.ModuleNames(tree, project.reexports, collect=False,
+    names = _names.ModuleNames(tree, reexports, collect=False,
                                kernel=kernel)
     read = {node.id for node in ast.walk(tree) if isinstance(
         node, ast.Name) and isinstance(node.ctx, ast.Load)}
@@ -478,11 +479,11 @@ def _import_kernel_names(results: dict, project: scan.Project,
     if needed:
       results[path] = _with_kernel_imports(
           results[path], {local: kernel[local] for local in needed},
-          dropped_by, project, chosen)
+          dropped_by, reexports, chosen)
 
 
 def _with_kernel_imports(result: FileResult, bound: dict, dropped_by: dict,
-                         project: scan.Project, chosen) -> FileResult:
+                         reexports, chosen) -> FileResult:
   """``result`` with an import of each of ``bound`` (local name -> the
   dotted path the kernel bound it to) added to its notebook, and a note
   why."""
@@ -508,10 +509,11 @@ def _with_kernel_imports(result: FileResult, bound: dict, dropped_by: dict,
               added.file_line(node.lineno), 'import',
               lines[node.lineno - 1].strip(), _KERNEL_IMPORT.format(
                   local=local, preparers=', '.join(dropped_by[local]))))
-  plan = result.plan._replace(notes=list(result.plan.notes) + notes)
+  plan = result.plan
+  if plan is not None:
+    plan = plan._replace(notes=list(plan.notes) + notes)
   result = result._replace(new=new, plan=plan)
-  return result._replace(left=left_in_output(result, project.reexports,
-                                             chosen))
+  return result._replace(left=left_in_output(result, reexports, chosen))
 
 
 def _result_plan(results, key_of, key):
