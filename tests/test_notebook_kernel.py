@@ -223,3 +223,25 @@ def test_a_fragment_keeping_its_flow_imports_what_its_kernel_lost(
   kernel = _run_kernel(migrated, [prepare.new, fragment.new], monkeypatch)
   np.testing.assert_array_equal(np.asarray(kernel['result']),
                                 np.arange(3.0))
+
+
+def test_what_a_fragment_leaves_of_its_kernels_flax_optim_is_counted(
+    tmp_path):
+  # Both notebooks keep their flows (each reads .optimizer_def, which has
+  # no TrainState counterpart), so prepare.ipynb keeps its import and the
+  # fragment still reads flax.optim through the kernel: the report counts
+  # its lines as left, as it would with an import of its own.
+  _write_project(tmp_path, {
+      'prepare.ipynb': _notebook_of(
+          *_PREPARE_CELLS, 'print(state.optimizer.optimizer_def)\n'),
+      'fragment.ipynb': _notebook_of(
+          'optimizer = optim.Adam(0.1).create(params)\n',
+          'print(optimizer.optimizer_def)\n')})
+  results = _migrate(tmp_path)
+  fragment = results['fragment.ipynb']
+  assert fragment.new == fragment.old
+  notebook = _notebook.Notebook(fragment.old)
+  adam = notebook.file_line(notebook.module.splitlines().index(
+      'optimizer = optim.Adam(0.1).create(params)') + 1)
+  left = {(item.line, item.construct) for item in fragment.left}
+  assert {(adam, 'optimizer_def'), (adam, 'create')} <= left, left

@@ -313,10 +313,11 @@ def _old_lines_of_new(old: bytes, new: bytes) -> dict:
   return kept
 
 
-def references(tree: ast.Module, reexports=None) -> list:
+def references(tree: ast.Module, reexports=None, kernel=None) -> list:
   """``(line, dotted path)`` of every name or attribute chain that resolves
-  into flax.optim (``legacy_optim`` included), outermost chains only."""
-  names = _names.ModuleNames(tree, reexports)
+  into flax.optim (``legacy_optim`` included), outermost chains only;
+  ``kernel``: a notebook's (``_names.kernel_bindings``)."""
+  names = _names.ModuleNames(tree, reexports, kernel=kernel)
   inner = {id(n.value) for n in ast.walk(tree)
            if isinstance(n, ast.Attribute)}
   found = []
@@ -330,14 +331,15 @@ def references(tree: ast.Module, reexports=None) -> list:
 
 
 def left_in_output(result: FileResult, reexports=None,
-                   chosen=None) -> tuple:
+                   chosen=None, kernel=None) -> tuple:
   """Every flax.optim usage (scan's findings) and reference left in
   ``result.new``, as ``Leftover``s at their lines there, each with the
   plan's reason for leaving it (or why no rule covered it). What the
   report and the summary count: what is left, not what was attempted;
   ``chosen``: the selected codes (default all): a finding of another code
   is not left (as ``scan --select/--ignore`` would not report it), nor a
-  reference unless flax.optim's import (FOC101) is selected."""
+  reference unless flax.optim's import (FOC101) is selected; ``kernel``:
+  what a notebook's free names mean in the migrated project."""
   notebook = None
   module = result.new
   if result.path.endswith('.ipynb'):
@@ -347,14 +349,15 @@ def left_in_output(result: FileResult, reexports=None,
   # (line in the module, construct, what to do by hand)
   # What a scan of the output reports: lines kept by a noqa are not left,
   # nor findings of unselected codes (their lines keep their references).
-  every = scan.scan_file(module, result.path, tree, reexports)[0]
+  every = scan.scan_file(module, result.path, tree, reexports,
+                         kernel=kernel)[0]
   chosen = set(_codes.BY_CODE) if chosen is None else chosen
   found = [(f.line, f.construct, f'by hand: {f.replacement}')
            for f in every if f.rule != _codes.UNUSED_NOQA and
            f.rule in chosen]
   # A line with a noqa mark keeps its references too (the mark held them).
   covered = {f.line for f in every} | set(_noqa.suppressions(module))
-  for line, path in references(tree, reexports):
+  for line, path in references(tree, reexports, kernel):
     if line not in covered and _codes.code_of('import') in chosen:
       covered.add(line)
       found.append((line, 'reference', f'{path} is still named here'))
@@ -437,6 +440,7 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   if project.model is not None and project.model.kernel:
     _import_kernel_names(results, project.model.kernel, project.reexports,
                          chosen)
+    _left_in_kernels(results, project.reexports, chosen)
   return sources, [results[p] for p in sources]
 
 
@@ -480,6 +484,23 @@ def _import_kernel_names(results: dict, kernel: dict, reexports,
       results[path] = _with_kernel_imports(
           results[path], {local: kernel[local] for local in needed},
           dropped_by, reexports, chosen)
+
+
+def _left_in_kernels(results: dict, reexports, chosen) -> None:
+  """Counts what each migrated notebook still reads of flax.optim from
+  its kernel (the migrated notebooks' ``_names.kernel_bindings``) as left
+  in it. ``results``: path -> FileResult, updated."""
+  trees = {path: ast.parse(_notebook.Notebook(result.new).module)
+           for path, result in results.items()
+           if _project.is_notebook(path) and result.plan is not None}
+  kernel = _names.kernel_bindings(trees.values())
+  for path, tree in trees.items():
+    names = _names.ModuleNames(tree, reexports, collect=False,
+                               kernel=kernel)
+    if any(_names.is_flax_optim(names.resolve(ast.Name(id=local)))
+           for local in names.kernel_names):
+      results[path] = results[path]._replace(left=left_in_output(
+          results[path], reexports, chosen, kernel))
 
 
 def _with_kernel_imports(result: FileResult, bound: dict, dropped_by: dict,
