@@ -155,6 +155,14 @@ def test_notebooks_binding_a_name_differently_resolve_only_that_name(
   assert state.new == state.old
   reasons = '\n'.join(left.reason for left in state.plan.leftovers)
   assert 'fragment.ipynb:' in reasons
+  notebook = _notebook.Notebook(fragment.old)
+  adam = notebook.file_line(notebook.module.splitlines().index(
+      'optimizer_def = optim.Adam(0.05)') + 1)
+  [note] = [n for n in fragment.plan.notes if n.construct == 'kernel']
+  assert note.line == adam
+  assert note.reason.startswith(
+      "'optim' is bound nowhere in this notebook, and the notebooks of the "
+      'project bind it to flax.optim, torch.optim:'), note.reason
 
 
 def test_scan_finds_a_fragments_kernel_names_but_not_a_modules(tmp_path):
@@ -185,10 +193,12 @@ def test_the_kernel_table_decides_a_name_only_where_every_binding_agrees():
       tree('try:\n  import mediapy as media\nexcept ImportError:\n'
            '  media = None\n'),
   ])
-  assert table['optim'] == 'flax.optim'
-  assert table['jnp'] == 'jax.numpy'  # two spellings, one module
+  assert _names.kernel_path(table, 'optim') == 'flax.optim'
+  # Two spellings, one module.
+  assert _names.kernel_path(table, 'jnp') == 'jax.numpy'
   for undecided in ('local', 'i', 'f', 'counter', 'media'):
-    assert table[undecided] is _names.KERNEL_UNDECIDED, undecided
+    assert _names.kernel_path(table, undecided) is None, undecided
+  assert table['media'] == {'mediapy', _names.NOT_AN_IMPORT}
   # A star import may bind any name: nothing is decided.
   assert _names.kernel_bindings([tree('from flax import optim'),
                                  tree('from pylab import *')]) == {}

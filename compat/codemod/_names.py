@@ -214,10 +214,9 @@ def used_reexports(tree: ast.Module, reexports: dict) -> set:
 # module, a ``.py`` file, is never read this way: a free name there fails
 # when it runs).
 
-# What ``kernel_bindings`` maps a name to where the project's notebooks do
-# not all bind it to one import (another path, or an assignment, a
-# function, a loop target...): the name resolves to nothing.
-KERNEL_UNDECIDED = None
+# What a binding at a notebook's top level binds where it is not a plain
+# import (an assignment, a function, a loop target, a relative import...).
+NOT_AN_IMPORT = None
 
 
 def bound_names(tree: ast.Module) -> Optional[set]:
@@ -271,10 +270,9 @@ def _scoped(node) -> bool:
 
 
 def _kernel_entries(tree: ast.Module) -> list:
-  """``(name, dotted path or KERNEL_UNDECIDED)`` for each binding at a
-  notebook's top level: a plain import binds its path, anything else
-  (an assignment, a function, a star or relative import) leaves the name
-  undecided (a star import: every name, ``'*'``)."""
+  """``(name, dotted path or NOT_AN_IMPORT)`` for each binding at a
+  notebook's top level: a plain import binds its path; a star import,
+  ``'*'``, may bind every name."""
   entries = []
   for statement in _top_level(tree):
     if isinstance(statement, ast.Import):
@@ -287,49 +285,54 @@ def _kernel_entries(tree: ast.Module) -> list:
       for alias in statement.names:
         plain = statement.module and not statement.level
         if alias.name == '*':
-          entries.append(('*', KERNEL_UNDECIDED))
+          entries.append(('*', NOT_AN_IMPORT))
         else:
           entries.append((alias.asname or alias.name, canonical(
               f'{statement.module}.{alias.name}') if plain
-                          else KERNEL_UNDECIDED))
+                          else NOT_AN_IMPORT))
       continue
     if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
                               ast.ClassDef)):
-      entries.append((statement.name, KERNEL_UNDECIDED))
+      entries.append((statement.name, NOT_AN_IMPORT))
       continue
     todo = [child for child in ast.iter_child_nodes(statement)
             if not isinstance(child, ast.stmt)]  # inner ones come anyway
     while todo:
       node = todo.pop()
       if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-        entries.append((node.id, KERNEL_UNDECIDED))
+        entries.append((node.id, NOT_AN_IMPORT))
       elif isinstance(node, ast.ExceptHandler) and node.name:
-        entries.append((node.name, KERNEL_UNDECIDED))
+        entries.append((node.name, NOT_AN_IMPORT))
       if not _scoped(node):
         todo.extend(child for child in ast.iter_child_nodes(node)
                     if not isinstance(child, ast.stmt))
   # ``global`` in a function binds the name at the top level too.
-  entries += [(name, KERNEL_UNDECIDED) for node in ast.walk(tree)
+  entries += [(name, NOT_AN_IMPORT) for node in ast.walk(tree)
               if isinstance(node, ast.Global) for name in node.names]
   return entries
 
 
 def kernel_bindings(notebooks) -> dict:
-  """Name -> the dotted path (canonical) that every notebook of
-  ``notebooks`` (their trees) binding it at its top level binds it to by a
-  plain import (``from flax import optim`` everywhere: ``flax.optim``), or
-  ``KERNEL_UNDECIDED`` where they disagree or one binds it otherwise. A
-  star import at a notebook's top level may bind any name: then every name
-  is undecided (the table is empty)."""
+  """Name -> what the notebooks ``notebooks`` (their trees) that bind it
+  at their top level bind it to: a frozenset of canonical dotted paths,
+  ``NOT_AN_IMPORT`` among them for a binding other than a plain import
+  (``kernel_path`` reads it). A star import at a notebook's top level may
+  bind any name: then the table is empty (nothing is known)."""
   table: dict = {}
   for tree in notebooks:
     for name, path in _kernel_entries(tree):
       if name == '*':
         return {}
-      if name in table and table[name] != path:
-        path = KERNEL_UNDECIDED
-      table[name] = path
+      table[name] = table.get(name, frozenset()) | {path}
   return table
+
+
+def kernel_path(kernel: dict, name: str) -> Optional[str]:
+  """The dotted path every binding of ``name`` in ``kernel`` (a
+  ``kernel_bindings`` table) imports, or None where there is none, they
+  disagree, or one is not an import."""
+  paths = kernel.get(name, ())
+  return next(iter(paths)) if len(paths) == 1 else None
 
 
 def is_optimizer_annotation(names, node) -> bool:
@@ -395,6 +398,9 @@ class ModuleNames:
     self._collect_imports()
     # Names this notebook binds nowhere, resolved by the kernel the
     # project's notebooks prepare (``kernel_bindings``): name -> path.
+    # Those the notebooks bind to flax.optim and to something else too:
+    # name -> the paths (``kernel_bindings``); they resolve to nothing.
+    self.kernel_undecided: dict[str, frozenset] = {}
     self.kernel_names = self._kernel_names(kernel) if kernel else {}
     self.bindings.update(self.kernel_names)
     self.collect_aliases()
@@ -433,8 +439,12 @@ class ModuleNames:
     bound = bound_names(self.tree)
     if bound is None:
       return {}  # a star import of its own may bind any of them
-    return {name: path for name, path in kernel.items()
-            if path is not KERNEL_UNDECIDED and name not in bound}
+    free = set(kernel) - bound
+    self.kernel_undecided = {
+        name: kernel[name] for name in free if kernel_path(kernel, name)
+        is None and any(is_flax_optim(p) for p in kernel[name])}
+    return {name: kernel_path(kernel, name) for name in free
+            if kernel_path(kernel, name) is not None}
 
   def collect_aliases(self):
     """Module-level names assigned a flax.optim name (``Optimizer =

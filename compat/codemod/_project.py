@@ -217,8 +217,8 @@ class Model:
     # can hold or call one: the rest of a large tree is never analysed.
     tokens = {'optim', 'flax.optim', 'legacy_optim'} | {
         k.rpartition('.')[2] for k in reexports} | {
-            name for name, path in self.kernel.items()
-            if _names.is_flax_optim(path)}
+            name for name in self.kernel
+            if _names.is_flax_optim(_names.kernel_path(self.kernel, name))}
     unparsed: set[str] = set()
     while tokens:
       fresh = self._read_modules_naming(tokens, sources, parse, unparsed)

@@ -161,6 +161,7 @@ def migrate_source(source: bytes, path: str = '<string>',
                                   _noqa.held(findings, source, chosen),
                                   blocked)
   plan = planner.plan()
+  plan.notes.extend(_undecided_kernel_names(tree, names, source))
   if not plan.edits:
     return source, plan
   rendered, dropped = _rewrite_plan.render(source, plan.edits)
@@ -178,6 +179,28 @@ def migrate_source(source: bytes, path: str = '<string>',
   if problems:
     return source, rolled_back(source, plan, problems)
   return new, plan
+
+
+def _undecided_kernel_names(tree: ast.Module, names, source: bytes) -> list:
+  """A note at the first read of each name a notebook binds nowhere that
+  the project's notebooks bind to flax.optim and to something else too
+  (``ModuleNames.kernel_undecided``): why what it makes stays."""
+  first: dict = {}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Name) and node.id in names.kernel_undecided:
+      first[node.id] = min(first.get(node.id, node.lineno), node.lineno)
+  lines = source.decode('utf-8', 'replace').splitlines() if first else []
+  notes = []
+  for name, line in sorted(first.items()):
+    bound = sorted(path or 'something other than an import'
+                   for path in names.kernel_undecided[name])
+    notes.append(_rewrite_plan.Leftover(
+        line, 'kernel', lines[line - 1].strip(),
+        f'{name!r} is bound nowhere in this notebook, and the notebooks '
+        f'of the project bind it to {", ".join(bound)}: what it means in '
+        'the kernel this notebook runs in is not known, so nothing reached '
+        'through it here is rewritten'))
+  return notes
 
 
 def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
@@ -468,8 +491,10 @@ def _import_kernel_names(results: dict, kernel: dict, reexports,
   for path in old_trees:
     before = _names.kernel_bindings([old_trees[path]])
     after = _names.kernel_bindings([new_trees[path]])
-    for local, bound in before.items():
-      if kernel.get(local) == bound and after.get(local) != bound:
+    for local in before:
+      bound = _names.kernel_path(kernel, local)
+      if bound is not None and _names.kernel_path(before, local) == bound and (
+          _names.kernel_path(after, local) != bound):
         dropped_by.setdefault(local, []).append(results[path].path)
   for path, tree in new_trees.items():
     names = _names.ModuleNames(tree, reexports, collect=False,
@@ -482,7 +507,7 @@ def _import_kernel_names(results: dict, kernel: dict, reexports,
                             ast.Name(id=local)))))
     if needed:
       results[path] = _with_kernel_imports(
-          results[path], {local: kernel[local] for local in needed},
+          results[path], {local: names.kernel_names[local] for local in needed},
           dropped_by, reexports, chosen)
 
 
