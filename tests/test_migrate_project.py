@@ -308,23 +308,55 @@ def test_migrating_the_migrated_project_changes_nothing(tmp_path):
 
 def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
     tmp_path):
-  # Called by name nowhere (a config system or another package calls it),
-  # or decorated so: rewriting its definitions alone would hand an Optax
-  # transform to a caller that expects an OptimizerDef.
+  # Named without being called (a registry, a gin file) or decorated (gin
+  # and its kind call it): its callers are not in the scanned code, and
+  # rewriting its definitions alone would hand an Optax transform to one
+  # that expects an OptimizerDef.
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  decorated = ('import functools\n\nfrom flax import optim\n\n\n'
-               '@functools.lru_cache()\n'
-               'def make_def(rate):\n'
-               '  return optim.Momentum(rate, beta=0.9)\n')
-  _write(project, {'configs.py': _CONFIGS, 'cached.py': decorated})
+  factory = ('from flax import optim\n\n\n'
+             'def make_def(rate):\n'
+             '  return optim.Momentum(rate, beta=0.9)\n')
+  decorated = ('import functools\n\n' + factory).replace(
+      'def make_def', '@functools.lru_cache()\ndef make_cached_def')
+  _write(project, {
+      'cached.py': decorated,
+      'registry.py': factory + "\n\nMAKERS = {'momentum': make_def}\n",
+      'gin_made.py': factory.replace('make_def', 'make_gin_def'),
+      'configs/train.gin': 'train.optimizer_def = @gin_made.make_gin_def()\n',
+  })
   results = _migrate_into(project, migrated)
   _assert_unchanged(results)
-  reasons = [left.reason for left in results['configs.py'].plan.leftovers]
-  assert any('create_optimizer_def() is called nowhere' in r
-             for r in reasons), reasons
   reasons = [left.reason for left in results['cached.py'].plan.leftovers]
-  assert any('decorated with `functools.lru_cache()`' in r
-             for r in reasons), reasons
+  assert any('make_cached_def() is decorated with `functools.lru_cache()`'
+             in r for r in reasons), reasons
+  reasons = [left.reason for left in results['registry.py'].plan.leftovers]
+  assert any('make_def() is called nowhere in the scanned code but named at '
+             f'{project}/registry.py:8' in r for r in reasons), reasons
+  reasons = [left.reason for left in results['gin_made.py'].plan.leftovers]
+  assert any('make_gin_def() is called nowhere in the scanned code but named '
+             f'at {project}/configs/train.gin:1' in r for r in reasons), reasons
+
+
+def test_a_factory_called_and_named_nowhere_migrates_with_a_note(tmp_path):
+  # The scanned tree is the program: a factory nothing in it calls or names
+  # (not even a config file or a comment) is dead code there, rewritten with
+  # its flow; the report says that callers outside the tree meet the new
+  # contract. The config class's method is such a factory.
+  _, _, results = _migrated(tmp_path, {'configs.py': _CONFIGS})
+  _assert_fully_migrated(results)
+  assert b'optim.' not in results['configs.py'].new
+  notes = [(n.line, n.construct, n.reason)
+           for n in results['configs.py'].plan.notes]
+  assert [(line, construct) for line, construct, _ in notes] == [
+      (10, 'called_nowhere')], notes
+  assert '`create_optimizer_def` is called and named nowhere' in notes[0][2]
+  assert 'it now returns an Optax transform' in notes[0][2]
+  # Its name in a comment of another module is enough to keep it.
+  commented = tmp_path / 'commented'
+  _write(commented, {
+      'configs.py': _CONFIGS,
+      'main.py': '# opt = cfg.create_optimizer_def().create(params)\n'})
+  _assert_unchanged(_migrate_into(commented, tmp_path / 'commented_out'))
 
 
 # A package and a Colab notebook that trains with it (nerfies' shape): the

@@ -292,15 +292,32 @@ def test_the_port_test_fails_until_the_port_trains_like_the_rule(
     sys.modules.pop('rules', None)
 
 
-def test_a_class_called_nowhere_in_the_scanned_code_stays(tmp_path):
-  # t5x's Adafactor: gin configures it, so no Python call of it is seen; its
-  # callers would still expect a flax.optim OptimizerDef.
+def test_a_class_named_only_in_a_config_file_stays(tmp_path):
+  # t5x's Adafactor: its gin files configure it, so no Python call of it is
+  # seen; their callers would still expect a flax.optim OptimizerDef.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, {'rules.py': _RULES,
+                   'configs/base.gin': 'OPTIMIZER = @rules.ClippedMomentum()\n'
+                                       'rules.ClippedMomentum.beta = 0.9\n'})
+  result = _migrate_into(project, migrated)['rules.py']
+  assert result.new == result.old
+  assert any('ClippedMomentum is called nowhere in the scanned code but named '
+             f'at {project}/configs/base.gin:1' in left.reason
+             for left in result.plan.leftovers), result.plan.leftovers
+
+
+def test_a_class_called_and_named_nowhere_moves_onto_rule_def(tmp_path):
+  # The scanned tree is the program: nothing in it calls or names the class,
+  # so it moves onto RuleDef like a called one, and the report says its
+  # contract changed for callers outside the tree.
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, {'rules.py': _RULES})
   result = _migrate_into(project, migrated)['rules.py']
-  assert b'class ClippedMomentum(flax.optim.OptimizerDef):' in result.new
-  assert any('called nowhere in the scanned code' in left.reason
-             for left in result.plan.leftovers), result.plan.leftovers
+  assert b'class ClippedMomentum(flax_optim_rules.RuleDef):' in result.new
+  assert not result.plan.leftovers, result.plan.leftovers
+  notes = {n.construct: n.reason for n in result.plan.notes}
+  assert 'it is now a flax_optim_rules.RuleDef' in notes['called_nowhere']
+  assert 'kept as your own rule' in notes['optimizer_def_subclass']
 
 
 def _notebook(*cells):

@@ -370,16 +370,19 @@ class ModuleNames:
   scanned modules bound to flax.optim (``from mylib import optimizers``).
   ``package``: the dotted package relative imports start from;
   ``model``: the project's ``_project.Model`` (definition factories in
-  other modules), or None for a module read alone; ``kernel``: for a
-  notebook, its project's ``kernel_bindings`` (the names it binds nowhere
-  resolve as the project's notebooks all import them).
+  other modules), or None for a module read alone; ``path``: the module's
+  key in it; ``kernel``: for a notebook, its project's ``kernel_bindings``
+  (the names it binds nowhere resolve as the project's notebooks all
+  import them).
   """
 
   def __init__(self, tree: ast.Module, reexports: Optional[dict] = None,
                collect: bool = True, package: Optional[str] = None,
                model=None, module: Optional[str] = None,
+               path: Optional[str] = None,
                kernel: Optional[dict] = None):
     self.tree = tree
+    self.path = path
     self.reexports = reexports or {}
     self.package, self.model = package, model
     self.package_module = module  # this module's own dotted name

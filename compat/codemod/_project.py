@@ -168,14 +168,23 @@ class Model:
   """The project's factories of OptimizerDefs, their call sites, fields."""
 
   def __init__(self, parsed, module_names_of, reexports, parse=None,
-               links=True):
+               links=True, other_files=None):
     """``parsed``: [(shown path, source, tree)]; ``module_names_of``: shown
     path -> the dotted names its module may be imported by. A tree may be
     None where ``parse(path)`` gives it (None: it does not parse): only the
     modules the model reads are parsed (``scan``). ``links``: also follow
     optimizers across modules and link the modules of each flow (what
-    ``migrate`` checks; ``scan`` reports without them)."""
+    ``migrate`` checks; ``scan`` reports without them). ``other_files``:
+    a callable giving ``[(shown path, bytes)]`` of the project's other text
+    files (configs, scripts, docs), read only where a definition called
+    nowhere must be looked for (``mention``)."""
     self.reexports = reexports
+    self._other_files = other_files
+    self._other_texts: Optional[list] = None
+    # (path, line, name) of the factories and rule classes called and named
+    # nowhere else in the project, rewritten with their flows: their
+    # contract changes for callers outside it (the report says so).
+    self.unseen: set[tuple] = set()
     self.module_names_of = module_names_of
     self.functions: dict[str, _Function] = {}  # dotted name -> function
     self.methods: dict[str, list] = {}  # function name -> [_Function]
@@ -374,7 +383,8 @@ class Model:
     dotted = self.module_names_of.get(path) or [None]
     self.names[path] = _names.ModuleNames(
         tree, self.reexports, collect=False, package=self.package_of(path),
-        model=self, module=dotted[0], kernel=self.kernel_of(path))
+        model=self, module=dotted[0], path=path,
+        kernel=self.kernel_of(path))
     self.trees[path] = tree
     self._index(path, tree)
     self.names[path].collect()
@@ -411,7 +421,8 @@ class Model:
     dotted = self.module_names_of.get(path) or [None]
     return _names.ModuleNames(tree, self.reexports,
                               package=self.package_of(path), model=self,
-                              module=dotted[0], kernel=self.kernel_of(path))
+                              module=dotted[0], path=path,
+                              kernel=self.kernel_of(path))
 
   def kernel_of(self, path) -> Optional[dict]:
     """What resolves the names the file at ``path`` binds nowhere: the
@@ -742,9 +753,13 @@ class Model:
                                node.lineno, reason))
 
   def _link_unseen_callers(self):
-    """A factory no code of the project calls (or a decorated one: gin and
-    its kind call it from elsewhere) hands its definition to code migrate
-    does not see: its definitions stay (a link with no consumer)."""
+    """A factory no code of the project calls hands its definition to code
+    migrate does not see where something names it without calling it (a
+    registry, a callback, a config file such as gin's) or a decorator (gin
+    and its kind) calls it: its definitions stay (a link with no
+    consumer). One named nowhere else is dead code in the project, which
+    ``migrate`` treats as one program: it goes with its flow, and the
+    report says its contract changed (``unseen``)."""
     functions = {id(f.node): f for f in self.functions.values()}
     for group in self.methods.values():
       functions.update({id(f.node): f for f in group})
@@ -754,15 +769,41 @@ class Model:
       if node in self._called and not decorated:
         continue
       function = functions[id(node)]
-      reason = (f'{node.name}() is decorated with '
-                f'`{ast.unparse(decorated[0])}`: its callers are not in the '
-                'scanned code' if decorated else
-                f'{node.name}() is called nowhere in the scanned code: its '
-                'callers (another package, a config system) cannot be '
-                'rewritten with it')
+      if decorated:
+        reason = (f'{node.name}() is decorated with '
+                  f'`{ast.unparse(decorated[0])}`: its callers are not in '
+                  'the scanned code')
+      else:
+        where = self.mention(node, function.path)
+        if where is None:
+          self.unseen.add((function.path, node.lineno, node.name))
+          continue
+        reason = (f'{node.name}() is called nowhere in the scanned code but '
+                  f'named at {where}: its callers (a registry, another '
+                  'package, a config system) cannot be rewritten with it')
       for path, line in self._producers(function):
         self.links.append(Link(path, line, function.path, None, node.lineno,
                                reason))
+
+  def mention(self, node, path: str) -> Optional[str]:
+    """Where the project spells the name of the function or class ``node``
+    of the module at ``path`` (a whole word, comments and strings too)
+    outside its own definition: ``path:line`` of the first place (a
+    notebook's path alone), or None. Its Python modules, notebooks and
+    other text files (``other_files``) are searched."""
+    word, lines = node.name, range(node.lineno, node.end_lineno + 1)
+    pattern = re.compile(rb'\b' + re.escape(word.encode()) + rb'\b')
+    if self._other_texts is None:
+      self._other_texts = list(self._other_files() if self._other_files
+                               else ())
+    for shown, text in [*sorted(self.sources.items()), *self._other_texts]:
+      if word.encode() not in text:
+        continue
+      for found in pattern.finditer(text):
+        at = text.count(b'\n', 0, found.start()) + 1
+        if shown != path or at not in lines:
+          return shown if shown.endswith('.ipynb') else f'{shown}:{at}'
+    return None
 
   def _link_holders(self, sources, parse):
     """A field link from each class holding an optimizer to every module

@@ -52,6 +52,7 @@ from compat.codemod import _project
 from compat.codemod import _removals
 from compat.codemod import _state_layout
 from compat.codemod import _user_rules
+from compat.codemod import _walk
 
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
 FLOW_CONSTRUCTS = frozenset((
@@ -69,6 +70,12 @@ CHECKPOINT_NOTE = (
     'convert files written by the old code with `flax-optim-compat convert '
     'SRC DST --to train_state`')
 
+# A definition nothing in the project calls, migrated with its flow.
+CALLED_NOWHERE_NOTE = (
+    '`{name}` is called and named nowhere in the scanned code, so it was '
+    'migrated with its flow as dead code of this program: {now}, not a '
+    'flax.optim OptimizerDef. Code outside the scanned tree '
+    'that calls it must be migrated with it (scan them together)')
 # flax.optim's checkpoint keys (``Optimizer.state_dict()``'s layout).
 LAYOUT_KEYS = ('target', 'param_states')
 LAYOUT_KEY_NOTE = (
@@ -253,6 +260,8 @@ class Planner:
           _user_rules.PORT_NOTE.format(module=RULES_MODULE,
                                        base=_user_rules.RULE_BASE))
                      for node in self.kept_rules]
+      if flow_edits:
+        self.notes += self._called_nowhere_notes()
       if flow_edits:  # old checkpoints read by key meet new ones
         self.notes += [Leftover(node.lineno, 'checkpoint',
                                 self._line(node.lineno),
@@ -268,6 +277,28 @@ class Planner:
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
                 self.removed)
+
+  def _called_nowhere_notes(self) -> list:
+    """A factory or rule class of this module that nothing in the project
+    calls or names went with its flow: code outside the project that
+    calls it meets the new contract."""
+    model = self.names.model
+    unseen = model.unseen if model is not None else set()
+    notes = []
+    for node in _walk.statements(self.tree):
+      if isinstance(node, ast.FunctionDef) and (
+          self.names.path, node.lineno, node.name) in unseen:
+        now = 'it now returns an Optax transform'
+      elif node in self.kept_rules and _user_rules.called_nowhere(
+          self.names, node):
+        now = f'it is now a {RULES_MODULE}.{_user_rules.RULE_BASE}'
+      else:
+        continue
+      notes.append(Leftover(node.lineno, 'called_nowhere',
+                            self._line(node.lineno),
+                            CALLED_NOWHERE_NOTE.format(name=node.name,
+                                                       now=now)))
+    return notes
 
   def _plan_import_removals(self):
     for node in ast.walk(self.tree):

@@ -173,11 +173,26 @@ def why_not_kept(names, node: ast.ClassDef) -> Optional[str]:
   if missing and not is_multi_subclass(names, node):
     return (f'{node.name} uses {", ".join(missing)} of flax.optim\'s '
             'OptimizerDef, which flax_optim_rules.RuleDef does not have')
-  if not _called_in_scanned_code(names, node):
-    return (f'{node.name} is called nowhere in the scanned code: its callers '
+  if not _called_in_scanned_code(names, node) and not called_nowhere(
+      names, node):
+    where = names.model.mention(node, names.path) if (
+        names.model is not None and names.path is not None) else None
+    return (f'{node.name} is called nowhere in the scanned code' +
+            (f' but named at {where}' if where else '') + ': its callers '
             '(a config system such as gin, another package) would still '
             'expect a flax.optim OptimizerDef')
   return None
+
+
+def called_nowhere(names, node) -> bool:
+  """Nothing in the project calls or names the undecorated class or
+  function ``node`` of the module of ``names`` but its definition: dead
+  code in the project, which migrate treats as one program (a module read
+  alone is not one)."""
+  model = names.model
+  # A decorator (gin's and its kind) may hand it to callers elsewhere.
+  return model is not None and names.path is not None and not (
+      node.decorator_list) and model.mention(node, names.path) is None
 
 
 def _called_in_scanned_code(names, node: ast.ClassDef) -> bool:

@@ -639,6 +639,13 @@ class Project(NamedTuple):
 
 
 SOURCE_SUFFIXES = ('.py', '.ipynb')
+# Text files besides code that may name a function of the project (gin and
+# other configs, scripts, docs): migrate looks there before it treats a
+# definition factory called nowhere as dead code (``_project.Model.mention``).
+OTHER_TEXT_SUFFIXES = ('.gin', '.yaml', '.yml', '.json', '.toml', '.cfg',
+                       '.ini', '.sh', '.md', '.rst', '.txt')
+# What is read of each (a config is small; a large file is data).
+_OTHER_TEXT_BYTES = 1 << 22
 # The path of an error in the analysis across modules (no one file's).
 ACROSS_MODULES = '<names re-exported across modules>'
 
@@ -663,6 +670,7 @@ class _Files:
   modules the tables across modules read), so no file is parsed twice."""
 
   def __init__(self, paths: Iterable[str], exclude=()):
+    self.scanned, self.exclude = list(paths), exclude
     self.paths: list[str] = []
     self.roots: list[str] = []
     self.shown: list[str] = []
@@ -670,7 +678,7 @@ class _Files:
     self.notebooks: dict = {}  # index -> its _notebook.Notebook
     self.kept: dict = {}  # index -> its tree, or the exception parsing raised
     self._texts: dict = {}  # index -> its source decoded
-    for root in paths:
+    for root in self.scanned:
       for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
         index = len(self.paths)
         self.paths.append(path)
@@ -687,6 +695,24 @@ class _Files:
         else:
           self.sources.append(source)
     self.index_of = {shown: i for i, shown in enumerate(self.shown)}
+
+  def other_texts(self) -> list:
+    """``[(shown path, bytes)]`` of the other text files under the scanned
+    paths (``OTHER_TEXT_SUFFIXES``, the start of each); one that cannot be
+    read names nothing."""
+    found = []
+    for root in self.scanned:
+      if os.path.isfile(root):
+        continue
+      for path in iter_python_files([root], self.exclude,
+                                    OTHER_TEXT_SUFFIXES):
+        try:
+          with open(path, 'rb') as f:
+            found.append((path.replace(os.sep, '/'),
+                          f.read(_OTHER_TEXT_BYTES)))
+        except OSError:
+          continue
+    return found
 
   def tree(self, index: int, keep: bool = True) -> ast.Module:
     """The file's tree (kept for every later call where ``keep``). Raises
@@ -803,7 +829,8 @@ def _across_modules(files: _Files, links: bool = True) -> _AcrossModules:
   try:
     model = _project.Model(
         readable, _UniqueNames(files, table), reexports,
-        lambda shown: files.parsed_tree(files.index_of[shown]), links)
+        lambda shown: files.parsed_tree(files.index_of[shown]), links,
+        files.other_texts)
   except Exception as e:  # pylint: disable=broad-except
     errors.append(failure(ACROSS_MODULES, e))
     model = None
