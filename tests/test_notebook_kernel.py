@@ -15,6 +15,7 @@ import ast
 import json
 import sys
 
+import _notebooks
 import jax.numpy as jnp
 import numpy as np
 
@@ -53,18 +54,11 @@ _FRAGMENT_CELLS = (
 )
 
 
-def _notebook_of(*cells) -> str:
-  return json.dumps({'cells': [
-      {'cell_type': 'code', 'execution_count': None, 'metadata': {},
-       'outputs': [], 'source': cell.splitlines(keepends=True)}
-      for cell in cells], 'metadata': {}, 'nbformat': 4,
-      'nbformat_minor': 5}, indent=1)
-
-
 def _write_project(root, extra=None):
   files = {'pkg/__init__.py': '', 'pkg/state.py': _STATE_MODULE,
-           'prepare.ipynb': _notebook_of(*_PREPARE_CELLS),
-           'fragment.ipynb': _notebook_of(*_FRAGMENT_CELLS), **(extra or {})}
+           'prepare.ipynb': _notebooks.notebook_of(*_PREPARE_CELLS),
+           'fragment.ipynb': _notebooks.notebook_of(*_FRAGMENT_CELLS),
+           **(extra or {})}
   for name, text in files.items():
     path = root / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +136,8 @@ def test_notebooks_binding_a_name_differently_resolve_only_that_name(
   # fragment. `jax`, which every notebook imports alike, still resolves:
   # the fragment's removed `jax.tree_map` is rewritten.
   _write_project(tmp_path, {
-      'other.ipynb': _notebook_of('import torch.optim as optim\n'),
-      'fragment.ipynb': _notebook_of(
+      'other.ipynb': _notebooks.notebook_of('import torch.optim as optim\n'),
+      'fragment.ipynb': _notebooks.notebook_of(
           *_FRAGMENT_CELLS, 'sizes = jax.tree_map(jnp.size, params)\n')})
   results = _migrate(tmp_path)
   fragment = results['fragment.ipynb']
@@ -211,7 +205,7 @@ def test_a_fragment_keeping_its_flow_imports_what_its_kernel_lost(
   # fragment needs an import of its own. Before: it was left reading an
   # `optim` nothing bound any more.
   project = tmp_path / 'project'
-  _write_project(project, {'fragment.ipynb': _notebook_of(
+  _write_project(project, {'fragment.ipynb': _notebooks.notebook_of(
       'optimizer = optim.Adam(0.1).create(params)  # noqa\n',
       "result = optimizer.target['w']\n")})
   results = _migrate(project)
@@ -242,9 +236,9 @@ def test_what_a_fragment_leaves_of_its_kernels_flax_optim_is_counted(
   # fragment still reads flax.optim through the kernel: the report counts
   # its lines as left, as it would with an import of its own.
   _write_project(tmp_path, {
-      'prepare.ipynb': _notebook_of(
+      'prepare.ipynb': _notebooks.notebook_of(
           *_PREPARE_CELLS, 'print(state.optimizer.optimizer_def)\n'),
-      'fragment.ipynb': _notebook_of(
+      'fragment.ipynb': _notebooks.notebook_of(
           'optimizer = optim.Adam(0.1).create(params)\n',
           'print(optimizer.optimizer_def)\n')})
   results = _migrate(tmp_path)

@@ -219,20 +219,16 @@ def used_reexports(tree: ast.Module, reexports: dict) -> set:
 NOT_AN_IMPORT = None
 
 
-def bound_names(tree: ast.Module) -> Optional[set]:
-  """Every name ``tree`` binds anywhere, at any depth (imports,
-  assignment, ``del``, ``for``/``with``/``except`` targets, walrus,
-  comprehension variables, functions, classes, parameters, ``global``,
-  ``nonlocal``, match captures); None where a star import may bind any."""
+def bound_otherwise(tree: ast.Module) -> set:
+  """Every name ``tree`` binds anywhere other than by an import
+  (assignment, ``del``, ``for``/``with``/``except`` targets, walrus,
+  comprehension variables, functions, classes, parameters, match
+  captures). ``global``/``nonlocal`` declare, not bind: the assignment
+  that follows one binds."""
   bound: set[str] = set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
       bound.add(node.id)
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-      for alias in node.names:
-        if alias.name == '*':
-          return None
-        bound.add(alias.asname or alias.name.partition('.')[0])
     elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
                            ast.ClassDef)):
       bound.add(node.name)
@@ -240,12 +236,23 @@ def bound_names(tree: ast.Module) -> Optional[set]:
       bound.add(node.arg)
     elif isinstance(node, ast.ExceptHandler) and node.name:
       bound.add(node.name)
-    elif isinstance(node, (ast.Global, ast.Nonlocal)):
-      bound.update(node.names)
     elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
       bound.add(node.name)
     elif isinstance(node, ast.MatchMapping) and node.rest:
       bound.add(node.rest)
+  return bound
+
+
+def bound_names(tree: ast.Module) -> Optional[set]:
+  """Every name ``tree`` binds anywhere, at any depth: its imports and
+  ``bound_otherwise``; None where a star import may bind any."""
+  bound = bound_otherwise(tree)
+  for node in _walk.statements(tree):  # imports are statements
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      for alias in node.names:
+        if alias.name == '*':
+          return None
+        bound.add(alias.asname or alias.name.partition('.')[0])
   return bound
 
 
