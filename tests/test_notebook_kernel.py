@@ -178,19 +178,23 @@ def test_scan_finds_a_fragments_kernel_names_but_not_a_modules(tmp_path):
 
 
 def test_the_kernel_table_decides_a_name_only_where_every_binding_agrees():
-  tree = ast.parse
+  def tree(source):
+    return _names.bindings_of(ast.parse(source))
   table = _names.kernel_bindings([
       tree('from flax import optim\nimport jax.numpy as jnp\n'
            'from . import local\nfor i in range(2):\n  pass\n'),
       tree('from flax import optim\nfrom jax import numpy as jnp\n'
            'def f():\n  global counter\n  counter = 1\n'),
       tree('try:\n  import mediapy as media\nexcept ImportError:\n'
-           '  media = None\n'),
+           '  media = None\n'
+           'squares = [(last := v) * v for v in range(2)]\n'),
   ])
   assert _names.kernel_path(table, 'optim') == 'flax.optim'
   # Two spellings, one module.
   assert _names.kernel_path(table, 'jnp') == 'jax.numpy'
-  for undecided in ('local', 'i', 'f', 'counter', 'media'):
+  # A comprehension's variable is its own; its walrus binds the module's.
+  assert 'v' not in table
+  for undecided in ('local', 'i', 'f', 'counter', 'media', 'last'):
     assert _names.kernel_path(table, undecided) is None, undecided
   assert table['media'] == {'mediapy', _names.NOT_AN_IMPORT}
   # A star import may bind any name: nothing is decided.

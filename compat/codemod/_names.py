@@ -12,7 +12,7 @@ import functools
 import importlib.util
 import os
 import re
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from compat import _lazy
 from compat.codemod import _walk
@@ -219,115 +219,104 @@ def used_reexports(tree: ast.Module, reexports: dict) -> set:
 NOT_AN_IMPORT = None
 
 
-def bound_otherwise(tree: ast.Module) -> set:
-  """Every name ``tree`` binds anywhere other than by an import
-  (assignment, ``del``, ``for``/``with``/``except`` targets, walrus,
-  comprehension variables, functions, classes, parameters, match
-  captures). ``global``/``nonlocal`` declare, not bind: the assignment
-  that follows one binds."""
-  bound: set[str] = set()
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-      bound.add(node.id)
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                           ast.ClassDef)):
-      bound.add(node.name)
-    elif isinstance(node, ast.arg):
-      bound.add(node.arg)
-    elif isinstance(node, ast.ExceptHandler) and node.name:
-      bound.add(node.name)
-    elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-      bound.add(node.name)
-    elif isinstance(node, ast.MatchMapping) and node.rest:
-      bound.add(node.rest)
-  return bound
+# Scopes of their own: what their bodies bind is not the module's.
+_FUNCTION_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                    ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# Where a node sits: the module's own scope, a comprehension in it (whose
+# walrus still binds in the module), or another scope.
+_TOP, _TOP_COMPREHENSION, _INNER = 0, 1, 2
 
 
-def bound_names(tree: ast.Module) -> Optional[set]:
-  """Every name ``tree`` binds anywhere, at any depth: its imports and
-  ``bound_otherwise``; None where a star import may bind any."""
-  bound = bound_otherwise(tree)
-  for node in _walk.statements(tree):  # imports are statements
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-      for alias in node.names:
-        if alias.name == '*':
-          return None
-        bound.add(alias.asname or alias.name.partition('.')[0])
-  return bound
+class Bindings(NamedTuple):
+  """What a module's code binds (``bindings_of``)."""
+  # (name, canonical dotted path or NOT_AN_IMPORT) per binding at its top
+  # level; ('*', NOT_AN_IMPORT) for a star import there.
+  top_level: list
+  assigned: set  # names bound at any depth other than by an import
+  imported: set  # names an import binds, at any depth
+  star: bool  # a star import somewhere (it may bind any name)
+
+  @property
+  def bound(self) -> Optional[set]:
+    """Every name bound at any depth; None where a star import may bind
+    any."""
+    return None if self.star else self.assigned | self.imported
 
 
-def _top_level(tree: ast.Module):
-  """The statements that run at a module's top level: its body and the
-  bodies of its compound statements, not those of functions or classes
-  (which still bind their own names there)."""
-  todo = list(tree.body)
+def _import_entries(node) -> list:
+  """``(local name, canonical path or NOT_AN_IMPORT)`` per name an import
+  statement binds (a relative import: not a plain one)."""
+  if isinstance(node, ast.Import):
+    return [(alias.asname or alias.name.partition('.')[0], canonical(
+        alias.name if alias.asname else alias.name.partition('.')[0]))
+            for alias in node.names]
+  plain = node.module and not node.level
+  return [('*', NOT_AN_IMPORT) if alias.name == '*' else (
+      alias.asname or alias.name, canonical(f'{node.module}.{alias.name}')
+      if plain else NOT_AN_IMPORT) for alias in node.names]
+
+
+def bindings_of(tree: ast.Module) -> Bindings:
+  """Every name ``tree`` binds, at any depth (imports, assignment, ``del``,
+  ``for``/``with``/``except`` targets, walrus, comprehension variables,
+  functions, classes, parameters, match captures), and which bindings sit
+  at its top level; in one walk. ``global``/``nonlocal`` declare, not bind
+  (the assignment after one binds), but ``global x`` in a function makes
+  ``x`` the module's: a top-level entry that is not an import."""
+  top_level: list = []
+  assigned: set[str] = set()
+  imported: set[str] = set()
+  star = False
+  todo: list = [(tree, _TOP)]
   while todo:
-    node = todo.pop()
-    yield node
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                             ast.ClassDef)):
-      todo.extend(_walk.statement_children(node))
-
-
-def _scoped(node) -> bool:
-  """A node whose inner names bind in a scope of their own."""
-  return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                           ast.ClassDef, ast.Lambda, ast.ListComp,
-                           ast.SetComp, ast.DictComp, ast.GeneratorExp))
-
-
-def _kernel_entries(tree: ast.Module) -> list:
-  """``(name, dotted path or NOT_AN_IMPORT)`` for each binding at a
-  notebook's top level: a plain import binds its path; a star import,
-  ``'*'``, may bind every name."""
-  entries = []
-  for statement in _top_level(tree):
-    if isinstance(statement, ast.Import):
-      for alias in statement.names:
-        local = alias.asname or alias.name.partition('.')[0]
-        entries.append((local, canonical(alias.name if alias.asname
-                                         else local)))
+    node, where = todo.pop()
+    name = None
+    if isinstance(node, ast.Name):
+      name = None if isinstance(node.ctx, ast.Load) else node.id
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      entries = _import_entries(node)
+      star |= any(local == '*' for local, _ in entries)
+      imported.update(local for local, _ in entries if local != '*')
+      if where == _TOP:
+        top_level += entries
       continue
-    if isinstance(statement, ast.ImportFrom):
-      for alias in statement.names:
-        plain = statement.module and not statement.level
-        if alias.name == '*':
-          entries.append(('*', NOT_AN_IMPORT))
-        else:
-          entries.append((alias.asname or alias.name, canonical(
-              f'{statement.module}.{alias.name}') if plain
-                          else NOT_AN_IMPORT))
-      continue
-    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
-                              ast.ClassDef)):
-      entries.append((statement.name, NOT_AN_IMPORT))
-      continue
-    todo = [child for child in ast.iter_child_nodes(statement)
-            if not isinstance(child, ast.stmt)]  # inner ones come anyway
-    while todo:
-      node = todo.pop()
-      if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-        entries.append((node.id, NOT_AN_IMPORT))
-      elif isinstance(node, ast.ExceptHandler) and node.name:
-        entries.append((node.name, NOT_AN_IMPORT))
-      if not _scoped(node):
-        todo.extend(child for child in ast.iter_child_nodes(node)
-                    if not isinstance(child, ast.stmt))
-  # ``global`` in a function binds the name at the top level too.
-  entries += [(name, NOT_AN_IMPORT) for node in ast.walk(tree)
-              if isinstance(node, ast.Global) for name in node.names]
-  return entries
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                           ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+                           ast.MatchStar)):
+      name = node.name
+    elif isinstance(node, ast.arg):
+      name = node.arg
+    elif isinstance(node, ast.MatchMapping):
+      name = node.rest
+    elif isinstance(node, ast.Global):
+      top_level += [(n, NOT_AN_IMPORT) for n in node.names]
+    elif isinstance(node, ast.NamedExpr) and where == _TOP_COMPREHENSION:
+      top_level.append((node.target.id, NOT_AN_IMPORT))
+    if name is not None:
+      assigned.add(name)
+      if where == _TOP and not isinstance(node, ast.arg):
+        top_level.append((name, NOT_AN_IMPORT))
+    if isinstance(node, _FUNCTION_SCOPES):
+      inner = _INNER
+    elif isinstance(node, _COMPREHENSIONS):
+      inner = _TOP_COMPREHENSION if where != _INNER else _INNER
+    else:
+      inner = where
+    todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+  return Bindings(top_level, assigned, imported, star)
 
 
 def kernel_bindings(notebooks) -> dict:
-  """Name -> what the notebooks ``notebooks`` (their trees) that bind it
-  at their top level bind it to: a frozenset of canonical dotted paths,
-  ``NOT_AN_IMPORT`` among them for a binding other than a plain import
-  (``kernel_path`` reads it). A star import at a notebook's top level may
-  bind any name: then the table is empty (nothing is known)."""
+  """Name -> what the notebooks of ``notebooks`` (their ``Bindings``)
+  that bind it at their top level bind it to: a
+  frozenset of canonical dotted paths, ``NOT_AN_IMPORT`` among them for a
+  binding other than a plain import (``kernel_path`` reads it). A star
+  import at a notebook's top level may bind any name: then the table is
+  empty (nothing is known)."""
   table: dict = {}
-  for tree in notebooks:
-    for name, path in _kernel_entries(tree):
+  for bindings in notebooks:
+    for name, path in bindings.top_level:
       if name == '*':
         return {}
       table[name] = table.get(name, frozenset()) | {path}
@@ -340,6 +329,29 @@ def kernel_path(kernel: dict, name: str) -> Optional[str]:
   disagree, or one is not an import."""
   paths = kernel.get(name, ())
   return next(iter(paths)) if len(paths) == 1 else None
+
+
+class Kernel(NamedTuple):
+  """What one notebook's free names mean in its project's kernel."""
+  names: dict  # free name -> the dotted path every binder imports
+  # Free names the notebooks bind to flax.optim and to something else too:
+  # name -> the paths (``kernel_bindings``); they resolve to nothing.
+  undecided: dict
+
+
+def kernel_of(table: dict, bindings: Bindings) -> Kernel:
+  """``table`` (``kernel_bindings``) for the names a notebook (its
+  ``bindings``) binds nowhere; nothing where a star import of its own may
+  bind any of them."""
+  bound = bindings.bound
+  if bound is None:
+    return Kernel({}, {})
+  free = set(table) - bound
+  paths = {name: kernel_path(table, name) for name in free}
+  return Kernel(
+      {name: path for name, path in paths.items() if path is not None},
+      {name: table[name] for name, path in paths.items() if path is None
+       and any(is_flax_optim(p) for p in table[name])})
 
 
 def is_optimizer_annotation(names, node) -> bool:
@@ -378,16 +390,15 @@ class ModuleNames:
   ``package``: the dotted package relative imports start from;
   ``model``: the project's ``_project.Model`` (definition factories in
   other modules), or None for a module read alone; ``path``: the module's
-  key in it; ``kernel``: for a notebook, its project's ``kernel_bindings``
-  (the names it binds nowhere resolve as the project's notebooks all
-  import them).
+  key in it; ``kernel``: for a notebook, what the names it binds nowhere
+  mean in its project's kernel (``kernel_of``).
   """
 
   def __init__(self, tree: ast.Module, reexports: Optional[dict] = None,
                collect: bool = True, package: Optional[str] = None,
                model=None, module: Optional[str] = None,
                path: Optional[str] = None,
-               kernel: Optional[dict] = None):
+               kernel: Optional['Kernel'] = None):
     self.tree = tree
     self.path = path
     self.reexports = reexports or {}
@@ -407,11 +418,9 @@ class ModuleNames:
     self.aliases: dict[str, str] = {}  # module-level aliases, their paths
     self._collect_imports()
     # Names this notebook binds nowhere, resolved by the kernel the
-    # project's notebooks prepare (``kernel_bindings``): name -> path.
-    # Those the notebooks bind to flax.optim and to something else too:
-    # name -> the paths (``kernel_bindings``); they resolve to nothing.
-    self.kernel_undecided: dict[str, frozenset] = {}
-    self.kernel_names = self._kernel_names(kernel) if kernel else {}
+    # project's notebooks prepare (``Kernel``): name -> path.
+    self.kernel_names = kernel.names if kernel else {}
+    self.kernel_undecided = kernel.undecided if kernel else {}
     self.bindings.update(self.kernel_names)
     self.collect_aliases()
     if collect:
@@ -442,19 +451,6 @@ class ModuleNames:
           else:
             self.bindings[alias.asname or alias.name] = (
                 f'{module}.{alias.name}')
-
-  def _kernel_names(self, kernel: dict) -> dict:
-    """The entries of ``kernel`` (a notebook's project's
-    ``kernel_bindings``) for the names this tree binds nowhere."""
-    bound = bound_names(self.tree)
-    if bound is None:
-      return {}  # a star import of its own may bind any of them
-    free = set(kernel) - bound
-    self.kernel_undecided = {
-        name: kernel[name] for name in free if kernel_path(kernel, name)
-        is None and any(is_flax_optim(p) for p in kernel[name])}
-    return {name: kernel_path(kernel, name) for name in free
-            if kernel_path(kernel, name) is not None}
 
   def collect_aliases(self):
     """Module-level names assigned a flax.optim name (``Optimizer =

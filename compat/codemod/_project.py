@@ -216,12 +216,16 @@ class Model:
     self._returns: dict = {}
     sources = {path: (source, tree) for path, source, tree in parsed}
     self.sources = {path: source for path, source, _ in parsed}
-    # What the names a notebook binds nowhere mean (``_names.ModuleNames``
-    # reads it for notebooks only).
-    self.kernel = _names.kernel_bindings(
-        tree for tree in (sources[path][1] or (parse and parse(path))
-                          for path in sources if is_notebook(path))
-        if tree is not None)
+    # What each notebook binds (one walk each) and, from them, what the
+    # names a notebook binds nowhere mean (``kernel_of``: notebooks only).
+    self._notebook_bindings: dict[str, _names.Bindings] = {}
+    for path in sources:
+      if is_notebook(path):
+        tree = sources[path][1] or (parse(path) if parse else None)
+        if tree is not None:
+          self._notebook_bindings[path] = _names.bindings_of(tree)
+    self.kernel = _names.kernel_bindings(self._notebook_bindings.values())
+    self._kernels: dict[str, _names.Kernel] = {}  # path -> its, once read
     # Only modules that can see flax.optim, or name a factory found so far,
     # can hold or call one: the rest of a large tree is never analysed.
     tokens = {'optim', 'flax.optim', 'legacy_optim'} | {
@@ -424,10 +428,16 @@ class Model:
                               module=dotted[0], path=path,
                               kernel=self.kernel_of(path))
 
-  def kernel_of(self, path) -> Optional[dict]:
-    """What resolves the names the file at ``path`` binds nowhere: the
-    project's notebooks' kernel for a notebook, nothing for a module."""
-    return self.kernel if is_notebook(path) else None
+  def kernel_of(self, path) -> Optional[_names.Kernel]:
+    """What the names the file at ``path`` binds nowhere mean: a notebook's
+    in the project's notebooks' kernel, nothing for a module (or a
+    notebook that did not parse)."""
+    if path not in self._kernels:
+      bindings = self._notebook_bindings.get(path)
+      if bindings is None:
+        return None
+      self._kernels[path] = _names.kernel_of(self.kernel, bindings)
+    return self._kernels[path]
 
   # ------------------------------------------------------------- indexing
   def package_of(self, path) -> Optional[str]:

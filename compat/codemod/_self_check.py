@@ -38,7 +38,7 @@ def dangling_names(old_tree: ast.Module, new_tree: ast.Module) -> list:
   """Uses, in the new module, of names only a removed import bound."""
   old = _import_bindings(old_tree)
   removed = (set(old) - set(_import_bindings(new_tree)) -
-             _names.bound_otherwise(new_tree))
+             _names.bindings_of(new_tree).assigned)
   found = {}
   for node in ast.walk(new_tree):
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (

@@ -340,7 +340,8 @@ def references(tree: ast.Module, reexports=None, kernel=None) -> list:
   """``(line, dotted path)`` of every name or attribute chain that resolves
   into flax.optim (``legacy_optim`` included), outermost chains only;
   ``kernel``: a notebook's (``_names.kernel_bindings``)."""
-  names = _names.ModuleNames(tree, reexports, kernel=kernel)
+  names = _names.ModuleNames(tree, reexports, kernel=kernel and (
+      _names.kernel_of(kernel, _names.bindings_of(tree))))
   inner = {id(n.value) for n in ast.walk(tree)
            if isinstance(n, ast.Attribute)}
   found = []
@@ -481,16 +482,16 @@ def _import_kernel_names(results: dict, kernel: dict, reexports,
   where a notebook that bound it migrated that import away: run after that
   notebook, it would fail. ``results``: path -> FileResult, updated;
   ``kernel``: the project model's; ``reexports``: the project's."""
-  old_trees, new_trees = {}, {}
-  for path, result in results.items():
-    if _project.is_notebook(path) and result.plan is not None:
-      old_trees[path], new_trees[path] = (
-          ast.parse(_notebook.Notebook(raw).module)
-          for raw in (result.old, result.new))
+  new_trees, new_bindings = {}, {}
   dropped_by: dict = {}  # local name -> the notebooks no longer binding it
-  for path in old_trees:
-    before = _names.kernel_bindings([old_trees[path]])
-    after = _names.kernel_bindings([new_trees[path]])
+  for path, result in results.items():
+    if not _project.is_notebook(path) or result.plan is None:
+      continue
+    new_trees[path] = ast.parse(_notebook.Notebook(result.new).module)
+    new_bindings[path] = _names.bindings_of(new_trees[path])
+    before = _names.kernel_bindings([_names.bindings_of(ast.parse(
+        _notebook.Notebook(result.old).module))])
+    after = _names.kernel_bindings([new_bindings[path]])
     for local in before:
       bound = _names.kernel_path(kernel, local)
       if bound is not None and _names.kernel_path(before, local) == bound and (
@@ -498,7 +499,8 @@ def _import_kernel_names(results: dict, kernel: dict, reexports,
         dropped_by.setdefault(local, []).append(results[path].path)
   for path, tree in new_trees.items():
     names = _names.ModuleNames(tree, reexports, collect=False,
-                               kernel=kernel)
+                               kernel=_names.kernel_of(kernel,
+                                                       new_bindings[path]))
     read = {node.id for node in ast.walk(tree) if isinstance(
         node, ast.Name) and isinstance(node.ctx, ast.Load)}
     needed = sorted(local for local in names.kernel_names
@@ -518,10 +520,12 @@ def _left_in_kernels(results: dict, reexports, chosen) -> None:
   trees = {path: ast.parse(_notebook.Notebook(result.new).module)
            for path, result in results.items()
            if _project.is_notebook(path) and result.plan is not None}
-  kernel = _names.kernel_bindings(trees.values())
+  bindings = {path: _names.bindings_of(tree) for path, tree in trees.items()}
+  kernel = _names.kernel_bindings(bindings.values())
   for path, tree in trees.items():
     names = _names.ModuleNames(tree, reexports, collect=False,
-                               kernel=kernel)
+                               kernel=_names.kernel_of(kernel,
+                                                       bindings[path]))
     if any(_names.is_flax_optim(names.resolve(ast.Name(id=local)))
            for local in names.kernel_names):
       results[path] = results[path]._replace(left=left_in_output(
