@@ -178,8 +178,11 @@ def test_scan_finds_a_fragments_kernel_names_but_not_a_modules(tmp_path):
 
 
 def test_the_kernel_table_decides_a_name_only_where_every_binding_agrees():
-  def tree(source):
-    return _names.bindings_of(ast.parse(source))
+  def tree(source):  # both readings: statements only, or every node
+    walked = _names.bindings_of(ast.parse(source)).top_level
+    read = _names.top_level_bindings(ast.parse(source), source.encode())
+    assert set(read) == set(walked) or ':=' in source
+    return walked
   table = _names.kernel_bindings([
       tree('from flax import optim\nimport jax.numpy as jnp\n'
            'from . import local\nfor i in range(2):\n  pass\n'),

@@ -307,16 +307,76 @@ def bindings_of(tree: ast.Module) -> Bindings:
   return Bindings(top_level, assigned, imported, star)
 
 
+def top_level_bindings(tree: ast.Module, source: bytes) -> list:
+  """``bindings_of(tree).top_level``, reading only statements where
+  ``source`` (the tree's) has no walrus: besides a walrus, no expression
+  binds a name at the top level (a comprehension's variables and a
+  lambda's parameters are their own), so the statements' targets and
+  names say the rest, and ``global`` is a statement too."""
+  if b':=' in source:
+    return bindings_of(tree).top_level
+  entries: list = []
+  for statement in _walk.statements(tree):
+    if isinstance(statement, ast.Global):
+      entries += [(name, NOT_AN_IMPORT) for name in statement.names]
+  todo = list(tree.body)
+  while todo:
+    statement = todo.pop()
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+      entries += _import_entries(statement)
+      continue
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
+                              ast.ClassDef)):
+      entries.append((statement.name, NOT_AN_IMPORT))
+      continue  # its body binds its own names
+    targets = _targets(statement)
+    if isinstance(statement, ast.match_case):
+      targets.append(statement.pattern)
+    for target in targets:
+      for node in ast.walk(target):
+        name = _bound_by(node)
+        if name is not None:
+          entries.append((name, NOT_AN_IMPORT))
+    if isinstance(statement, ast.ExceptHandler) and statement.name:
+      entries.append((statement.name, NOT_AN_IMPORT))
+    todo.extend(_walk.statement_children(statement))
+  return entries
+
+
+def _targets(statement) -> list:
+  """The expressions a statement binds names in (not its own name)."""
+  if isinstance(statement, (ast.Assign, ast.Delete)):
+    return list(statement.targets)
+  if isinstance(statement, (ast.AugAssign, ast.AnnAssign, ast.For,
+                            ast.AsyncFor)):
+    return [statement.target]
+  if isinstance(statement, (ast.With, ast.AsyncWith)):
+    return [item.optional_vars for item in statement.items
+            if item.optional_vars is not None]
+  return []
+
+
+def _bound_by(node) -> Optional[str]:
+  """The name a target's node or a match pattern's binds, if any."""
+  if isinstance(node, ast.Name):
+    return None if isinstance(node.ctx, ast.Load) else node.id
+  if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+    return node.name
+  if isinstance(node, ast.MatchMapping):
+    return node.rest
+  return None
+
+
 def kernel_bindings(notebooks) -> dict:
-  """Name -> what the notebooks of ``notebooks`` (their ``Bindings``)
-  that bind it at their top level bind it to: a
-  frozenset of canonical dotted paths, ``NOT_AN_IMPORT`` among them for a
-  binding other than a plain import (``kernel_path`` reads it). A star
-  import at a notebook's top level may bind any name: then the table is
-  empty (nothing is known)."""
+  """Name -> what the notebooks of ``notebooks`` (their top-level
+  bindings: ``Bindings.top_level``) that bind it at their top level bind
+  it to: a frozenset of canonical dotted paths, ``NOT_AN_IMPORT`` among
+  them for a binding other than a plain import (``kernel_path`` reads it).
+  A star import at a notebook's top level may bind any name: then the
+  table is empty (nothing is known)."""
   table: dict = {}
-  for bindings in notebooks:
-    for name, path in bindings.top_level:
+  for top_level in notebooks:
+    for name, path in top_level:
       if name == '*':
         return {}
       table[name] = table.get(name, frozenset()) | {path}
@@ -331,27 +391,56 @@ def kernel_path(kernel: dict, name: str) -> Optional[str]:
   return next(iter(paths)) if len(paths) == 1 else None
 
 
-class Kernel(NamedTuple):
-  """What one notebook's free names mean in its project's kernel."""
-  names: dict  # free name -> the dotted path every binder imports
-  # Free names the notebooks bind to flax.optim and to something else too:
-  # name -> the paths (``kernel_bindings``); they resolve to nothing.
-  undecided: dict
+class Kernel:
+  """What the names one notebook binds nowhere mean in its project's
+  kernel (``table``: ``kernel_bindings``), settled on first use: whether it
+  binds a name anywhere takes a walk of it (``bindings_of``), done only
+  when a name the kernel decides and the notebook does not import is
+  looked up (what most notebooks use, they import)."""
 
+  def __init__(self, table: dict, tree: ast.Module):
+    self.table, self._tree = table, tree
+    imported, star = set(), False
+    for node in _walk.statements(tree):  # imports are statements
+      if isinstance(node, (ast.Import, ast.ImportFrom)):
+        for local, _ in _import_entries(node):
+          star |= local == '*'
+          imported.add(local)
+    # Name -> its path, for the names the kernel decides and this notebook
+    # does not import (none where a star import of its own may bind any).
+    self.candidates = {} if star else {
+        name: kernel_path(table, name) for name in table
+        if name not in imported and kernel_path(table, name) is not None}
+    self._star, self._imported = star, imported
+    self._assigned: Optional[set] = None
 
-def kernel_of(table: dict, bindings: Bindings) -> Kernel:
-  """``table`` (``kernel_bindings``) for the names a notebook (its
-  ``bindings``) binds nowhere; nothing where a star import of its own may
-  bind any of them."""
-  bound = bindings.bound
-  if bound is None:
-    return Kernel({}, {})
-  free = set(table) - bound
-  paths = {name: kernel_path(table, name) for name in free}
-  return Kernel(
-      {name: path for name, path in paths.items() if path is not None},
-      {name: table[name] for name, path in paths.items() if path is None
-       and any(is_flax_optim(p) for p in table[name])})
+  def _binds(self, name: str) -> bool:
+    if self._assigned is None:
+      self._assigned = bindings_of(self._tree).assigned
+    return name in self._assigned
+
+  def path(self, name: str) -> Optional[str]:
+    """The dotted path the kernel gives ``name`` where this notebook binds
+    it nowhere; None otherwise."""
+    found = self.candidates.get(name)
+    return None if found is None or self._binds(name) else found
+
+  def names(self) -> dict:
+    """Every free name the kernel decides -> its path."""
+    return {name: path for name, path in self.candidates.items()
+            if not self._binds(name)}
+
+  def undecided(self) -> dict:
+    """The free names the notebooks bind to flax.optim and to something
+    else too -> their paths (``kernel_bindings``): they resolve to
+    nothing."""
+    if self._star:
+      return {}
+    return {name: paths for name, paths in self.table.items()
+            if name not in self._imported and kernel_path(
+                self.table, name) is None and any(
+                    is_flax_optim(p) for p in paths) and not (
+                        self._binds(name))}
 
 
 def is_optimizer_annotation(names, node) -> bool:
@@ -391,14 +480,14 @@ class ModuleNames:
   ``model``: the project's ``_project.Model`` (definition factories in
   other modules), or None for a module read alone; ``path``: the module's
   key in it; ``kernel``: for a notebook, what the names it binds nowhere
-  mean in its project's kernel (``kernel_of``).
+  mean in its project's kernel.
   """
 
   def __init__(self, tree: ast.Module, reexports: Optional[dict] = None,
                collect: bool = True, package: Optional[str] = None,
                model=None, module: Optional[str] = None,
                path: Optional[str] = None,
-               kernel: Optional['Kernel'] = None):
+               kernel: Optional[Kernel] = None):
     self.tree = tree
     self.path = path
     self.reexports = reexports or {}
@@ -417,11 +506,8 @@ class ModuleNames:
     self.def_factories: set[str] = set()
     self.aliases: dict[str, str] = {}  # module-level aliases, their paths
     self._collect_imports()
-    # Names this notebook binds nowhere, resolved by the kernel the
-    # project's notebooks prepare (``Kernel``): name -> path.
-    self.kernel_names = kernel.names if kernel else {}
-    self.kernel_undecided = kernel.undecided if kernel else {}
-    self.bindings.update(self.kernel_names)
+    # What the names this notebook binds nowhere mean (``resolve`` asks).
+    self.kernel = kernel
     self.collect_aliases()
     if collect:
       self.collect()
@@ -476,7 +562,8 @@ class ModuleNames:
     without resolving, so nothing is counted in ``used_reexports``)."""
     leading = _leading_to_reexports(self.reexports)
     roots = set()
-    for local, bound in self.bindings.items():
+    kernel = self.kernel.candidates if self.kernel else {}
+    for local, bound in [*self.bindings.items(), *kernel.items()]:
       path = canonical(bound)
       if path == 'flax' or is_flax_optim(path) or path in leading or any(
           head in self.reexports for head in _heads(path)):
@@ -509,6 +596,8 @@ class ModuleNames:
       path = self._reexported(canonical(self.bindings[node.id]))
     elif self.star_flax_optim and node.id in legacy_signatures():
       path = f'flax.optim.{node.id}'
+    elif self.kernel is not None and self.kernel.path(node.id) is not None:
+      path = self._reexported(canonical(self.kernel.path(node.id)))
     else:
       return None
     for attribute in reversed(attributes):  # each prefix may be re-exported

@@ -216,15 +216,16 @@ class Model:
     self._returns: dict = {}
     sources = {path: (source, tree) for path, source, tree in parsed}
     self.sources = {path: source for path, source, _ in parsed}
-    # What each notebook binds (one walk each) and, from them, what the
-    # names a notebook binds nowhere mean (``kernel_of``: notebooks only).
-    self._notebook_bindings: dict[str, _names.Bindings] = {}
+    # What the names a notebook binds nowhere mean: what the project's
+    # notebooks bind at their top level (``kernel_of``: notebooks only).
+    top_levels = []
     for path in sources:
       if is_notebook(path):
         tree = sources[path][1] or (parse(path) if parse else None)
         if tree is not None:
-          self._notebook_bindings[path] = _names.bindings_of(tree)
-    self.kernel = _names.kernel_bindings(self._notebook_bindings.values())
+          top_levels.append(_names.top_level_bindings(tree,
+                                                      self.sources[path]))
+    self.kernel = _names.kernel_bindings(top_levels)
     self._kernels: dict[str, _names.Kernel] = {}  # path -> its, once read
     # Only modules that can see flax.optim, or name a factory found so far,
     # can hold or call one: the rest of a large tree is never analysed.
@@ -388,7 +389,7 @@ class Model:
     self.names[path] = _names.ModuleNames(
         tree, self.reexports, collect=False, package=self.package_of(path),
         model=self, module=dotted[0], path=path,
-        kernel=self.kernel_of(path))
+        kernel=self.kernel_of(path, tree))
     self.trees[path] = tree
     self._index(path, tree)
     self.names[path].collect()
@@ -426,17 +427,17 @@ class Model:
     return _names.ModuleNames(tree, self.reexports,
                               package=self.package_of(path), model=self,
                               module=dotted[0], path=path,
-                              kernel=self.kernel_of(path))
+                              kernel=self.kernel_of(path, tree))
 
-  def kernel_of(self, path) -> Optional[_names.Kernel]:
-    """What the names the file at ``path`` binds nowhere mean: a notebook's
-    in the project's notebooks' kernel, nothing for a module (or a
-    notebook that did not parse)."""
+  def kernel_of(self, path, tree) -> Optional[_names.Kernel]:
+    """What the names the file at ``path`` (its ``tree``) binds nowhere
+    mean: a notebook's in the project's notebooks' kernel, nothing for a
+    module. Computed once per notebook (a tree of the same source binds
+    the same)."""
+    if not is_notebook(path) or path not in self.sources:
+      return None
     if path not in self._kernels:
-      bindings = self._notebook_bindings.get(path)
-      if bindings is None:
-        return None
-      self._kernels[path] = _names.kernel_of(self.kernel, bindings)
+      self._kernels[path] = _names.Kernel(self.kernel, tree)
     return self._kernels[path]
 
   # ------------------------------------------------------------- indexing

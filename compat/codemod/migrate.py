@@ -184,16 +184,17 @@ def migrate_source(source: bytes, path: str = '<string>',
 def _undecided_kernel_names(tree: ast.Module, names, source: bytes) -> list:
   """A note at the first read of each name a notebook binds nowhere that
   the project's notebooks bind to flax.optim and to something else too
-  (``ModuleNames.kernel_undecided``): why what it makes stays."""
+  (``_names.Kernel.undecided``): why what it makes stays."""
+  undecided = names.kernel.undecided() if names.kernel else {}
   first: dict = {}
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Name) and node.id in names.kernel_undecided:
+  for node in ast.walk(tree) if undecided else ():
+    if isinstance(node, ast.Name) and node.id in undecided:
       first[node.id] = min(first.get(node.id, node.lineno), node.lineno)
   lines = source.decode('utf-8', 'replace').splitlines() if first else []
   notes = []
   for name, line in sorted(first.items()):
     bound = sorted(path or 'something other than an import'
-                   for path in names.kernel_undecided[name])
+                   for path in undecided[name])
     notes.append(_rewrite_plan.Leftover(
         line, 'kernel', lines[line - 1].strip(),
         f'{name!r} is bound nowhere in this notebook, and the notebooks '
@@ -340,8 +341,8 @@ def references(tree: ast.Module, reexports=None, kernel=None) -> list:
   """``(line, dotted path)`` of every name or attribute chain that resolves
   into flax.optim (``legacy_optim`` included), outermost chains only;
   ``kernel``: a notebook's (``_names.kernel_bindings``)."""
-  names = _names.ModuleNames(tree, reexports, kernel=kernel and (
-      _names.kernel_of(kernel, _names.bindings_of(tree))))
+  names = _names.ModuleNames(tree, reexports, kernel=(
+      _names.Kernel(kernel, tree) if kernel else None))
   inner = {id(n.value) for n in ast.walk(tree)
            if isinstance(n, ast.Attribute)}
   found = []
@@ -482,16 +483,16 @@ def _import_kernel_names(results: dict, kernel: dict, reexports,
   where a notebook that bound it migrated that import away: run after that
   notebook, it would fail. ``results``: path -> FileResult, updated;
   ``kernel``: the project model's; ``reexports``: the project's."""
-  new_trees, new_bindings = {}, {}
+  new_trees = {}
   dropped_by: dict = {}  # local name -> the notebooks no longer binding it
   for path, result in results.items():
     if not _project.is_notebook(path) or result.plan is None:
       continue
     new_trees[path] = ast.parse(_notebook.Notebook(result.new).module)
-    new_bindings[path] = _names.bindings_of(new_trees[path])
     before = _names.kernel_bindings([_names.bindings_of(ast.parse(
-        _notebook.Notebook(result.old).module))])
-    after = _names.kernel_bindings([new_bindings[path]])
+        _notebook.Notebook(result.old).module)).top_level])
+    after = _names.kernel_bindings([
+        _names.bindings_of(new_trees[path]).top_level])
     for local in before:
       bound = _names.kernel_path(kernel, local)
       if bound is not None and _names.kernel_path(before, local) == bound and (
@@ -499,17 +500,17 @@ def _import_kernel_names(results: dict, kernel: dict, reexports,
         dropped_by.setdefault(local, []).append(results[path].path)
   for path, tree in new_trees.items():
     names = _names.ModuleNames(tree, reexports, collect=False,
-                               kernel=_names.kernel_of(kernel,
-                                                       new_bindings[path]))
+                               kernel=_names.Kernel(kernel, tree))
+    free = names.kernel.names() if names.kernel else {}
     read = {node.id for node in ast.walk(tree) if isinstance(
         node, ast.Name) and isinstance(node.ctx, ast.Load)}
-    needed = sorted(local for local in names.kernel_names
+    needed = sorted(local for local in free
                     if local in read and local in dropped_by and (
                         _names.is_flax_optim(names.resolve(
                             ast.Name(id=local)))))
     if needed:
       results[path] = _with_kernel_imports(
-          results[path], {local: names.kernel_names[local] for local in needed},
+          results[path], {local: free[local] for local in needed},
           dropped_by, reexports, chosen)
 
 
@@ -520,14 +521,14 @@ def _left_in_kernels(results: dict, reexports, chosen) -> None:
   trees = {path: ast.parse(_notebook.Notebook(result.new).module)
            for path, result in results.items()
            if _project.is_notebook(path) and result.plan is not None}
-  bindings = {path: _names.bindings_of(tree) for path, tree in trees.items()}
-  kernel = _names.kernel_bindings(bindings.values())
+  kernel = _names.kernel_bindings(
+      _names.bindings_of(tree).top_level for tree in trees.values())
   for path, tree in trees.items():
     names = _names.ModuleNames(tree, reexports, collect=False,
-                               kernel=_names.kernel_of(kernel,
-                                                       bindings[path]))
-    if any(_names.is_flax_optim(names.resolve(ast.Name(id=local)))
-           for local in names.kernel_names):
+                               kernel=_names.Kernel(kernel, tree))
+    if names.kernel and any(
+        _names.is_flax_optim(names.resolve(ast.Name(id=local)))
+        for local in names.kernel.names()):
       results[path] = results[path]._replace(left=left_in_output(
           results[path], reexports, chosen, kernel))
 

@@ -520,8 +520,8 @@ def module_names(tree, path, reexports=None, model=None, kernel=None):
   (its relative imports, the factories of its other modules); ``kernel``:
   without a model, a notebook's kernel (``_names.kernel_bindings``)."""
   if model is None:
-    return _names.ModuleNames(tree, reexports, kernel=kernel and (
-        _names.kernel_of(kernel, _names.bindings_of(tree))))
+    return _names.ModuleNames(tree, reexports, kernel=(
+        _names.Kernel(kernel, tree) if kernel else None))
   return model.module_names(path, tree)
 
 
