@@ -316,9 +316,10 @@ def top_level_bindings(tree: ast.Module, source: bytes) -> list:
   if b':=' in source:
     return bindings_of(tree).top_level
   entries: list = []
-  for statement in _walk.statements(tree):
-    if isinstance(statement, ast.Global):
-      entries += [(name, NOT_AN_IMPORT) for name in statement.names]
+  if re.search(rb'\bglobal\b', source):
+    for statement in _walk.statements(tree):
+      if isinstance(statement, ast.Global):
+        entries += [(name, NOT_AN_IMPORT) for name in statement.names]
   todo = list(tree.body)
   while todo:
     statement = todo.pop()
@@ -330,13 +331,17 @@ def top_level_bindings(tree: ast.Module, source: bytes) -> list:
       entries.append((statement.name, NOT_AN_IMPORT))
       continue  # its body binds its own names
     targets = _targets(statement)
+    while targets:  # names, tuples, lists and starred ones bind
+      target = targets.pop()
+      if isinstance(target, ast.Name):
+        entries.append((target.id, NOT_AN_IMPORT))
+      elif isinstance(target, (ast.Tuple, ast.List)):
+        targets += target.elts
+      elif isinstance(target, ast.Starred):
+        targets.append(target.value)
     if isinstance(statement, ast.match_case):
-      targets.append(statement.pattern)
-    for target in targets:
-      for node in ast.walk(target):
-        name = _bound_by(node)
-        if name is not None:
-          entries.append((name, NOT_AN_IMPORT))
+      entries += [(name, NOT_AN_IMPORT) for name in map(
+          _bound_by, ast.walk(statement.pattern)) if name is not None]
     if isinstance(statement, ast.ExceptHandler) and statement.name:
       entries.append((statement.name, NOT_AN_IMPORT))
     todo.extend(_walk.statement_children(statement))
@@ -357,9 +362,7 @@ def _targets(statement) -> list:
 
 
 def _bound_by(node) -> Optional[str]:
-  """The name a target's node or a match pattern's binds, if any."""
-  if isinstance(node, ast.Name):
-    return None if isinstance(node.ctx, ast.Load) else node.id
+  """The name a match pattern's node binds, if any."""
   if isinstance(node, (ast.MatchAs, ast.MatchStar)):
     return node.name
   if isinstance(node, ast.MatchMapping):
@@ -391,15 +394,30 @@ def kernel_path(kernel: dict, name: str) -> Optional[str]:
   return next(iter(paths)) if len(paths) == 1 else None
 
 
+def _only_read(name: str, source: bytes) -> bool:
+  """True where every spelling of ``name`` in ``source`` (the tree's) is
+  followed, on its line, by ``.``, ``(`` or ``[`` (an attribute, a call,
+  an item: ``name.x = ...`` binds no ``name``), none after ``def`` or
+  ``class``: then nothing binds it. Strings and comments that spell it
+  otherwise only cost the walk this saves."""
+  word = re.escape(name.encode())
+  if re.search(rb'\b(?:def|class)\s+' + word + rb'\b', source):
+    return False
+  return all(match.group(1) in (b'.', b'(', b'[') for match in re.finditer(
+      rb'(?<![\w.])' + word + rb'\b[ \t]*(.?)', source))
+
+
 class Kernel:
   """What the names one notebook binds nowhere mean in its project's
   kernel (``table``: ``kernel_bindings``), settled on first use: whether it
   binds a name anywhere takes a walk of it (``bindings_of``), done only
   when a name the kernel decides and the notebook does not import is
-  looked up (what most notebooks use, they import)."""
+  looked up (what most notebooks use, they import), and not even then
+  where ``source``, the tree's, spells it only as read (``_only_read``)."""
 
-  def __init__(self, table: dict, tree: ast.Module):
-    self.table, self._tree = table, tree
+  def __init__(self, table: dict, tree: ast.Module,
+               source: Optional[bytes] = None):
+    self.table, self._tree, self._source = table, tree, source
     imported, star = set(), False
     for node in _walk.statements(tree):  # imports are statements
       if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -413,11 +431,20 @@ class Kernel:
         if name not in imported and kernel_path(table, name) is not None}
     self._star, self._imported = star, imported
     self._assigned: Optional[set] = None
+    self._binds_memo: dict[str, bool] = {}  # name -> whether it binds it
 
   def _binds(self, name: str) -> bool:
+    found = self._binds_memo.get(name)
+    if found is None:
+      found = self._binds_memo[name] = not (
+          self._source is not None and _only_read(name, self._source)) and (
+              name in self._assigned_names())
+    return found
+
+  def _assigned_names(self) -> set:
     if self._assigned is None:
       self._assigned = bindings_of(self._tree).assigned
-    return name in self._assigned
+    return self._assigned
 
   def path(self, name: str) -> Optional[str]:
     """The dotted path the kernel gives ``name`` where this notebook binds

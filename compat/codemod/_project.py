@@ -437,7 +437,8 @@ class Model:
     if not is_notebook(path) or path not in self.sources:
       return None
     if path not in self._kernels:
-      self._kernels[path] = _names.Kernel(self.kernel, tree)
+      self._kernels[path] = _names.Kernel(self.kernel, tree,
+                                          self.sources[path])
     return self._kernels[path]
 
   # ------------------------------------------------------------- indexing
