@@ -1,7 +1,9 @@
 """What a scanned module's names mean: imports, assignments, legacy classes.
 
 The static half of ``scan``: resolves names through a module's imports
-(``legacy_optim`` counts as ``flax.optim``), tracks which names hold an
+(``legacy_optim`` counts as ``flax.optim``; a notebook's names it binds
+nowhere through the kernel its project's notebooks prepare: ``Kernel``),
+tracks which names hold an
 ``OptimizerDef`` or an ``Optimizer`` (flow-insensitively), finds user
 ``OptimizerDef`` subclasses, and reads the legacy constructors' signatures
 from ``legacy_optim``'s source without importing it (no jax).

@@ -24,6 +24,11 @@ per project, what a single module cannot see:
   where ``tstate``'s class is defined elsewhere; what the class's
   constructor, ``.replace`` or ``._replace`` stores there (``Holder``,
   ``field_stores``) must be provably an optimizer in the module storing it;
+* what the names a notebook binds nowhere mean: it runs in a kernel
+  another notebook prepared, so a name every notebook of the project that
+  binds it at top level imports alike means that import
+  (``_names.kernel_bindings``, once per project; each notebook's
+  ``_names.Kernel``); a module's free name is never read so;
 * the links between the modules of one flow (``Link``), which ``migrate``
   checks after planning (``flow_violations``): a definition rewritten in one
   module whose ``.create`` stays in another (or the other way round), or a
