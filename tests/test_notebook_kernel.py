@@ -161,9 +161,13 @@ def test_notebooks_binding_a_name_differently_resolve_only_that_name(
 
 def test_scan_finds_a_fragments_kernel_names_but_not_a_modules(tmp_path):
   # A free name in a .py module fails when it runs: it is never read as
-  # the notebooks' kernel's.
-  _write_project(tmp_path, {'pkg/lib.py': (
-      'def make():\n  return optim.Adam(0.05)\n')})
+  # the notebooks' kernel's; nor is a name a notebook binds anywhere (here
+  # a parameter), even where it also reads it at top level.
+  _write_project(tmp_path, {
+      'pkg/lib.py': 'def make():\n  return optim.Adam(0.05)\n',
+      'bound.ipynb': _notebooks.notebook_of(
+          'def make(optim):\n  return optim.Adam(0.05)\n',
+          'optimizer_def = optim.Adam(0.05)\n')})
   found = scan.scan_paths([str(tmp_path)]).findings
   lines = _notebook.Notebook(
       (tmp_path / 'fragment.ipynb').read_bytes()).module.splitlines()
@@ -174,7 +178,8 @@ def test_scan_finds_a_fragments_kernel_names_but_not_a_modules(tmp_path):
   at_fragment = {(f.line, f.construct) for f in found
                  if f.path.endswith('fragment.ipynb')}
   assert (fragment_line, 'optimizer_def') in at_fragment
-  assert not [f for f in found if f.path.endswith('pkg/lib.py')]
+  assert not [f for f in found if f.path.endswith(('pkg/lib.py',
+                                                    'bound.ipynb'))]
 
 
 def test_the_kernel_table_decides_a_name_only_where_every_binding_agrees():
