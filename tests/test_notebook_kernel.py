@@ -261,3 +261,25 @@ def test_what_a_fragment_leaves_of_its_kernels_flax_optim_is_counted(
       'optimizer = optim.Adam(0.1).create(params)') + 1)
   left = {(item.line, item.construct) for item in fragment.left}
   assert {(adam, 'optimizer_def'), (adam, 'create')} <= left, left
+
+
+def test_a_notebook_binding_a_kernel_name_anywhere_does_not_read_it():
+  table = _names.kernel_bindings([_names.bindings_of(ast.parse(
+      'import jax\nfrom flax import optim\n')).top_level])
+  for source in ('def optim():\n  pass\nx = optim.Adam\n',
+                 'class  optim:\n  pass\n',
+                 'for optim in range(2):\n  pass\n',
+                 'squares = [optim.x for optim in ()]\n',
+                 'f(lambda optim: optim.x)\n',
+                 'with f() as optim:\n  pass\n',
+                 'del optim\n',
+                 'def f():\n  global optim\n  optim = 1\n',
+                 'y = (optim := 2)\n'):
+    for given in (source.encode(), None):  # with its text, or walked
+      kernel = _names.Kernel(table, ast.parse(source), given)
+      assert kernel.path('optim') is None, source
+      assert kernel.path('jax') == 'jax', source
+  read = "optim.Adam(0.1)\nx = optim.Adam\ny = optim['a']\nz.optim = 1\n"
+  for given in (read.encode(), None):
+    kernel = _names.Kernel(table, ast.parse(read), given)
+    assert kernel.path('optim') == 'flax.optim'

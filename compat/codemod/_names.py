@@ -402,11 +402,19 @@ def _only_read(name: str, source: bytes) -> bool:
   an item: ``name.x = ...`` binds no ``name``), none after ``def`` or
   ``class``: then nothing binds it. Strings and comments that spell it
   otherwise only cost the walk this saves."""
-  word = re.escape(name.encode())
-  if re.search(rb'\b(?:def|class)\s+' + word + rb'\b', source):
-    return False
-  return all(match.group(1) in (b'.', b'(', b'[') for match in re.finditer(
-      rb'(?<![\w.])' + word + rb'\b[ \t]*(.?)', source))
+  for match in re.finditer(rb'\b' + re.escape(name.encode()) + rb'\b[ \t]*',
+                           source):
+    start, end = match.start(), match.end()
+    if source[start - 1:start] == b'.':
+      continue  # an attribute of something else
+    if source[end:end + 1] not in (b'.', b'(', b'[') or _DEFINES.search(
+        source, max(0, start - 16), start):
+      return False
+  return True
+
+
+# ``def``/``class`` and the space before the name they define.
+_DEFINES = re.compile(rb'\b(?:def|class)\s+$')
 
 
 class Kernel:
