@@ -274,12 +274,14 @@ def test_a_notebook_binding_a_kernel_name_anywhere_does_not_read_it():
                  'with f() as optim:\n  pass\n',
                  'del optim\n',
                  'def f():\n  global optim\n  optim = 1\n',
-                 'y = (optim := 2)\n'):
+                 'y = (optim := 2)\n',
+                 'x = "#"; optim = 1\n'):
     for given in (source.encode(), None):  # with its text, or walked
       kernel = _names.Kernel(table, ast.parse(source), given)
       assert kernel.path('optim') is None, source
       assert kernel.path('jax') == 'jax', source
-  read = "optim.Adam(0.1)\nx = optim.Adam\ny = optim['a']\nz.optim = 1\n"
+  read = ("optim.Adam(0.1)\nx = optim.Adam\ny = optim['a']\nz.optim = 1\n"
+          '# optim = None: a comment\n')
   for given in (read.encode(), None):
     kernel = _names.Kernel(table, ast.parse(read), given)
     assert kernel.path('optim') == 'flax.optim'

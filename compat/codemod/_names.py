@@ -400,19 +400,25 @@ def _only_read(name: str, source: bytes) -> bool:
   """True where every spelling of ``name`` in ``source`` (the tree's) is
   followed, on its line, by ``.``, ``(`` or ``[`` (an attribute, a call,
   an item: ``name.x = ...`` binds no ``name``), none after ``def`` or
-  ``class``: then nothing binds it. Strings and comments that spell it
-  otherwise only cost the walk this saves."""
+  ``class``, or sits after a ``#`` with no quote before it on its line (a
+  comment, or a string going on from a line before): then nothing binds
+  it. Strings that spell it otherwise only cost the walk this saves."""
   for match in re.finditer(rb'\b' + re.escape(name.encode()) + rb'\b[ \t]*',
                            source):
     start, end = match.start(), match.end()
     if source[start - 1:start] == b'.':
       continue  # an attribute of something else
+    line = source[source.rfind(b'\n', 0, start) + 1:start]
+    if b'#' in line and not _QUOTES.search(line):
+      continue  # in a comment (or in a string that does not end before)
     if source[end:end + 1] not in (b'.', b'(', b'[') or _DEFINES.search(
         source, max(0, start - 16), start):
       return False
   return True
 
 
+# A quote: where one precedes a ``#`` on a line, the ``#`` may be a string's.
+_QUOTES = re.compile(rb'[\'"]')
 # ``def``/``class`` and the space before the name they define.
 _DEFINES = re.compile(rb'\b(?:def|class)\s+$')
 
