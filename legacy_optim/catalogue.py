@@ -307,6 +307,11 @@ REPLACEMENTS = {
         'flax-optim-compat convert SRC DST --to train_state '
         '(compat.convert_checkpoint)',
         SECTION_CHECKPOINTS),
+    'pickle': Replacement(
+        'pickle the TrainState; a pickle written before holds a flax.optim '
+        'Optimizer: load it with flax-optim-compat installed (the flax.optim '
+        'import alias) and continue it with compat.to_train_state(optimizer, '
+        'apply_fn)', SECTION_CHECKPOINTS),
     'dynamic_scale': Replacement(
         'flax.training.dynamic_scale.DynamicScale({args}) (same algorithm and '
         'value_and_grad API)', SECTION_DYNAMIC_SCALE),

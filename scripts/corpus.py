@@ -437,6 +437,36 @@ def _legacy_api_uses(tree: ast.AST) -> list:
   return found
 
 
+def _class_fields(tree: ast.AST) -> dict:
+  """``{(class, field): annotation text}`` of a module's classes."""
+  return {(node.name, item.target.id): ast.unparse(item.annotation)
+          for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+          for item in node.body if isinstance(item, ast.AnnAssign) and
+          isinstance(item.target, ast.Name)}
+
+
+def _migrated_fields(old_trees: dict, new_trees: dict) -> set:
+  """Names of the class fields annotated a flax.optim Optimizer before
+  and a TrainState after."""
+  found = set()
+  for path, new_tree in new_trees.items():
+    before = _class_fields(old_trees[path])
+    for key, annotation in _class_fields(new_tree).items():
+      if 'TrainState' in annotation and 'Optimizer' in before.get(key, ''):
+        found.add(key[1])
+  return found
+
+
+def _legacy_on_fields(tree: ast.AST, fields: set) -> list:
+  """``[(line, text)]``: ``x.<field>.target`` and the rest of the legacy
+  Optimizer API read on one of ``fields`` (``_ALWAYS_LEGACY``, ``target``,
+  ``state``), whatever ``x`` is."""
+  return [(node.lineno, ast.unparse(node)) for node in ast.walk(tree)
+          if isinstance(node, ast.Attribute) and (
+              node.attr in _ALWAYS_LEGACY | {'target', 'state'}) and
+          isinstance(node.value, ast.Attribute) and node.value.attr in fields]
+
+
 def broken_links(old_sources: dict, new_sources: dict) -> list:
   """``[(path, line, why)]`` over a migrated project; ``*_sources``:
   relative path -> Python source text (old, migrated)."""
@@ -475,10 +505,14 @@ def broken_links(old_sources: dict, new_sources: dict) -> list:
   producers = _migrated_producers(new_trees, changed)
   legacy_left = any(count_usages(t) or legacy_imports(t)
                     for p, t in new_trees.items() if p.endswith('.py'))
+  fields = _migrated_fields(old_trees, new_trees)
   for path, tree in new_trees.items():
     for line, text in _legacy_on_migrated(tree, producers):
       broken.append((path, line,
                      f'{text}: legacy Optimizer API on a migrated value'))
+    for line, text in _legacy_on_fields(tree, fields):
+      broken.append((path, line, f'{text}: legacy Optimizer API on a field '
+                     'whose class now holds a TrainState there'))
     if not legacy_left:
       for line, text in _legacy_api_uses(tree):
         broken.append((path, line, f'{text}: legacy Optimizer API, but no '

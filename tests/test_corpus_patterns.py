@@ -485,18 +485,41 @@ def _train(source: bytes, tmp_path, name):
   return trained
 
 
+def _assert_trains_like_the_original(source, new, tmp_path, name):
+  old_steps = _train(source, tmp_path, name + '_original')
+  new_steps = _train(new, tmp_path, name + '_migrated')
+  for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
+                                                  strict=True):
+    assert old_w.tobytes() == new_w.tobytes()
+    assert old_loss.tobytes() == new_loss.tobytes()
+  assert old_steps[-1][0].tobytes() != old_steps[0][0].tobytes()
+
+
 def test_a_small_example_migrates_completely_and_trains_bit_identically(
     tmp_path):
   new, plan = migrate.migrate_source(_SCRIPT, 'example.py')
   assert not plan.leftovers, plan.leftovers
   assert b'flax.optim' not in new and b'from flax import optim' not in new
-  old_steps = _train(_SCRIPT, tmp_path, 'example_original')
-  new_steps = _train(new, tmp_path, 'example_migrated')
-  for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
-                                                  strict=True):
-    assert old_w.tobytes() == new_w.tobytes()
-    assert old_loss.tobytes() == new_loss.tobytes()
+  _assert_trains_like_the_original(_SCRIPT, new, tmp_path, 'example')
 
+
+# A jitted step and its loop, after a module's create_optimizer(params).
+_TRAIN_LOOP = b'''
+
+@jax.jit
+def train_step(optimizer, batch):
+  def loss_fn(params):
+    return ((batch['x'] @ params['w'] - batch['y']) ** 2).mean()
+  loss, grad = jax.value_and_grad(loss_fn)(optimizer.target)
+  return optimizer.apply_gradient(grad), {'loss': loss}
+
+
+def train(params, batches):
+  optimizer = create_optimizer(params)
+  for batch in batches:
+    optimizer, _ = train_step(optimizer, batch)
+  return optimizer.target
+'''
 
 # scenic's get_optimizer: a Momentum whose weight decay comes from the
 # config. The stock spelling (optax.sgd) would have to know whether it is
@@ -515,22 +538,7 @@ def get_optimizer(config):
 
 def create_optimizer(params):
   return get_optimizer(CONFIG).create(params)
-
-
-@jax.jit
-def train_step(optimizer, batch):
-  def loss_fn(params):
-    return ((batch['x'] @ params['w'] - batch['y']) ** 2).mean()
-  loss, grad = jax.value_and_grad(loss_fn)(optimizer.target)
-  return optimizer.apply_gradient(grad), {'loss': loss}
-
-
-def train(params, batches):
-  optimizer = create_optimizer(params)
-  for batch in batches:
-    optimizer, _ = train_step(optimizer, batch)
-  return optimizer.target
-'''
+''' + _TRAIN_LOOP
 
 
 def test_a_weight_decay_from_the_config_migrates_to_the_exact_rule(tmp_path):
@@ -541,13 +549,7 @@ def test_a_weight_decay_from_the_config_migrates_to_the_exact_rule(tmp_path):
     assert b'flax_optim_rules.momentum(learning_rate=0.1, beta=0.9,' in new
     assert b'from flax import optim' not in new
     name = 'decay_' + decay.decode().replace('.', '_').replace('-', '_')
-    old_steps = _train(source, tmp_path, name + '_original')
-    new_steps = _train(new, tmp_path, name + '_migrated')
-    for (old_w, old_loss), (new_w, new_loss) in zip(old_steps, new_steps,
-                                                    strict=True):
-      assert old_w.tobytes() == new_w.tobytes()
-      assert old_loss.tobytes() == new_loss.tobytes()
-    assert old_steps[-1][0].tobytes() != old_steps[0][0].tobytes()
+    _assert_trains_like_the_original(source, new, tmp_path, name)
 
 
 def test_a_literal_weight_decay_keeps_the_stock_spelling():
@@ -784,3 +786,129 @@ def test_hyper_params_read_for_more_than_a_rate_keep_the_flow():
   assert 'maps only as a list of the names unpacked' in reasons[
       22, 'optimizer_use']
   assert 'another link of this optimizer flow' in reasons[28, 'create']
+
+
+# jax3d's MobileNeRF scripts: the definition's hyper-parameters in a dict
+# literal passed with ``**`` (``Adam(**adam_kwargs)``) and the rate set per
+# step. flax_optim_rules' functions take flax.optim's keywords, so a ``**``
+# mapping passes on as it is; a rate injected per step starts at 0.0 where
+# nothing sets it, which is certain only where the mapping's keys are known.
+_SPREAD = b'''import jax
+from flax import optim
+
+ADAM_KWARGS = {'beta1': 0.8, 'beta2': 0.99, 'eps': 1e-6}
+
+
+def create_optimizer(params):
+  return optim.Adam(**ADAM_KWARGS).create(params)
+''' + _TRAIN_LOOP.replace(
+    b'apply_gradient(grad)', b'apply_gradient(grad, learning_rate=0.05)')
+
+
+def test_a_dict_literal_passed_with_stars_goes_on_to_the_rule(tmp_path):
+  new, plan = migrate.migrate_source(_SPREAD, 'stage.py')
+  assert not plan.leftovers, plan.leftovers
+  assert (b'flax_optim_rules.inject_learning_rate(flax_optim_rules.adam)('
+          b'learning_rate=0.0, **ADAM_KWARGS)') in new
+  _assert_trains_like_the_original(_SPREAD, new, tmp_path, 'spread')
+
+
+def test_any_mapping_passed_with_stars_goes_on_where_no_rate_is_injected(
+    tmp_path):
+  # Momentum's stock spelling (optax.sgd) renames the keywords, so the
+  # rules' own function is written, with the mapping as it is.
+  source = _SPREAD.replace(
+      b"ADAM_KWARGS = {'beta1': 0.8, 'beta2': 0.99, 'eps': 1e-6}",
+      b"ADAM_KWARGS = dict(beta=0.8, nesterov=True)").replace(
+          b'optim.Adam(**ADAM_KWARGS)',
+          b'optim.Momentum(0.05, **ADAM_KWARGS)').replace(
+              b', learning_rate=0.05)', b')')
+  new, plan = migrate.migrate_source(source, 'stage.py')
+  assert not plan.leftovers, plan.leftovers
+  assert (b'flax_optim_rules.momentum(learning_rate=0.05, **ADAM_KWARGS)'
+          in new)
+  _assert_trains_like_the_original(source, new, tmp_path, 'spread_any')
+
+
+def test_a_mapping_that_may_set_the_injected_rate_keeps_the_flow():
+  changed = {
+      'built by a call': (b"{'beta1': 0.8, 'beta2': 0.99, 'eps': 1e-6}",
+                          b"dict(beta1=0.8)"),
+      'changed later': (b"'eps': 1e-6}\n",
+                        b"'eps': 1e-6}\nADAM_KWARGS['eps'] = 1e-7\n"),
+      'updated': (b"'eps': 1e-6}\n",
+                  b"'eps': 1e-6}\nADAM_KWARGS.update(eps=1e-7)\n"),
+      'setting the rate': (b"'eps': 1e-6}", b"'learning_rate': 0.1}"),
+  }
+  for what, (old, new_text) in changed.items():
+    source = _SPREAD.replace(old, new_text)
+    new, plan = migrate.migrate_source(source, 'stage.py')
+    assert new == source, what
+    reasons = [left.reason for left in plan.leftovers
+               if left.construct == 'algorithm']
+    assert any('**ADAM_KWARGS' in r and 'learning_rate' in r
+               for r in reasons), (what, plan.leftovers)
+
+
+def test_the_stock_tier_leaves_a_mapping_passed_with_stars():
+  new, plan = migrate.migrate_source(_SPREAD, 'stage.py', 'stock')
+  assert new == _SPREAD
+  assert any("cannot be mapped to a stock alias's keywords" in left.reason
+             for left in plan.leftovers), plan.leftovers
+
+
+def test_create_with_its_target_by_keyword_is_rewritten(tmp_path):
+  # jax3d's train_utils_test: ``opt_def.create(target={...})``.
+  source = _SCRIPT.replace(b'optimizer_def.create(params)',
+                           b'optimizer_def.create(target=params)')
+  new, plan = migrate.migrate_source(source, 'example.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'TrainState.create(apply_fn=None, params=params, tx=' in new
+  _assert_trains_like_the_original(source, new, tmp_path, 'target_keyword')
+  for focused in (b'optimizer_def.create(params, focus)',
+                  b'optimizer_def.create(target=params, focus=focus)'):
+    _, plan = migrate.migrate_source(
+        source.replace(b'optimizer_def.create(target=params)', focused),
+        'example.py')
+    assert any('focus=...) selects parameters' in left.reason
+               for left in plan.leftovers), (focused, plan.leftovers)
+
+
+def test_the_legacy_api_on_a_field_that_now_holds_a_train_state_is_broken():
+  # What migrate left before a field another class declares otherwise held
+  # its flow: the holder and its maker migrated, a reader of the field not.
+  old = {
+      'state.py': 'from flax import optim\nclass Holder:\n'
+                  '  optimizer: optim.Optimizer\n',
+      'use.py': 'def weights(holder):\n  return holder.optimizer.target\n',
+      # Another flow keeps flax.optim: only this check sees the read.
+      'other.py': 'from flax import optim\nd = optim.Adam(0.1)\n',
+  }
+  new = dict(old, **{'state.py': 'from flax.training import train_state\n'
+                                 'class Holder:\n'
+                                 '  optimizer: train_state.TrainState\n'})
+  assert _broken(old, new) == [('use.py', 2)]
+  new['use.py'] = old['use.py'].replace('.target', '.params')
+  assert not _broken(old, new)
+
+
+def test_a_pickled_optimizer_is_a_checkpoint_the_report_notes(tmp_path):
+  # jax3d's MobileNeRF scripts pickle the optimizer to resume from; after
+  # migrate the pickle holds a TrainState, and an old pickle does not.
+  source = _SCRIPT.replace(b'import jax\n', b'import pickle\n\nimport jax\n')
+  source += (b'\n\ndef save(optimizer, params, f):\n'
+             b'  pickle.dump(params, f)\n'
+             b'  return pickle.dumps(optimizer)\n'
+             b'\n\nsave(create_optimizer({}), {}, None)\n')
+  dumps = source.splitlines().index(b'  return pickle.dumps(optimizer)') + 1
+  findings = [(f.line, f.rule, f.replacement)
+              for f in scan.scan_source(source, 'stage.py')
+              if f.construct == 'checkpoint']
+  assert [(line, rule) for line, rule, _ in findings] == [(dumps, 'FOC114')]
+  assert 'pickle the TrainState' in findings[0][2]
+  new, plan = migrate.migrate_source(source, 'stage.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'return pickle.dumps(optimizer)' in new
+  assert [(n.line, n.construct) for n in plan.notes] == [(dumps,
+                                                          'checkpoint')]
+  assert 'the pickle now holds a TrainState' in plan.notes[0].reason

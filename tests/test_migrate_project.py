@@ -10,6 +10,7 @@ rewritten, no module of the flow changes and the report lists every link.
 
 import importlib
 import os
+import re
 import sys
 import types
 
@@ -337,26 +338,49 @@ def test_a_factory_whose_callers_are_not_scanned_keeps_its_definitions(
              f'at {project}/configs/train.gin:1' in r for r in reasons), reasons
 
 
+# scenic's get_backbone_multioptimizer: a public factory nothing calls.
+_UNCALLED = '''"""Factories of definitions."""
+from flax import optim
+
+
+def get_optimizer(config):
+  return optim.Adam(config['learning_rate'], beta2=0.99)
+'''
+
+
 def test_a_factory_called_and_named_nowhere_migrates_with_a_note(tmp_path):
   # The scanned tree is the program: a factory nothing in it calls or names
   # (not even a config file or a comment) is dead code there, rewritten with
   # its flow; the report says that callers outside the tree meet the new
-  # contract. The config class's method is such a factory.
-  _, _, results = _migrated(tmp_path, {'configs.py': _CONFIGS})
+  # contract.
+  _, _, results = _migrated(tmp_path, {'optimizers.py': _UNCALLED})
   _assert_fully_migrated(results)
-  assert b'optim.' not in results['configs.py'].new
+  assert b'optim.' not in results['optimizers.py'].new
   notes = [(n.line, n.construct, n.reason)
-           for n in results['configs.py'].plan.notes]
+           for n in results['optimizers.py'].plan.notes]
   assert [(line, construct) for line, construct, _ in notes] == [
-      (10, 'called_nowhere')], notes
-  assert '`create_optimizer_def` is called and named nowhere' in notes[0][2]
+      (5, 'called_nowhere')], notes
+  assert '`get_optimizer` is called and named nowhere' in notes[0][2]
   assert 'it now returns an Optax transform' in notes[0][2]
+  # Passed as a single file, not a tree: its callers may be in another.
+  single = str(tmp_path / 'project' / 'optimizers.py')
+  _, (result,) = migrate.migrate_paths([single])
+  assert result.new == result.old
+  assert any('get_optimizer() is called nowhere in the scanned code but '
+             'passed as single files, not their directory' in l.reason
+             for l in result.plan.leftovers), result.plan.leftovers
   # Its name in a comment of another module is enough to keep it.
   commented = tmp_path / 'commented'
   _write(commented, {
-      'configs.py': _CONFIGS,
-      'main.py': '# opt = cfg.create_optimizer_def().create(params)\n'})
+      'optimizers.py': _UNCALLED,
+      'main.py': '# opt = get_optimizer(config).create(params)\n'})
   _assert_unchanged(_migrate_into(commented, tmp_path / 'commented_out'))
+  # A method called nowhere may be a hook a base class outside calls.
+  _write(tmp_path / 'method', {'configs.py': _CONFIGS})
+  results = _migrate_into(tmp_path / 'method', tmp_path / 'method_out')
+  _assert_unchanged(results)
+  assert any('create_optimizer_def() is a method called nowhere' in l.reason
+             for l in results['configs.py'].plan.leftovers)
 
 
 # A package and a Colab notebook that trains with it (nerfies' shape): the
@@ -1463,3 +1487,84 @@ def test_a_factory_returning_another_modules_kept_rule_keeps_its_creates(
   _, _, results = _migrated(tmp_path, files)
   _assert_unchanged(results)
   assert 'flow across modules' in _reasons(results)['trainer.py', 5]
+
+
+def test_a_property_of_the_same_name_is_not_the_optimizer_field(tmp_path):
+  # jax3d: one project's dataclass holds a flax.optim Optimizer in
+  # `optimizer`, another project's trainer has an `optimizer` property giving
+  # an Optax transform. `self.optimizer.init(...)` there is not a flax.optim
+  # Optimizer's: it is not reported. A read `holder.optimizer` can then not
+  # be told to be the dataclass's, so that flow stays, saying why.
+  other = '''import optax
+
+
+class Trainer:
+
+  @property
+  def optimizer(self) -> optax.GradientTransformation:
+    return optax.sgd(0.1)
+
+  def init_state(self, params):
+    return self.optimizer.init(params)
+
+  def apply(self, grads, opt_state, params):
+    updates, opt_state = self.optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+'''
+  _, _, results = _migrated(tmp_path, {**_PACKAGE, 'pkg/other.py': other})
+  assert not results['pkg/other.py'].left  # nothing of flax.optim there
+  _assert_unchanged(results)
+  report = migrate.format_report(list(results.values()), [], 'exact')
+  assert ('/pkg/other.py:6 declares `Trainer.optimizer` otherwise: a read '
+          '`x.optimizer` cannot be told to be the optimizer') in report
+
+
+def test_a_field_name_another_class_declares_otherwise_keeps_the_flow(
+    tmp_path):
+  # `holder.optimizer.target` in a module that cannot tell a Holder from a
+  # Config: rewriting what Holder stores would leave that read on a
+  # TrainState. Before, make.py was migrated and use.py left as it was.
+  files = {
+      'pkg/__init__.py': '',
+      'pkg/state.py': '''import dataclasses
+from typing import Any
+
+from flax import optim
+
+
+@dataclasses.dataclass
+class Holder:
+  optimizer: optim.Optimizer
+
+
+@dataclasses.dataclass
+class Config:
+  optimizer: Any = None
+''',
+      'pkg/make.py': '''from flax import optim
+
+from pkg import state as state_lib
+
+
+def make(params):
+  return state_lib.Holder(optim.Adam(0.1).create(params))
+''',
+      'pkg/use.py': '''def weights(holder):
+  return holder.optimizer.target
+''',
+  }
+  for declared_otherwise in ('  optimizer: Any = None\n',
+                             '  optimizer = None\n',
+                             '  @property\n  def optimizer(self):\n'
+                             '    return None\n'):
+    files['pkg/state.py'] = files['pkg/state.py'].replace(
+        files['pkg/state.py'].split('class Config:\n')[1], declared_otherwise)
+    project = tmp_path / str(len(declared_otherwise))
+    _write(project, files)
+    results = _migrate_into(project, tmp_path / 'out')
+    _assert_unchanged(results)
+    report = migrate.format_report(list(results.values()), [], 'exact')
+    assert ('/pkg/state.py:9 declares `Holder.optimizer` a flax.optim '
+            'Optimizer, and ') in report, report
+    assert re.search(r'/pkg/state\.py:1[34] declares `Config\.optimizer` '
+                     'otherwise', report), report

@@ -83,6 +83,34 @@ def jitted_create(call, names) -> Optional[ast.Attribute]:
   return create
 
 
+def create_arguments(call) -> Optional[dict]:
+  """``{'target': node[, 'focus': node]}`` that ``definition.create(...)``
+  passes to flax.optim's ``create(target, focus=None)``; None where ``*`` or
+  ``**`` hide them, or they do not bind."""
+  if any(isinstance(a, ast.Starred) for a in call.args) or len(
+      call.args) > 2:
+    return None
+  given = dict(zip(('target', 'focus'), call.args))
+  for keyword in call.keywords:
+    if keyword.arg not in ('target', 'focus') or keyword.arg in given:
+      return None
+    given[keyword.arg] = keyword.value
+  return given if 'target' in given else None
+
+
+def passes_none(value) -> bool:
+  """``value`` is an argument not passed, or the literal None."""
+  return value is None or (isinstance(value, ast.Constant) and
+                           value.value is None)
+
+
+def creates_whole(call) -> bool:
+  """``definition.create(...)`` optimizes every parameter: its target
+  binds and it selects none (no ``focus``)."""
+  given = create_arguments(call)
+  return given is not None and passes_none(given.get('focus'))
+
+
 def _simple_name_bindings(target, value, out):
   """(name, value-or-element-path) pairs of one assignment target."""
   if isinstance(target, ast.Name):
@@ -195,6 +223,8 @@ class OptimizerFlow:
           self.fields[field] = self.fields.get(field, True) and is_opt
         elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
           self._collect(item, scope)
+        for name in _names.other_attribute_declarations(item):
+          self.fields[name] = False
     elif isinstance(child, ast.Lambda):
       self._collect_lambda(child, scope)
     elif isinstance(child, ast.Assign):
@@ -510,8 +540,7 @@ class OptimizerFlow:
             given['optimizer_def'], scope) else None
       if isinstance(func, ast.Attribute) and func.attr == 'create':
         return True if self.base is None and self.is_def(
-            func.value, scope) and (not value.keywords and
-                                    len(value.args) == 1) else None
+            func.value, scope) and creates_whole(value) else None
       if isinstance(func, ast.Attribute) and func.attr in ('replicate',
                                                            'unreplicate'):
         # Both give an Optimizer; only .replicate() a replicated one.

@@ -206,6 +206,20 @@ def used_reexports(tree: ast.Module, reexports: dict) -> set:
   return names.used_reexports
 
 
+def other_attribute_declarations(item) -> list:
+  """The attribute names a class body's ``item`` declares other than by an
+  annotated field: a method or property (``def optimizer(self)``, an Optax
+  transform in one class of a project whose other class holds a flax.optim
+  Optimizer in a field of that name) or a plain class-level assignment.
+  Such a declaration says nothing of flax.optim, so ``x.<name>`` is no
+  longer an optimizer wherever the project's fields of that name are."""
+  if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    return [item.name]
+  if isinstance(item, ast.Assign):
+    return [t.id for t in item.targets if isinstance(t, ast.Name)]
+  return []
+
+
 # ---------------------------------------------------------------------------
 # A notebook's kernel: names a notebook uses without binding them.
 #

@@ -66,6 +66,13 @@ WHOLE_FLOW = 'flow'
 # field, and a module function that gives or takes an optimizer called
 # from another module.
 WHOLE_FLOW_KINDS = ('field', 'call')
+# A link whose module's whole flow stays as it is, with every module linked
+# to it (an optimizer field whose name another class declares otherwise).
+HELD = 'held'
+# How the reason of each link that keeps a module's flow starts.
+KEPT_WITH_FLOW = ('kept as it was with its whole flow across modules (a '
+                  'definition, its optimizer and every use are rewritten '
+                  'together or not at all): ')
 # The construct of a field link's line kept as it was, and of a value
 # stored in such a field that is not provably an optimizer (a flow one:
 # the module's flow stays with it).
@@ -102,7 +109,7 @@ class Link(NamedTuple):
     module read (a notebook's file line for a line of its joined cells)."""
     shown = file_line or (lambda path, line: line)
     where = self.consumer_line or self.call_line
-    if self.kind in WHOLE_FLOW_KINDS:
+    if self.kind in WHOLE_FLOW_KINDS + (HELD,):
       return (f'{self.consumer_path}:{shown(self.consumer_path, where)} '
               f'{self.reason}')
     return (f'{self.producer_path}:'
@@ -182,7 +189,9 @@ class Model:
     ``migrate`` checks; ``scan`` reports without them). ``other_files``:
     a callable giving ``[(shown path, bytes)]`` of the project's other text
     files (configs, scripts, docs), read only where a definition called
-    nowhere must be looked for (``mention``)."""
+    nowhere must be looked for (``mention``); None where files were passed
+    one by one, not a tree: a definition called nowhere in them may be
+    called in another."""
     self.reexports = reexports
     self._other_files = other_files
     self._other_texts: Optional[list] = None
@@ -199,6 +208,10 @@ class Model:
     # Field name -> annotated flax.optim.Optimizer in every class of the
     # project that declares it.
     self.fields: dict[str, bool] = {}
+    # Field name -> (path, line, class) of its first declaration in the
+    # project that is not an ``optim.Optimizer`` field (a field of another
+    # type, a method or property, a class-level assignment).
+    self._declared_otherwise: dict[str, tuple] = {}
     self.links: list[Link] = []
     # Dotted name -> (path, ClassDef) of the user's OptimizerDef subclasses
     # defined at a module's top level: their calls in any module make
@@ -473,8 +486,15 @@ class Model:
           elif isinstance(item, ast.AnnAssign) and isinstance(
               item.target, ast.Name):
             field = item.target.id
-            self.fields[field] = self.fields.get(field, True) and (
-                _names.is_optimizer_annotation(names, item.annotation))
+            holds = _names.is_optimizer_annotation(names, item.annotation)
+            self.fields[field] = self.fields.get(field, True) and holds
+            if not holds:
+              self._declared_otherwise.setdefault(
+                  field, (path, item.lineno, node.name))
+          for name in _names.other_attribute_declarations(item):
+            self.fields[name] = False
+            self._declared_otherwise.setdefault(
+                name, (path, _first_line(item), node.name))
     self.holders += holders_in(path, tree, names)
     # Every other function (top-level or nested) shares the name space of
     # methods called on an unknown receiver: such a name is no method's
@@ -774,8 +794,9 @@ class Model:
     migrate does not see where something names it without calling it (a
     registry, a callback, a config file such as gin's) or a decorator (gin
     and its kind) calls it: its definitions stay (a link with no
-    consumer). One named nowhere else is dead code in the project, which
-    ``migrate`` treats as one program: it goes with its flow, and the
+    consumer), as do a method's (a hook a base class outside the project
+    may call). A function named nowhere else is dead code in the project,
+    which ``migrate`` treats as one program: it goes with its flow, and the
     report says its contract changed (``unseen``)."""
     functions = {id(f.node): f for f in self.functions.values()}
     for group in self.methods.values():
@@ -790,36 +811,44 @@ class Model:
         reason = (f'{node.name}() is decorated with '
                   f'`{ast.unparse(decorated[0])}`: its callers are not in '
                   'the scanned code')
+      elif function.is_method:
+        reason = (f'{node.name}() is a method called nowhere in the scanned '
+                  'code: a base class outside it may call it (a hook), or '
+                  'code holding an instance: they cannot be rewritten with '
+                  'it')
       else:
         where = self.mention(node, function.path)
         if where is None:
           self.unseen.add((function.path, node.lineno, node.name))
           continue
         reason = (f'{node.name}() is called nowhere in the scanned code but '
-                  f'named at {where}: its callers (a registry, another '
-                  'package, a config system) cannot be rewritten with it')
+                  f'{where}: its callers (a registry, another package, a '
+                  'config system) cannot be rewritten with it')
       for path, line in self._producers(function):
         self.links.append(Link(path, line, function.path, None, node.lineno,
                                reason))
 
   def mention(self, node, path: str) -> Optional[str]:
-    """Where the project spells the name of the function or class ``node``
-    of the module at ``path`` (a whole word, comments and strings too)
-    outside its own definition: ``path:line`` of the first place (a
-    notebook's path alone), or None. Its Python modules, notebooks and
-    other text files (``other_files``) are searched."""
+    """Why code outside its definition may call the function or class
+    ``node`` of the module at ``path``: ``named at path:line``, the first
+    place the project spells its name (a whole word, comments and strings
+    too; a notebook's path alone) in its Python modules, notebooks and
+    other text files (``other_files``), or that files were passed one by
+    one; None: nothing may."""
+    if self._other_files is None:
+      return 'passed as single files, not their directory'
     word, lines = node.name, range(node.lineno, node.end_lineno + 1)
     pattern = re.compile(rb'\b' + re.escape(word.encode()) + rb'\b')
     if self._other_texts is None:
-      self._other_texts = list(self._other_files() if self._other_files
-                               else ())
+      self._other_texts = list(self._other_files())
     for shown, text in [*sorted(self.sources.items()), *self._other_texts]:
       if word.encode() not in text:
         continue
       for found in pattern.finditer(text):
         at = text.count(b'\n', 0, found.start()) + 1
         if shown != path or at not in lines:
-          return shown if shown.endswith('.ipynb') else f'{shown}:{at}'
+          return 'named at ' + (shown if shown.endswith('.ipynb') else
+                                f'{shown}:{at}')
     return None
 
   def _link_holders(self, sources, parse):
@@ -827,12 +856,16 @@ class Model:
     that makes the class, replaces the field or reads it (``x.optimizer``
     is an optimizer wherever every class declaring ``optimizer`` says so):
     what one of them stores is what the others use, so their flows are
-    rewritten together or not at all."""
-    holders = [h for h in self.holders if self.fields.get(h.field)]
+    rewritten together or not at all. Where another class of the project
+    declares the field's name otherwise, a read ``x.optimizer`` cannot be
+    told to be this field's: nothing of that flow is rewritten (a link of
+    kind ``HELD``)."""
+    holders = self.holders
     if not holders:
       return
     spells = _spells_any_of({h.field for h in holders} |
                             {h.name for h in holders})
+    touching = []
     for path, (source, tree) in sources.items():
       if not spells(source):
         continue
@@ -842,12 +875,42 @@ class Model:
       tree = parse(path) if tree is None and parse else tree
       if tree is None:
         continue
+      touching.append((path, tree))
+      if path not in self.names:  # names no flax.optim: declares otherwise
+        self._declare_otherwise(path, tree, {h.field for h in holders})
+    for holder in holders:
+      if self.fields.get(holder.field):
+        continue
+      path, line, name = self._declared_otherwise[holder.field]
+      self.links.append(Link(
+          holder.path, holder.line, holder.path, None, holder.line,
+          f'declares `{holder.name}.{holder.field}` a flax.optim Optimizer, '
+          f'and {path}:{line} declares `{name}.{holder.field}` otherwise: a '
+          f'read `x.{holder.field}` cannot be told to be the optimizer, so '
+          'what the field holds stays as it is', HELD))
+    for path, tree in touching:
       for holder, line in _holder_touches(tree, holders):
         self.links.append(Link(
             holder.path, holder.line, path, line, line,
             f'makes, stores or reads the optimizer that '
             f'`{holder.name}.{holder.field}` holds (declared at '
             f'{holder.path}:{holder.line})', 'field'))
+
+  def _declare_otherwise(self, path, tree, fields):
+    """Records the classes of a module the model did not read that declare
+    one of ``fields`` (annotated, a method or property, assigned): nothing
+    there names flax.optim, so none is an optimizer field."""
+    for node in _walk.statements(tree):
+      if not isinstance(node, ast.ClassDef):
+        continue
+      for item in node.body:
+        declared = _names.other_attribute_declarations(item) + (
+            [item.target.id] if isinstance(item, ast.AnnAssign) and
+            isinstance(item.target, ast.Name) else [])
+        for name in set(declared) & fields:
+          self.fields[name] = False
+          self._declared_otherwise.setdefault(
+              name, (path, _first_line(item), node.name))
 
   def _factory_producers(self, call, names) -> list:
     function = self.callee(call, names)
@@ -952,6 +1015,12 @@ def _holder_touches(tree, holders) -> list:
                                                  item[0].line))
 
 
+def _first_line(item) -> int:
+  """The first line of a class body's item (a property's decorator)."""
+  return min([item.lineno] + [d.lineno for d in getattr(
+      item, 'decorator_list', ())])
+
+
 def _gives_nothing(function) -> bool:
   """An abstract base method, which hands its caller no value: every path
   raises (no return of its own, and the body ends in a ``raise``, so
@@ -984,6 +1053,10 @@ def flow_violations(links, rewritten) -> list:
   """
   violations = []
   for link in links:
+    if link.kind == HELD:
+      if rewritten(link.producer_path, None, WHOLE_FLOW):
+        violations.append(link)
+      continue
     if link.kind in WHOLE_FLOW_KINDS:
       if rewritten(link.producer_path, None, WHOLE_FLOW) != rewritten(
           link.consumer_path, None, WHOLE_FLOW):
@@ -1061,10 +1134,8 @@ def _blocked_here(links, component, path, file_line=None) -> list:
   for link in links:
     if link.producer_path not in component:
       continue
-    reason = ('kept as it was with its whole flow across modules (a '
-              'definition, its optimizer and every use are rewritten '
-              'together or not at all): ' + link.describe(file_line))
-    if link.kind in WHOLE_FLOW_KINDS:
+    reason = KEPT_WITH_FLOW + link.describe(file_line)
+    if link.kind in WHOLE_FLOW_KINDS + (HELD,):
       if path in (link.producer_path, link.consumer_path):
         line = (link.producer_line if link.producer_path == path else
                 link.consumer_line)

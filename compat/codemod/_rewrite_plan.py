@@ -70,6 +70,12 @@ CHECKPOINT_NOTE = (
     'convert files written by the old code with `flax-optim-compat convert '
     'SRC DST --to train_state`')
 
+PICKLE_NOTE = (
+    'the pickle now holds a TrainState (step, params, opt_state); one written '
+    'by the old code holds a flax.optim Optimizer: load it with '
+    'flax-optim-compat installed and continue it with '
+    '`compat.to_train_state(optimizer, apply_fn)`')
+
 # A definition nothing in the project calls, migrated with its flow.
 CALLED_NOWHERE_NOTE = (
     '`{name}` is called and named nowhere in the scanned code, so it was '
@@ -425,8 +431,11 @@ class Planner:
     for finding in self.findings:
       if finding.construct in NOTE_CONSTRUCTS and (
           finding.line not in self.legacy_layout_lines):
+        pickled = finding.replacement == _CATALOGUE.REPLACEMENTS[
+            'pickle'].text
         self.notes.append(Leftover(finding.line, finding.construct,
-                                   finding.code, CHECKPOINT_NOTE))
+                                   finding.code, PICKLE_NOTE if pickled
+                                   else CHECKPOINT_NOTE))
       elif finding.construct in FLOW_CONSTRUCTS and not self._covered(
           finding) and (finding.line, finding.construct) not in {
               (left.line, left.construct) for left in leftovers}:
@@ -580,7 +589,7 @@ class Planner:
               f'{name} is not a built-in rule')
     given = self._given_arguments(node, name)
     if given is None:
-      return 'arguments passed with * or ** cannot be mapped with certainty'
+      return self._plan_spread_rule(node, name)
     if self.tier == 'stock':
       return self._plan_stock(node, name, given)
     if name not in _STOCK_EXACT:
@@ -661,6 +670,45 @@ class Planner:
     self.edit(node, call, 'algorithm', **given)
     return None
 
+  def _plan_spread_rule(self, node, name) -> Optional[str]:
+    """``optim.Adam(lr, **kwargs)`` -> ``flax_optim_rules.adam(
+    learning_rate=lr, **kwargs)``: the rules' functions take flax.optim's
+    keywords, so a ``**`` mapping passes on as it is, whatever it holds (a
+    stock alias renames them; a ``*`` sequence fills positions by order).
+    A per-step rate starts at 0.0 where nothing sets it, so there the
+    mapping's keys must be known: a dict literal bound once and only read."""
+    if any(isinstance(a, ast.Starred) for a in node.args):
+      return 'arguments passed with * cannot be mapped with certainty'
+    if self.tier == 'stock':
+      return ('arguments passed with ** cannot be mapped to a stock alias\'s '
+              'keywords (the exact tier passes them on)')
+    params = [p for p, _ in _names.legacy_signatures()[name]]
+    given = dict(zip(params, node.args))
+    given.update({k.arg: k.value for k in node.keywords if k.arg})
+    spreads = [k.value for k in node.keywords if k.arg is None]
+    if self.inject and 'learning_rate' not in given:
+      for spread in spreads:
+        keys = _literal_dict_keys(spread, self.tree)
+        if keys is None:
+          return (f'`**{self.text(spread)}` may or may not set learning_rate, '
+                  'which a rate set per step needs to know: it cannot be '
+                  'mapped with certainty')
+        if 'learning_rate' in keys:
+          return (f'`**{self.text(spread)}` sets learning_rate, which a rate '
+                  'set per step takes as a keyword: move it out of the dict')
+    texts = {p: 'None' if _is_none(given[p]) else '{%s}' % p
+             for p in params if p in given}
+    call = _CATALOGUE.migrate_call(name, texts, {}, self.inject,
+                                   prefer_stock=False)
+    parts = {f'spread{i}': spread for i, spread in enumerate(spreads)}
+    call = call[:-1] + (', ' if not call.endswith('()') else '') + ', '.join(
+        '**{%s}' % part for part in parts) + ')'
+    self.imports.append((RULES_MODULE, None, None))
+    if self.inject:
+      self._require_tx_imports()  # optax.tree_utils.tree_set per step
+    self.edit(node, call, 'algorithm', **given, **parts)
+    return None
+
   def _plan_stock(self, node, name, given) -> Optional[str]:
     """The nearest stock Optax alias, its deviation in a comment."""
     reason = self._missing_rate(given)
@@ -697,7 +745,11 @@ class Planner:
     return None
 
   def _plan_create(self, node) -> Optional[str]:
-    if node.keywords or len(node.args) != 1:
+    given = _flow.create_arguments(node)
+    if given is None:
+      return ('create() arguments passed with * or **, or not as '
+              'create(target, focus=None), cannot be mapped with certainty')
+    if not _flow.passes_none(given.get('focus')):
       return ('create(..., focus=...) selects parameters: use optax.partition '
               'with compat.traversal_labels (not rewritten automatically)')
     held = self._unproven_holder(node)
@@ -705,7 +757,7 @@ class Planner:
       return held
     name = self._train_state_name()
     self.edit(node, f'{name}.TrainState.create(apply_fn=None, '
-              'params={params}, tx={tx})', 'create', params=node.args[0],
+              'params={params}, tx={tx})', 'create', params=given['target'],
               tx=node.func.value)
     return None
 
@@ -934,6 +986,56 @@ _NO_COUNTERPART = {
                      'hyper_params to read or override, no OptimizerDef '
                      'class to name',
 }
+
+
+def _literal_dict_keys(node, tree) -> Optional[set]:
+  """The keys of the dict ``node`` names, where it is a name the module
+  binds once, at its top level, to a dict literal of string keys, and only
+  reads as ``**name`` or ``name[key]`` (so nothing changes it); else None:
+  it may hold anything."""
+  if not isinstance(node, ast.Name):
+    return None
+  read_whole = set()  # ids of the names read as ``**name`` or ``name[k]``
+  for parent in ast.walk(tree):
+    if isinstance(parent, ast.keyword) and parent.arg is None:
+      read_whole.add(id(parent.value))
+    elif isinstance(parent, ast.Subscript) and isinstance(parent.ctx,
+                                                          ast.Load):
+      read_whole.add(id(parent.value))
+  stores = 0
+  for child in ast.walk(tree):
+    if isinstance(child, ast.Name) and child.id == node.id:
+      if not isinstance(child.ctx, ast.Load):
+        stores += 1  # an assignment, augmented assignment or del
+      elif id(child) not in read_whole:
+        return None  # a method call, an argument: it may change it
+    elif node.id in _bound_otherwise(child):
+      return None
+  values = [statement.value for statement in tree.body
+            if isinstance(statement, ast.Assign) and [
+                getattr(t, 'id', None) for t in statement.targets] == [
+                    node.id]]
+  if stores != 1 or len(values) != 1 or not isinstance(values[0], ast.Dict):
+    return None
+  if not all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+             for k in values[0].keys):
+    return None  # a ``**`` inside, or a key known only at run time
+  return {k.value for k in values[0].keys}
+
+
+def _bound_otherwise(node) -> list:
+  """The names ``node`` binds other than by assigning a ``Name``."""
+  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    return [node.name]
+  if isinstance(node, ast.arg):
+    return [node.arg]
+  if isinstance(node, ast.alias):
+    return [node.asname or node.name.partition('.')[0]]
+  if isinstance(node, (ast.Global, ast.Nonlocal)):
+    return list(node.names)
+  if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+    return [node.name] if node.name else []
+  return []
 
 
 def _is_none(value) -> bool:

@@ -178,7 +178,7 @@ def why_not_kept(names, node: ast.ClassDef) -> Optional[str]:
     where = names.model.mention(node, names.path) if (
         names.model is not None and names.path is not None) else None
     return (f'{node.name} is called nowhere in the scanned code' +
-            (f' but named at {where}' if where else '') + ': its callers '
+            (f' but {where}' if where else '') + ': its callers '
             '(a config system such as gin, another package) would still '
             'expect a flax.optim OptimizerDef')
   return None

@@ -755,6 +755,14 @@ def format_report(results, pins, tier: str) -> str:
       lines += ['', 'Left in the output (lines of the migrated file):', '']
       lines += [f'- line {l.line} ({l.construct}): `{l.code}`: {l.reason}'
                 for l in result.left]
+    # The links that keep this file's flow, where no line left shows them
+    # (the entries above then say "see above").
+    shown = {l.reason for l in result.left}
+    links = sorted({l.reason for l in (plan.leftovers if plan else ())
+                    if l.reason.startswith(_project.KEPT_WITH_FLOW)} - shown)
+    if links:
+      lines += ['', 'Why this file\'s optimizer flow is kept as it was:', '']
+      lines += [f'- {reason}' for reason in links]
     if plan.notes:
       lines += ['', 'Notes:', '']
       lines += [f'- line {n.line} ({n.construct}): `{n.code}`: {n.reason}'

@@ -102,6 +102,9 @@ _CHECKPOINT_FUNCS = {
     'flax.serialization.from_state_dict': ('target', 0),
     'flax.serialization.to_bytes': ('target', 0),
     'flax.serialization.from_bytes': ('target', 0),
+    # A pickled optimizer is a checkpoint too (research scripts wrote them).
+    'pickle.dump': ('obj', 0),
+    'pickle.dumps': ('obj', 0),
 }
 _TRIGGERS = _prefilter.triggers(_CHECKPOINT_FUNCS)
 EXIT_CLEAN, EXIT_FOUND, EXIT_USAGE, EXIT_UNPARSEABLE = 0, 1, 2, 3
@@ -495,7 +498,9 @@ class _Visitor(ast.NodeVisitor):
     confidence = ('certain' if 'certain' in found else
                   'likely' if 'likely' in found else None)
     if confidence is not None:
-      self.add(node, 'checkpoint', confidence=confidence)
+      pickled = path.startswith('pickle.')
+      self.add(node, 'checkpoint', _FIXED['pickle'].text if pickled else None,
+               confidence=confidence)
 
 
 def _method(kind: type):
@@ -831,7 +836,8 @@ def _across_modules(files: _Files, links: bool = True) -> _AcrossModules:
     model = _project.Model(
         readable, _UniqueNames(files, table), reexports,
         lambda shown: files.parsed_tree(files.index_of[shown]), links,
-        files.other_texts)
+        files.other_texts if all(os.path.isdir(p) for p in files.scanned)
+        else None)
   except Exception as e:  # pylint: disable=broad-except
     errors.append(failure(ACROSS_MODULES, e))
     model = None
