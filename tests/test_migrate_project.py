@@ -9,13 +9,13 @@ rewritten, no module of the flow changes and the report lists every link.
 """
 
 import importlib
-import json
 import os
 import re
 import sys
 import types
 
 import _legacy_imports
+import _notebooks
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -420,14 +420,6 @@ def train_step(state, batch):
 }
 
 
-def _notebook_of(*cells) -> str:
-  return json.dumps({'cells': [
-      {'cell_type': 'code', 'execution_count': None, 'metadata': {},
-       'outputs': [], 'source': cell.splitlines(keepends=True)}
-      for cell in cells], 'metadata': {}, 'nbformat': 4,
-      'nbformat_minor': 5}, indent=1)
-
-
 _TRAIN_CELL = """def train(params, batches):
   optimizer = opt.make(0.01).create(params)
   state = state_lib.State(optimizer=optimizer)
@@ -442,7 +434,7 @@ def _migrate_with_notebook(tmp_path, *last_cells):
   """The package and a notebook of the cells above and ``last_cells``,
   migrated: ``(project, migrated, notebook text, results)``."""
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  notebook = _notebook_of(
+  notebook = _notebooks.notebook_of(
       '%matplotlib inline\nfrom pkg import opt\n',
       'from pkg import state as state_lib\nfrom pkg import steps\n',
       _TRAIN_CELL, *last_cells)

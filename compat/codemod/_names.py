@@ -1,7 +1,9 @@
 """What a scanned module's names mean: imports, assignments, legacy classes.
 
 The static half of ``scan``: resolves names through a module's imports
-(``legacy_optim`` counts as ``flax.optim``), tracks which names hold an
+(``legacy_optim`` counts as ``flax.optim``; a notebook's names it binds
+nowhere through the kernel its project's notebooks prepare: ``Kernel``),
+tracks which names hold an
 ``OptimizerDef`` or an ``Optimizer`` (flow-insensitively), finds user
 ``OptimizerDef`` subclasses, and reads the legacy constructors' signatures
 from ``legacy_optim``'s source without importing it (no jax).
@@ -12,7 +14,7 @@ import functools
 import importlib.util
 import os
 import re
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from compat import _lazy
 from compat.codemod import _walk
@@ -218,6 +220,286 @@ def other_attribute_declarations(item) -> list:
   return []
 
 
+# ---------------------------------------------------------------------------
+# A notebook's kernel: names a notebook uses without binding them.
+#
+# A notebook that binds a name nowhere can run only in a kernel another
+# notebook prepared; of a project's notebooks, those that bind the name at
+# their top level are the ones that can have. Where every such binding is
+# an import of the same module or name, the free name means that (a
+# module, a ``.py`` file, is never read this way: a free name there fails
+# when it runs).
+
+# What a binding at a notebook's top level binds where it is not a plain
+# import (an assignment, a function, a loop target, a relative import...).
+NOT_AN_IMPORT = None
+
+
+# Scopes of their own: what their bodies bind is not the module's.
+_FUNCTION_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                    ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# Where a node sits: the module's own scope, a comprehension in it (whose
+# walrus still binds in the module), or another scope.
+_TOP, _TOP_COMPREHENSION, _INNER = 0, 1, 2
+
+
+class Bindings(NamedTuple):
+  """What a module's code binds (``bindings_of``)."""
+  # (name, canonical dotted path or NOT_AN_IMPORT) per binding at its top
+  # level; ('*', NOT_AN_IMPORT) for a star import there.
+  top_level: list
+  assigned: set  # names bound at any depth other than by an import
+  imported: set  # names an import binds, at any depth
+  star: bool  # a star import somewhere (it may bind any name)
+
+  @property
+  def bound(self) -> Optional[set]:
+    """Every name bound at any depth; None where a star import may bind
+    any."""
+    return None if self.star else self.assigned | self.imported
+
+
+def _import_entries(node) -> list:
+  """``(local name, canonical path or NOT_AN_IMPORT)`` per name an import
+  statement binds (a relative import: not a plain one)."""
+  if isinstance(node, ast.Import):
+    return [(alias.asname or alias.name.partition('.')[0], canonical(
+        alias.name if alias.asname else alias.name.partition('.')[0]))
+            for alias in node.names]
+  plain = node.module and not node.level
+  return [('*', NOT_AN_IMPORT) if alias.name == '*' else (
+      alias.asname or alias.name, canonical(f'{node.module}.{alias.name}')
+      if plain else NOT_AN_IMPORT) for alias in node.names]
+
+
+def bindings_of(tree: ast.Module) -> Bindings:
+  """Every name ``tree`` binds, at any depth (imports, assignment, ``del``,
+  ``for``/``with``/``except`` targets, walrus, comprehension variables,
+  functions, classes, parameters, match captures), and which bindings sit
+  at its top level; in one walk. ``global``/``nonlocal`` declare, not bind
+  (the assignment after one binds), but ``global x`` in a function makes
+  ``x`` the module's: a top-level entry that is not an import."""
+  top_level: list = []
+  assigned: set[str] = set()
+  imported: set[str] = set()
+  star = False
+  todo: list = [(tree, _TOP)]
+  while todo:
+    node, where = todo.pop()
+    name = None
+    if isinstance(node, ast.Name):
+      name = None if isinstance(node.ctx, ast.Load) else node.id
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      entries = _import_entries(node)
+      star |= any(local == '*' for local, _ in entries)
+      imported.update(local for local, _ in entries if local != '*')
+      if where == _TOP:
+        top_level += entries
+      continue
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                           ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
+                           ast.MatchStar)):
+      name = node.name
+    elif isinstance(node, ast.arg):
+      name = node.arg
+    elif isinstance(node, ast.MatchMapping):
+      name = node.rest
+    elif isinstance(node, ast.Global):
+      top_level += [(n, NOT_AN_IMPORT) for n in node.names]
+    elif isinstance(node, ast.NamedExpr) and where == _TOP_COMPREHENSION:
+      top_level.append((node.target.id, NOT_AN_IMPORT))
+    if name is not None:
+      assigned.add(name)
+      if where == _TOP and not isinstance(node, ast.arg):
+        top_level.append((name, NOT_AN_IMPORT))
+    if isinstance(node, _FUNCTION_SCOPES):
+      inner = _INNER
+    elif isinstance(node, _COMPREHENSIONS):
+      inner = _TOP_COMPREHENSION if where != _INNER else _INNER
+    else:
+      inner = where
+    todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+  return Bindings(top_level, assigned, imported, star)
+
+
+def top_level_bindings(tree: ast.Module, source: bytes) -> list:
+  """``bindings_of(tree).top_level``, reading only statements where
+  ``source`` (the tree's) has no walrus: besides a walrus, no expression
+  binds a name at the top level (a comprehension's variables and a
+  lambda's parameters are their own), so the statements' targets and
+  names say the rest, and ``global`` is a statement too."""
+  if b':=' in source:
+    return bindings_of(tree).top_level
+  entries: list = []
+  if re.search(rb'\bglobal\b', source):
+    for statement in _walk.statements(tree):
+      if isinstance(statement, ast.Global):
+        entries += [(name, NOT_AN_IMPORT) for name in statement.names]
+  todo = list(tree.body)
+  while todo:
+    statement = todo.pop()
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+      entries += _import_entries(statement)
+      continue
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
+                              ast.ClassDef)):
+      entries.append((statement.name, NOT_AN_IMPORT))
+      continue  # its body binds its own names
+    targets = _targets(statement)
+    while targets:  # names, tuples, lists and starred ones bind
+      target = targets.pop()
+      if isinstance(target, ast.Name):
+        entries.append((target.id, NOT_AN_IMPORT))
+      elif isinstance(target, (ast.Tuple, ast.List)):
+        targets += target.elts
+      elif isinstance(target, ast.Starred):
+        targets.append(target.value)
+    if isinstance(statement, ast.match_case):
+      entries += [(name, NOT_AN_IMPORT) for name in map(
+          _bound_by, ast.walk(statement.pattern)) if name is not None]
+    if isinstance(statement, ast.ExceptHandler) and statement.name:
+      entries.append((statement.name, NOT_AN_IMPORT))
+    todo.extend(_walk.statement_children(statement))
+  return entries
+
+
+def _targets(statement) -> list:
+  """The expressions a statement binds names in (not its own name)."""
+  if isinstance(statement, (ast.Assign, ast.Delete)):
+    return list(statement.targets)
+  if isinstance(statement, (ast.AugAssign, ast.AnnAssign, ast.For,
+                            ast.AsyncFor)):
+    return [statement.target]
+  if isinstance(statement, (ast.With, ast.AsyncWith)):
+    return [item.optional_vars for item in statement.items
+            if item.optional_vars is not None]
+  return []
+
+
+def _bound_by(node) -> Optional[str]:
+  """The name a match pattern's node binds, if any."""
+  if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+    return node.name
+  if isinstance(node, ast.MatchMapping):
+    return node.rest
+  return None
+
+
+def kernel_bindings(notebooks) -> dict:
+  """Name -> what the notebooks of ``notebooks`` (their top-level
+  bindings: ``Bindings.top_level``) that bind it at their top level bind
+  it to: a frozenset of canonical dotted paths, ``NOT_AN_IMPORT`` among
+  them for a binding other than a plain import (``kernel_path`` reads it).
+  A star import at a notebook's top level may bind any name: then the
+  table is empty (nothing is known)."""
+  table: dict = {}
+  for top_level in notebooks:
+    for name, path in top_level:
+      if name == '*':
+        return {}
+      table[name] = table.get(name, frozenset()) | {path}
+  return table
+
+
+def kernel_path(kernel: dict, name: str) -> Optional[str]:
+  """The dotted path every binding of ``name`` in ``kernel`` (a
+  ``kernel_bindings`` table) imports, or None where there is none, they
+  disagree, or one is not an import."""
+  paths = kernel.get(name, ())
+  return next(iter(paths)) if len(paths) == 1 else None
+
+
+def _only_read(name: str, source: bytes) -> bool:
+  """True where every spelling of ``name`` in ``source`` (the tree's) is
+  followed, on its line, by ``.``, ``(`` or ``[`` (an attribute, a call,
+  an item: ``name.x = ...`` binds no ``name``), none after ``def`` or
+  ``class``, or sits after a ``#`` with no quote before it on its line (a
+  comment, or a string going on from a line before): then nothing binds
+  it. Strings that spell it otherwise only cost the walk this saves."""
+  for match in re.finditer(rb'\b' + re.escape(name.encode()) + rb'\b[ \t]*',
+                           source):
+    start, end = match.start(), match.end()
+    if source[start - 1:start] == b'.':
+      continue  # an attribute of something else
+    line = source[source.rfind(b'\n', 0, start) + 1:start]
+    if b'#' in line and not _QUOTES.search(line):
+      continue  # in a comment (or in a string that does not end before)
+    if source[end:end + 1] not in (b'.', b'(', b'[') or _DEFINES.search(
+        source, max(0, start - 16), start):
+      return False
+  return True
+
+
+# A quote: where one precedes a ``#`` on a line, the ``#`` may be a string's.
+_QUOTES = re.compile(rb'[\'"]')
+# ``def``/``class`` and the space before the name they define.
+_DEFINES = re.compile(rb'\b(?:def|class)\s+$')
+
+
+class Kernel:
+  """What the names one notebook binds nowhere mean in its project's
+  kernel (``table``: ``kernel_bindings``), settled on first use: whether it
+  binds a name anywhere takes a walk of it (``bindings_of``), done only
+  when a name the kernel decides and the notebook does not import is
+  looked up (what most notebooks use, they import), and not even then
+  where ``source``, the tree's, spells it only as read (``_only_read``)."""
+
+  def __init__(self, table: dict, tree: ast.Module,
+               source: Optional[bytes] = None):
+    self.table, self._tree, self._source = table, tree, source
+    imported, star = set(), False
+    for node in _walk.statements(tree):  # imports are statements
+      if isinstance(node, (ast.Import, ast.ImportFrom)):
+        for local, _ in _import_entries(node):
+          star |= local == '*'
+          imported.add(local)
+    # Name -> its path, for the names the kernel decides and this notebook
+    # does not import (none where a star import of its own may bind any).
+    self.candidates = {} if star else {
+        name: kernel_path(table, name) for name in table
+        if name not in imported and kernel_path(table, name) is not None}
+    self._star, self._imported = star, imported
+    self._assigned: Optional[set] = None
+    self._binds_memo: dict[str, bool] = {}  # name -> whether it binds it
+
+  def _binds(self, name: str) -> bool:
+    found = self._binds_memo.get(name)
+    if found is None:
+      found = self._binds_memo[name] = not (
+          self._source is not None and _only_read(name, self._source)) and (
+              name in self._assigned_names())
+    return found
+
+  def _assigned_names(self) -> set:
+    if self._assigned is None:
+      self._assigned = bindings_of(self._tree).assigned
+    return self._assigned
+
+  def path(self, name: str) -> Optional[str]:
+    """The dotted path the kernel gives ``name`` where this notebook binds
+    it nowhere; None otherwise."""
+    found = self.candidates.get(name)
+    return None if found is None or self._binds(name) else found
+
+  def names(self) -> dict:
+    """Every free name the kernel decides -> its path."""
+    return {name: path for name, path in self.candidates.items()
+            if not self._binds(name)}
+
+  def undecided(self) -> dict:
+    """The free names the notebooks bind to flax.optim and to something
+    else too -> their paths (``kernel_bindings``): they resolve to
+    nothing."""
+    if self._star:
+      return {}
+    return {name: paths for name, paths in self.table.items()
+            if name not in self._imported and kernel_path(
+                self.table, name) is None and any(
+                    is_flax_optim(p) for p in paths) and not (
+                        self._binds(name))}
+
+
 def is_optimizer_annotation(names, node) -> bool:
   """``optim.Optimizer``, ``Optional[optim.Optimizer]``, also as a string."""
   if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -254,13 +536,15 @@ class ModuleNames:
   ``package``: the dotted package relative imports start from;
   ``model``: the project's ``_project.Model`` (definition factories in
   other modules), or None for a module read alone; ``path``: the module's
-  key in it.
+  key in it; ``kernel``: for a notebook, what the names it binds nowhere
+  mean in its project's kernel.
   """
 
   def __init__(self, tree: ast.Module, reexports: Optional[dict] = None,
                collect: bool = True, package: Optional[str] = None,
                model=None, module: Optional[str] = None,
-               path: Optional[str] = None):
+               path: Optional[str] = None,
+               kernel: Optional[Kernel] = None):
     self.tree = tree
     self.path = path
     self.reexports = reexports or {}
@@ -279,6 +563,8 @@ class ModuleNames:
     self.def_factories: set[str] = set()
     self.aliases: dict[str, str] = {}  # module-level aliases, their paths
     self._collect_imports()
+    # What the names this notebook binds nowhere mean (``resolve`` asks).
+    self.kernel = kernel
     self.collect_aliases()
     if collect:
       self.collect()
@@ -333,7 +619,8 @@ class ModuleNames:
     without resolving, so nothing is counted in ``used_reexports``)."""
     leading = _leading_to_reexports(self.reexports)
     roots = set()
-    for local, bound in self.bindings.items():
+    kernel = self.kernel.candidates if self.kernel else {}
+    for local, bound in [*self.bindings.items(), *kernel.items()]:
       path = canonical(bound)
       if path == 'flax' or is_flax_optim(path) or path in leading or any(
           head in self.reexports for head in _heads(path)):
@@ -366,6 +653,8 @@ class ModuleNames:
       path = self._reexported(canonical(self.bindings[node.id]))
     elif self.star_flax_optim and node.id in legacy_signatures():
       path = f'flax.optim.{node.id}'
+    elif self.kernel is not None and self.kernel.path(node.id) is not None:
+      path = self._reexported(canonical(self.kernel.path(node.id)))
     else:
       return None
     for attribute in reversed(attributes):  # each prefix may be re-exported

@@ -24,6 +24,11 @@ per project, what a single module cannot see:
   where ``tstate``'s class is defined elsewhere; what the class's
   constructor, ``.replace`` or ``._replace`` stores there (``Holder``,
   ``field_stores``) must be provably an optimizer in the module storing it;
+* what the names a notebook binds nowhere mean: it runs in a kernel
+  another notebook prepared, so a name every notebook of the project that
+  binds it at top level imports alike means that import
+  (``_names.kernel_bindings``, once per project; each notebook's
+  ``_names.Kernel``); a module's free name is never read so;
 * the links between the modules of one flow (``Link``), which ``migrate``
   checks after planning (``flow_violations``): a definition rewritten in one
   module whose ``.create`` stays in another (or the other way round), or a
@@ -229,10 +234,23 @@ class Model:
     self._returns: dict = {}
     sources = {path: (source, tree) for path, source, tree in parsed}
     self.sources = {path: source for path, source, _ in parsed}
+    # What the names a notebook binds nowhere mean: what the project's
+    # notebooks bind at their top level (``kernel_of``: notebooks only).
+    top_levels = []
+    for path in sources:
+      if is_notebook(path):
+        tree = sources[path][1] or (parse(path) if parse else None)
+        if tree is not None:
+          top_levels.append(_names.top_level_bindings(tree,
+                                                      self.sources[path]))
+    self.kernel = _names.kernel_bindings(top_levels)
+    self._kernels: dict[str, _names.Kernel] = {}  # path -> its, once read
     # Only modules that can see flax.optim, or name a factory found so far,
     # can hold or call one: the rest of a large tree is never analysed.
     tokens = {'optim', 'flax.optim', 'legacy_optim'} | {
-        k.rpartition('.')[2] for k in reexports}
+        k.rpartition('.')[2] for k in reexports} | {
+            name for name in self.kernel
+            if _names.is_flax_optim(_names.kernel_path(self.kernel, name))}
     unparsed: set[str] = set()
     while tokens:
       fresh = self._read_modules_naming(tokens, sources, parse, unparsed)
@@ -388,7 +406,8 @@ class Model:
     dotted = self.module_names_of.get(path) or [None]
     self.names[path] = _names.ModuleNames(
         tree, self.reexports, collect=False, package=self.package_of(path),
-        model=self, module=dotted[0], path=path)
+        model=self, module=dotted[0], path=path,
+        kernel=self.kernel_of(path, tree))
     self.trees[path] = tree
     self._index(path, tree)
     self.names[path].collect()
@@ -425,7 +444,20 @@ class Model:
     dotted = self.module_names_of.get(path) or [None]
     return _names.ModuleNames(tree, self.reexports,
                               package=self.package_of(path), model=self,
-                              module=dotted[0], path=path)
+                              module=dotted[0], path=path,
+                              kernel=self.kernel_of(path, tree))
+
+  def kernel_of(self, path, tree) -> Optional[_names.Kernel]:
+    """What the names the file at ``path`` (its ``tree``) binds nowhere
+    mean: a notebook's in the project's notebooks' kernel, nothing for a
+    module. Computed once per notebook (a tree of the same source binds
+    the same)."""
+    if not is_notebook(path) or path not in self.sources:
+      return None
+    if path not in self._kernels:
+      self._kernels[path] = _names.Kernel(self.kernel, tree,
+                                          self.sources[path])
+    return self._kernels[path]
 
   # ------------------------------------------------------------- indexing
   def package_of(self, path) -> Optional[str]:
@@ -934,6 +966,11 @@ class Model:
                       f'`{ast.unparse(holder)[:80]}`, which migrate '
                       'cannot follow'))
     return found or [(None, f'`{name}` is never created')]
+
+
+def is_notebook(path: str) -> bool:
+  """A Jupyter notebook (its code cells read as one module)."""
+  return path.endswith('.ipynb')
 
 
 def _spells_any_of(words) -> Callable[[bytes], bool]:

@@ -13,6 +13,8 @@ Stdlib only.
 import ast
 from typing import NamedTuple
 
+from compat.codemod import _names
+
 
 class Problem(NamedTuple):
   line: int  # in the original source
@@ -32,27 +34,11 @@ def _import_bindings(tree: ast.Module) -> dict:
   return bound
 
 
-def _other_bindings(tree: ast.Module) -> set:
-  """Names bound other than by imports (assignments, defs, parameters)."""
-  bound = set()
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-      bound.add(node.id)
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                           ast.ClassDef)):
-      bound.add(node.name)
-    elif isinstance(node, ast.arg):
-      bound.add(node.arg)
-    elif isinstance(node, ast.ExceptHandler) and node.name:
-      bound.add(node.name)
-  return bound
-
-
 def dangling_names(old_tree: ast.Module, new_tree: ast.Module) -> list:
   """Uses, in the new module, of names only a removed import bound."""
   old = _import_bindings(old_tree)
-  removed = set(old) - set(_import_bindings(new_tree)) - _other_bindings(
-      new_tree)
+  removed = (set(old) - set(_import_bindings(new_tree)) -
+             _names.bindings_of(new_tree).assigned)
   found = {}
   for node in ast.walk(new_tree):
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (

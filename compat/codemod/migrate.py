@@ -161,6 +161,7 @@ def migrate_source(source: bytes, path: str = '<string>',
                                   _noqa.held(findings, source, chosen),
                                   blocked)
   plan = planner.plan()
+  plan.notes.extend(_undecided_kernel_names(tree, names, source))
   if not plan.edits:
     return source, plan
   rendered, dropped = _rewrite_plan.render(source, plan.edits)
@@ -178,6 +179,29 @@ def migrate_source(source: bytes, path: str = '<string>',
   if problems:
     return source, rolled_back(source, plan, problems)
   return new, plan
+
+
+def _undecided_kernel_names(tree: ast.Module, names, source: bytes) -> list:
+  """A note at the first read of each name a notebook binds nowhere that
+  the project's notebooks bind to flax.optim and to something else too
+  (``_names.Kernel.undecided``): why what it makes stays."""
+  undecided = names.kernel.undecided() if names.kernel else {}
+  first: dict = {}
+  for node in ast.walk(tree) if undecided else ():
+    if isinstance(node, ast.Name) and node.id in undecided:
+      first[node.id] = min(first.get(node.id, node.lineno), node.lineno)
+  lines = source.decode('utf-8', 'replace').splitlines() if first else []
+  notes = []
+  for name, line in sorted(first.items()):
+    bound = sorted(path or 'something other than an import'
+                   for path in undecided[name])
+    notes.append(_rewrite_plan.Leftover(
+        line, 'kernel', lines[line - 1].strip(),
+        f'{name!r} is bound nowhere in this notebook, and the notebooks '
+        f'of the project bind it to {", ".join(bound)}: what it means in '
+        'the kernel this notebook runs in is not known, so nothing reached '
+        'through it here is rewritten'))
+  return notes
 
 
 def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
@@ -313,10 +337,12 @@ def _old_lines_of_new(old: bytes, new: bytes) -> dict:
   return kept
 
 
-def references(tree: ast.Module, reexports=None) -> list:
+def references(tree: ast.Module, reexports=None, kernel=None) -> list:
   """``(line, dotted path)`` of every name or attribute chain that resolves
-  into flax.optim (``legacy_optim`` included), outermost chains only."""
-  names = _names.ModuleNames(tree, reexports)
+  into flax.optim (``legacy_optim`` included), outermost chains only;
+  ``kernel``: a notebook's (``_names.kernel_bindings``)."""
+  names = _names.ModuleNames(tree, reexports, kernel=(
+      _names.Kernel(kernel, tree) if kernel else None))
   inner = {id(n.value) for n in ast.walk(tree)
            if isinstance(n, ast.Attribute)}
   found = []
@@ -330,14 +356,15 @@ def references(tree: ast.Module, reexports=None) -> list:
 
 
 def left_in_output(result: FileResult, reexports=None,
-                   chosen=None) -> tuple:
+                   chosen=None, kernel=None) -> tuple:
   """Every flax.optim usage (scan's findings) and reference left in
   ``result.new``, as ``Leftover``s at their lines there, each with the
   plan's reason for leaving it (or why no rule covered it). What the
   report and the summary count: what is left, not what was attempted;
   ``chosen``: the selected codes (default all): a finding of another code
   is not left (as ``scan --select/--ignore`` would not report it), nor a
-  reference unless flax.optim's import (FOC101) is selected."""
+  reference unless flax.optim's import (FOC101) is selected; ``kernel``:
+  what a notebook's free names mean in the migrated project."""
   notebook = None
   module = result.new
   if result.path.endswith('.ipynb'):
@@ -347,14 +374,15 @@ def left_in_output(result: FileResult, reexports=None,
   # (line in the module, construct, what to do by hand)
   # What a scan of the output reports: lines kept by a noqa are not left,
   # nor findings of unselected codes (their lines keep their references).
-  every = scan.scan_file(module, result.path, tree, reexports)[0]
+  every = scan.scan_file(module, result.path, tree, reexports,
+                         kernel=kernel)[0]
   chosen = set(_codes.BY_CODE) if chosen is None else chosen
   found = [(f.line, f.construct, f'by hand: {f.replacement}')
            for f in every if f.rule != _codes.UNUSED_NOQA and
            f.rule in chosen]
   # A line with a noqa mark keeps its references too (the mark held them).
   covered = {f.line for f in every} | set(_noqa.suppressions(module))
-  for line, path in references(tree, reexports):
+  for line, path in references(tree, reexports, kernel):
     if line not in covered and _codes.code_of('import') in chosen:
       covered.add(line)
       found.append((line, 'reference', f'{path} is still named here'))
@@ -434,7 +462,109 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
       if key in project.notebooks else line):
     results[key_of[path]] = migrate_file(key_of[path], tier, project,
                                          rate_elsewhere, chosen, blocked)
+  if project.model is not None and project.model.kernel:
+    _import_kernel_names(results, project.model.kernel, project.reexports,
+                         chosen)
+    _left_in_kernels(results, project.reexports, chosen)
   return sources, [results[p] for p in sources]
+
+
+# A notebook's own import of a flax.optim name it read from its kernel.
+_KERNEL_IMPORT = ('added: this notebook binds {local!r} nowhere (it runs in '
+                  'a kernel another notebook of the project prepared) and '
+                  'still uses it, but the migrated {preparers} no longer '
+                  'import it')
+
+
+def _import_kernel_names(results: dict, kernel: dict, reexports,
+                         chosen) -> None:
+  """Gives each notebook that still reads a flax.optim name from its kernel
+  (``_names.kernel_bindings``; its flow left as it was) an import of it,
+  where a notebook that bound it migrated that import away: run after that
+  notebook, it would fail. ``results``: path -> FileResult, updated;
+  ``kernel``: the project model's; ``reexports``: the project's."""
+  new_trees = {}
+  dropped_by: dict = {}  # local name -> the notebooks no longer binding it
+  for path, result in results.items():
+    if not _project.is_notebook(path) or result.plan is None:
+      continue
+    new_trees[path] = ast.parse(_notebook.Notebook(result.new).module)
+    before = _names.kernel_bindings([_names.bindings_of(ast.parse(
+        _notebook.Notebook(result.old).module)).top_level])
+    after = _names.kernel_bindings([
+        _names.bindings_of(new_trees[path]).top_level])
+    for local in before:
+      bound = _names.kernel_path(kernel, local)
+      if bound is not None and _names.kernel_path(before, local) == bound and (
+          _names.kernel_path(after, local) != bound):
+        dropped_by.setdefault(local, []).append(results[path].path)
+  for path, tree in new_trees.items():
+    names = _names.ModuleNames(tree, reexports, collect=False,
+                               kernel=_names.Kernel(kernel, tree))
+    free = names.kernel.names() if names.kernel else {}
+    read = {node.id for node in ast.walk(tree) if isinstance(
+        node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    needed = sorted(local for local in free
+                    if local in read and local in dropped_by and (
+                        _names.is_flax_optim(names.resolve(
+                            ast.Name(id=local)))))
+    if needed:
+      results[path] = _with_kernel_imports(
+          results[path], {local: free[local] for local in needed},
+          dropped_by, reexports, chosen)
+
+
+def _left_in_kernels(results: dict, reexports, chosen) -> None:
+  """Counts what each migrated notebook still reads of flax.optim from
+  its kernel (the migrated notebooks' ``_names.kernel_bindings``) as left
+  in it. ``results``: path -> FileResult, updated."""
+  trees = {path: ast.parse(_notebook.Notebook(result.new).module)
+           for path, result in results.items()
+           if _project.is_notebook(path) and result.plan is not None}
+  kernel = _names.kernel_bindings(
+      _names.bindings_of(tree).top_level for tree in trees.values())
+  for path, tree in trees.items():
+    names = _names.ModuleNames(tree, reexports, collect=False,
+                               kernel=_names.Kernel(kernel, tree))
+    if names.kernel and any(
+        _names.is_flax_optim(names.resolve(ast.Name(id=local)))
+        for local in names.kernel.names()):
+      results[path] = results[path]._replace(left=left_in_output(
+          results[path], reexports, chosen, kernel))
+
+
+def _with_kernel_imports(result: FileResult, bound: dict, dropped_by: dict,
+                         reexports, chosen) -> FileResult:
+  """``result`` with an import of each of ``bound`` (local name -> the
+  dotted path the kernel bound it to) added to its notebook, and a note
+  why."""
+  imports = []
+  for local, dotted in bound.items():
+    module, _, name = dotted.rpartition('.')
+    imports.append((dotted, None, None) if local == dotted else (
+        (dotted, None, local) if not module else (
+            module, name, None if name == local else local)))
+  notebook = _notebook.Notebook(result.new)
+  code = _fix_imports(notebook.module, _rewrite_plan.Plan(
+      [], [], [], imports, []))
+  new = notebook.rewrite(code)
+  added = _notebook.Notebook(new)
+  lines = added.module.splitlines()
+  notes = []
+  for node in ast.parse(added.module).body:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      for alias in node.names:
+        local = alias.asname or alias.name.partition('.')[0]
+        if local in bound:
+          notes.append(_rewrite_plan.Leftover(
+              added.file_line(node.lineno), 'import',
+              lines[node.lineno - 1].strip(), _KERNEL_IMPORT.format(
+                  local=local, preparers=', '.join(dropped_by[local]))))
+  plan = result.plan
+  if plan is not None:
+    plan = plan._replace(notes=list(plan.notes) + notes)
+  result = result._replace(new=new, plan=plan)
+  return result._replace(left=left_in_output(result, reexports, chosen))
 
 
 def _result_plan(results, key_of, key):

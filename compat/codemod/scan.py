@@ -520,11 +520,13 @@ def _walked() -> frozenset:
           'visit_' + kind.__name__ not in vars(_Visitor))))
 
 
-def module_names(tree, path, reexports=None, model=None):
+def module_names(tree, path, reexports=None, model=None, kernel=None):
   """``tree``'s ``ModuleNames``, as part of the project ``model`` if given
-  (its relative imports, the factories of its other modules)."""
+  (its relative imports, the factories of its other modules); ``kernel``:
+  without a model, a notebook's kernel (``_names.kernel_bindings``)."""
   if model is None:
-    return _names.ModuleNames(tree, reexports)
+    return _names.ModuleNames(tree, reexports, kernel=(
+        _names.Kernel(kernel, tree) if kernel else None))
   return model.module_names(path, tree)
 
 
@@ -558,12 +560,15 @@ def _reexported_words(reexports: dict) -> frozenset:
 
 
 def scan_source(source, path: str = '<string>', reexports=None,
-                tree: Optional[ast.Module] = None, model=None) -> list:
+                tree: Optional[ast.Module] = None, model=None,
+                kernel: Optional[dict] = None) -> list:
   """Findings of one file's source (str or bytes). Raises SyntaxError.
 
   ``reexports``: names other scanned modules bound to flax.optim
   (``_names.project_reexports``); ``tree``: the source already parsed;
-  ``model``: the project's ``_project.Model`` (``parse_project``).
+  ``model``: the project's ``_project.Model`` (``parse_project``);
+  ``kernel``: without a model, what a notebook's free names mean
+  (``_names.kernel_bindings``: ``migrate`` re-scans its output so).
   """
   if tree is None:
     tree = ast.parse(source, filename=path)
@@ -572,11 +577,12 @@ def scan_source(source, path: str = '<string>', reexports=None,
   # A module the project's model read names a factory of another module
   # (``cfg.create_optimizer_def().create(p)``): analysed in full.
   read_by_model = model is not None and path in model.names
-  may_name_flax_optim = read_by_model or _may_name_flax_optim(text,
-                                                              reexports)
+  may_name_flax_optim = read_by_model or bool(kernel) or (
+      _may_name_flax_optim(text, reexports))
   if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
     return []  # none of the words any finding needs
-  names = (module_names(tree, path, reexports, model) if may_name_flax_optim
+  names = (module_names(tree, path, reexports, model, kernel)
+           if may_name_flax_optim
            else _names.ModuleNames(tree, reexports, collect=False))
   visitor = _Visitor(path, names, text.splitlines())
   visitor.visit(tree)
@@ -895,11 +901,12 @@ def unused_noqa(path: str, lines: list):
 
 
 def scan_file(source: bytes, shown: str, tree, reexports,
-              chosen=None, model=None) -> tuple:
+              chosen=None, model=None, kernel=None) -> tuple:
   """``(reported, suppressed)`` findings of one parsed file: only codes in
   ``chosen`` (default all), ``# noqa`` lines kept out of ``reported``;
-  ``model``: the project's (``parse_project``; a ``-j`` worker's too)."""
-  findings = scan_source(source, shown, reexports, tree, model)
+  ``model``: the project's (``parse_project``; a ``-j`` worker's too);
+  ``kernel``: as for ``scan_source``."""
+  findings = scan_source(source, shown, reexports, tree, model, kernel)
   marks = _noqa.suppressions(source)
   lines = source.decode('utf-8', 'replace').splitlines() if marks else []
   return _noqa.apply(findings, marks, set(_codes.BY_CODE) if chosen is None
