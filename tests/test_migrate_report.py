@@ -121,3 +121,28 @@ def test_reads_of_the_old_checkpoint_layout_by_key_are_noted():
   assert "('param_states')" in plan.notes[1].reason
   untouched = b"def load(restored):\n  return restored['optimizer']['target']\n"
   assert migrate.migrate_source(untouched, 'load.py')[1].notes == []
+
+
+def test_an_attribute_of_a_definition_keeps_the_flow_and_says_why():
+  # The transform migrate writes for `optim.Adam(0.1)` has no
+  # `.hyper_params`: before, the definition and its optimizer were rewritten
+  # and that line raised AttributeError.
+  source = (b'from flax import optim\n\n\n'
+            b'def train(params, grads):\n'
+            b'  d = optim.Adam(0.1)\n'
+            b'  print(d.hyper_params.learning_rate)\n'
+            b'  opt = d.create(params)\n'
+            b'  for g in grads:\n'
+            b'    opt = opt.apply_gradient(g)\n'
+            b'  return opt.target\n')
+  new, plan = migrate.migrate_source(source, 'hyper.py')
+  assert new == source
+  assert [(l.line, l.construct) for l in plan.leftovers
+          if '.hyper_params of a flax.optim definition' in l.reason] == [
+              (6, 'optimizer_def')]
+  result = migrate.FileResult('hyper.py', source, new, plan, None)
+  result = result._replace(left=migrate.left_in_output(result))
+  report = migrate.format_report([result], [], 'exact')
+  assert ("Why this file's optimizer flow is kept as it was:\n\n- line 6 "
+          "(optimizer_def): `print(d.hyper_params.learning_rate)`: "
+          ".hyper_params of a flax.optim definition") in report, report

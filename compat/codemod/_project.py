@@ -847,7 +847,7 @@ class Model:
       for found in pattern.finditer(text):
         at = text.count(b'\n', 0, found.start()) + 1
         if shown != path or at not in lines:
-          return 'named at ' + (shown if shown.endswith('.ipynb') else
+          return 'named at ' + (shown if is_notebook(shown) else
                                 f'{shown}:{at}')
     return None
 

@@ -76,6 +76,11 @@ PICKLE_NOTE = (
     'flax-optim-compat installed and continue it with '
     '`compat.to_train_state(optimizer, apply_fn)`')
 
+# A rewrite of a flow that another of its links keeps as it was.
+HELD_BY_ANOTHER_LINK = (
+    'not rewritten: another link of this optimizer flow could not be (see '
+    'above); a flow is migrated as a whole or not at all')
+
 # A definition nothing in the project calls, migrated with its flow.
 CALLED_NOWHERE_NOTE = (
     '`{name}` is called and named nowhere in the scanned code, so it was '
@@ -256,8 +261,7 @@ class Planner:
       for edit in flow_edits:
         self.leftovers.append(Leftover(
             edit.line, edit.construct, self._line(edit.line),
-            'not rewritten: another link of this optimizer flow could not '
-            'be (see above); a flow is migrated as a whole or not at all'))
+            HELD_BY_ANOTHER_LINK))
       self.imports = [i for i in self.imports if i[0] not in (
           'optax', RULES_MODULE) and i[1] != 'train_state']
     elif not self.flow_held:
@@ -427,6 +431,15 @@ class Planner:
         reason = self._plan_use(node)
         if reason:
           leftovers.append(self._leftover(node, 'optimizer_use', reason))
+      elif isinstance(node, ast.Attribute) and node.attr != 'create' and (
+          self.flow.is_def(node.value)):
+        # The transform written for the definition has no such attribute.
+        handled.add(node.lineno)
+        leftovers.append(self._leftover(node, 'optimizer_def', (
+            f'.{node.attr} of a flax.optim definition has no counterpart on '
+            'the Optax transform migrate writes for it (its hyper-parameters '
+            'live in the transform\'s state once injected: '
+            'optax.tree_utils.tree_get(state.opt_state, name))')))
     leftovers += self._unproven_field_stores()
     for finding in self.findings:
       if finding.construct in NOTE_CONSTRUCTS and (

@@ -755,14 +755,19 @@ def format_report(results, pins, tier: str) -> str:
       lines += ['', 'Left in the output (lines of the migrated file):', '']
       lines += [f'- line {l.line} ({l.construct}): `{l.code}`: {l.reason}'
                 for l in result.left]
-    # The links that keep this file's flow, where no line left shows them
-    # (the entries above then say "see above").
+    # What keeps this file's flow where no line left in the output shows it
+    # (a link to another module, a line with no flax.optim name on it): the
+    # entries above say "see above".
     shown = {l.reason for l in result.left}
-    links = sorted({l.reason for l in (plan.leftovers if plan else ())
-                    if l.reason.startswith(_project.KEPT_WITH_FLOW)} - shown)
-    if links:
+    why = sorted({l.reason if l.reason.startswith(_project.KEPT_WITH_FLOW)
+                  else f'line {l.line} ({l.construct}): `{l.code}`: '
+                  f'{l.reason}' for l in (plan.leftovers if plan else ())
+                  if l.construct in _rewrite_plan.FLOW_CONSTRUCTS and
+                  l.reason not in shown and
+                  l.reason != _rewrite_plan.HELD_BY_ANOTHER_LINK})
+    if why:
       lines += ['', 'Why this file\'s optimizer flow is kept as it was:', '']
-      lines += [f'- {reason}' for reason in links]
+      lines += [f'- {reason}' for reason in why]
     if plan.notes:
       lines += ['', 'Notes:', '']
       lines += [f'- line {n.line} ({n.construct}): `{n.code}`: {n.reason}'
