@@ -284,17 +284,22 @@ def train(params, batches):
 def test_relative_imports_factory_function_and_optional_field(tmp_path):
   # `from .optimizers import get_optimizer`, `get_optimizer(c).create(p)`
   # and a dataclass field `Optional[optim.Optimizer]` of another module.
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  _write(project, _PACKAGE)
-  results = _migrate_into(project, migrated)
-  _assert_fully_migrated(results)
+  results = _assert_package_trains_alike(
+      tmp_path, _PACKAGE, b"print(holder.optimizer.params['w'].shape)")
   assert b'Optional[train_state.TrainState]' in results['pkg/state.py'].new
-  assert b"print(holder.optimizer.params['w'].shape)" in results[
-      'pkg/train.py'].new
+
+
+def _assert_package_trains_alike(tmp_path, files, line):
+  """``files`` (``_PACKAGE``'s shape) migrate whole, ``pkg/train.py``
+  with ``line``, and train like the original."""
+  project, migrated, results = _migrated(tmp_path, files)
+  _assert_fully_migrated(results)
+  assert line in results['pkg/train.py'].new
   params, batches = _data()
   old = _run(project, 'pkg.train', params, batches)
   new = _run(migrated, 'pkg.train', params, batches)
   _assert_same_bits(old.target, new.params)
+  return results
 
 
 def test_migrating_the_migrated_project_changes_nothing(tmp_path):
@@ -1581,11 +1586,5 @@ def test_the_field_read_on_a_calls_result_is_rewritten_with_its_flow(
       "  print(_same(holder).optimizer.target['w'].shape)\n").replace(
           '\n\n@jax.jit\n', '\n\ndef _same(value):\n  return value\n\n\n'
           '@jax.jit\n')
-  project, migrated, results = _migrated(tmp_path, files)
-  _assert_fully_migrated(results)
-  assert b"print(_same(holder).optimizer.params['w'].shape)" in results[
-      'pkg/train.py'].new
-  params, batches = _data()
-  old = _run(project, 'pkg.train', params, batches)
-  new = _run(migrated, 'pkg.train', params, batches)
-  _assert_same_bits(old.target, new.params)
+  _assert_package_trains_alike(
+      tmp_path, files, b"print(_same(holder).optimizer.params['w'].shape)")
