@@ -146,3 +146,22 @@ def test_an_attribute_of_a_definition_keeps_the_flow_and_says_why():
   assert ("Why this file's optimizer flow is kept as it was:\n\n- line 6 "
           "(optimizer_def): `print(d.hyper_params.learning_rate)`: "
           ".hyper_params of a flax.optim definition") in report, report
+
+
+def test_the_summary_counts_other_removed_apis_apart():
+  # scenic's `init_state, params = model.init(...).pop('params')` (FOC208,
+  # left: init returns a plain dict today) beside an unprovable step.
+  source = (b'def init(model, x):\n'
+            b"  state, params = model.init(x).pop('params')\n"
+            b'  return params\n\n\n'
+            b'def step(opt, grads):\n'
+            b'  return opt.apply_gradient(grads)\n')
+  new, plan = migrate.migrate_source(source, 'apart.py')
+  result = migrate.FileResult('apart.py', source, new, plan, None)
+  result = result._replace(left=migrate.left_in_output(result))
+  assert sorted(l.construct for l in result.left) == [
+      'apply_gradient', 'removed_api']
+  summary = migrate.format_report([result], [], 'exact').splitlines()[2]
+  assert summary == ('1 file(s) read, 0 rewritten, 1 flax.optim usage(s) and '
+                     'reference(s) and 1 use(s) of other removed APIs left '
+                     'in the output.'), summary

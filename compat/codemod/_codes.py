@@ -111,6 +111,7 @@ BY_CODE = {c.code: c for c in CODES}
 _BY_CONSTRUCT = {c.construct: c for c in CODES if not c.removals}
 UNUSED_NOQA = 'FOC901'
 FLAX_OPTIM = 'FOC1'  # the prefix of the flax.optim constructs' codes
+REMOVED_APIS = 'FOC2'  # the prefix of the other removed APIs' codes
 _OTHER_REMOVAL = 'FOC200'
 _CODE = re.compile(rf'^{PREFIX}\d*$')
 

@@ -732,11 +732,17 @@ def _changed_lines(result: FileResult):
 
 def format_report(results, pins, tier: str) -> str:
   lines = [f'# flax-optim-compat migrate report (tier: {tier})', '']
-  left = sum(l.construct != 'self_check' for r in results for l in r.left)
+  # The removed jax/flax APIs beside flax.optim (FOC2xx) are counted apart.
+  removed_constructs = {c.construct for c in _codes.CODES
+                        if c.code.startswith(_codes.REMOVED_APIS)}
+  left = [l for r in results for l in r.left if l.construct != 'self_check']
+  removed = sum(l.construct in removed_constructs for l in left)
   changed = sum(r.new != r.old for r in results)
   failed = sum(bool(r.error) for r in results)
-  lines += [f'{len(results)} file(s) read, {changed} rewritten, {left} '
-            'flax.optim usage(s) and reference(s) left in the output'
+  lines += [f'{len(results)} file(s) read, {changed} rewritten, '
+            f'{len(left) - removed} flax.optim usage(s) and reference(s) '
+            + (f'and {removed} use(s) of other removed APIs ' if removed
+               else '') + 'left in the output'
             + (f', {failed} file(s) not migrated' if failed else '') + '.',
             '']
   for result in results:
