@@ -273,6 +273,22 @@ def _import_entries(node) -> list:
       if plain else NOT_AN_IMPORT) for alias in node.names]
 
 
+def bound_by(node) -> Optional[str]:
+  """The name ``node`` itself binds other than by an import: a ``Name``
+  assigned or deleted, a function, class, parameter, ``except ... as``
+  name or match capture; else None."""
+  if isinstance(node, ast.Name):
+    return None if isinstance(node.ctx, ast.Load) else node.id
+  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                       ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+    return node.name
+  if isinstance(node, ast.arg):
+    return node.arg
+  if isinstance(node, ast.MatchMapping):
+    return node.rest
+  return None
+
+
 def bindings_of(tree: ast.Module) -> Bindings:
   """Every name ``tree`` binds, at any depth (imports, assignment, ``del``,
   ``for``/``with``/``except`` targets, walrus, comprehension variables,
@@ -287,25 +303,15 @@ def bindings_of(tree: ast.Module) -> Bindings:
   todo: list = [(tree, _TOP)]
   while todo:
     node, where = todo.pop()
-    name = None
-    if isinstance(node, ast.Name):
-      name = None if isinstance(node.ctx, ast.Load) else node.id
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+    name = bound_by(node)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
       entries = _import_entries(node)
       star |= any(local == '*' for local, _ in entries)
       imported.update(local for local, _ in entries if local != '*')
       if where == _TOP:
         top_level += entries
       continue
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                           ast.ClassDef, ast.ExceptHandler, ast.MatchAs,
-                           ast.MatchStar)):
-      name = node.name
-    elif isinstance(node, ast.arg):
-      name = node.arg
-    elif isinstance(node, ast.MatchMapping):
-      name = node.rest
-    elif isinstance(node, ast.Global):
+    if isinstance(node, ast.Global):
       top_level += [(n, NOT_AN_IMPORT) for n in node.names]
     elif isinstance(node, ast.NamedExpr) and where == _TOP_COMPREHENSION:
       top_level.append((node.target.id, NOT_AN_IMPORT))

@@ -1015,14 +1015,18 @@ def _literal_dict_keys(node, tree) -> Optional[set]:
     elif isinstance(parent, ast.Subscript) and isinstance(parent.ctx,
                                                           ast.Load):
       read_whole.add(id(parent.value))
-  stores = 0
+  bindings = _names.bindings_of(tree)
+  if bindings.star or node.id in bindings.imported:
+    return None
+  stores = 0  # assignments, augmented ones, del, def, parameters...
   for child in ast.walk(tree):
-    if isinstance(child, ast.Name) and child.id == node.id:
-      if not isinstance(child.ctx, ast.Load):
-        stores += 1  # an assignment, augmented assignment or del
-      elif id(child) not in read_whole:
-        return None  # a method call, an argument: it may change it
-    elif node.id in _bound_otherwise(child):
+    if _names.bound_by(child) == node.id:
+      stores += 1
+    elif isinstance(child, ast.Name) and child.id == node.id and (
+        id(child) not in read_whole):
+      return None  # a method call, an argument: it may change it
+    elif isinstance(child, (ast.Global, ast.Nonlocal)) and (
+        node.id in child.names):
       return None
   values = [statement.value for statement in tree.body
             if isinstance(statement, ast.Assign) and [
@@ -1034,21 +1038,6 @@ def _literal_dict_keys(node, tree) -> Optional[set]:
              for k in values[0].keys):
     return None  # a ``**`` inside, or a key known only at run time
   return {k.value for k in values[0].keys}
-
-
-def _bound_otherwise(node) -> list:
-  """The names ``node`` binds other than by assigning a ``Name``."""
-  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-    return [node.name]
-  if isinstance(node, ast.arg):
-    return [node.arg]
-  if isinstance(node, ast.alias):
-    return [node.asname or node.name.partition('.')[0]]
-  if isinstance(node, (ast.Global, ast.Nonlocal)):
-    return list(node.names)
-  if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
-    return [node.name] if node.name else []
-  return []
 
 
 def _is_none(value) -> bool:
