@@ -195,6 +195,7 @@ class Model:
     self.reexports = reexports
     self._other_files = other_files
     self._other_texts: Optional[list] = None
+    self._mentions: dict = {}  # (path, line, name) -> what mention gave
     # (path, line, name) of the factories and rule classes called and named
     # nowhere else in the project, rewritten with their flows: their
     # contract changes for callers outside it (the report says so).
@@ -486,15 +487,12 @@ class Model:
           elif isinstance(item, ast.AnnAssign) and isinstance(
               item.target, ast.Name):
             field = item.target.id
-            holds = _names.is_optimizer_annotation(names, item.annotation)
-            self.fields[field] = self.fields.get(field, True) and holds
-            if not holds:
-              self._declared_otherwise.setdefault(
-                  field, (path, item.lineno, node.name))
+            if _names.is_optimizer_annotation(names, item.annotation):
+              self.fields.setdefault(field, True)
+            else:
+              self._declare_otherwise(field, path, item, node)
           for name in _names.other_attribute_declarations(item):
-            self.fields[name] = False
-            self._declared_otherwise.setdefault(
-                name, (path, _first_line(item), node.name))
+            self._declare_otherwise(name, path, item, node)
     self.holders += holders_in(path, tree, names)
     # Every other function (top-level or nested) shares the name space of
     # methods called on an unknown receiver: such a name is no method's
@@ -837,6 +835,12 @@ class Model:
     one; None: nothing may."""
     if self._other_files is None:
       return 'passed as single files, not their directory'
+    key = (path, node.lineno, node.name)
+    if key not in self._mentions:  # asked again by the plan and its notes
+      self._mentions[key] = self._first_mention(node, path)
+    return self._mentions[key]
+
+  def _first_mention(self, node, path: str) -> Optional[str]:
     word, lines = node.name, range(node.lineno, node.end_lineno + 1)
     pattern = re.compile(rb'\b' + re.escape(word.encode()) + rb'\b')
     if self._other_texts is None:
@@ -877,7 +881,8 @@ class Model:
         continue
       touching.append((path, tree))
       if path not in self.names:  # names no flax.optim: declares otherwise
-        self._declare_otherwise(path, tree, {h.field for h in holders})
+        self._declare_fields_otherwise(path, tree,
+                                       {h.field for h in holders})
     for holder in holders:
       if self.fields.get(holder.field):
         continue
@@ -896,7 +901,7 @@ class Model:
             f'`{holder.name}.{holder.field}` holds (declared at '
             f'{holder.path}:{holder.line})', 'field'))
 
-  def _declare_otherwise(self, path, tree, fields):
+  def _declare_fields_otherwise(self, path, tree, fields):
     """Records the classes of a module the model did not read that declare
     one of ``fields`` (annotated, a method or property, assigned): nothing
     there names flax.optim, so none is an optimizer field."""
@@ -908,9 +913,16 @@ class Model:
             [item.target.id] if isinstance(item, ast.AnnAssign) and
             isinstance(item.target, ast.Name) else [])
         for name in set(declared) & fields:
-          self.fields[name] = False
-          self._declared_otherwise.setdefault(
-              name, (path, _first_line(item), node.name))
+          self._declare_otherwise(name, path, item, node)
+
+  def _declare_otherwise(self, name, path, item, node):
+    """Class ``node``'s body item ``item`` declares attribute ``name`` as
+    something other than a flax.optim Optimizer: ``x.<name>`` is not one
+    wherever the project's fields of that name are (the first such
+    declaration is the one a report names)."""
+    self.fields[name] = False
+    self._declared_otherwise.setdefault(name, (path, _first_line(item),
+                                               node.name))
 
   def _factory_producers(self, call, names) -> list:
     function = self.callee(call, names)
