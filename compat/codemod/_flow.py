@@ -98,17 +98,19 @@ def create_arguments(call) -> Optional[dict]:
   return given if 'target' in given else None
 
 
-def passes_none(value) -> bool:
-  """``value`` is an argument not passed, or the literal None."""
-  return value is None or (isinstance(value, ast.Constant) and
-                           value.value is None)
+def is_none(value) -> bool:
+  """``value`` (a node, a source text, or None for an argument not
+  passed) is None."""
+  if isinstance(value, ast.Constant):
+    return value.value is None
+  return value in (None, 'None')
 
 
 def creates_whole(call) -> bool:
   """``definition.create(...)`` optimizes every parameter: its target
   binds and it selects none (no ``focus``)."""
   given = create_arguments(call)
-  return given is not None and passes_none(given.get('focus'))
+  return given is not None and is_none(given.get('focus'))
 
 
 def _simple_name_bindings(target, value, out):

@@ -584,13 +584,20 @@ class Planner:
     return name
 
   def _given_arguments(self, node, name):
-    """``{parameter: value node}`` of a constructor call, or None."""
+    """``{parameter: value node}`` of a constructor call, or None where
+    ``*`` or ``**`` hide some."""
     if any(isinstance(a, ast.Starred) for a in node.args) or any(
         k.arg is None for k in node.keywords):
       return None
+    return self._bound_arguments(node, name)
+
+  @staticmethod
+  def _bound_arguments(node, name) -> dict:
+    """``{parameter: value node}`` of the arguments a constructor call
+    names or places (its ``**`` mappings aside)."""
     params = [p for p, _ in _names.legacy_signatures()[name]]
-    given = {p: a for p, a in zip(params, node.args)}
-    given.update({k.arg: k.value for k in node.keywords})
+    given = dict(zip(params, node.args))
+    given.update({k.arg: k.value for k in node.keywords if k.arg})
     return given
 
   def _plan_algorithm(self, node, name) -> Optional[str]:
@@ -623,14 +630,14 @@ class Planner:
           return self._plan_exact_rule(node, name, given, stock=False)
       else:
         decay_literal = ast.literal_eval(decay)
-    missing_rate = _is_none(values['learning_rate'])
+    missing_rate = _flow.is_none(values['learning_rate'])
     if missing_rate and not self.inject:
       return ('no learning rate in the definition and none passed to '
               'apply_gradient in this file')
     # Source spans stay placeholders (edits inside them still apply); the
     # decay is written as the literal it is (zero: no decay term).
     parts = {p: v for p, v in values.items() if isinstance(v, ast.AST)}
-    texts = {p: 'None' if _is_none(v) else '{%s}' % p if p in parts else
+    texts = {p: 'None' if _flow.is_none(v) else '{%s}' % p if p in parts else
              _escape(str(v)) for p, v in values.items()}
     if 'weight_decay' in texts:
       texts['weight_decay'] = repr(decay_literal)
@@ -660,27 +667,33 @@ class Planner:
     return None
 
   def _missing_rate(self, given) -> Optional[str]:
-    if not _is_none(given.get('learning_rate')) or self.inject:
+    if not _flow.is_none(given.get('learning_rate')) or self.inject:
       return None
     return ('no learning rate in the definition and none passed to '
             'apply_gradient in this file')
 
-  def _plan_exact_rule(self, node, name, given,
-                       stock: bool = True) -> Optional[str]:
-    """``optim.Adam(...)`` -> ``flax_optim_rules.adam(...)`` (same rule)."""
-    reason = self._missing_rate(given)
+  def _plan_exact_rule(self, node, name, given, stock: bool = True,
+                       spreads=()) -> Optional[str]:
+    """``optim.Adam(...)`` -> ``flax_optim_rules.adam(...)`` (same rule);
+    ``spreads``: the ``**`` mappings the call passes on after ``given``
+    (which may hold the rate)."""
+    reason = None if spreads else self._missing_rate(given)
     if reason:
       return reason
     params = [p for p, _ in _names.legacy_signatures()[name]]
-    texts = {p: 'None' if _is_none(given[p]) else '{%s}' % p
+    texts = {p: 'None' if _flow.is_none(given[p]) else '{%s}' % p
              for p in params if p in given}
     # A missing rate is set before every step (tree_set).
     call = _CATALOGUE.migrate_call(name, texts, {}, self.inject,
                                    prefer_stock=stock)
+    parts = {f'spread{i}': spread for i, spread in enumerate(spreads)}
+    if parts:
+      call = call[:-1] + (', ' if not call.endswith('()') else '') + (
+          ', '.join('**{%s}' % part for part in parts)) + ')'
     self.imports.append((RULES_MODULE, None, None))
     if self.inject:
       self._require_tx_imports()  # optax.tree_utils.tree_set per step
-    self.edit(node, call, 'algorithm', **given)
+    self.edit(node, call, 'algorithm', **given, **parts)
     return None
 
   def _plan_spread_rule(self, node, name) -> Optional[str]:
@@ -695,9 +708,7 @@ class Planner:
     if self.tier == 'stock':
       return ('arguments passed with ** cannot be mapped to a stock alias\'s '
               'keywords (the exact tier passes them on)')
-    params = [p for p, _ in _names.legacy_signatures()[name]]
-    given = dict(zip(params, node.args))
-    given.update({k.arg: k.value for k in node.keywords if k.arg})
+    given = self._bound_arguments(node, name)
     spreads = [k.value for k in node.keywords if k.arg is None]
     if self.inject and 'learning_rate' not in given:
       for spread in spreads:
@@ -709,18 +720,8 @@ class Planner:
         if 'learning_rate' in keys:
           return (f'`**{self.text(spread)}` sets learning_rate, which a rate '
                   'set per step takes as a keyword: move it out of the dict')
-    texts = {p: 'None' if _is_none(given[p]) else '{%s}' % p
-             for p in params if p in given}
-    call = _CATALOGUE.migrate_call(name, texts, {}, self.inject,
-                                   prefer_stock=False)
-    parts = {f'spread{i}': spread for i, spread in enumerate(spreads)}
-    call = call[:-1] + (', ' if not call.endswith('()') else '') + ', '.join(
-        '**{%s}' % part for part in parts) + ')'
-    self.imports.append((RULES_MODULE, None, None))
-    if self.inject:
-      self._require_tx_imports()  # optax.tree_utils.tree_set per step
-    self.edit(node, call, 'algorithm', **given, **parts)
-    return None
+    return self._plan_exact_rule(node, name, given, stock=False,
+                                 spreads=spreads)
 
   def _plan_stock(self, node, name, given) -> Optional[str]:
     """The nearest stock Optax alias, its deviation in a comment."""
@@ -762,7 +763,7 @@ class Planner:
     if given is None:
       return ('create() arguments passed with * or **, or not as '
               'create(target, focus=None), cannot be mapped with certainty')
-    if not _flow.passes_none(given.get('focus')):
+    if not _flow.is_none(given.get('focus')):
       return ('create(..., focus=...) selects parameters: use optax.partition '
               'with compat.traversal_labels (not rewritten automatically)')
     held = self._unproven_holder(node)
@@ -1038,12 +1039,6 @@ def _literal_dict_keys(node, tree) -> Optional[set]:
              for k in values[0].keys):
     return None  # a ``**`` inside, or a key known only at run time
   return {k.value for k in values[0].keys}
-
-
-def _is_none(value) -> bool:
-  if isinstance(value, ast.Constant):
-    return value.value is None
-  return value in (None, 'None')
 
 
 def _escape(text: str) -> str:
