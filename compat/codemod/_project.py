@@ -867,8 +867,8 @@ class Model:
     holders = self.holders
     if not holders:
       return
-    spells = _spells_any_of({h.field for h in holders} |
-                            {h.name for h in holders})
+    fields = {h.field for h in holders}
+    spells = _spells_any_of(fields | {h.name for h in holders})
     touching = []
     for path, (source, tree) in sources.items():
       if not spells(source):
@@ -881,8 +881,7 @@ class Model:
         continue
       touching.append((path, tree))
       if path not in self.names:  # names no flax.optim: declares otherwise
-        self._declare_fields_otherwise(path, tree,
-                                       {h.field for h in holders})
+        self._declare_fields_otherwise(path, tree, fields)
     for holder in holders:
       if self.fields.get(holder.field):
         continue
