@@ -773,6 +773,65 @@ def test_per_part_rates_from_the_definitions_hyper_params_train_alike(
   _assert_same_multi_params(old, migrated)
 
 
+# l2p's continual-learning step: the same rates per part, read as
+# ``hparams[0]``, ``hparams[1]`` of the list rather than unpacked.
+_PER_PART_RATES_INDEXED = _PER_PART_RATES.replace(
+    b"""  (backbone_hps,
+   head_hps) = optimizer.optimizer_def.hyper_params""",
+    b"  hparams = optimizer.optimizer_def.hyper_params").replace(
+        b"backbone_hps.replace(", b"hparams[0].replace(").replace(
+            b"head_hps.replace(", b"hparams[1].replace(")
+
+
+def test_per_part_rates_read_by_index_train_alike(tmp_path):
+  assert b'hparams[1].replace(' in _PER_PART_RATES_INDEXED
+  new, plan = migrate.migrate_source(_PER_PART_RATES_INDEXED, 'l2p.py')
+  assert not plan.leftovers, plan.leftovers
+  assert b'hparams' not in new and b'hyper_params' not in new
+  assert b'flax_optim_rules.set_learning_rates(optimizer.opt_state, [' in new
+  old = _train_multi(_PER_PART_RATES_INDEXED, tmp_path, 'indexed_original')
+  migrated = _train_multi(new, tmp_path, 'indexed_migrated')
+  _assert_same_multi_params(old, migrated)
+
+
+def test_traverse_utils_param_traversal_in_a_multi_optimizer_trains_alike(
+    tmp_path):
+  # uncertainty-baselines' active learning: flax.optim re-exported
+  # flax.traverse_util's ModelParamTraversal; the same class in the pairs.
+  source = _PER_PART_RATES.replace(
+      b'from flax import optim\n',
+      b'from flax import optim\nfrom flax import traverse_util\n').replace(
+          b'optim.ModelParamTraversal(', b'traverse_util.ModelParamTraversal(')
+  assert source.count(b'traverse_util.ModelParamTraversal(') == 2
+  new, plan = migrate.migrate_source(source, 'active.py')
+  assert not plan.leftovers, plan.leftovers
+  assert new.count(b'flax_optim_rules.ModelParamTraversal(') == 2
+  old = _train_multi(source, tmp_path, 'traverse_util_original')
+  migrated = _train_multi(new, tmp_path, 'traverse_util_migrated')
+  _assert_same_multi_params(old, migrated)
+
+
+def test_hyper_params_read_by_index_otherwise_keep_the_flow():
+  changed = {
+      'out of order': (b'hparams[0].replace(', b'hparams[1].replace(',
+                       b'hparams[1].replace(learning_rate=0.1',
+                       b'hparams[0].replace(learning_rate=0.1'),
+      'read for more': (
+          b'  return optimizer.apply_gradient(',
+          b'  print(hparams)\n  return optimizer.apply_gradient('),
+      'a negative index': (b'hparams[1].replace(', b'hparams[-1].replace('),
+  }
+  for what, swaps in changed.items():
+    source = _PER_PART_RATES_INDEXED
+    for old, new_text in zip(swaps[::2], swaps[1::2]):
+      source = source.replace(old, new_text, 1)
+    assert source != _PER_PART_RATES_INDEXED, what
+    new, plan = migrate.migrate_source(source, 'l2p.py')
+    assert new == source, what
+    assert any('maps only as a list of the names unpacked' in left.reason
+               for left in plan.leftovers), (what, plan.leftovers)
+
+
 def test_hyper_params_read_for_more_than_a_rate_keep_the_flow():
   source = _PER_PART_RATES.replace(
       b'  return optimizer.apply_gradient(grad, hyper_params=[\n',

@@ -1588,3 +1588,75 @@ def test_the_field_read_on_a_calls_result_is_rewritten_with_its_flow(
           '@jax.jit\n')
   _assert_package_trains_alike(
       tmp_path, files, b"print(_same(holder).optimizer.params['w'].shape)")
+
+
+# A NamedTuple holder read by position in a module that names nothing of
+# flax: ``opt, _ = tstate`` takes the optimizer without the field's name.
+_POSITIONAL_STATE = '''from typing import Any, NamedTuple
+
+from flax import optim
+
+
+class TrainState(NamedTuple):
+  optimizer: optim.Optimizer
+  mstate: Any
+
+
+def make(params):
+  return TrainState(optim.Adam(learning_rate=0.1).create(params), {})
+'''
+_POSITIONAL_MAIN = '''import state
+import use
+
+
+def train(params, batches):
+  return use.params_of(state.make(params))
+'''
+
+
+def test_a_namedtuple_holder_read_by_position_elsewhere_keeps_the_flow(
+    tmp_path):
+  # Before: state.py was migrated and use.py's `opt.target` met a
+  # TrainState (AttributeError).
+  reads = {
+      'unpacked': 'def params_of(tstate):\n  opt, _ = tstate\n'
+                  '  return opt.target\n',
+      'starred': 'def params_of(tstate):\n  opt, *_ = tstate\n'
+                 '  return opt.target\n',
+      'in a loop': 'def params_of(tstate):\n  for opt, _ in [tstate]:\n'
+                   '    return opt.target\n',
+      'indexed': 'def params_of(tstate):\n  return tstate[0].target\n',
+      'its step': 'def params_of(tstate):\n  opt = tstate[-2]\n'
+                  '  opt2, _ = tstate\n'
+                  '  return opt2.state.step\n',
+  }
+  for what, use in reads.items():
+    where = tmp_path / what.replace(' ', '_')
+    project, _, results = _migrated(where, {
+        'state.py': _POSITIONAL_STATE, 'use.py': use,
+        'main.py': _POSITIONAL_MAIN})
+    _assert_unchanged(results)
+    report = migrate.format_report(list(results.values()), [], 'exact')
+    assert f'{project}/use.py:' in report and (
+        'takes element 0 of a tuple of 2') in report, (what, report)
+    params, batches = _data()
+    _run(project, 'main', params, batches)  # the kept program runs
+
+
+def test_other_positional_reads_leave_the_namedtuple_flow_migrated(tmp_path):
+  # Another element, another number of elements, or a use a TrainState
+  # has too: nothing there can take the optimizer as one.
+  reads = {
+      'the other element': 'def params_of(tstate):\n  _, m = tstate\n'
+                           '  return m.target\n',
+      'another arity': 'def params_of(tstate):\n  opt, _, _ = tstate\n'
+                       '  return opt.target\n',
+      'a TrainState use': 'def params_of(tstate):\n  opt, _ = tstate\n'
+                          '  return opt.step\n',
+  }
+  for what, use in reads.items():
+    _, _, results = _migrated(tmp_path / what.replace(' ', '_'), {
+        'state.py': _POSITIONAL_STATE, 'use.py': use,
+        'main.py': _POSITIONAL_MAIN})
+    assert not results['state.py'].plan.leftovers, what
+    assert b'train_state.TrainState.create(' in results['state.py'].new, what

@@ -47,11 +47,23 @@ _SAME_KIND = {
     # A leaf-wise map keeps its first tree's structure and classes
     # (``jnp.where(is_finite, new, old)`` over two optimizers).
     'jax.tree_util.tree_map': (1, 'tree'),
+    # Every leaf fetched to the host, the tree's classes kept.
+    'jax.device_get': (0, 'x'),
+    # A copy is of the original's class.
+    'copy.copy': (0, 'x'),
+    'copy.deepcopy': (0, 'x'),
 }
 # Removed spellings (``jax.tree_map``, ``jax.tree_multimap``...) call what
 # replaced them: the removals table says which.
 _SAME_KIND.update({old: _SAME_KIND[name] for name in tuple(_SAME_KIND)
                    for old in _removals.removed_spellings(name)})
+# Of those, the calls whose later positional arguments are trees of the
+# first one's structure (``tree_map(f, new, old)``): of its kind too.
+_SAME_KIND_REST = frozenset(
+    name for name in _SAME_KIND
+    if _SAME_KIND[name] == _SAME_KIND['jax.tree_util.tree_map'] and (
+        name == 'jax.tree_util.tree_map' or
+        name in _removals.removed_spellings('jax.tree_util.tree_map')))
 
 
 # What ``jax.jit`` may be given besides the function where a jitted
@@ -113,6 +125,22 @@ def creates_whole(call) -> bool:
   return given is not None and is_none(given.get('focus'))
 
 
+def parameter_of(function, call, argument, bound=0) -> Optional[str]:
+  """The parameter of ``function`` that ``call`` passes ``argument`` to
+  (``bound``: positional arguments an alias bound first); None where
+  ``*``/``**`` hide it or it binds none."""
+  if any(isinstance(a, ast.Starred) for a in call.args):
+    return None
+  for keyword in call.keywords:
+    if keyword.value is argument:
+      return keyword.arg
+  positions = [i for i, a in enumerate(call.args) if a is argument]
+  named = function.args.posonlyargs + function.args.args
+  if not positions or positions[0] + bound >= len(named):
+    return None
+  return named[positions[0] + bound].arg
+
+
 def _simple_name_bindings(target, value, out):
   """(name, value-or-element-path) pairs of one assignment target."""
   if isinstance(target, ast.Name):
@@ -159,6 +187,10 @@ class OptimizerFlow:
     self.base = replicated_of
     self.scopes: dict[ast.AST, _Scope] = {}
     self.functions: dict[str, ast.AST] = {}  # module-level defs by name
+    # A def nested in a function, bound once there and the module's only
+    # def of its name (``def update_fn`` in ``main``): called like a module
+    # function where a read sees that binding. Name -> that scope.
+    self._local_homes: dict[str, _Scope] = {}
     self.escaped: set[str] = set()  # functions used other than by a call
     self.calls: dict[str, list] = {}  # function name -> [(call, scope)]
     self.aliases: dict[tuple, _Bound] = {}  # (scope, name) -> the function
@@ -305,7 +337,7 @@ class OptimizerFlow:
   def _unwrap(self, node, scope) -> Optional[_Bound]:
     """The module function ``node`` wraps (partials, jit, pmap), or None."""
     if isinstance(node, ast.Name):
-      if node.id in self.functions and self._lookup(scope, node.id) is None:
+      if self._sees_function(scope, node.id):
         return _Bound(node.id, node, (), {})
       return None
     if not isinstance(node, ast.Call) or not node.args or any(
@@ -416,9 +448,46 @@ class OptimizerFlow:
       steps[factory.name] = (nested.name, reference)
     return steps
 
+  def _add_local_functions(self):
+    """Registers the defs nested in a function that are called like module
+    functions (``_local_homes``): bound once in their function, by the def,
+    and the module's only def of that name (a module function or a
+    factory's returned step of the name comes first)."""
+    counts = collections.Counter(
+        node.name for node in self.scopes
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    for node in self.scopes:
+      home = self._scope_of.get(node)
+      if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+          home is None or home.parent is None or not isinstance(
+              home.node, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        continue
+      if counts[node.name] == 1 and node.name not in self.functions and (
+          home.bindings.get(node.name) == ['unknown']):
+        self.functions[node.name] = node
+        self._local_homes[node.name] = home
+
+  def local_home(self, function) -> Optional[ast.AST]:
+    """The function a nested def registered as callable is bound in."""
+    home = self._local_homes.get(function.name)
+    return home.node if home is not None and self.functions.get(
+        function.name) is function else None
+
+  def _sees_function(self, scope, name) -> bool:
+    """A read of ``name`` in ``scope`` sees the function registered under
+    it: a module function no local name shadows, or a nested def where its
+    own binding is the one seen."""
+    if name not in self.functions:
+      return False
+    home = self._local_homes.get(name)
+    if home is not None:
+      return self._binding_scope(scope, name) is home
+    return self._lookup(scope, name) is None
+
   def _collect_aliases(self) -> set:
     """Fills ``aliases``; returns the function references they consume."""
     steps = self._add_returned_steps()
+    self._add_local_functions()
     for scope, name, value in self._alias_candidates:
       if isinstance(value, ast.Name):
         continue  # a plain rebinding: the name escapes as before
@@ -445,7 +514,7 @@ class OptimizerFlow:
     """Every call of a module function in this module, or None if opaque."""
     sites = []
     for call, scope in self.calls.get(function_name, []):
-      if self._lookup(scope, function_name) is not None:
+      if not self._sees_function(scope, function_name):
         continue  # a local name shadows the function there
       sites.append((call, scope, (), {}))
     for (alias_scope, alias), bound in self.aliases.items():
@@ -605,9 +674,8 @@ class OptimizerFlow:
     bound = self.aliases.get((binding, name))
     if bound is not None:
       return self.functions[bound.name]
-    if binding is not None and binding.parent is not None:
-      return None  # a local name shadows any module function
-    return self.functions.get(name)
+    # (a local name shadows any module function)
+    return self.functions[name] if self._sees_function(scope, name) else None
 
   def _own_nodes(self, function):
     return list(self._body_nodes(function))
@@ -646,6 +714,44 @@ class OptimizerFlow:
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True
     return False
+
+  def tuple_kind(self, call) -> Optional[tuple]:
+    """The element kinds of the tuple ``call`` returns, or None."""
+    kind = self._kind(call, self.scope_of(call))
+    return kind if isinstance(kind, tuple) else None
+
+  def keeps_kind(self, call, argument) -> bool:
+    """``argument`` is what ``call`` gives back in kind (``replicate(x)``,
+    ``restore_checkpoint(d, x)``): its result is an optimizer in turn."""
+    same = _SAME_KIND.get(self.names.resolve(call.func))
+    if same is None:
+      return False
+    position, keyword = same
+    if any(isinstance(a, ast.Starred) for a in call.args):
+      return False
+    if any(k.arg == keyword and k.value is argument for k in call.keywords):
+      return True
+    if position < len(call.args) and call.args[position] is argument:
+      return True
+    return self.names.resolve(call.func) in _SAME_KIND_REST and any(
+        a is argument for a in call.args[position + 1:]) and (
+            position < len(call.args) and
+            self.is_optimizer(call.args[position]))
+
+  def argument_proven(self, call, argument) -> bool:
+    """``argument`` of ``call`` goes to a parameter of a function of this
+    module (called by name or through a jit/pmap/partial alias) that this
+    flow proves an optimizer: its uses there are rewritten with it."""
+    scope = self.scope_of(call)
+    function = self._callee(call, scope)
+    if function is None:
+      return False
+    bound = self.aliases.get((self._binding_scope(scope, call.func.id),
+                              call.func.id))
+    parameter = parameter_of(function, call, argument,
+                             len(bound.args) if bound else 0)
+    return parameter is not None and (self.scopes[function],
+                                      parameter) in self.alive
 
   def optimizer_or_dict(self, node) -> bool:
     """``node`` is an optimizer or a dict display on every path (a name:

@@ -19,8 +19,10 @@ then ``opt.apply_gradient(g, hyper_params=[hp0.replace(learning_rate=a),
 hp1.replace(learning_rate=b)])``, becomes ``opt.replace(opt_state=
 flax_optim_rules.set_learning_rates(opt.opt_state, [a, b])).apply_gradients(
 grads=g)`` (the unpacking is deleted), where the unpacked names are read only
-there, each in its own position, and only their learning rate is replaced:
-the other hyper-parameters stay the definition's, as they did. Stdlib only.
+there, each in its own position (``hps = opt.optimizer_def.hyper_params``
+read only as ``hps[0]``, ``hps[1]``, ... in those positions is the same),
+and only their learning rate is replaced: the other hyper-parameters stay
+the definition's, as they did. Stdlib only.
 """
 
 import ast
@@ -124,16 +126,27 @@ def multi_problem(planner, node) -> Optional[str]:
   return None
 
 
+# flax.optim's ModelParamTraversal was flax.traverse_util's, re-exported.
+_TRAVERSE_UTIL = 'flax.traverse_util.' + PARAM_TRAVERSAL
+
+
+def is_param_traversal(names, func) -> bool:
+  """``func`` names ModelParamTraversal: flax.optim's, or the same class
+  from flax.traverse_util (flax.optim re-exported it)."""
+  return names.legacy_class(func) == PARAM_TRAVERSAL or (
+      names.resolve(func) == _TRAVERSE_UTIL)
+
+
 def _is_traversal_value(planner, node) -> bool:
   names = planner.names
   if isinstance(node, ast.Call):
-    return names.legacy_class(node.func) == PARAM_TRAVERSAL
+    return is_param_traversal(names, node.func)
   if not isinstance(node, ast.Name):
     return False
   scope = planner.flow.binding_scope_of(node, node.id)
   values = [] if scope is None else scope.bindings.get(node.id, [])
   return len(values) == 1 and isinstance(values[0], ast.Call) and (
-      names.legacy_class(values[0].func) == PARAM_TRAVERSAL)
+      is_param_traversal(names, values[0].func))
 
 
 def plan_multi(planner, node, rules_module) -> Optional[str]:
@@ -157,76 +170,148 @@ def plan_traversal(planner, node, rules_module) -> Optional[str]:
   return None
 
 
-def _unpacked_from(planner, name_node):
-  """``(assign, index)`` when ``name_node`` is bound once, by the unpacking
-  ``(hp0, hp1, ...) = <optimizer>.optimizer_def.hyper_params``; else None."""
+def _hyper_params_of_optimizer(planner, value) -> bool:
+  """``value`` is ``<optimizer>.optimizer_def.hyper_params``."""
+  return (isinstance(value, ast.Attribute) and value.attr == 'hyper_params'
+          and isinstance(value.value, ast.Attribute) and
+          value.value.attr == 'optimizer_def' and
+          planner.flow.is_optimizer(value.value.value))
+
+
+def _bound_once(planner, name_node):
+  """The one value ``name_node``'s name is bound to where it is read (an
+  unpacked element as ``('item', value, index)``), or None."""
   scope = planner.flow.binding_scope_of(name_node, name_node.id)
   values = [] if scope is None else scope.bindings.get(name_node.id, [])
-  if len(values) != 1 or not (isinstance(values[0], tuple) and
-                              values[0][0] == 'item'):
+  return values[0] if len(values) == 1 else None
+
+
+def _part_index(node) -> Optional[int]:
+  """``k`` of ``hps[k]`` (a literal index, not negative), else None."""
+  if not (isinstance(node, ast.Subscript) and isinstance(
+      node.value, ast.Name) and isinstance(node.slice, ast.Constant)):
     return None
-  _, value, index = values[0]
+  index = node.slice.value
+  return index if type(index) is int and index >= 0 else None
+
+
+def _unpacked_from(planner, part):
+  """``(assign, index)`` when ``part`` reads one sub-optimizer's
+  hyper-parameters of an optimizer: a name bound once, by the unpacking
+  ``(hp0, hp1, ...) = <optimizer>.optimizer_def.hyper_params``, or
+  ``hps[k]`` where ``hps`` is bound once to that list; else None."""
+  index = _part_index(part)
+  if index is not None:
+    value = _bound_once(planner, part.value)
+    assign = planner.parents.get(value)
+    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and
+            isinstance(assign.targets[0], ast.Name) and
+            _hyper_params_of_optimizer(planner, value)):
+      return None
+    return assign, index
+  if not isinstance(part, ast.Name):
+    return None
+  value = _bound_once(planner, part)
+  if not (isinstance(value, tuple) and value[0] == 'item'):
+    return None
+  _, value, index = value
   assign = planner.parents.get(value)
   if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and
           isinstance(assign.targets[0], (ast.Tuple, ast.List)) and
           all(isinstance(t, ast.Name) for t in assign.targets[0].elts)):
     return None
-  if not (isinstance(value, ast.Attribute) and value.attr == 'hyper_params'
-          and isinstance(value.value, ast.Attribute) and
-          value.value.attr == 'optimizer_def' and
-          planner.flow.is_optimizer(value.value.value)):
+  if not _hyper_params_of_optimizer(planner, value):
     return None
   return assign, index
 
 
 def _rate_of(element):
-  """``E`` of a list element ``hp.replace(learning_rate=E)``, or None."""
+  """``E`` of a list element ``hp.replace(learning_rate=E)`` (``hp`` a name
+  or ``hps[k]``), or None."""
   if not (isinstance(element, ast.Call) and isinstance(
       element.func, ast.Attribute) and element.func.attr == 'replace' and
-          isinstance(element.func.value, ast.Name) and not element.args and
+          isinstance(element.func.value, (ast.Name, ast.Subscript)) and
+          not element.args and
           [k.arg for k in element.keywords] == ['learning_rate']):
     return None
   return element.keywords[0].value
 
 
+def _in_override_list(planner, part, position, parts) -> Optional[ast.AST]:
+  """The ``hyper_params=[...]`` list where ``part`` is read as
+  ``part.replace(learning_rate=...)`` at ``position`` (of ``parts``
+  elements, when known), else None."""
+  replace = planner.parents.get(part)
+  element = planner.parents.get(replace)
+  listed = planner.parents.get(element)
+  keyword = planner.parents.get(listed)
+  if not (isinstance(listed, (ast.List, ast.Tuple)) and
+          isinstance(keyword, ast.keyword) and
+          keyword.arg == 'hyper_params' and
+          _rate_of(element) is not None and
+          parts in (None, len(listed.elts)) and
+          listed.elts.index(element) == position):
+    return None
+  return listed
+
+
 def _override_lists(planner, assign) -> Optional[list]:
-  """The ``hyper_params=[...]`` lists that read the names ``assign``
-  unpacks, each name in its own position and only as
-  ``name.replace(learning_rate=...)``; None if any read is another."""
+  """The ``hyper_params=[...]`` lists that read what ``assign`` binds,
+  each sub-optimizer's part in its own position and only as
+  ``.replace(learning_rate=...)``; None if any read is another.
+
+  Unpacked names give the number of parts; ``hps[k]`` reads do not, and
+  each list holds its own ``hps[0]``, ``hps[1]``, ... in order (a list
+  of another length than the optimizer's parts fails in the rewrite as
+  the unpacking did)."""
   lists = []
-  names = assign.targets[0].elts
-  for position, target in enumerate(names):
+  target = assign.targets[0]
+  if isinstance(target, ast.Name):
     scope = planner.flow.binding_scope_of(target, target.id)
     for read in _reads(planner.flow, scope, target.id):
-      replace = planner.parents.get(read)
-      element = planner.parents.get(replace)
-      listed = planner.parents.get(element)
-      keyword = planner.parents.get(listed)
-      if not (isinstance(listed, (ast.List, ast.Tuple)) and
-              isinstance(keyword, ast.keyword) and
-              keyword.arg == 'hyper_params' and
-              _rate_of(element) is not None and
-              len(listed.elts) == len(names) and
-              listed.elts.index(element) == position):
+      subscript = planner.parents.get(read)
+      index = _part_index(subscript)
+      listed = None if index is None else _in_override_list(
+          planner, subscript, index, None)
+      if listed is None:
+        return None
+      lists.append(listed)
+    return lists
+  names = target.elts
+  for position, name in enumerate(names):
+    scope = planner.flow.binding_scope_of(name, name.id)
+    for read in _reads(planner.flow, scope, name.id):
+      listed = _in_override_list(planner, read, position, len(names))
+      if listed is None:
         return None
       lists.append(listed)
   return lists
 
 
 def hyper_params_unpacking(planner, node) -> Optional[ast.Assign]:
-  """The statement ``(hp0, ...) = node.hyper_params`` when ``node`` (an
-  optimizer's ``.optimizer_def``) is read only for it and its names only
-  feed ``hyper_params=[hp0.replace(learning_rate=...), ...]``."""
+  """The statement ``(hp0, ...) = node.hyper_params`` (or ``hps =
+  node.hyper_params``) when ``node`` (an optimizer's ``.optimizer_def``)
+  is read only for it and what it binds only feeds
+  ``hyper_params=[hp0.replace(learning_rate=...), ...]``."""
   value = planner.parents.get(node)
   assign = planner.parents.get(value)
   if not (isinstance(value, ast.Attribute) and
           value.attr == 'hyper_params' and isinstance(assign, ast.Assign)
-          and assign.value is value):
+          and assign.value is value and len(assign.targets) == 1):
     return None
-  targets = assign.targets[0].elts if len(assign.targets) == 1 and (
-      isinstance(assign.targets[0], (ast.Tuple, ast.List))) else []
-  if not targets or any(_unpacked_from(planner, t) is None for t in
-                        targets if isinstance(t, ast.Name)):
+  target = assign.targets[0]
+  if isinstance(target, ast.Name):
+    parts = [target]
+  elif isinstance(target, (ast.Tuple, ast.List)) and target.elts:
+    parts = target.elts
+  else:
+    return None
+  if any(not isinstance(p, ast.Name) for p in parts) or (
+      isinstance(target, ast.Name) and _bound_once(planner, target) is not
+      value):
+    return None
+  if isinstance(target, (ast.Tuple, ast.List)) and any(
+      _unpacked_from(planner, p) is None for p in parts):
     return None
   return assign if _override_lists(planner, assign) else None
 
@@ -237,8 +322,9 @@ def plan_hyper_params(planner, call, receiver, grads,
   ...])`` -> the rates set in the multi_optimizer state, then the step."""
   listed = call.keywords[0].value
   why = ('hyper_params=[...] maps only as a list of the names unpacked '
-         'from this optimizer\'s `.optimizer_def.hyper_params`, in their '
-         'order, each as `.replace(learning_rate=...)`')
+         'from this optimizer\'s `.optimizer_def.hyper_params` (or of '
+         '`hps[0]`, `hps[1]`, ... of that list), in their order, each as '
+         '`.replace(learning_rate=...)`')
   if not isinstance(listed, (ast.List, ast.Tuple)) or not listed.elts:
     return why
   rates = {}

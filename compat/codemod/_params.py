@@ -144,6 +144,8 @@ def solve(model, solve_givers) -> list:
     solve_givers()
     return []
   references = _references(model, candidates)
+  model.referenced_elsewhere = references
+  model.reference_candidates = set(candidates)
   verdicts, why = model.param_verdicts, model.param_why
   for key, found in references.items():
     function = candidates[key].node

@@ -81,6 +81,12 @@ HELD_IN_FIELD = 'optimizer_field'
 # one of these: what makes one, steps one, or types one.
 _GIVES_OPTIMIZER_WORDS = (b'create', b'apply_gradient', b'Optimizer',
                           b'replicate', b'restore_checkpoint')
+# What only a flax.optim Optimizer has, not the TrainState that replaces it:
+# a name used so (``opt.target``, ``opt.state.step``) takes an optimizer.
+_OPTIMIZER_ONLY = ('target', 'apply_gradient', 'optimizer_def',
+                   'compute_gradient', 'optimize', 'restore_state',
+                   'replicate', 'unreplicate')
+_OPTIMIZER_STATE_ONLY = ('step', 'param_states')  # of ``opt.state``
 # Decorators that leave who calls a method as it was.
 _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 
@@ -126,6 +132,9 @@ class Holder(NamedTuple):
   name: str  # the class's name
   fields: tuple  # its annotated fields in order: constructor positions
   field: str  # the optimizer field
+  # A NamedTuple: also read by position (``opt, mstate = tstate``,
+  # ``tstate[0]``), which no field name shows.
+  positional: bool = False
 
 
 def holders_in(path, tree, names) -> list:
@@ -137,10 +146,12 @@ def holders_in(path, tree, names) -> list:
     fields = [item for item in node.body if isinstance(
         item, ast.AnnAssign) and isinstance(item.target, ast.Name)]
     order = tuple(item.target.id for item in fields)
+    positional = any(ast.unparse(base).rpartition('.')[2] == 'NamedTuple'
+                     for base in node.bases)
     for item in fields:
       if _names.is_optimizer_annotation(names, item.annotation):
         found.append(Holder(path, item.lineno, node.name, order,
-                            item.target.id))
+                            item.target.id, positional))
   return found
 
 
@@ -274,6 +285,11 @@ class Model:
     # (FunctionDef, parameter) -> whether every call of the module function
     # from another module passes an optimizer there (``_params``).
     self.param_verdicts: dict = {}
+    # id(FunctionDef) of the module functions with parameters whose
+    # references from other modules ``_params`` finds, and those references
+    # (``called_elsewhere``, ``used_otherwise_elsewhere``).
+    self.reference_candidates: set = set()
+    self.referenced_elsewhere: dict = {}  # id(FunctionDef) -> [_Reference]
     self.param_why: dict = {}  # the same keys -> why a verdict is False
     if not links:
       return
@@ -840,13 +856,81 @@ class Model:
       self._mentions[key] = self._first_mention(node, path)
     return self._mentions[key]
 
-  def _first_mention(self, node, path: str) -> Optional[str]:
+  def called_elsewhere(self, node, path: str) -> Optional[str]:
+    """Where a module other than ``path`` may call its module function
+    ``node``: a reference the project resolves to it (``_params``), or for
+    a function without parameters, a place spelling its name
+    (``mention_elsewhere``); None: none may."""
+    mine = self._model_ids(node, path)
+    if mine and mine <= self.reference_candidates:
+      where = [self.referenced_elsewhere[key] for key in mine
+               if key in self.referenced_elsewhere]
+      return 'called from another module' if where else None
+    return self.mention_elsewhere(node, path)
+
+  def used_otherwise_elsewhere(self, node, path: str) -> Optional[str]:
+    """``path:line`` where another module refers to the module function
+    ``node`` of ``path`` other than by calling it (``jax.jit(m.step)``, a
+    callback): what it returns goes where migrate does not see."""
+    for key in self._model_ids(node, path):
+      for reference in self.referenced_elsewhere.get(key, ()):
+        if reference.call is None:
+          return f'{reference.path}:{reference.node.lineno}'
+    return None
+
+  def _model_ids(self, node, path) -> set:
+    """id() of the model's own parse of the module function ``node`` of
+    ``path`` (the planner parses the module again: the same def by its
+    name and line)."""
+    registered = [self.functions.get(f'{module}.{node.name}')
+                  for module in self.module_names_of.get(path, ())]
+    return {id(f.node) for f in registered
+            if f is not None and f.path == path and
+            f.node.lineno == node.lineno}
+
+  def mention_elsewhere(self, node, path: str) -> Optional[str]:
+    """``named at path:line`` for the first place outside the module at
+    ``path`` that spells the name of its function ``node`` (as
+    ``mention``): for a notebook's function, only another notebook that
+    does not define that name (one that may continue its kernel) counts;
+    None where none does."""
+    key = (path, node.lineno, node.name, 'elsewhere')
+    if key not in self._mentions:
+      self._mentions[key] = self._first_mention(
+          node, path, elsewhere=True, notebooks=is_notebook(path))
+    return self._mentions[key]
+
+  def passes_linked(self, call, argument, names) -> bool:
+    """``call`` passes ``argument`` to another module's function whose flow
+    proves that parameter an optimizer (the two modules are linked)."""
+    function = self.callee(call, names)
+    if function is None:
+      return False
+    parameter = _flow.parameter_of(function.node, call, argument)
+    return parameter is not None and bool(
+        self.param_verdicts.get((function.node, parameter))) and any(
+            link.kind in WHOLE_FLOW_KINDS and link.consumer_line ==
+            call.lineno and link.producer_path == function.path and
+            link.producer_line == function.node.lineno
+            for link in self.links)
+
+  def _first_mention(self, node, path: str, elsewhere=False,
+                     notebooks=False) -> Optional[str]:
     word, lines = node.name, range(node.lineno, node.end_lineno + 1)
     pattern = re.compile(rb'\b' + re.escape(word.encode()) + rb'\b')
-    if self._other_texts is None:
+    # A notebook defining (or assigning) that name calls its own; one
+    # naming it as an attribute (``training.train_step``) calls a module's.
+    defining = re.compile(rb'\bdef\s+%s\s*\(|(?<![.\w])%s\s*=(?!=)' % (
+        (re.escape(word.encode()),) * 2))
+    if notebooks:
+      pattern = re.compile(rb'(?<![.\w])' + re.escape(word.encode()) + rb'\b')
+    if self._other_texts is None and self._other_files is not None:
       self._other_texts = list(self._other_files())
-    for shown, text in [*sorted(self.sources.items()), *self._other_texts]:
-      if word.encode() not in text:
+    for shown, text in [*sorted(self.sources.items()),
+                        *(self._other_texts or ())]:
+      if word.encode() not in text or (elsewhere and shown == path) or (
+          notebooks and not (is_notebook(shown) and defining.search(
+              text) is None)):
         continue
       for found in pattern.finditer(text):
         at = text.count(b'\n', 0, found.start()) + 1
@@ -868,17 +952,9 @@ class Model:
     if not holders:
       return
     fields = {h.field for h in holders}
-    spells = _spells_any_of(fields | {h.name for h in holders})
     touching = []
-    for path, (source, tree) in sources.items():
-      if not spells(source):
-        continue
-      # A module the model did not read is parsed here (scan hands the
-      # model a parse callback instead of every tree).
-      tree = self.trees.get(path, tree)
-      tree = parse(path) if tree is None and parse else tree
-      if tree is None:
-        continue
+    for path, tree in self._trees_spelling(
+        fields | {h.name for h in holders}, sources, parse):
       touching.append((path, tree))
       if path not in self.names:  # names no flax.optim: declares otherwise
         self._declare_fields_otherwise(path, tree, fields)
@@ -899,6 +975,44 @@ class Model:
             f'makes, stores or reads the optimizer that '
             f'`{holder.name}.{holder.field}` holds (declared at '
             f'{holder.path}:{holder.line})', 'field'))
+    self._link_positional_reads(sources, parse)
+
+  def _trees_spelling(self, words, sources, parse):
+    """``(path, tree)`` of each project module whose source spells one of
+    ``words``; a module the model did not read is parsed here (scan hands
+    the model a parse callback instead of every tree), one that does not
+    parse is left out."""
+    spells = _spells_any_of(words)
+    for path, (source, tree) in sources.items():
+      if not spells(source):
+        continue
+      tree = self.trees.get(path, tree)
+      tree = parse(path) if tree is None and parse else tree
+      if tree is not None:
+        yield path, tree
+
+  def _link_positional_reads(self, sources, parse):
+    """A NamedTuple holder is a tuple: ``opt, mstate = tstate`` takes its
+    optimizer without naming the field, anywhere in the project (also in a
+    module that names nothing of flax). Where a module takes an element
+    at the field's position (for the class's number of fields) and uses it
+    as only a flax.optim Optimizer is used, what the field holds stays as
+    it is (a link of kind ``HELD``): which class the tuple is, is not
+    known there."""
+    holders = [h for h in self.holders if h.positional]
+    if not holders:
+      return
+    for path, tree in self._trees_spelling(
+        _OPTIMIZER_ONLY + _OPTIMIZER_STATE_ONLY, sources, parse):
+      for holder, line, code in _positional_reads(tree, holders):
+        self.links.append(Link(
+            holder.path, holder.line, holder.path, None, holder.line,
+            f'declares `{holder.name}.{holder.field}` a flax.optim '
+            f'Optimizer, and {path}:{line} takes element '
+            f'{holder.fields.index(holder.field)} of a tuple of '
+            f'{len(holder.fields)} and uses it as one (`{code}`): a '
+            f'{holder.name} read by position cannot be told from another '
+            'tuple there, so what the field holds stays as it is', HELD))
 
   def _declare_fields_otherwise(self, path, tree, fields):
     """Records the classes of a module the model did not read that declare
@@ -1006,9 +1120,15 @@ def _dotted(node, names) -> Optional[str]:
 def _holder_touches(tree, holders) -> list:
   """``[(holder, first line)]`` for each holder ``tree`` makes (a call of
   its class's name), stores into (a keyword of its field) or reads (an
-  attribute named like its field, also of a call's result)."""
+  attribute named like its field, also of a call's result).
+
+  An attribute of the field's name that is given a literal, or read only
+  to be compared with one, is no optimizer's (``config.optimizer =
+  'adam'`` in a config module; ``if config.optimizer == 'adam':``)."""
   first = {}
-  for node in ast.walk(tree):
+  parents = {child: node for node in ast.walk(tree)
+             for child in ast.iter_child_nodes(node)}
+  for node in parents:
     touched = []
     if isinstance(node, ast.Call):
       touched = [h for h, _ in field_stores(node, holders)]
@@ -1016,13 +1136,126 @@ def _holder_touches(tree, holders) -> list:
       called = func.id if isinstance(func, ast.Name) else getattr(
           func, 'attr', None)
       touched += [h for h in holders if h.name == called]
-    elif isinstance(node, ast.Attribute):
+    elif isinstance(node, ast.Attribute) and not _names_a_literal(
+        node, parents.get(node)):
       touched = [h for h in holders if h.field == node.attr]
     for holder in touched:
       if holder not in first or node.lineno < first[holder]:
         first[holder] = node.lineno
   return sorted(first.items(), key=lambda item: (item[0].path,
                                                  item[0].line))
+
+
+def _positions(target, arity) -> dict:
+  """``{name: position}`` of the names a tuple target unpacks from a tuple
+  of ``arity`` elements (a starred target takes none; one that cannot
+  unpack that many, nothing)."""
+  elements = target.elts
+  starred = [i for i, e in enumerate(elements) if isinstance(e, ast.Starred)]
+  if (not starred and len(elements) != arity) or len(elements) - len(
+      starred) > arity:
+    return {}
+  found = {}
+  for index, element in enumerate(elements):
+    if not isinstance(element, ast.Name):
+      continue
+    if not starred or index < starred[0]:
+      found[element.id] = index
+    elif index > starred[0]:
+      found[element.id] = arity - (len(elements) - index)
+  return found
+
+
+def _used_as_optimizer(node, parents) -> Optional[ast.AST]:
+  """The expression using ``node`` as only a flax.optim Optimizer is used
+  (``node.target``, ``node.state.step``), else None."""
+  attribute = parents.get(node)
+  if not (isinstance(attribute, ast.Attribute) and attribute.value is node):
+    return None
+  if attribute.attr in _OPTIMIZER_ONLY:
+    return attribute
+  outer = parents.get(attribute)
+  if attribute.attr == 'state' and isinstance(outer, ast.Attribute) and (
+      outer.attr in _OPTIMIZER_STATE_ONLY):
+    return outer
+  return None
+
+
+def _positional_reads(tree, holders) -> list:
+  """``[(holder, line, code)]``: where ``tree`` takes the element of a
+  tuple at a holder's optimizer field position (a name unpacked by an
+  assignment or a loop in one function, or ``t[k]``) and uses it as a
+  flax.optim Optimizer."""
+  parents = {child: node for node in ast.walk(tree)
+             for child in ast.iter_child_nodes(node)}
+  scopes = [tree] + [n for n in ast.walk(tree) if isinstance(
+      n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
+  found = []
+  for scope in scopes:
+    nodes = list(_own_scope_nodes(scope))
+    targets = [n.target if isinstance(n, (ast.For, ast.AsyncFor,
+                                          ast.comprehension)) else t
+               for n in nodes if isinstance(n, (
+                   ast.Assign, ast.For, ast.AsyncFor, ast.comprehension))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n])]
+    targets = [t for t in targets if isinstance(t, (ast.Tuple, ast.List))]
+    for holder in holders:
+      arity = len(holder.fields)
+      position = holder.fields.index(holder.field)
+      unpacked = {name for target in targets
+                  for name, at in _positions(target, arity).items()
+                  if at == position}
+      for node in nodes:
+        taken = isinstance(node, ast.Name) and isinstance(
+            node.ctx, ast.Load) and node.id in unpacked
+        if isinstance(node, ast.Subscript) and isinstance(
+            node.slice, ast.Constant) and type(node.slice.value) is int:
+          taken = node.slice.value in (position, position - arity)
+        use = _used_as_optimizer(node, parents) if taken else None
+        if use is not None:
+          found.append((holder, node.lineno, ast.unparse(use)[:60]))
+  return found
+
+
+def _own_scope_nodes(scope):
+  """The nodes of ``scope``'s own body (nested functions and lambdas are
+  scopes of their own; a comprehension's targets are its scope's)."""
+  stack = list(scope.body) if isinstance(
+      scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)) else [
+          scope.body]
+  while stack:
+    node = stack.pop()
+    yield node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.Lambda, ast.ClassDef)):
+      stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_literal(node) -> bool:
+  """A constant, an f-string, or a display of them (``-1.0``, ``('a',)``)."""
+  if isinstance(node, (ast.Constant, ast.JoinedStr)):
+    return True
+  if isinstance(node, ast.UnaryOp):
+    return _is_literal(node.operand)
+  if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+    return all(_is_literal(e) for e in node.elts)
+  if isinstance(node, ast.Dict):
+    return all(k is not None and _is_literal(k) for k in node.keys) and all(
+        _is_literal(v) for v in node.values)
+  return False
+
+
+def _names_a_literal(attribute, parent) -> bool:
+  """``attribute`` is assigned a literal (``x.optimizer = 'adam'``) or read
+  only for a comparison with literals (``x.optimizer == 'adam'``)."""
+  if isinstance(parent, ast.Assign) and attribute in parent.targets:
+    return _is_literal(parent.value)
+  if isinstance(parent, ast.Compare):
+    return all(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+               for op in parent.ops) and all(
+                   _is_literal(side) for side in [parent.left] +
+                   parent.comparators if side is not attribute)
+  return False
 
 
 def _first_line(item) -> int:

@@ -44,6 +44,7 @@ from typing import NamedTuple, Optional
 
 from compat import _lazy
 from compat.codemod import _codes
+from compat.codemod import _escape_analysis
 from compat.codemod import _flow
 from compat.codemod import _multi
 from compat.codemod import _names
@@ -54,12 +55,15 @@ from compat.codemod import _state_layout
 from compat.codemod import _user_rules
 from compat.codemod import _walk
 
+# An optimizer going on to code the rewrite cannot follow
+# (``_escape_analysis``).
+ESCAPE = 'optimizer_escape'
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
 FLOW_CONSTRUCTS = frozenset((
     'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
     'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
     'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
-    'optimizer_def', 'reexport', _project.HELD_IN_FIELD))
+    'optimizer_def', 'reexport', _project.HELD_IN_FIELD, ESCAPE))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
@@ -215,6 +219,13 @@ class Planner:
     start = self._offsets[node.lineno - 1] + node.col_offset
     end = self._offsets[node.end_lineno - 1] + node.end_col_offset
     return start, end
+
+  @property
+  def checkpoint_lines(self) -> frozenset:
+    """Lines where scan found a checkpoint or pickle write or read: what
+    goes there is reported (``CHECKPOINT_NOTE``, ``PICKLE_NOTE``)."""
+    return frozenset(f.line for f in self.findings
+                     if f.construct in NOTE_CONSTRUCTS)
 
   @property
   def parents(self) -> dict:
@@ -393,7 +404,10 @@ class Planner:
           reason = _multi.plan_multi(self, node, RULES_MODULE)
           if reason:
             leftovers.append(self._leftover(node, 'multi_optimizer', reason))
-        elif name == _multi.PARAM_TRAVERSAL:
+        elif name == _multi.PARAM_TRAVERSAL or (
+            _multi.is_param_traversal(self.names, node.func) and
+            _multi.traversal_problem(self, node) is None):
+          # (flax.traverse_util's, only where it goes into a MultiOptimizer)
           handled.add(node.lineno)
           reason = _multi.plan_traversal(self, node, RULES_MODULE)
           if reason:
@@ -441,6 +455,8 @@ class Planner:
             'live in the transform\'s state once injected: '
             'optax.tree_utils.tree_get(state.opt_state, name))')))
     leftovers += self._unproven_field_stores()
+    leftovers += [self._leftover(node, ESCAPE, why)
+                  for node, why in _escape_analysis.escapes(self)]
     for finding in self.findings:
       if finding.construct in NOTE_CONSTRUCTS and (
           finding.line not in self.legacy_layout_lines):
@@ -462,16 +478,27 @@ class Planner:
             finding.replacement))
     return self.edits[before:], leftovers
 
+  def _field_stores(self) -> list:
+    """``[(holder, value)]`` of every value this module stores in a field
+    annotated ``optim.Optimizer`` (the class called, ``.replace``)."""
+    model = self.names.model
+    holders = model.holders if model is not None else (
+        _project.holders_in(None, self.tree, self.names))
+    return [store for node in ast.walk(self.tree)
+            if isinstance(node, ast.Call)
+            for store in _project.field_stores(node, holders)]
+
+  def only_stored(self, name) -> bool:
+    """The name ``name`` binds optimizers or dict stand-ins and is read
+    only to be stored in an optimizer field (``_stores_alike``)."""
+    stored = {id(value) for _, value in self._field_stores()}
+    return self._stores_alike(name, stored)
+
   def _unproven_field_stores(self) -> list:
     """A value stored in a field annotated ``optim.Optimizer`` (the class
     called, ``.replace(optimizer=...)``) that this module cannot prove is
     an optimizer: its uses elsewhere would be rewritten while it stays."""
-    model = self.names.model
-    holders = model.holders if model is not None else (
-        _project.holders_in(None, self.tree, self.names))
-    stores = [store for node in ast.walk(self.tree)
-              if isinstance(node, ast.Call)
-              for store in _project.field_stores(node, holders)]
+    stores = self._field_stores()
     stored = {id(value) for _, value in stores}
     leftovers = []
     for holder, value in stores:

@@ -491,10 +491,11 @@ class _Visitor(ast.NodeVisitor):
       candidates = list(target.elts)  # save_checkpoint(d, (optimizer, ema))
     elif isinstance(target, ast.Dict):
       candidates = list(target.values)
-    elif isinstance(target, ast.Call):
-      # e.g. jax_utils.unreplicate(optimizer)
-      candidates = [target] + list(target.args)
-    found = [self.module.optimizer_confidence(c) for c in candidates]
+    # e.g. jax_utils.unreplicate(optimizer), also as a tuple's element
+    candidates += [a for c in candidates if isinstance(c, ast.Call)
+                   for a in c.args]
+    found = ['certain' if self.flow.is_optimizer(c) else
+             self.module.optimizer_confidence(c) for c in candidates]
     confidence = ('certain' if 'certain' in found else
                   'likely' if 'likely' in found else None)
     if confidence is not None:

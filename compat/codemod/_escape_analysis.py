@@ -1,0 +1,285 @@
+"""Where an optimizer goes that the rewrite cannot follow.
+
+migrate rewrites an optimizer's uses where its flow proves them
+(``_flow.OptimizerFlow``) and its ``.create`` into ``TrainState.create``.
+A value the flow proves an optimizer can still go on to code that reads
+it unproven: a dict or a list (``{'opt': opt}``), an attribute of an
+object no class declares an optimizer field of (``self.opt = opt``), an
+argument of a function whose parameter is not proven, a return of a
+method or of a function whose callers migrate does not see. Those readers
+stay as they were and would meet a TrainState (``bundle['opt'].target``:
+AttributeError). Each such place is a leftover of the module's flow, so
+the flow stays whole, as it was, with the reason.
+
+Where the value goes that migrate follows (an expression's parent):
+
+* an attribute of it (``opt.target``: rewritten, or left with a reason);
+* a name whose every binding the flow proves (its reads are checked
+  alike), a tuple unpacked into such names, a field of the user's classes
+  annotated ``optim.Optimizer`` (linked across modules, ``_project``);
+* an argument of a function of this module whose parameter the flow
+  proves, or of another module's function the project links the call to
+  (``_project.Link`` of kind 'call'); of a call that gives back what it
+  is given (``jax_utils.replicate``, ``restore_checkpoint``: its result is
+  checked in turn); of a checkpoint or pickle write (reported as such);
+  of ``print`` or ``logging``;
+* a return of a module function (or a def nested in a function, called
+  there by name) that only returns optimizers (its callers are proven by
+  it, here and in other modules), or a tuple returned by such a function
+  nothing outside its module names;
+* a comparison, a test, an f-string or ``'...'.format``, an expression
+  statement.
+
+Stdlib only.
+"""
+
+import ast
+from typing import Optional
+
+from compat.codemod import _names
+from compat.codemod import _project
+
+# Calls that only show a value (its text differs once it is a TrainState;
+# nothing reads an attribute of it).
+_SHOWN = ('print', 'repr', 'str')
+_SHOWN_PREFIXES = ('logging.', 'absl.logging.')
+
+
+def escapes(planner) -> list:
+  """``[(node, why)]``: each place of the planner's module where a value
+  its flow proves an optimizer goes on to code migrate cannot follow."""
+  found = []
+  for node in ast.walk(planner.tree):
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+      continue
+    if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
+      continue
+    if isinstance(node, ast.Attribute) and not isinstance(node.ctx,
+                                                          ast.Load):
+      continue
+    kind = _kind(planner, node)
+    if kind is None:
+      continue
+    why = _why_escapes(planner, node, kind)
+    if why:
+      found.append((node, why))
+  return found
+
+
+def _kind(planner, node):
+  """True: ``node`` is an optimizer (plain or replicated); a tuple: a call
+  returning a tuple with one; None: neither."""
+  flow = planner.flow
+  if flow.is_optimizer(node) or planner.replicated.is_optimizer(node):
+    return True
+  if isinstance(node, ast.Call):
+    kind = flow.tuple_kind(node)
+    if kind is not None and True in kind:
+      return kind
+  return None
+
+
+def _why_escapes(planner, node, kind) -> Optional[str]:
+  parent = planner.parents.get(node)
+  text = ast.unparse(node)[:60]
+  if isinstance(parent, ast.Attribute) and parent.value is node:
+    return None if kind is True else (
+        f'`{text}` gives a tuple holding an optimizer, read here by '
+        'attribute')
+  if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mod) and (
+      isinstance(parent.left, ast.Constant)) and parent.left is not node:
+    return None  # '%s' % x only shows it
+  if isinstance(parent, (ast.Expr, ast.Compare, ast.BoolOp, ast.If,
+                         ast.While, ast.IfExp, ast.Assert,
+                         ast.FormattedValue, ast.UnaryOp)):
+    if isinstance(parent, ast.IfExp) and parent.test is not node:
+      return _goes_into(parent, text)
+    return None
+  if isinstance(parent, ast.Subscript) and parent.value is node:
+    return None  # neither an Optimizer nor a TrainState is indexed
+  if isinstance(parent, (ast.Assign, ast.AnnAssign)) and (
+      parent.value is node):
+    return _assigned(planner, parent, node, kind, text)
+  if isinstance(parent, ast.Tuple) and kind is True:
+    return _in_tuple(planner, parent, node, text)
+  if isinstance(parent, ast.Return):
+    return _returned(planner, node, kind, text)
+  if kind is not True:
+    return (f'`{text}` gives a tuple holding an optimizer, which goes into '
+            f'`{ast.unparse(parent)[:60]}`, where migrate cannot follow it')
+  if isinstance(parent, ast.keyword):
+    call = planner.parents.get(parent)
+    return _passed(planner, call, node, text)
+  if isinstance(parent, ast.Call) and node in parent.args:
+    return _passed(planner, parent, node, text)
+  if isinstance(parent, ast.Call) and parent.func is node:
+    return None  # calling it fails alike
+  return _goes_into(parent, text)
+
+
+def _goes_into(parent, text) -> str:
+  return (f'the optimizer `{text}` goes into `{ast.unparse(parent)[:60]}`, '
+          'where migrate cannot follow it: code reading it there would meet '
+          'a TrainState')
+
+
+def _assigned(planner, assign, node, kind, text) -> Optional[str]:
+  targets = assign.targets if isinstance(assign, ast.Assign) else [
+      assign.target]
+  for target in targets:
+    why = _target_problem(planner, target, node, kind, text)
+    if why:
+      return why
+  return None
+
+
+def _target_problem(planner, target, node, kind, text) -> Optional[str]:
+  flow = planner.flow
+  if isinstance(target, ast.Name):
+    if kind is True and (flow.is_optimizer(target) or
+                         planner.replicated.is_optimizer(target) or
+                         planner.only_stored(target)):
+      return None  # (or with a dict stand-in, only stored in a field)
+    if kind is True:
+      return (f'`{target.id}` also holds values not provably a flax.optim '
+              'Optimizer (another assignment), so its uses stay as they are; '
+              f'the optimizer `{text}` would reach them')
+    return (f'`{target.id}` holds the tuple `{text}` gives, which migrate '
+            'does not follow into its uses')
+  if isinstance(target, (ast.Tuple, ast.List)) and kind is not True:
+    if len(target.elts) != len(kind) or any(
+        isinstance(e, ast.Starred) for e in target.elts):
+      return (f'the tuple `{text}` gives is unpacked into another number of '
+              'names')
+    for element, holds in zip(target.elts, kind):
+      if holds is True and not (isinstance(element, ast.Name) and (
+          flow.is_optimizer(element))):
+        return (f'`{ast.unparse(element)[:40]}` takes the optimizer of the '
+                f'tuple `{text}` gives and is not provably one where it is '
+                'read')
+    return None
+  if isinstance(target, ast.Attribute) and kind is True and (
+      flow.is_optimizer(target)):
+    return None  # a field of the user's class annotated optim.Optimizer
+  return (f'the optimizer `{text}` is stored in `{ast.unparse(target)[:60]}`, '
+          'where migrate cannot follow it: code reading it there would meet '
+          'a TrainState')
+
+
+def _in_tuple(planner, display, node, text) -> Optional[str]:
+  """An optimizer in a tuple display: unpacked into proven names, or
+  returned."""
+  outer = planner.parents.get(display)
+  if isinstance(outer, ast.Return):
+    return _returned(planner, display, None, text)
+  if isinstance(outer, ast.Call) and display in outer.args + [
+      k.value for k in outer.keywords] and (
+          outer.lineno in planner.checkpoint_lines or
+          planner.flow.keeps_kind(outer, display)):
+    return None  # a checkpoint of (opt, step): written or restored alike
+  if isinstance(outer, ast.Assign) and outer.value is display and all(
+      isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == len(
+          display.elts) for t in outer.targets):
+    index = display.elts.index(node)
+    for target in outer.targets:
+      element = target.elts[index]
+      if not (isinstance(element, ast.Name) and (
+          planner.flow.is_optimizer(element) or
+          planner.replicated.is_optimizer(element))):
+        return (f'`{ast.unparse(element)[:40]}` takes the optimizer '
+                f'`{text}` and is not provably one where it is read')
+    return None
+  return _goes_into(display, text)
+
+
+def _returned(planner, value, kind, text) -> Optional[str]:
+  """A return of ``value`` (an optimizer, or a tuple holding one)."""
+  flow = planner.flow
+  function = flow.scope_of(value).node
+  local = isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+      flow.local_home(function) is not None)
+  if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+      flow.functions.get(function.name) is not function):
+    where = 'a method' if _is_method(planner, function) else (
+        'a nested function or lambda')
+    return (f'`{text}` is returned by {where}, whose callers migrate does '
+            'not follow')
+  if function.name in flow.escaped:
+    return (f'`{text}` is returned by {function.name}(), which is used '
+            'otherwise than by calling it here, so its callers are not known')
+  model = planner.names.model
+  path = planner.names.path
+  if model is not None and path is not None and not local:
+    where = model.used_otherwise_elsewhere(function, path)
+    if where:
+      return (f'`{text}` is returned by {function.name}(), which {where} '
+              'uses otherwise than by calling it, so its callers are not '
+              'known')
+  if kind is True:
+    if flow.returns_optimizer(function):
+      return None
+    return (f'{function.name}() returns `{text}` on one path and something '
+            'not provably an optimizer on another: its callers cannot tell')
+  if local:
+    return None  # called only where its def is bound: followed there
+  where = None if model is None or path is None else model.called_elsewhere(
+      function, path)
+  if where:
+    return (f'{function.name}() returns a tuple holding the optimizer '
+            f'`{text}` and is {where}: callers there are not followed into '
+            'the tuple')
+  return None
+
+
+def _optimizer_class(planner, node) -> bool:
+  """``node`` names flax.optim's Optimizer class (also through a name bound
+  to it once, ``Optimizer = optim.Optimizer``): rewritten with the flow."""
+  if _names.is_optimizer_annotation(planner.names, node):
+    return True
+  if not isinstance(node, ast.Name):
+    return False
+  scope = planner.flow.binding_scope_of(node, node.id)
+  values = [] if scope is None else scope.bindings.get(node.id, [])
+  return len(values) == 1 and isinstance(values[0], ast.AST) and (
+      _names.is_optimizer_annotation(planner.names, values[0]))
+
+
+def _is_method(planner, function) -> bool:
+  return isinstance(planner.parents.get(function), ast.ClassDef)
+
+
+def _passed(planner, call, node, text) -> Optional[str]:
+  """An argument: to a proven parameter, a call keeping its kind, a
+  checkpoint write, or a call that only shows it."""
+  if call is None:
+    return _goes_into(node, text)
+  flow, names = planner.flow, planner.names
+  resolved = names.resolve(call.func)
+  if resolved is None and isinstance(call.func, ast.Name) and (
+      flow.binding_scope_of(call.func, call.func.id) is None):
+    resolved = call.func.id  # a builtin (print, isinstance)
+  if resolved is not None and (resolved in _SHOWN or resolved.startswith(
+      _SHOWN_PREFIXES)):
+    return None
+  if resolved == 'isinstance' and len(call.args) == 2 and (
+      call.args[0] is node) and _optimizer_class(planner, call.args[1]):
+    return None  # the class reference is rewritten with the flow
+  if isinstance(call.func, ast.Attribute) and call.func.attr == 'format' and (
+      isinstance(call.func.value, ast.Constant)):
+    return None  # '... {}'.format(x) only shows it
+  if flow.keeps_kind(call, node) or call.lineno in planner.checkpoint_lines:
+    return None
+  if flow.argument_proven(call, node) or (
+      planner.replicated.argument_proven(call, node)):
+    return None
+  model = names.model
+  if model is not None and model.passes_linked(call, node, names):
+    return None
+  holders = model.holders if model is not None else _project.holders_in(
+      None, planner.tree, names)
+  if any(value is node for _, value in _project.field_stores(call,
+                                                             holders)):
+    return None  # checked with the field's stores
+  return (f'the optimizer `{text}` is passed to '
+          f'`{ast.unparse(call.func)[:50]}(...)`, whose use of it migrate '
+          'does not prove: code there would meet a TrainState')
