@@ -19,7 +19,9 @@ Where the value goes that migrate follows (an expression's parent):
   annotated ``optim.Optimizer`` (linked across modules, ``_project``);
 * an argument of a function of this module whose parameter the flow
   proves, or of another module's function the project links the call to
-  (``_project.Link`` of kind 'call'); of a call that gives back what it
+  (``_project.Link`` of kind 'call'), or of a step another module's
+  factory returns, where that module proves the parameter (and what goes
+  there from here must be an optimizer too); of a call that gives back what it
   is given (``jax_utils.replicate``, ``restore_checkpoint``: its result is
   checked in turn); of a checkpoint or pickle write (reported as such);
   of ``print`` or ``logging``;
@@ -50,6 +52,8 @@ def escapes(planner) -> list:
   its flow proves an optimizer goes on to code migrate cannot follow."""
   found = []
   for node in ast.walk(planner.tree):
+    if isinstance(node, ast.Call):
+      found += _unproven_to_foreign_step(planner, node)
     if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
       continue
     if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
@@ -64,6 +68,27 @@ def escapes(planner) -> list:
     if why:
       found.append((node, why))
   return found
+
+
+def _unproven_to_foreign_step(planner, call) -> list:
+  """A step another module's factory returns migrates the parameters its
+  module proves optimizers: what this module passes there must be one
+  (the two modules are linked, so they migrate together or not at all)."""
+  step = planner.flow.foreign_step_of(call)
+  if step is None:
+    return []
+  if any(isinstance(a, ast.Starred) for a in call.args) or any(
+      k.arg is None for k in call.keywords):
+    return [(call, f'`{ast.unparse(call)[:60]}` passes arguments with * or '
+             f'** to the step {step.node.name}(), whose optimizer '
+             'parameters migrate')]
+  passed = dict(zip(step.parameters, call.args))
+  passed.update({k.arg: k.value for k in call.keywords})
+  return [(value, f'`{ast.unparse(value)[:60]}` is not provably an '
+           f'optimizer and goes in as `{name}` of the step '
+           f'{step.node.name}(), whose module migrates that parameter')
+          for name, value in passed.items()
+          if name in step.proven and not planner.flow.is_optimizer(value)]
 
 
 def _kind(planner, node):
@@ -272,6 +297,8 @@ def _passed(planner, call, node, text) -> Optional[str]:
   if flow.argument_proven(call, node) or (
       planner.replicated.argument_proven(call, node)):
     return None
+  if flow.argument_to_foreign_step(call, node):
+    return None  # the step's module is linked to this one
   model = names.model
   if model is not None and model.passes_linked(call, node, names):
     return None

@@ -161,6 +161,19 @@ class _Bound(NamedTuple):
   keywords: dict  # parameter -> (value node, scope)
 
 
+class StepSignature(NamedTuple):
+  """What a step a module factory returns takes and gives (its module's
+  flow proves it): seen from another module that calls the factory."""
+  node: ast.AST  # the step's FunctionDef (in its own module's tree)
+  kind: object  # what it returns: True, a tuple of kinds, or None
+  parameters: tuple  # its positional parameters' names
+  proven: tuple  # those its module proves optimizers
+  # It overrides hyper-parameters per step (``apply_gradient(g,
+  # learning_rate=lr)``): the definitions of what it is given take the rate
+  # as an injected hyper-parameter, wherever they are made.
+  overrides: bool = False
+
+
 class _Site(NamedTuple):
   """One call of a module function: directly or through an alias."""
   args: tuple  # ((value node, scope), ...)
@@ -191,6 +204,13 @@ class OptimizerFlow:
     # def of its name (``def update_fn`` in ``main``): called like a module
     # function where a read sees that binding. Name -> that scope.
     self._local_homes: dict[str, _Scope] = {}
+    # {factory name: (step name, reference)}: the steps module factories
+    # return (``_add_returned_steps``).
+    self.returned_steps: dict = {}
+    # (scope, name) -> the StepSignature of another module's step factory
+    # whose call the name is bound to once (``update = train.make_update(
+    # ...)``): its calls give what that step gives.
+    self.foreign_steps: dict = {}
     self.escaped: set[str] = set()  # functions used other than by a call
     self.calls: dict[str, list] = {}  # function name -> [(call, scope)]
     self.aliases: dict[tuple, _Bound] = {}  # (scope, name) -> the function
@@ -485,9 +505,11 @@ class OptimizerFlow:
     return self._lookup(scope, name) is None
 
   def _collect_aliases(self) -> set:
-    """Fills ``aliases``; returns the function references they consume."""
-    steps = self._add_returned_steps()
+    """Fills ``aliases`` (and ``foreign_steps``); returns the function
+    references they consume."""
+    steps = self.returned_steps = self._add_returned_steps()
     self._add_local_functions()
+    model = self.names.model
     for scope, name, value in self._alias_candidates:
       if isinstance(value, ast.Name):
         continue  # a plain rebinding: the name escapes as before
@@ -500,6 +522,12 @@ class OptimizerFlow:
       bound = self._unwrap(value, scope)
       if bound is not None and len(scope.bindings[name]) == 1:
         self.aliases[(scope, name)] = bound
+        continue
+      step = None if model is None or not isinstance(value, ast.Call) or (
+          self._callee(value, scope) is not None) else model.foreign_step(
+              value, self.names)
+      if step is not None and len(scope.bindings[name]) == 1:
+        self.foreign_steps[(scope, name)] = step
     return {bound.reference for bound in self.aliases.values()}
 
   def _binding_scope(self, scope, name) -> Optional[_Scope]:
@@ -595,6 +623,9 @@ class OptimizerFlow:
       returned = self._returned(value, scope)
       if returned is not None:
         return returned
+      foreign = self.foreign_step_of(value)
+      if foreign is not None and self.base is None:
+        return foreign.kind
       model = self.names.model
       if self.base is None and model is not None and (
           model.gives_optimizer(value, self.names)):
@@ -714,6 +745,48 @@ class OptimizerFlow:
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True
     return False
+
+  def step_signature(self, factory_name) -> Optional['StepSignature']:
+    """What the step module factory ``factory_name`` returns takes and
+    gives, where that involves an optimizer; else None."""
+    if factory_name not in self.returned_steps:
+      return None
+    step = self.functions[self.returned_steps[factory_name][0]]
+    scope = self.scopes[step]
+    returns = _names.own_returns(step)
+    kinds = [self._kind(v, scope) for v in returns if v is not None]
+    kind = kinds[0] if kinds and len(kinds) == len(returns) and all(
+        k == kinds[0] for k in kinds) else None
+    if not (kind is True or (isinstance(kind, tuple) and True in kind)):
+      kind = None
+    arguments = step.args.posonlyargs + step.args.args
+    proven = tuple(a.arg for a in arguments if (scope, a.arg) in self.alive)
+    if kind is None and not proven:
+      return None
+    overrides = any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and
+        n.func.attr == 'apply_gradient' and n.keywords
+        for n in self._own_nodes(step))
+    return StepSignature(step, kind, tuple(a.arg for a in arguments),
+                         proven, overrides)
+
+  def foreign_step_of(self, call) -> Optional['StepSignature']:
+    """The signature of another module's step that ``call`` runs through
+    a name bound to its factory's call."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+      return None
+    scope = self._binding_scope(self.scope_of(call), call.func.id)
+    return self.foreign_steps.get((scope, call.func.id))
+
+  def argument_to_foreign_step(self, call, argument) -> Optional[bool]:
+    """For a call of another module's step: whether ``argument`` goes to
+    a parameter that module proves an optimizer (None: not such a call,
+    or the argument binds no parameter)."""
+    step = self.foreign_step_of(call)
+    if step is None:
+      return None
+    parameter = parameter_of(step.node, call, argument)
+    return None if parameter is None else parameter in step.proven
 
   def tuple_kind(self, call) -> Optional[tuple]:
     """The element kinds of the tuple ``call`` returns, or None."""

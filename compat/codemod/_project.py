@@ -281,6 +281,15 @@ class Model:
     # that call them by name.
     self.optimizer_givers: set = set()
     self.optimizer_takers: set = set()
+    # FunctionDef -> _flow.StepSignature: module functions returning a step
+    # that takes or gives an optimizer (``make_update_fn(...)``), proven by
+    # their module's flow; a module calling one steps what it gives.
+    self.step_factories: dict = {}
+    # FunctionDef of the module functions that set hyper-parameters per
+    # step (``apply_gradient(g, learning_rate=lr)``), themselves or through
+    # another such function they name: a module handing them its optimizer
+    # must build its definitions with the rate injected.
+    self.rate_setters: set = set()
     self._called: set = set()  # factories with a call in the project
     # (FunctionDef, parameter) -> whether every call of the module function
     # from another module passes an optimizer there (``_params``).
@@ -317,6 +326,7 @@ class Model:
     that name one of them are read too (a test or script that only calls
     ``create_optimizer``)."""
     self.optimizer_givers, self.optimizer_takers = set(), set()
+    self.step_factories = {}
     flows: dict[str, _flow.OptimizerFlow] = {}
     for function in list(self.functions.values()):
       node = function.node
@@ -338,7 +348,13 @@ class Model:
       if flow.functions.get(node.name) is node and (
           flow.returns_optimizer(node)):
         self.optimizer_givers.add(node)
-    words = {n.name for n in self.optimizer_givers | self.optimizer_takers}
+      step = flow.step_signature(node.name) if flow.functions.get(
+          node.name) is node else None
+      if step is not None:
+        self.step_factories[node] = step
+    self._solve_rate_setters()
+    words = {n.name for n in self.optimizer_givers | self.optimizer_takers |
+             set(self.step_factories)}
     if words:
       self._read_modules_naming(words, sources, parse, unparsed)
 
@@ -394,6 +410,53 @@ class Model:
     found = self.functions.get(f'{module}.{function}') if module else None
     return None if found is None else table.get((found.node, parameter))
 
+  def _solve_rate_setters(self):
+    """``rate_setters``: a least fixpoint over the module functions of the
+    modules read."""
+    functions = {id(f.node): f for f in self.functions.values()
+                 if not f.is_method}
+    named: dict = {}  # id(FunctionDef) -> ids of the functions it names
+    setters = set()
+    for key, function in functions.items():
+      names = self.names[function.path]
+      named[key] = set()
+      for node in ast.walk(function.node):
+        if isinstance(node, ast.Call) and isinstance(
+            node.func, ast.Attribute) and node.func.attr == (
+                'apply_gradient') and node.keywords:
+          setters.add(key)
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+          other = self.functions.get(_dotted(node, names) or '')
+          if other is not None and id(other.node) in functions:
+            named[key].add(id(other.node))
+    changed = True
+    while changed:
+      changed = False
+      for key, others in named.items():
+        if key not in setters and others & setters:
+          setters.add(key)
+          changed = True
+    self.rate_setters = {functions[key].node for key in setters}
+
+  def names_rate_setter(self, tree, names, path) -> bool:
+    """The module ``tree`` of ``path`` names another module's function
+    that sets hyper-parameters per step (``rate_setters``)."""
+    if not self.rate_setters:
+      return False
+    for _, _, dotted in _names.references(tree, names):
+      function = self.functions.get(dotted)
+      if function is not None and function.path != path and (
+          function.node in self.rate_setters):
+        return True
+    return False
+
+  def foreign_step(self, call, names) -> Optional[_flow.StepSignature]:
+    """The step ``call`` (of another module's step factory) returns."""
+    function = self.callee(call, names)
+    if function is None or function.is_method:
+      return None
+    return self.step_factories.get(function.node)
+
   def gives_optimizer(self, call, names) -> bool:
     """A call of another module's function that returns an optimizer."""
     function = self.callee(call, names)
@@ -402,7 +465,8 @@ class Model:
   def _link_optimizer_calls(self, path, tree):
     """A whole-flow link per call of another module's function that gives
     or takes an optimizer: what one module makes, the other uses."""
-    functions = self.optimizer_givers | self.optimizer_takers
+    functions = self.optimizer_givers | self.optimizer_takers | set(
+        self.step_factories)
     if not functions:
       return
     names = self.names[path]
@@ -417,7 +481,7 @@ class Model:
           function.path, function.node.lineno, path, node.lineno,
           node.lineno, f'calls {function.node.name}() '
           f'({function.path}:{function.node.lineno}), which gives or '
-          'takes a flax.optim Optimizer', 'call'))
+          'takes a flax.optim Optimizer (or a step that does)', 'call'))
 
   def _read(self, path, tree):
     dotted = self.module_names_of.get(path) or [None]

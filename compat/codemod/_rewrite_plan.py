@@ -374,8 +374,12 @@ class Planner:
     leftovers = self._reexport_leftovers()
     overrides = [f for f in self.findings
                  if f.construct == 'apply_gradient_overrides']
+    model = self.names.model
     self.inject = bool(overrides) or (self.rate_set_elsewhere and not any(
-        f.construct == 'apply_gradient' for f in self.findings))
+        f.construct == 'apply_gradient' for f in self.findings)) or any(
+            step.overrides for step in self.flow.foreign_steps.values()) or (
+                model is not None and model.names_rate_setter(
+                    self.tree, self.names, self.names.path))
     handled = set()
     for node in ast.walk(self.tree):
       if isinstance(node, ast.ClassDef) and (
