@@ -1660,3 +1660,23 @@ def test_other_positional_reads_leave_the_namedtuple_flow_migrated(tmp_path):
         'main.py': _POSITIONAL_MAIN})
     assert not results['state.py'].plan.leftovers, what
     assert b'train_state.TrainState.create(' in results['state.py'].new, what
+
+
+def test_a_config_giving_the_field_name_a_literal_is_no_link(tmp_path):
+  # score_sde's and scenic's configs: `config.optimizer = 'adam'` in a
+  # module naming nothing of flax, and the name compared with a literal.
+  # Neither is an optimizer's: the flow migrates, and the report does not
+  # name the config module as one of its links.
+  config = ("import ml_collections_stub as mc\n\n\ndef get_config():\n"
+            "  config = mc.ConfigDict()\n  config.optimizer = 'momentum'\n"
+            "  if config.optimizer == 'momentum':\n"
+            "    config.beta = 0.9\n  return config\n")
+  project, migrated, results = _migrated(
+      tmp_path, {**_PACKAGE, 'pkg/config.py': config})
+  _assert_fully_migrated(results)
+  assert results['pkg/config.py'].new == results['pkg/config.py'].old
+  _assert_trains_alike(project, migrated, 'pkg.train')
+  held = _migrated(tmp_path / 'held', {
+      **_PACKAGE, 'pkg/config.py': config.replace("'momentum'\n",
+                                                  "make()\n", 1)})[2]
+  _assert_unchanged(held)

@@ -176,6 +176,23 @@ def field_stores(call, holders) -> list:
   return stores
 
 
+def attribute_stores(tree, holders) -> list:
+  """``[(holder, value)]``: what ``tree`` assigns to an attribute named
+  like a holder's optimizer field (``state.optimizer = value``; the
+  receiver's class cannot be told, so every such field's). A literal is
+  no optimizer, before or after (``config.optimizer = 'adam'``)."""
+  stores = []
+  for node in _walk.statements(tree):
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and (
+        node.value is not None and not _is_literal(node.value)):
+      targets = node.targets if isinstance(node, ast.Assign) else [
+          node.target]
+      stores += [(holder, node.value) for target in targets
+                 if isinstance(target, ast.Attribute)
+                 for holder in holders if holder.field == target.attr]
+  return stores
+
+
 class _ReturnsOf(NamedTuple):
   name: str  # the function's name
   values: list  # its own returns' values (None: a bare return)

@@ -490,7 +490,8 @@ class Planner:
         _project.holders_in(None, self.tree, self.names))
     return [store for node in ast.walk(self.tree)
             if isinstance(node, ast.Call)
-            for store in _project.field_stores(node, holders)]
+            for store in _project.field_stores(node, holders)] + (
+                _project.attribute_stores(self.tree, holders))
 
   def only_stored(self, name) -> bool:
     """The name ``name`` binds optimizers or dict stand-ins and is read
