@@ -247,6 +247,9 @@ def _returned(planner, value, kind, text) -> Optional[str]:
             'not provably an optimizer on another: its callers cannot tell')
   if local:
     return None  # called only where its def is bound: followed there
+  if model is not None and path is not None and model.gives_tuple(
+      function, path):
+    return None  # its callers elsewhere are linked and unpack it
   where = None if model is None or path is None else model.called_elsewhere(
       function, path)
   if where:

@@ -627,9 +627,10 @@ class OptimizerFlow:
       if foreign is not None and self.base is None:
         return foreign.kind
       model = self.names.model
-      if self.base is None and model is not None and (
-          model.gives_optimizer(value, self.names)):
-        return True  # another module's function, proven there
+      given = None if self.base is not None or model is None else (
+          model.returned_kind(value, self.names))
+      if given is not None:
+        return given  # another module's function, proven there
       jitted = jitted_create(value, self.names)
       if jitted is not None:
         return True if self.base is None and self.is_def(
@@ -686,6 +687,20 @@ class OptimizerFlow:
     if not self._returns_open and self._solved:
       self._returned_memo[function] = kind
     return kind
+
+  def returned_kind(self, function):
+    """True where every return of the module function ``function`` is an
+    optimizer, the tuple of element kinds where every return is a tuple
+    of those kinds holding one (proven in this module), else None."""
+    returns = _names.own_returns(function)
+    if not returns or None in returns:
+      return None
+    kinds = [self._kind(value, self.scopes[function]) for value in returns]
+    kind = kinds[0]
+    if not all(k == kind for k in kinds):
+      return None
+    return kind if kind is True or (isinstance(kind, tuple) and
+                                    True in kind) else None
 
   def returns_optimizer(self, function) -> bool:
     """Every return of the module function ``function`` is an optimizer

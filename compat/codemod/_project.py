@@ -307,6 +307,10 @@ class Model:
     # another such function they name: a module handing them its optimizer
     # must build its definitions with the rate injected.
     self.rate_setters: set = set()
+    # FunctionDef -> the element kinds of the tuple every return of a
+    # module function gives, holding an optimizer (``return opt, loss``):
+    # its callers in other modules unpack it (linked like givers).
+    self.tuple_givers: dict = {}
     self._called: set = set()  # factories with a call in the project
     # (FunctionDef, parameter) -> whether every call of the module function
     # from another module passes an optimizer there (``_params``).
@@ -343,7 +347,7 @@ class Model:
     that name one of them are read too (a test or script that only calls
     ``create_optimizer``)."""
     self.optimizer_givers, self.optimizer_takers = set(), set()
-    self.step_factories = {}
+    self.step_factories, self.tuple_givers = {}, {}
     flows: dict[str, _flow.OptimizerFlow] = {}
     for function in list(self.functions.values()):
       node = function.node
@@ -362,16 +366,19 @@ class Model:
       if flow is None:
         flow = flows[function.path] = _flow.OptimizerFlow(
             self.trees[function.path], names)
-      if flow.functions.get(node.name) is node and (
-          flow.returns_optimizer(node)):
+      kind = flow.returned_kind(node) if flow.functions.get(
+          node.name) is node else None
+      if kind is True:
         self.optimizer_givers.add(node)
+      elif kind is not None:
+        self.tuple_givers[node] = kind
       step = flow.step_signature(node.name) if flow.functions.get(
           node.name) is node else None
       if step is not None:
         self.step_factories[node] = step
     self._solve_rate_setters()
     words = {n.name for n in self.optimizer_givers | self.optimizer_takers |
-             set(self.step_factories)}
+             set(self.step_factories) | set(self.tuple_givers)}
     if words:
       self._read_modules_naming(words, sources, parse, unparsed)
 
@@ -474,16 +481,28 @@ class Model:
       return None
     return self.step_factories.get(function.node)
 
-  def gives_optimizer(self, call, names) -> bool:
-    """A call of another module's function that returns an optimizer."""
+  def returned_kind(self, call, names):
+    """What a call of another module's function returns: True (an
+    optimizer), a tuple of element kinds holding one, or None."""
     function = self.callee(call, names)
-    return function is not None and function.node in self.optimizer_givers
+    if function is None:
+      return None
+    if function.node in self.optimizer_givers:
+      return True
+    return self.tuple_givers.get(function.node)
+
+  def gives_tuple(self, node, path) -> bool:
+    """The module function ``node`` of ``path`` (another parse of it)
+    returns a tuple holding an optimizer that its callers in other modules
+    are linked to and unpack (``tuple_givers``)."""
+    return any(key in {id(n) for n in self.tuple_givers}
+               for key in self._model_ids(node, path))
 
   def _link_optimizer_calls(self, path, tree):
     """A whole-flow link per call of another module's function that gives
     or takes an optimizer: what one module makes, the other uses."""
     functions = self.optimizer_givers | self.optimizer_takers | set(
-        self.step_factories)
+        self.step_factories) | set(self.tuple_givers)
     if not functions:
       return
     names = self.names[path]
