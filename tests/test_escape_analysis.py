@@ -297,18 +297,25 @@ def _train_both(tmp_path, project, results, module, params, batches):
   return runs
 
 
-def test_a_step_from_another_modules_factory_is_followed(tmp_path):
-  project, results = _migrate_project(
-      tmp_path, {'steps.py': _STEP_MODULE, 'user.py': _STEP_USER})
+def _assert_migrates_whole_and_trains_alike(tmp_path, files):
+  """``files`` migrate with nothing left, and ``user.train`` of both
+  trees gives the same bits; returns the results by file name."""
+  project, results = _migrate_project(tmp_path, files)
   for name, result in results.items():
     assert not result.plan.leftovers, (name, result.plan.leftovers)
-  assert b'return opt.params' in results['user.py'].new
-  assert b'jax.grad(loss)(opt.params)' in results['steps.py'].new
   params = {'w': jnp.arange(3.0)}
   batches = [jnp.full(3, 0.5 * k) for k in range(1, 4)]
-  old, migrated = _train_both(tmp_path, project, results, 'user', params,
-                              batches)
-  assert old.tobytes() == migrated.tobytes()
+  old, new = _train_both(tmp_path, project, results, 'user', params,
+                         batches)
+  assert old.tobytes() == new.tobytes()
+  return results
+
+
+def test_a_step_from_another_modules_factory_is_followed(tmp_path):
+  results = _assert_migrates_whole_and_trains_alike(
+      tmp_path, {'steps.py': _STEP_MODULE, 'user.py': _STEP_USER})
+  assert b'return opt.params' in results['user.py'].new
+  assert b'jax.grad(loss)(opt.params)' in results['steps.py'].new
 
 
 def test_an_unproven_value_given_to_another_modules_step_keeps_both(
@@ -360,16 +367,9 @@ def train(params, batches):
     opt = steps.update(opt, batch, 0.1 / (index + 1))
   return opt.target
 '''}
-  project, results = _migrate_project(tmp_path, files)
-  for name, result in results.items():
-    assert not result.plan.leftovers, (name, result.plan.leftovers)
+  results = _assert_migrates_whole_and_trains_alike(tmp_path, files)
   assert b'inject_learning_rate(flax_optim_rules.adam)' in results[
       'user.py'].new
-  params = {'w': jnp.arange(3.0)}
-  batches = [jnp.full(3, 0.5 * k) for k in range(1, 4)]
-  old, new = _train_both(tmp_path, project, results, 'user', params,
-                         batches)
-  assert old.tobytes() == new.tobytes()
 
 
 # flax's ppo and pixelcnn examples: a module function returns
@@ -402,16 +402,9 @@ def train(params, batches):
 
 
 def test_a_tuple_another_modules_function_returns_is_followed(tmp_path):
-  project, results = _migrate_project(
+  results = _assert_migrates_whole_and_trains_alike(
       tmp_path, {'steps.py': _TUPLE_STEPS, 'user.py': _TUPLE_USER})
-  for name, result in results.items():
-    assert not result.plan.leftovers, (name, result.plan.leftovers)
   assert b'return opt.params' in results['user.py'].new
-  params = {'w': jnp.arange(3.0)}
-  batches = [jnp.full(3, 0.5 * k) for k in range(1, 4)]
-  old, new = _train_both(tmp_path, project, results, 'user', params,
-                         batches)
-  assert old.tobytes() == new.tobytes()
 
 
 def test_a_tuple_kept_whole_by_another_module_keeps_the_flow(tmp_path):
