@@ -38,8 +38,8 @@ Stdlib only.
 import ast
 from typing import Optional
 
+from compat.codemod import _flow
 from compat.codemod import _names
-from compat.codemod import _project
 
 # Calls that only show a value (its text differs once it is a TrainState;
 # nothing reads an attribute of it).
@@ -54,12 +54,8 @@ def escapes(planner) -> list:
   for node in ast.walk(planner.tree):
     if isinstance(node, ast.Call):
       found += _unproven_to_foreign_step(planner, node)
-    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-      continue
-    if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)):
-      continue
-    if isinstance(node, ast.Attribute) and not isinstance(node.ctx,
-                                                          ast.Load):
+    if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)) or (
+        not isinstance(getattr(node, 'ctx', ast.Load()), ast.Load)):
       continue
     kind = _kind(planner, node)
     if kind is None:
@@ -82,8 +78,8 @@ def _unproven_to_foreign_step(planner, call) -> list:
     return [(call, f'`{ast.unparse(call)[:60]}` passes arguments with * or '
              f'** to the step {step.node.name}(), whose optimizer '
              'parameters migrate')]
-  passed = dict(zip(step.parameters, call.args))
-  passed.update({k.arg: k.value for k in call.keywords})
+  passed = {_flow.parameter_of(step.node, call, value): value
+            for value in call.args + [k.value for k in call.keywords]}
   return [(value, f'`{ast.unparse(value)[:60]}` is not provably an '
            f'optimizer and goes in as `{name}` of the step '
            f'{step.node.name}(), whose module migrates that parameter')
@@ -305,10 +301,7 @@ def _passed(planner, call, node, text) -> Optional[str]:
   model = names.model
   if model is not None and model.passes_linked(call, node, names):
     return None
-  holders = model.holders if model is not None else _project.holders_in(
-      None, planner.tree, names)
-  if any(value is node for _, value in _project.field_stores(call,
-                                                             holders)):
+  if any(value is node for _, value in planner.field_stores):
     return None  # checked with the field's stores
   return (f'the optimizer `{text}` is passed to '
           f'`{ast.unparse(call.func)[:50]}(...)`, whose use of it migrate '

@@ -26,6 +26,7 @@ from typing import NamedTuple, Optional
 from compat.codemod import _names
 from compat.codemod import _removals
 from compat.codemod import _state_layout
+from compat.codemod import _walk
 
 _ANY = object()  # an element of a returned tuple that is not an optimizer
 # Wrappers (also as decorators, also through functools.partial) whose
@@ -60,10 +61,8 @@ _SAME_KIND.update({old: _SAME_KIND[name] for name in tuple(_SAME_KIND)
 # Of those, the calls whose later positional arguments are trees of the
 # first one's structure (``tree_map(f, new, old)``): of its kind too.
 _SAME_KIND_REST = frozenset(
-    name for name in _SAME_KIND
-    if _SAME_KIND[name] == _SAME_KIND['jax.tree_util.tree_map'] and (
-        name == 'jax.tree_util.tree_map' or
-        name in _removals.removed_spellings('jax.tree_util.tree_map')))
+    ('jax.tree_util.tree_map',
+     *_removals.removed_spellings('jax.tree_util.tree_map')))
 
 
 # What ``jax.jit`` may be given besides the function where a jitted
@@ -141,6 +140,14 @@ def parameter_of(function, call, argument, bound=0) -> Optional[str]:
   return named[positions[0] + bound].arg
 
 
+def sets_hyper_params(node) -> bool:
+  """``node`` is a step overriding hyper-parameters
+  (``opt.apply_gradient(g, learning_rate=lr)``)."""
+  return isinstance(node, ast.Call) and isinstance(
+      node.func, ast.Attribute) and node.func.attr == 'apply_gradient' and (
+          bool(node.keywords))
+
+
 def _simple_name_bindings(target, value, out):
   """(name, value-or-element-path) pairs of one assignment target."""
   if isinstance(target, ast.Name):
@@ -166,7 +173,6 @@ class StepSignature(NamedTuple):
   flow proves it): seen from another module that calls the factory."""
   node: ast.AST  # the step's FunctionDef (in its own module's tree)
   kind: object  # what it returns: True, a tuple of kinds, or None
-  parameters: tuple  # its positional parameters' names
   proven: tuple  # those its module proves optimizers
   # It overrides hyper-parameters per step (``apply_gradient(g,
   # learning_rate=lr)``): the definitions of what it is given take the rate
@@ -244,22 +250,10 @@ class OptimizerFlow:
       for extra in (node.args.vararg, node.args.kwarg):
         if extra is not None:
           scope.bindings.setdefault(extra.arg, []).append('unknown')
-    for child in self._body_nodes(node):
+    for child in _walk.scope_nodes(node):
       self._scope_of[child] = scope
       self._collect_node(child, scope)
 
-  def _body_nodes(self, node):
-    """Nodes of ``node``'s own scope (nested functions become scopes)."""
-    stack = list(ast.iter_child_nodes(node))
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-      stack = list(node.body)
-    while stack:
-      child = stack.pop()
-      yield child
-      if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                            ast.Lambda, ast.ClassDef)):
-        continue
-      stack.extend(ast.iter_child_nodes(child))
 
   def _collect_node(self, child, scope):
     if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -317,7 +311,7 @@ class OptimizerFlow:
     self.scopes[node] = scope
     for arg in node.args.args + node.args.kwonlyargs:
       scope.bindings.setdefault(arg.arg, []).append('unknown')
-    for child in self._body_nodes(node):
+    for child in _walk.scope_nodes(node):
       self._scope_of[child] = scope
       self._collect_node(child, scope)
 
@@ -611,14 +605,8 @@ class OptimizerFlow:
     if isinstance(value, (ast.Tuple, ast.List)):
       return tuple(self.is_optimizer(e, scope) or _ANY for e in value.elts)
     if isinstance(value, ast.Call):
-      same = _SAME_KIND.get(self.names.resolve(value.func))
-      if same is not None:
-        position, keyword = same
-        argument = next((k.value for k in value.keywords
-                         if k.arg == keyword), None)
-        if argument is None and position < len(value.args) and not any(
-            isinstance(a, ast.Starred) for a in value.args[:position + 1]):
-          argument = value.args[position]
+      if self.names.resolve(value.func) in _SAME_KIND:
+        argument = self._kept_argument(value)
         return None if argument is None else self._kind(argument, scope)
       returned = self._returned(value, scope)
       if returned is not None:
@@ -705,11 +693,7 @@ class OptimizerFlow:
   def returns_optimizer(self, function) -> bool:
     """Every return of the module function ``function`` is an optimizer
     (proven in this module; what its callers pass proves nothing here)."""
-    returns = [n.value for n in self._own_nodes(function)
-               if isinstance(n, ast.Return)]
-    return bool(returns) and None not in returns and all(
-        self._kind(value, self.scopes[function]) is True
-        for value in returns)
+    return self.returned_kind(function) is True
 
   def _callee(self, call, scope):
     """The module function a call runs (directly or via an alias), or None."""
@@ -723,8 +707,9 @@ class OptimizerFlow:
     # (a local name shadows any module function)
     return self.functions[name] if self._sees_function(scope, name) else None
 
-  def _own_nodes(self, function):
-    return list(self._body_nodes(function))
+  @staticmethod
+  def _own_nodes(function):
+    return list(_walk.scope_nodes(function))
 
   def _lookup(self, scope, name) -> Optional[_Scope]:
     """The innermost scope (below module level) binding ``name``."""
@@ -767,23 +752,14 @@ class OptimizerFlow:
     if factory_name not in self.returned_steps:
       return None
     step = self.functions[self.returned_steps[factory_name][0]]
-    scope = self.scopes[step]
-    returns = _names.own_returns(step)
-    kinds = [self._kind(v, scope) for v in returns if v is not None]
-    kind = kinds[0] if kinds and len(kinds) == len(returns) and all(
-        k == kinds[0] for k in kinds) else None
-    if not (kind is True or (isinstance(kind, tuple) and True in kind)):
-      kind = None
+    kind = self.returned_kind(step)
     arguments = step.args.posonlyargs + step.args.args
-    proven = tuple(a.arg for a in arguments if (scope, a.arg) in self.alive)
+    proven = tuple(a.arg for a in arguments
+                   if (self.scopes[step], a.arg) in self.alive)
     if kind is None and not proven:
       return None
-    overrides = any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and
-        n.func.attr == 'apply_gradient' and n.keywords
-        for n in self._own_nodes(step))
-    return StepSignature(step, kind, tuple(a.arg for a in arguments),
-                         proven, overrides)
+    overrides = any(sets_hyper_params(n) for n in self._own_nodes(step))
+    return StepSignature(step, kind, proven, overrides)
 
   def foreign_step_of(self, call) -> Optional['StepSignature']:
     """The signature of another module's step that ``call`` runs through
@@ -808,23 +784,31 @@ class OptimizerFlow:
     kind = self._kind(call, self.scope_of(call))
     return kind if isinstance(kind, tuple) else None
 
+  def _kept_argument(self, call) -> Optional[ast.AST]:
+    """The argument a ``_SAME_KIND`` call gives back in kind (by its
+    keyword or position), or None."""
+    position, keyword = _SAME_KIND[self.names.resolve(call.func)]
+    argument = next((k.value for k in call.keywords if k.arg == keyword),
+                    None)
+    if argument is None and position < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+      argument = call.args[position]
+    return argument
+
   def keeps_kind(self, call, argument) -> bool:
     """``argument`` is what ``call`` gives back in kind (``replicate(x)``,
     ``restore_checkpoint(d, x)``): its result is an optimizer in turn."""
-    same = _SAME_KIND.get(self.names.resolve(call.func))
-    if same is None:
+    resolved = self.names.resolve(call.func)
+    if resolved not in _SAME_KIND or any(
+        isinstance(a, ast.Starred) for a in call.args):
       return False
-    position, keyword = same
-    if any(isinstance(a, ast.Starred) for a in call.args):
-      return False
-    if any(k.arg == keyword and k.value is argument for k in call.keywords):
+    kept = self._kept_argument(call)
+    if kept is argument:
       return True
-    if position < len(call.args) and call.args[position] is argument:
-      return True
-    return self.names.resolve(call.func) in _SAME_KIND_REST and any(
+    position = _SAME_KIND[resolved][0]
+    return resolved in _SAME_KIND_REST and kept is not None and any(
         a is argument for a in call.args[position + 1:]) and (
-            position < len(call.args) and
-            self.is_optimizer(call.args[position]))
+            self.is_optimizer(kept))
 
   def argument_proven(self, call, argument) -> bool:
     """``argument`` of ``call`` goes to a parameter of a function of this

@@ -301,17 +301,11 @@ def hyper_params_unpacking(planner, node) -> Optional[ast.Assign]:
     return None
   target = assign.targets[0]
   if isinstance(target, ast.Name):
-    parts = [target]
-  elif isinstance(target, (ast.Tuple, ast.List)) and target.elts:
-    parts = target.elts
-  else:
-    return None
-  if any(not isinstance(p, ast.Name) for p in parts) or (
-      isinstance(target, ast.Name) and _bound_once(planner, target) is not
-      value):
-    return None
-  if isinstance(target, (ast.Tuple, ast.List)) and any(
-      _unpacked_from(planner, p) is None for p in parts):
+    if _bound_once(planner, target) is not value:
+      return None
+  elif not (isinstance(target, (ast.Tuple, ast.List)) and target.elts and
+            all(isinstance(p, ast.Name) and _unpacked_from(planner, p)
+                is not None for p in target.elts)):
     return None
   return assign if _override_lists(planner, assign) else None
 

@@ -445,9 +445,7 @@ class Model:
       names = self.names[function.path]
       named[key] = set()
       for node in ast.walk(function.node):
-        if isinstance(node, ast.Call) and isinstance(
-            node.func, ast.Attribute) and node.func.attr == (
-                'apply_gradient') and node.keywords:
+        if _flow.sets_hyper_params(node):
           setters.add(key)
         elif isinstance(node, (ast.Name, ast.Attribute)):
           other = self.functions.get(_dotted(node, names) or '')
@@ -495,8 +493,8 @@ class Model:
     """The module function ``node`` of ``path`` (another parse of it)
     returns a tuple holding an optimizer that its callers in other modules
     are linked to and unpack (``tuple_givers``)."""
-    return any(key in {id(n) for n in self.tuple_givers}
-               for key in self._model_ids(node, path))
+    return bool(self._model_ids(node, path) & {
+        id(giver) for giver in self.tuple_givers})
 
   def _link_optimizer_calls(self, path, tree):
     """A whole-flow link per call of another module's function that gives
@@ -1017,13 +1015,13 @@ class Model:
   def _first_mention(self, node, path: str, elsewhere=False,
                      notebooks=False) -> Optional[str]:
     word, lines = node.name, range(node.lineno, node.end_lineno + 1)
-    pattern = re.compile(rb'\b' + re.escape(word.encode()) + rb'\b')
+    escaped = re.escape(word.encode())
     # A notebook defining (or assigning) that name calls its own; one
     # naming it as an attribute (``training.train_step``) calls a module's.
     defining = re.compile(rb'\bdef\s+%s\s*\(|(?<![.\w])%s\s*=(?!=)' % (
-        (re.escape(word.encode()),) * 2))
-    if notebooks:
-      pattern = re.compile(rb'(?<![.\w])' + re.escape(word.encode()) + rb'\b')
+        escaped, escaped))
+    pattern = re.compile((rb'(?<![.\w])' if notebooks else rb'\b') + escaped +
+                         rb'\b')
     if self._other_texts is None and self._other_files is not None:
       self._other_texts = list(self._other_files())
     for shown, text in [*sorted(self.sources.items()),
@@ -1292,7 +1290,7 @@ def _positional_reads(tree, holders) -> list:
       n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
   found = []
   for scope in scopes:
-    nodes = list(_own_scope_nodes(scope))
+    nodes = list(_walk.scope_nodes(scope))
     targets = [n.target if isinstance(n, (ast.For, ast.AsyncFor,
                                           ast.comprehension)) else t
                for n in nodes if isinstance(n, (
@@ -1315,20 +1313,6 @@ def _positional_reads(tree, holders) -> list:
         if use is not None:
           found.append((holder, node.lineno, ast.unparse(use)[:60]))
   return found
-
-
-def _own_scope_nodes(scope):
-  """The nodes of ``scope``'s own body (nested functions and lambdas are
-  scopes of their own; a comprehension's targets are its scope's)."""
-  stack = list(scope.body) if isinstance(
-      scope, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)) else [
-          scope.body]
-  while stack:
-    node = stack.pop()
-    yield node
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                             ast.Lambda, ast.ClassDef)):
-      stack.extend(ast.iter_child_nodes(node))
 
 
 def _is_literal(node) -> bool:

@@ -40,6 +40,7 @@ file would mix the two kinds of object) and all are listed.
 """
 
 import ast
+import functools
 from typing import NamedTuple, Optional
 
 from compat import _lazy
@@ -220,7 +221,7 @@ class Planner:
     end = self._offsets[node.end_lineno - 1] + node.end_col_offset
     return start, end
 
-  @property
+  @functools.cached_property
   def checkpoint_lines(self) -> frozenset:
     """Lines where scan found a checkpoint or pickle write or read: what
     goes there is reported (``CHECKPOINT_NOTE``, ``PICKLE_NOTE``)."""
@@ -482,9 +483,11 @@ class Planner:
             finding.replacement))
     return self.edits[before:], leftovers
 
-  def _field_stores(self) -> list:
+  @functools.cached_property
+  def field_stores(self) -> list:
     """``[(holder, value)]`` of every value this module stores in a field
-    annotated ``optim.Optimizer`` (the class called, ``.replace``)."""
+    annotated ``optim.Optimizer`` (the class called, ``.replace``, an
+    attribute assigned); read once, asked per value by the escape check."""
     model = self.names.model
     holders = model.holders if model is not None else (
         _project.holders_in(None, self.tree, self.names))
@@ -496,14 +499,14 @@ class Planner:
   def only_stored(self, name) -> bool:
     """The name ``name`` binds optimizers or dict stand-ins and is read
     only to be stored in an optimizer field (``_stores_alike``)."""
-    stored = {id(value) for _, value in self._field_stores()}
+    stored = {id(value) for _, value in self.field_stores}
     return self._stores_alike(name, stored)
 
   def _unproven_field_stores(self) -> list:
     """A value stored in a field annotated ``optim.Optimizer`` (the class
     called, ``.replace(optimizer=...)``) that this module cannot prove is
     an optimizer: its uses elsewhere would be rewritten while it stays."""
-    stores = self._field_stores()
+    stores = self.field_stores
     stored = {id(value) for _, value in stores}
     leftovers = []
     for holder, value in stores:

@@ -43,3 +43,18 @@ def statements(tree: ast.AST) -> Iterator[ast.AST]:
     node = todo.popleft()
     todo.extend(statement_children(node))
     yield node
+
+
+def scope_nodes(node: ast.AST) -> Iterator[ast.AST]:
+  """The nodes of ``node``'s own scope: a function's body, or any other
+  node's children, not entering the functions, lambdas and classes nested
+  in it (scopes of their own; they themselves are yielded)."""
+  stack = list(node.body) if isinstance(
+      node, (ast.FunctionDef, ast.AsyncFunctionDef)) else list(
+          ast.iter_child_nodes(node))
+  while stack:
+    child = stack.pop()
+    yield child
+    if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                              ast.Lambda, ast.ClassDef)):
+      stack.extend(ast.iter_child_nodes(child))
