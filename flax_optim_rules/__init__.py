@@ -109,6 +109,45 @@ traversal_labels = _multi.traversal_labels
 weight_norm = _weight_norm.weight_norm
 
 
+# flax.optim's update rules by class name; ``legacy_optim``'s catalogue
+# names each rule's module, and ``tests/test_catalogue.py`` checks that
+# the two agree.
+_RULES_BY_CLASS_NAME: dict[str, Callable[..., optax.GradientTransformation]]
+_RULES_BY_CLASS_NAME = {
+    'AdaBelief': adabelief,
+    'Adadelta': adadelta,
+    'Adafactor': adafactor,
+    'Adagrad': adagrad,
+    'Adam': adam,
+    'GradientDescent': sgd,
+    'LAMB': lamb,
+    'LARS': lars,
+    'Momentum': momentum,
+    'RMSProp': rmsprop,
+}
+
+
+def rule_named(name: str) -> Callable[..., optax.GradientTransformation]:
+  """This package's function for the flax.optim rule class named ``name``.
+
+  ``rule_named('Adam')`` is ``adam``. It takes the same keywords as the
+  class did, so a definition chosen by name when the program runs,
+  ``getattr(flax.optim, name)(**hyper_params)``, becomes
+  ``rule_named(name)(**hyper_params)``: the same rule, bit for bit (what
+  ``flax-optim-compat migrate`` writes).
+
+  Raises:
+    ValueError: ``name`` is no flax.optim update rule (``MultiOptimizer``
+      and ``WeightNorm`` wrap other rules and have their own functions:
+      ``multi_optimizer``, ``weight_norm``).
+  """
+  if not isinstance(name, str) or name not in _RULES_BY_CLASS_NAME:
+    raise ValueError(
+        f'rule_named({name!r}): not the class name of a flax.optim update '
+        f'rule; expected one of {", ".join(sorted(_RULES_BY_CLASS_NAME))}')
+  return _RULES_BY_CLASS_NAME[name]
+
+
 def inject_learning_rate(
     factory: Callable[..., optax.GradientTransformation] | _rule_def.RuleDef):
   """``optax.inject_hyperparams(factory)`` injecting only ``learning_rate``.
@@ -176,6 +215,7 @@ __all__ = (
     'replace_optimizer_state',
     'restore_state',
     'rmsprop',
+    'rule_named',
     'scale_by_legacy_adafactor',
     'scale_by_legacy_lars',
     'set_learning_rates',

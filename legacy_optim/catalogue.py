@@ -436,7 +436,8 @@ def stock_exact() -> frozenset:
 
 def migrate_call(name: str, given: Mapping[str, str],
                  defaults: Mapping[str, Optional[str]],
-                 inject: bool = False, prefer_stock: bool = True) -> str:
+                 inject: bool = False, prefer_stock: bool = True,
+                 rate_from_mapping: bool = False) -> str:
   """The expression ``migrate`` writes for ``flax.optim.<name>(...)``.
 
   Args:
@@ -450,6 +451,9 @@ def migrate_call(name: str, given: Mapping[str, str],
     prefer_stock: spell the rules in ``stock_exact`` with their stock
       alias; False where it cannot be written (a weight decay that is not
       a literal: whether it is zero is known only when the program runs).
+    rate_from_mapping: a ``**`` mapping written after these keywords
+      starts the injected rate (``**{'learning_rate': 0.0, **mapping}``),
+      so it is not set here.
 
   Returns:
     The stock alias for the rules in ``stock_exact`` (a non-zero weight
@@ -460,7 +464,7 @@ def migrate_call(name: str, given: Mapping[str, str],
   # Only a rate neither given nor defaulted starts at 0.0 (the stock path
   # passes the call's values as ``defaults``).
   rate = given.get('learning_rate', defaults.get('learning_rate'))
-  if inject and rate in (None, 'None'):
+  if inject and rate in (None, 'None') and not rate_from_mapping:
     given = {'learning_rate': '0.0', **{
         k: v for k, v in given.items() if k != 'learning_rate'}}
   if prefer_stock and name in stock_exact():

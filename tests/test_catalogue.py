@@ -18,6 +18,7 @@ import string
 import jax.numpy as jnp
 import pytest
 
+import flax_optim_rules
 import legacy_optim
 from legacy_optim import base
 from legacy_optim import catalogue
@@ -50,6 +51,25 @@ def test_every_built_in_definition_is_catalogued():
                 and v.__module__ == module.__name__}
   assert defined - {'OptimizerDef', 'MultiOptimizer',
                     'ReplicatedOptimizer'} == set(NAMES)
+
+
+@pytest.mark.parametrize('name', catalogue.RULE_NAMES)
+def test_rule_named_is_the_rules_function_of_the_catalogued_module(name):
+  # What migrate writes for getattr(flax.optim, name)(...): the function
+  # named after the rule's module, with the class's own keywords.
+  function = flax_optim_rules.rule_named(name)
+  assert function is getattr(flax_optim_rules,
+                             catalogue.BY_NAME[name].module)
+  constructor = inspect.signature(_class(catalogue.BY_NAME[name]).__init__)
+  assert list(inspect.signature(function).parameters) == list(
+      constructor.parameters)[1:]
+
+
+@pytest.mark.parametrize('name', ['WeightNorm', 'MultiOptimizer', 'adam', 3])
+def test_rule_named_refuses_what_is_no_update_rule(name):
+  with pytest.raises(ValueError, match=r'rule_named\(.*expected one of '
+                     r'AdaBelief, Adadelta'):
+    flax_optim_rules.rule_named(name)
 
 
 @pytest.mark.parametrize('name', NAMES)

@@ -851,7 +851,8 @@ def test_hyper_params_read_for_more_than_a_rate_keep_the_flow():
 # literal passed with ``**`` (``Adam(**adam_kwargs)``) and the rate set per
 # step. flax_optim_rules' functions take flax.optim's keywords, so a ``**``
 # mapping passes on as it is; a rate injected per step starts at 0.0 where
-# nothing sets it, which is certain only where the mapping's keys are known.
+# nothing sets it: ``learning_rate=0.0`` where the mapping's keys are known,
+# else ``**{'learning_rate': 0.0, **mapping}`` (the mapping's own rate wins).
 _SPREAD = b'''import jax
 from flax import optim
 
@@ -889,24 +890,36 @@ def test_any_mapping_passed_with_stars_goes_on_where_no_rate_is_injected(
   _assert_trains_like_the_original(source, new, tmp_path, 'spread_any')
 
 
-def test_a_mapping_that_may_set_the_injected_rate_keeps_the_flow():
+def test_a_mapping_that_may_set_the_injected_rate_starts_it(tmp_path):
+  # Whatever the mapping holds, its rate (if any) starts the injected one,
+  # as it set flax.optim's definition; each step then sets its own.
   changed = {
       'built by a call': (b"{'beta1': 0.8, 'beta2': 0.99, 'eps': 1e-6}",
                           b"dict(beta1=0.8)"),
       'changed later': (b"'eps': 1e-6}\n",
                         b"'eps': 1e-6}\nADAM_KWARGS['eps'] = 1e-7\n"),
-      'updated': (b"'eps': 1e-6}\n",
-                  b"'eps': 1e-6}\nADAM_KWARGS.update(eps=1e-7)\n"),
       'setting the rate': (b"'eps': 1e-6}", b"'learning_rate': 0.1}"),
   }
   for what, (old, new_text) in changed.items():
     source = _SPREAD.replace(old, new_text)
     new, plan = migrate.migrate_source(source, 'stage.py')
-    assert new == source, what
-    reasons = [left.reason for left in plan.leftovers
-               if left.construct == 'algorithm']
-    assert any('**ADAM_KWARGS' in r and 'learning_rate' in r
-               for r in reasons), (what, plan.leftovers)
+    assert not plan.leftovers, (what, plan.leftovers)
+    assert (b"flax_optim_rules.inject_learning_rate(flax_optim_rules.adam)("
+            b"**{'learning_rate': 0.0, **ADAM_KWARGS})") in new, what
+    _assert_trains_like_the_original(source, new, tmp_path,
+                                     'spread_' + what.replace(' ', '_'))
+
+
+def test_two_mappings_that_may_each_set_the_injected_rate_keep_the_flow():
+  source = _SPREAD.replace(
+      b'optim.Adam(**ADAM_KWARGS)',
+      b'optim.Adam(**ADAM_KWARGS, **dict(eps=1e-7))').replace(
+          b"'eps': 1e-6}", b"}\nADAM_KWARGS.update(eps=1e-7)")
+  new, plan = migrate.migrate_source(source, 'stage.py')
+  assert new == source
+  assert any('may each set learning_rate' in left.reason
+             for left in plan.leftovers if left.construct == 'algorithm'), (
+                 plan.leftovers)
 
 
 def test_the_stock_tier_leaves_a_mapping_passed_with_stars():
@@ -971,3 +984,83 @@ def test_a_pickled_optimizer_is_a_checkpoint_the_report_notes(tmp_path):
   assert [(n.line, n.construct) for n in plan.notes] == [(dumps,
                                                           'checkpoint')]
   assert 'the pickle now holds a TrainState' in plan.notes[0].reason
+
+
+# uncertainty-baselines' JFT scripts (and other vision_transformer-era
+# code): the rule chosen by its class name from the config,
+# ``getattr(flax.optim, name)(**config.optim)``, its rate set per step.
+# flax_optim_rules.rule_named(name) is that rule's function, which takes
+# the class's keywords: the same rule whichever the name.
+_BY_NAME = b'''import flax
+import jax
+
+CONFIG = {'optim_name': NAME, 'optim': HYPER_PARAMS}
+
+
+def create_optimizer(params):
+  opt_def = getattr(flax.optim, CONFIG['optim_name'])(
+      **CONFIG.get('optim', {}))
+  return opt_def.create(params)
+''' + _TRAIN_LOOP.replace(
+    b'apply_gradient(grad)', b'apply_gradient(grad, learning_rate=0.05)')
+
+_NAMED_RULES = {
+    b"'Momentum'": b"{'beta': 0.8, 'nesterov': True}",
+    b"'Adam'": b"{'beta1': 0.8, 'weight_decay': 1e-3}",
+    b"'LARS'": b'{}',
+    b"'Adafactor'": b"{'learning_rate': 0.1, 'min_dim_size_to_factor': 1}",
+}
+
+
+def test_a_rule_chosen_by_name_is_found_and_migrates(tmp_path):
+  for name, hyper_params in _NAMED_RULES.items():
+    source = _BY_NAME.replace(b'NAME', name).replace(b'HYPER_PARAMS',
+                                                     hyper_params)
+    constructs = {(f.line, f.construct)
+                  for f in scan.scan_source(source, 'train.py')}
+    assert {(8, 'optimizer_def'), (10, 'create'),
+            (18, 'apply_gradient_overrides')} <= constructs, constructs
+    new, plan = migrate.migrate_source(source, 'train.py')
+    assert not plan.leftovers, (name, plan.leftovers)
+    assert (b'flax_optim_rules.inject_learning_rate(flax_optim_rules.'
+            b"rule_named(CONFIG['optim_name']))(**{'learning_rate': 0.0, "
+            b"**CONFIG.get('optim', {})})") in new, new.decode()
+    assert b'flax.optim' not in new and b'legacy_optim' not in new
+    _assert_trains_like_the_original(source, new, tmp_path,
+                                     'by_name_' + name.decode().strip("'"))
+
+
+def test_a_rule_chosen_by_name_without_a_per_step_rate(tmp_path):
+  source = _BY_NAME.replace(b'NAME', b"'Momentum'").replace(
+      b'HYPER_PARAMS', b"{'learning_rate': 0.1, 'beta': 0.8}").replace(
+          b', learning_rate=0.05)', b')')
+  new, plan = migrate.migrate_source(source, 'train.py')
+  assert not plan.leftovers, plan.leftovers
+  assert (b"flax_optim_rules.rule_named(CONFIG['optim_name'])("
+          b"**CONFIG.get('optim', {}))") in new
+  _assert_trains_like_the_original(source, new, tmp_path, 'by_name_fixed')
+
+
+def test_a_rule_chosen_by_name_that_cannot_be_mapped_keeps_its_flow():
+  source = _BY_NAME.replace(b'NAME', b"'Adam'").replace(b'HYPER_PARAMS',
+                                                        b'{}')
+  cases = {
+      'stock': (source, 'stock', 'no stock alias can be named'),
+      'by position': (source.replace(
+          b"**CONFIG.get('optim', {}))", b'0.1, 0.9)'), 'exact',
+                      'mapped only by keyword'),
+  }
+  for what, (changed, tier, reason) in cases.items():
+    new, plan = migrate.migrate_source(changed, 'train.py', tier)
+    assert new == changed, what
+    assert any(reason in left.reason for left in plan.leftovers
+               if left.construct == 'algorithm'), (what, plan.leftovers)
+
+
+def test_getattr_with_a_default_is_no_rule_chosen_by_name():
+  # getattr(flax.optim, name, None) may give anything: not a definition.
+  source = _BY_NAME.replace(b'NAME', b"'Adam'").replace(
+      b'HYPER_PARAMS', b'{}').replace(
+          b"CONFIG['optim_name'])", b"CONFIG['optim_name'], None)")
+  constructs = {f.construct for f in scan.scan_source(source, 'train.py')}
+  assert 'optimizer_def' not in constructs and 'create' not in constructs

@@ -33,6 +33,9 @@ HAND_BUILT = ('an Optimizer built by hand from a definition, a state and a '
               'TrainState.create(apply_fn=..., params=target, tx=the '
               "definition's transform), state) (migrate writes it where the "
               'definition is provably a flax.optim OptimizerDef)')
+# ``legacy_class`` of ``getattr(flax.optim, name)``: one of the rules, which
+# one the program decides when it runs (``flax_optim_rules.rule_named``).
+RULE_BY_NAME = 'getattr(flax.optim, name)'
 _OPTIONAL = ('typing.Optional',)
 OPTIMIZER_NAME = re.compile(r'(^|_)(opt|optim|optimizer)(_|$)|optimizer',
                              re.IGNORECASE)
@@ -688,13 +691,31 @@ class ModuleNames:
     return path, None
 
   def legacy_class(self, node) -> Optional[str]:
-    """'Adam', 'MultiOptimizer', ... if ``node`` names a flax.optim class."""
+    """'Adam', 'MultiOptimizer', ... if ``node`` names a flax.optim class;
+    ``RULE_BY_NAME`` for ``getattr(flax.optim, name)`` (the name not a
+    literal)."""
+    if isinstance(node, ast.Call):
+      return self._class_by_name(node)
     path = self.resolve(node)
     if path and path.startswith('flax.optim.'):
       return path.rsplit('.', 1)[1]
     if isinstance(node, ast.Name) and node.id in self.user_defs:
       return node.id
     return None
+
+  def _class_by_name(self, call) -> Optional[str]:
+    """``getattr(flax.optim, 'Adam')`` names Adam; ``getattr(flax.optim,
+    name)`` one of the update rules (research code read the name from its
+    config). A default (a third argument) or a rebound ``getattr`` is
+    something else."""
+    if not (isinstance(call.func, ast.Name) and call.func.id == 'getattr' and
+            'getattr' not in self.bindings and len(call.args) == 2 and
+            not call.keywords and self.resolve(call.args[0]) == 'flax.optim'):
+      return None
+    name = call.args[1]
+    if isinstance(name, ast.Constant):
+      return name.value if isinstance(name.value, str) else None
+    return None if isinstance(name, ast.Starred) else RULE_BY_NAME
 
   def _collect_classes(self):
     changed = True
@@ -720,7 +741,8 @@ class ModuleNames:
     if name is None:
       return self.user_rule(node)
     return (
-        name in ALGORITHMS or name in self.user_defs or name in (
+        name in ALGORITHMS or name == RULE_BY_NAME or name in self.user_defs
+        or name in (
             'OptimizerDef', 'MultiOptimizer', 'WeightNorm',
             'ReplicatedOptimizer'))
 

@@ -399,7 +399,7 @@ class Planner:
           leftovers.append(self._leftover(node, 'multi_optimizer', reason))
       elif isinstance(node, ast.Call):
         name = self.names.legacy_class(node.func)
-        if name in _CATALOGUE.BY_NAME:
+        if name in _CATALOGUE.BY_NAME or name == _names.RULE_BY_NAME:
           handled.add(node.lineno)
           reason = self._plan_algorithm(node, name)
           if reason:
@@ -636,6 +636,8 @@ class Planner:
     return given
 
   def _plan_algorithm(self, node, name) -> Optional[str]:
+    if name == _names.RULE_BY_NAME:
+      return self._plan_rule_by_name(node)
     if name == _CATALOGUE.WEIGHT_NORM.name and self.tier == 'exact':
       return self._plan_weight_norm(node, name)
     if name not in _RULE_NAMES:
@@ -713,6 +715,8 @@ class Planner:
     ``spreads``: the ``**`` mappings the call passes on after ``given``
     (which may hold the rate)."""
     reason = None if spreads else self._missing_rate(given)
+    merged, reason = self._rate_mapping(given, spreads) if not reason else (
+        None, reason)
     if reason:
       return reason
     params = [p for p, _ in _names.legacy_signatures()[name]]
@@ -720,43 +724,90 @@ class Planner:
              for p in params if p in given}
     # A missing rate is set before every step (tree_set).
     call = _CATALOGUE.migrate_call(name, texts, {}, self.inject,
-                                   prefer_stock=stock)
+                                   prefer_stock=stock,
+                                   rate_from_mapping=merged is not None)
+    return self._edit_rule_call(node, call, given, spreads, merged)
+
+  def _rate_mapping(self, given, spreads) -> tuple:
+    """``(mapping, reason)``: the one ``**`` mapping that may set the rate
+    a step injects where the call gives none, written
+    ``**{'learning_rate': 0.0, **mapping}``: 0.0 unless the mapping sets it,
+    as flax.optim took it from there (``learning_rate=0.0, **mapping``
+    would pass it twice). ``(None, None)``: nothing to merge (the rate is
+    given or not injected, or the mappings are dict literals without it);
+    a reason where two mappings may each set it."""
+    if not self.inject or 'learning_rate' in given:
+      return None, None
+    setting = [spread for spread in spreads if 'learning_rate' in (
+        _literal_dict_keys(spread, self.tree) or {'learning_rate'})]
+    if len(setting) > 1:
+      return None, (
+          f'`**{self.text(setting[0])}` and `**{self.text(setting[1])}` may '
+          'each set learning_rate, which a rate set per step starts at 0.0 '
+          'where none does: it cannot be mapped with certainty')
+    return (setting[0] if setting else None), None
+
+  def _edit_rule_call(self, node, call, given, spreads, merged):
+    """Writes ``call`` (a rule's call text with placeholders for
+    ``given``), the ``**`` mappings passed on after its keywords;
+    ``merged``: the one that may set the injected rate."""
     parts = {f'spread{i}': spread for i, spread in enumerate(spreads)}
-    if parts:
+    texts = ["**{{'learning_rate': 0.0, **{%s}}}" % part if spread is merged
+             else '**{%s}' % part for part, spread in parts.items()]
+    if texts:
       call = call[:-1] + (', ' if not call.endswith('()') else '') + (
-          ', '.join('**{%s}' % part for part in parts)) + ')'
+          ', '.join(texts)) + ')'
     self.imports.append((RULES_MODULE, None, None))
     if self.inject:
       self._require_tx_imports()  # optax.tree_utils.tree_set per step
     self.edit(node, call, 'algorithm', **given, **parts)
     return None
 
+  def _plan_rule_by_name(self, node) -> Optional[str]:
+    """``getattr(flax.optim, name)(**kw)`` -> ``flax_optim_rules.rule_named(
+    name)(**kw)``: the rules' functions take the classes' keywords, and each
+    takes the rate first (the only position every rule shares)."""
+    if self.tier == 'stock':
+      return ('the rule is chosen by name when the program runs, so no '
+              'stock alias can be named for it (the exact tier writes '
+              f'{RULES_MODULE}.rule_named(name)(...))')
+    if len(node.args) > 1 or any(isinstance(a, ast.Starred)
+                                 for a in node.args):
+      return ('hyper-parameters of a rule chosen by name are mapped only by '
+              'keyword (after the rate, each rule orders them its own way)')
+    given = dict(zip(['learning_rate'], node.args))
+    given.update({k.arg: k.value for k in node.keywords if k.arg})
+    spreads = [k.value for k in node.keywords if k.arg is None]
+    reason = None if spreads else self._missing_rate(given)
+    merged, reason = self._rate_mapping(given, spreads) if not reason else (
+        None, reason)
+    if reason:
+      return reason
+    texts = {p: 'None' if _flow.is_none(v) else '{%s}' % p
+             for p, v in given.items()}
+    if self.inject and 'learning_rate' not in given and merged is None:
+      texts = {'learning_rate': '0.0', **texts}  # set before every step
+    factory = f'{RULES_MODULE}.rule_named({{rule_name}})'
+    if self.inject:
+      factory = f'{RULES_MODULE}.inject_learning_rate({factory})'
+    call = factory + '(' + ', '.join(f'{k}={v}' for k, v in texts.items()) + ')'
+    return self._edit_rule_call(node, call, {
+        **given, 'rule_name': node.func.args[1]}, spreads, merged)
+
   def _plan_spread_rule(self, node, name) -> Optional[str]:
     """``optim.Adam(lr, **kwargs)`` -> ``flax_optim_rules.adam(
     learning_rate=lr, **kwargs)``: the rules' functions take flax.optim's
     keywords, so a ``**`` mapping passes on as it is, whatever it holds (a
     stock alias renames them; a ``*`` sequence fills positions by order).
-    A per-step rate starts at 0.0 where nothing sets it, so there the
-    mapping's keys must be known: a dict literal bound once and only read."""
+    A per-step rate starts at 0.0 where nothing sets it."""
     if any(isinstance(a, ast.Starred) for a in node.args):
       return 'arguments passed with * cannot be mapped with certainty'
     if self.tier == 'stock':
       return ('arguments passed with ** cannot be mapped to a stock alias\'s '
               'keywords (the exact tier passes them on)')
-    given = self._bound_arguments(node, name)
     spreads = [k.value for k in node.keywords if k.arg is None]
-    if self.inject and 'learning_rate' not in given:
-      for spread in spreads:
-        keys = _literal_dict_keys(spread, self.tree)
-        if keys is None:
-          return (f'`**{self.text(spread)}` may or may not set learning_rate, '
-                  'which a rate set per step needs to know: it cannot be '
-                  'mapped with certainty')
-        if 'learning_rate' in keys:
-          return (f'`**{self.text(spread)}` sets learning_rate, which a rate '
-                  'set per step takes as a keyword: move it out of the dict')
-    return self._plan_exact_rule(node, name, given, stock=False,
-                                 spreads=spreads)
+    return self._plan_exact_rule(node, name, self._bound_arguments(
+        node, name), stock=False, spreads=spreads)
 
   def _plan_stock(self, node, name, given) -> Optional[str]:
     """The nearest stock Optax alias, its deviation in a comment."""

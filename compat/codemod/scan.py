@@ -161,6 +161,12 @@ def _algorithm_replacement(name: str, call: ast.Call) -> str:
 
 _FIXED = rep.REPLACEMENTS
 
+# ``getattr(flax.optim, name)(**hyper_params)``: which rule is known only when
+# the program runs, so no stock alias can be named.
+_BY_NAME_REPLACEMENT = (
+    f'{rep.RULES_MODULE}.rule_named(name)(**hyper_params) (what migrate '
+    'writes: the rule of that name, same numbers as flax 0.5.3)')
+
 
 # What a flax.optim class named in an annotation or elsewhere becomes.
 _COUNTERPARTS = {
@@ -421,6 +427,12 @@ class _Visitor(ast.NodeVisitor):
     self._called.add(id(node.func))
     if name in _CALLED_CLASSES:
       self._explain(node.func)  # the finding names the call
+    if isinstance(node.func, ast.Call) and name is not None:
+      self._explain(node.func.args[0])  # getattr(flax.optim, name)
+    if name == _names.RULE_BY_NAME:
+      self.add(node, 'optimizer_def', _BY_NAME_REPLACEMENT,
+               rep.SECTION_ALGORITHMS)
+      return
     if name in _names.ALGORITHMS:
       self.add(node, 'optimizer_def', _algorithm_replacement(name, node),
                rep.SECTION_ALGORITHMS)
