@@ -222,6 +222,12 @@ class OptimizerFlow:
     self.aliases: dict[tuple, _Bound] = {}  # (scope, name) -> the function
     self._alias_candidates: list = []  # (scope, name, value) to check
     self.fields: dict[str, bool] = {}  # dataclass field -> is an optimizer
+    # This module's classes with a field annotated optim.Optimizer (holders)
+    # -> those fields; each method -> its class (``self`` in a holder's
+    # methods is one).
+    self.holder_classes: dict[str, set] = {}
+    self._method_class: dict[int, ast.ClassDef] = {}
+    self._receivers_open: set = set()  # (scope, name, field) being typed
     self._scope_of: dict[ast.AST, _Scope] = {}
     self._loads: list[ast.Name] = []  # every name read: escape candidates
     self._factories_open: set = set()  # factories being checked (recursion)
@@ -269,7 +275,10 @@ class OptimizerFlow:
           is_opt = self._is_optimizer_annotation(item.annotation)
           field = item.target.id
           self.fields[field] = self.fields.get(field, True) and is_opt
+          if is_opt:
+            self.holder_classes.setdefault(child.name, set()).add(field)
         elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+          self._method_class[id(item)] = child
           self._collect(item, scope)
         for name in _names.other_attribute_declarations(item):
           self.fields[name] = False
@@ -347,6 +356,92 @@ class OptimizerFlow:
     if here is None and there is None:
       return False
     return here is not False and there is not False
+
+  def _contested(self, attr) -> bool:
+    """A holder's optimizer field ``attr`` that another class of this
+    module or of the project declares otherwise: ``x.<attr>`` is the
+    holder's only where ``x`` is typed as one (``holds_field``)."""
+    model = self.names.model
+    there = None if model is None else model.fields.get(attr)
+    return False in (self.fields.get(attr), there) and (
+        any(attr in fields for fields in self.holder_classes.values()) or (
+            model is not None and any(h.field == attr
+                                      for h in model.holders)))
+
+  def holds_field(self, node, field, scope=None) -> bool:
+    """``node`` is, on every path, an instance of a class whose ``field`` is
+    annotated ``optim.Optimizer`` (a holder): a parameter annotated with
+    one (or ``self`` in its own methods), a call of its class, the
+    ``.replace(...)`` of one, what a call that keeps its argument's kind
+    (``replicate``) or a function annotated to return one gives, or an
+    attribute every class of the project annotates with one."""
+    scope = self.scope_of(node) if scope is None else scope
+    if isinstance(node, ast.Name):
+      binding = self._binding_scope(scope, node.id)
+      if binding is None:
+        return False
+      key = (binding, node.id, field)
+      if key in self._receivers_open:
+        return True  # rebound from itself: ``state = state.replace(...)``
+      self._receivers_open.add(key)
+      try:
+        return all(self._bound_holds_field(value, binding, field)
+                   for value in binding.bindings[node.id])
+      finally:
+        self._receivers_open.discard(key)
+    model = self.names.model
+    if isinstance(node, ast.Attribute):
+      return model is not None and field in model.attribute_fields(node.attr)
+    if not isinstance(node, ast.Call):
+      return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in ('replace',
+                                                         '_replace'):
+      return self.holds_field(func.value, field, scope)
+    if field in self._class_fields(func):
+      return True  # the holder's class called
+    if self.names.resolve(func) in _SAME_KIND:
+      kept = self._kept_argument(node)
+      return kept is not None and self.holds_field(kept, field, scope)
+    function = self._callee(node, scope)
+    if function is not None:
+      return function.returns is not None and field in self._class_fields(
+          function.returns)
+    return model is not None and field in model.returned_fields(node,
+                                                                self.names)
+
+  def _bound_holds_field(self, value, binding, field) -> bool:
+    if isinstance(value, tuple) and value[0] == 'param':
+      _, function, name = value
+      annotation = binding.annotated.get(name)
+      if annotation is not None:
+        return field in self._class_fields(annotation)
+      return field in self._own_class_fields(function, name)
+    return isinstance(value, ast.AST) and self.holds_field(value, field,
+                                                           binding)
+
+  def _own_class_fields(self, function, name) -> set:
+    """The optimizer fields of the holder class of which ``function`` is a
+    method taking its instance as ``name`` (``self``), else none."""
+    owner = self._method_class.get(id(function))
+    arguments = function.args.posonlyargs + function.args.args
+    if owner is None or not arguments or arguments[0].arg != name or any(
+        isinstance(d, ast.Name) and d.id in ('staticmethod', 'classmethod')
+        for d in function.decorator_list):
+      return set()
+    return self.holder_classes.get(owner.name, set())
+
+  def _class_fields(self, node) -> frozenset:
+    """The optimizer fields of the holder class ``node`` (an annotation or
+    a called name) names: one of this module's, or of the project's."""
+    node = _names.annotated_class(self.names, node)
+    if isinstance(node, ast.Name) and node.id not in self.names.bindings and (
+        node.id in self.holder_classes):
+      return frozenset(self.holder_classes[node.id])
+    model = self.names.model
+    if node is None or model is None:
+      return frozenset()
+    return model.annotation_fields(node, self.names)
 
   def _unwrap(self, node, scope) -> Optional[_Bound]:
     """The module function ``node`` wraps (partials, jit, pmap), or None."""
@@ -741,7 +836,9 @@ class OptimizerFlow:
     if isinstance(node, ast.Attribute):
       # Also of a call's result (``jax.device_get(state).optimizer``): every
       # class declaring the field says what it holds, whatever gives it.
-      return self.base is None and self._field_holds(node.attr)
+      return self.base is None and (self._field_holds(node.attr) or (
+          self._contested(node.attr) and self.holds_field(
+              node.value, node.attr, scope)))
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True
     return False

@@ -511,15 +511,22 @@ class Kernel:
 
 def is_optimizer_annotation(names, node) -> bool:
   """``optim.Optimizer``, ``Optional[optim.Optimizer]``, also as a string."""
+  node = annotated_class(names, node)
+  return node is not None and names.resolve(node) in OPTIMIZER_CLASSES
+
+
+def annotated_class(names, node) -> Optional[ast.AST]:
+  """The class reference an annotation names: ``X`` of ``X``,
+  ``Optional[X]`` or ``'X'``; None for one that does not parse."""
   if isinstance(node, ast.Constant) and isinstance(node.value, str):
     try:
       node = ast.parse(node.value, mode='eval').body
     except SyntaxError:
-      return False
+      return None
   if isinstance(node, ast.Subscript) and names.resolve(
       node.value) in _OPTIONAL:
-    return is_optimizer_annotation(names, node.slice)
-  return names.resolve(node) in OPTIMIZER_CLASSES
+    return annotated_class(names, node.slice)
+  return node
 
 
 def own_returns(function) -> list:

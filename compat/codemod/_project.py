@@ -637,6 +637,40 @@ class Model:
               item.value.id == 'self') and item.attr not in annotated:
         self._attribute_classes.setdefault(item.attr, set()).add(None)
 
+  def class_fields(self, dotted: Optional[str]) -> frozenset:
+    """The optimizer fields of the project's holder class ``dotted``."""
+    return frozenset(
+        holder.field for holder in self.holders
+        if any(f'{module}.{holder.name}' == dotted
+               for module in self.module_names_of.get(holder.path, ())))
+
+  def annotation_fields(self, annotation, names) -> frozenset:
+    """The optimizer fields of the holder class an annotation in the module
+    of ``names`` names."""
+    node = _names.annotated_class(names, annotation)
+    return frozenset() if node is None else self.class_fields(
+        _dotted(node, names))
+
+  def returned_fields(self, call, names) -> frozenset:
+    """The optimizer fields of the holder class the project function
+    ``call`` runs is annotated to return."""
+    function = self.callee(call, names)
+    if function is None or function.node.returns is None or (
+        function.path not in self.names):
+      return frozenset()
+    return self.annotation_fields(function.node.returns,
+                                  self.names[function.path])
+
+  def attribute_fields(self, attr) -> frozenset:
+    """The optimizer fields of the holder classes every class of the
+    project declaring attribute ``attr`` annotates it with (a field
+    holding a holder: ``TrainStepOutput.train_state``)."""
+    annotated = self._attribute_classes.get(attr)
+    if not annotated or None in annotated:
+      return frozenset()
+    return frozenset.intersection(*(self.class_fields(dotted)
+                                    for dotted in annotated))
+
   def _hierarchy_methods(self, call) -> Optional[list]:
     """What ``x.attr.method(...)`` may run where every class of the project
     declaring ``attr`` annotates it with a class of the project: that
@@ -1056,16 +1090,24 @@ class Model:
       touching.append((path, tree))
       if path not in self.names:  # names no flax.optim: declares otherwise
         self._declare_fields_otherwise(path, tree, fields)
+    contested = {h.field for h in holders if not self.fields.get(h.field)}
+    untyped: dict = {}  # field -> (path, line, code) of its first such use
+    for path, tree in touching if contested else ():
+      for field, where in self._untyped_uses(path, tree, contested).items():
+        untyped.setdefault(field, where)
     for holder in holders:
-      if self.fields.get(holder.field):
+      if holder.field not in untyped:
         continue
       path, line, name = self._declared_otherwise[holder.field]
+      used_at, used_line, code = untyped[holder.field]
       self.links.append(Link(
           holder.path, holder.line, holder.path, None, holder.line,
           f'declares `{holder.name}.{holder.field}` a flax.optim Optimizer, '
-          f'and {path}:{line} declares `{name}.{holder.field}` otherwise: a '
-          f'read `x.{holder.field}` cannot be told to be the optimizer, so '
-          'what the field holds stays as it is', HELD))
+          f'and {path}:{line} declares `{name}.{holder.field}` otherwise: '
+          f'`{code}` at {used_at}:{used_line} uses `.{holder.field}` of a '
+          f'value not typed as {holder.name} (annotated, or made as one), '
+          'which cannot be told to be the optimizer, so what the field '
+          'holds stays as it is', HELD))
     for path, tree in touching:
       for holder, line in _holder_touches(tree, holders):
         self.links.append(Link(
@@ -1111,6 +1153,35 @@ class Model:
             f'{len(holder.fields)} and uses it as one (`{code}`): a '
             f'{holder.name} read by position cannot be told from another '
             'tuple there, so what the field holds stays as it is', HELD))
+
+  def _untyped_uses(self, path, tree, fields) -> dict:
+    """``{field: (path, line, code)}``: the first read, store or
+    ``.replace(<field>=...)`` in ``tree`` of each of ``fields`` (contested
+    by a class declaring it otherwise) on a receiver that is not typed as
+    a holder of it (``_flow.OptimizerFlow.holds_field``); ``self.<field>``
+    in the methods of a class declaring it otherwise is that class's own."""
+    names = self.names.get(path)
+    flow = None if names is None else _flow.OptimizerFlow(tree, names)
+    own = _own_members(tree, fields)
+    parents = {child: node for node in ast.walk(tree)
+               for child in ast.iter_child_nodes(node)}
+    found: dict = {}
+    for node in parents:
+      used = []
+      if isinstance(node, ast.Attribute) and node.attr in fields and (
+          id(node) not in own and not _names_a_literal(
+              node, parents.get(node))):
+        used = [(node.attr, node.value)]
+      elif isinstance(node, ast.Call) and isinstance(
+          node.func, ast.Attribute) and node.func.attr in ('replace',
+                                                           '_replace'):
+        used = [(k.arg, node.func.value) for k in node.keywords
+                if k.arg in fields]
+      for field, receiver in used:
+        if field not in found and not (flow is not None and flow.holds_field(
+            receiver, field)):
+          found[field] = (path, node.lineno, ast.unparse(node)[:60])
+    return found
 
   def _declare_fields_otherwise(self, path, tree, fields):
     """Records the classes of a module the model did not read that declare
@@ -1327,6 +1398,38 @@ def _is_literal(node) -> bool:
     return all(k is not None and _is_literal(k) for k in node.keys) and all(
         _is_literal(v) for v in node.values)
   return False
+
+
+def _own_members(tree, fields) -> set:
+  """id() of each ``self.<field>`` (of ``fields``) in the methods of a
+  class of ``tree`` that declares that field itself (a method, property,
+  assignment or annotated field): the class's own member, whatever
+  classes of the project declare a field of that name."""
+  own = set()
+  for node in _walk.statements(tree):
+    if not isinstance(node, ast.ClassDef):
+      continue
+    declared = set()
+    for item in node.body:
+      declared.update(_names.other_attribute_declarations(item))
+      if isinstance(item, ast.AnnAssign) and isinstance(item.target,
+                                                        ast.Name):
+        declared.add(item.target.id)
+    for method in node.body:
+      if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        continue
+      arguments = method.args.posonlyargs + method.args.args
+      if not arguments or any(
+          isinstance(d, ast.Name) and d.id in ('staticmethod', 'classmethod')
+          for d in method.decorator_list):
+        continue
+      instance = arguments[0].arg
+      own.update(id(attribute) for attribute in ast.walk(method)
+                 if isinstance(attribute, ast.Attribute) and (
+                     attribute.attr in fields & declared) and isinstance(
+                         attribute.value, ast.Name) and (
+                             attribute.value.id == instance))
+  return own
 
 
 def _names_a_literal(attribute, parent) -> bool:
