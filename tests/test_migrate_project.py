@@ -1597,6 +1597,19 @@ def test_reads_on_receivers_typed_as_the_holder_migrate_its_flow(tmp_path):
   _assert_trains_alike(project, migrated, 'pkg.train')
 
 
+def test_a_field_typed_as_the_holder_only_where_no_module_says_otherwise(
+    tmp_path):
+  # `output.holder` is a Holder where every class declaring `holder`
+  # annotates it so; a module naming nothing of flax.optim (so not read for
+  # classes) declares `holder` too: the read is untyped, the flow stays.
+  files = {**_TYPED_RECEIVERS,
+           'pkg/unrelated.py': 'class Other:\n  holder: int = 0\n'}
+  _, _, results = _migrated(tmp_path, files)
+  _assert_unchanged(results)
+  report = migrate.format_report(list(results.values()), [], 'exact')
+  assert '`holder.optimizer` at ' in report, report
+
+
 def test_a_read_on_an_untyped_receiver_keeps_a_contested_fields_flow(
     tmp_path):
   # One receiver migrate cannot type (a parameter without the holder's

@@ -256,6 +256,7 @@ class Model:
     self.classes: dict[str, ast.ClassDef] = {}
     self._bases: dict[ast.ClassDef, tuple] = {}
     self._attribute_classes: dict[str, set] = {}
+    self._unread_declarations: dict[str, bool] = {}  # attr -> may be
     self._function_of: dict[int, _Function] = {}  # id(method node) -> it
     self._subclasses_memo: dict = {}
     self._taken: set[str] = set()  # dotted names two functions share
@@ -666,10 +667,23 @@ class Model:
     project declaring attribute ``attr`` annotates it with (a field
     holding a holder: ``TrainStepOutput.train_state``)."""
     annotated = self._attribute_classes.get(attr)
-    if not annotated or None in annotated:
+    if not annotated or None in annotated or self._declared_unread(attr):
       return frozenset()
     return frozenset.intersection(*(self.class_fields(dotted)
                                     for dotted in annotated))
+
+  def _declared_unread(self, attr) -> bool:
+    """A module the model did not read (it names nothing of flax.optim,
+    so its classes are not indexed) may declare attribute ``attr``: it
+    spells ``attr:``, ``attr =`` or ``def attr``."""
+    if attr not in self._unread_declarations:
+      pattern = re.compile(
+          rf'(\b{re.escape(attr)}\s*(:|=[^=])|\bdef\s+{re.escape(attr)}\b)'
+          .encode())
+      self._unread_declarations[attr] = any(
+          pattern.search(source) for path, source in self.sources.items()
+          if path not in self.names and source is not None)
+    return self._unread_declarations[attr]
 
   def _hierarchy_methods(self, call) -> Optional[list]:
     """What ``x.attr.method(...)`` may run where every class of the project
