@@ -424,10 +424,7 @@ class OptimizerFlow:
     """The optimizer fields of the holder class of which ``function`` is a
     method taking its instance as ``name`` (``self``), else none."""
     owner = self._method_class.get(id(function))
-    arguments = function.args.posonlyargs + function.args.args
-    if owner is None or not arguments or arguments[0].arg != name or any(
-        isinstance(d, ast.Name) and d.id in ('staticmethod', 'classmethod')
-        for d in function.decorator_list):
+    if owner is None or _names.instance_parameter(function) != name:
       return set()
     return self.holder_classes.get(owner.name, set())
 

@@ -529,6 +529,17 @@ def annotated_class(names, node) -> Optional[ast.AST]:
   return node
 
 
+def instance_parameter(method) -> Optional[str]:
+  """The parameter a method takes its instance by (``self``): its first,
+  unless it is a static or class method."""
+  arguments = method.args.posonlyargs + method.args.args
+  if not arguments or any(
+      isinstance(d, ast.Name) and d.id in ('staticmethod', 'classmethod')
+      for d in method.decorator_list):
+    return None
+  return arguments[0].arg
+
+
 def own_returns(function) -> list:
   """The values (None for a bare ``return``) of ``function``'s own returns,
   not those of functions or classes nested in it. A return is a statement:

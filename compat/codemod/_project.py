@@ -1430,14 +1430,10 @@ def _own_members(tree, fields) -> set:
                                                         ast.Name):
         declared.add(item.target.id)
     for method in node.body:
-      if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      instance = _names.instance_parameter(method) if isinstance(
+          method, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+      if instance is None:
         continue
-      arguments = method.args.posonlyargs + method.args.args
-      if not arguments or any(
-          isinstance(d, ast.Name) and d.id in ('staticmethod', 'classmethod')
-          for d in method.decorator_list):
-        continue
-      instance = arguments[0].arg
       own.update(id(attribute) for attribute in ast.walk(method)
                  if isinstance(attribute, ast.Attribute) and (
                      attribute.attr in fields & declared) and isinstance(
