@@ -228,6 +228,7 @@ class OptimizerFlow:
     self.holder_classes: dict[str, set] = {}
     self._method_class: dict[int, ast.ClassDef] = {}
     self._receivers_open: set = set()  # (scope, name, field) being typed
+    self._parents: dict = {}  # each node -> the node holding it
     self._scope_of: dict[ast.AST, _Scope] = {}
     self._loads: list[ast.Name] = []  # every name read: escape candidates
     self._factories_open: set = set()  # factories being checked (recursion)
@@ -485,7 +486,8 @@ class OptimizerFlow:
       for child in ast.iter_child_nodes(node):
         parents.setdefault(child, node)
         todo.append(child)
-    wrapped = self._collect_aliases()
+    self._parents = parents
+    wrapped = self._collect_aliases() | self._followed_step_references()
     for name in self._loads:
       parent = parents.get(name)
       if name not in wrapped and not (isinstance(parent, ast.Call) and
@@ -615,6 +617,44 @@ class OptimizerFlow:
       if step is not None and len(scope.bindings[name]) == 1:
         self.foreign_steps[(scope, name)] = step
     return {bound.reference for bound in self.aliases.values()}
+
+  def _followed_step_references(self) -> set:
+    """The ``return step`` of each step factory here whose calls in other
+    modules the project's model follows (``_step_values``): its callers
+    are known, so it is no escape."""
+    model = self.names.model
+    if model is None:
+      return set()
+    return {reference for factory, (_, reference) in self.returned_steps.items()
+            if model.factory_followed(self.names, factory)}
+
+  def step_bound_to(self, name) -> Optional['StepSignature']:
+    """The step of another module's factory that the name read ``name`` is
+    bound to (once, by a call of the factory), or None."""
+    scope = self._binding_scope(self.scope_of(name), name.id)
+    return self.foreign_steps.get((scope, name.id))
+
+  def loads_of(self, scope, name) -> list:
+    """Every read of ``name`` that sees its binding in ``scope``."""
+    return [load for load in self._loads if load.id == name and (
+        self._binding_scope(self.scope_of(load), name) is scope)]
+
+  def parent_of(self, node):
+    return self._parents.get(node)
+
+  def _step_parameter(self, scope, name) -> Optional['StepSignature']:
+    """The step every call of this module function passes as its
+    parameter ``name`` (``_step_values``), or None."""
+    model = self.names.model
+    bound = scope.bindings.get(name, [])
+    if model is None or len(bound) != 1 or not isinstance(
+        bound[0], tuple) or bound[0][0] != 'param':
+      return None
+    function = bound[0][1]
+    if self.functions.get(function.name) is not function or (
+        function.name in self._local_homes):
+      return None
+    return model.step_param(self.names, function.name, name)
 
   def _binding_scope(self, scope, name) -> Optional[_Scope]:
     """The scope whose binding of ``name`` a read in ``scope`` sees."""
@@ -861,7 +901,10 @@ class OptimizerFlow:
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
       return None
     scope = self._binding_scope(self.scope_of(call), call.func.id)
-    return self.foreign_steps.get((scope, call.func.id))
+    step = self.foreign_steps.get((scope, call.func.id))
+    if step is None and scope is not None and self.base is None:
+      step = self._step_parameter(scope, call.func.id)
+    return step
 
   def argument_to_foreign_step(self, call, argument) -> Optional[bool]:
     """For a call of another module's step: whether ``argument`` goes to

@@ -86,7 +86,7 @@ def _references(model, candidates) -> dict:
   return found
 
 
-def _passed(function_node, parameter, call):
+def argument_for(function_node, parameter, call):
   """The argument ``call`` passes for ``parameter``; None: none is, or it
   cannot be told (``*args``, ``**kwargs``)."""
   if any(isinstance(a, ast.Starred) for a in call.args) or any(
@@ -168,7 +168,7 @@ def solve(model, solve_givers) -> list:
         if not verdicts[(function, parameter)]:
           continue
         for reference in found:
-          argument = _passed(function, parameter, reference.call)
+          argument = argument_for(function, parameter, reference.call)
           flow = flows.get(reference.path)
           if flow is None:
             flow = flows[reference.path] = _flow.OptimizerFlow(

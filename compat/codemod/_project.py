@@ -23,7 +23,13 @@ per project, what a single module cannot see:
   ``Optional[...]``) in any module, so ``tstate.optimizer.target`` is known
   where ``tstate``'s class is defined elsewhere; what the class's
   constructor, ``.replace`` or ``._replace`` stores there (``Holder``,
-  ``field_stores``) must be provably an optimizer in the module storing it;
+  ``field_stores``) must be provably an optimizer in the module storing it.
+  Where another class declares the field's name otherwise (a trainer's
+  ``optimizer`` property), ``x.<field>`` is the holder's only on a receiver
+  typed as one (``_flow.OptimizerFlow.holds_field``); one use on a receiver
+  it cannot type keeps the holder's flows (``_untyped_uses``);
+* the steps factories return that other modules pass as values to a
+  module function calling them (``_step_values``);
 * what the names a notebook binds nowhere mean: it runs in a kernel
   another notebook prepared, so a name every notebook of the project that
   binds it at top level imports alike means that import
@@ -51,6 +57,7 @@ from compat.codemod import _flow
 from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _params
+from compat.codemod import _step_values
 from compat.codemod import _walk
 
 # What a factory's result meets at a call site that migrate can follow.
@@ -322,12 +329,18 @@ class Model:
     self.reference_candidates: set = set()
     self.referenced_elsewhere: dict = {}  # id(FunctionDef) -> [_Reference]
     self.param_why: dict = {}  # the same keys -> why a verdict is False
+    # (FunctionDef, parameter) -> the StepSignature of the factory's step
+    # every call passes there; the step factories whose calls elsewhere
+    # are all followed (``_step_values``).
+    self.step_params: dict = {}
+    self.followed_factories: set = set()
     if not links:
       return
     self._read_calls(sources, parse, unparsed)
     passing = _params.solve(
         self, lambda: self._solve_optimizer_givers(sources, parse, unparsed))
     self._solve_factories()  # over the modules the givers' callers added
+    self.step_params, self.followed_factories = _step_values.solve(self)
     for path in self.names:
       self._link_calls(path, self.trees[path])
       self._link_rule_uses(path, self.trees[path])
@@ -425,6 +438,23 @@ class Model:
     ``parameter`` (None: no other module names it)."""
     return self._of_parameter(self.param_verdicts, names, function,
                               parameter)
+
+  def step_param(self, names, function, parameter):
+    """The step every call of the module function named ``function`` (in
+    the module of ``names``) passes as ``parameter``, or None."""
+    return self._of_parameter(self.step_params, names, function, parameter)
+
+  def factory_followed(self, names, factory) -> bool:
+    """Every call of the step factory named ``factory`` (in the module of
+    ``names``) from another module is followed (``_step_values``)."""
+    module = names.package_module
+    found = self.functions.get(f'{module}.{factory}') if module else None
+    return found is not None and found.node in self.followed_factories
+
+  def function_of(self, node) -> Optional[_Function]:
+    """The project's module function whose FunctionDef is ``node``."""
+    return next((f for f in self.functions.values() if f.node is node),
+                None)
 
   def param_why_of(self, names, function, parameter) -> Optional[str]:
     """Why ``param_verdict`` is False (None where it is not)."""
