@@ -1883,6 +1883,14 @@ def test_a_step_value_going_elsewhere_keeps_its_flow(tmp_path):
                           '      new_optimizer = optimize_fn('),
       'stored by the caller': ('run_lib.py', '  rng = jax.random',
                                '  kept = [optimize_fn]\n  rng = jax.random'),
+      'its factory used at home': (
+          'losses.py', 'def get_step_fn(',
+          'MANAGERS = [optimization_manager({"warmup": 0})]\n\n\n'
+          'def get_step_fn('),
+      'its factory named at home': (
+          'losses.py', 'def get_step_fn(',
+          'MANAGERS = {"default": optimization_manager}\n\n\n'
+          'def get_step_fn('),
       'another value passed': ('run_lib.py',
                                'get_step_fn(False, optimize_fn=optimize_fn)',
                                'get_step_fn(False, optimize_fn=print)'),

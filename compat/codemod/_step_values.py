@@ -16,7 +16,9 @@ goes:
   it give what the step gives (``_flow.OptimizerFlow.foreign_step_of``);
 * a *followed factory*: every reference to it from another module is a call
   bound once to a name that module only calls or passes to step parameters
-  of its step. Its step's own ``return step`` is then no escape: its callers
+  of its step, and its own module only calls it to bind a name (an alias,
+  whose uses that module's flow checks). Its step's own ``return step`` is
+  then no escape: its callers
   are those calls (the step's module still proves its parameters only from
   its own calls, so what they take stays unproven unless proven there).
 
@@ -169,7 +171,8 @@ def _followed(model, factory, step_params, flow_of) -> bool:
   call bound once to a name used only by calling it or as an argument to
   a step parameter of its step."""
   references = model.referenced_elsewhere.get(id(factory))
-  if not references or id(factory) not in model.reference_candidates:
+  if not references or id(factory) not in model.reference_candidates or (
+      not _only_aliased_at_home(model, factory, flow_of)):
     return False
   step = model.step_factories[factory]
   for reference in references:
@@ -181,6 +184,24 @@ def _followed(model, factory, step_params, flow_of) -> bool:
       return False
     if not all(_use_follows(model, flow, load, step, step_params)
                for load in flow.loads_of(*binding)):
+      return False
+  return True
+
+
+def _only_aliased_at_home(model, factory, flow_of) -> bool:
+  """In its own module, ``factory`` is only called to bind a name to its
+  step (an alias, whose every use that flow checks), if at all."""
+  path = model.function_of(factory).path
+  flow = flow_of(path)
+  aliased = {id(bound.reference) for bound in flow.aliases.values()}
+  calls = {id(value) for (scope, name) in flow.aliases
+           for value in scope.bindings.get(name, ())}
+  for load in flow.loads_of(flow.scopes[model.trees[path]], factory.name):
+    parent = flow.parent_of(load)
+    if id(load) in aliased:
+      continue
+    if not (isinstance(parent, ast.Call) and parent.func is load and (
+        id(parent) in calls)):
       return False
   return True
 
