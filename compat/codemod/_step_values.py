@@ -64,7 +64,15 @@ def _steps_passed(model, flow_of) -> dict:
   one call passes a factory's step to (None: a call passes something
   else, or the function is referenced otherwise)."""
   passed: dict = {}
+  # Only a module that calls a step factory, so spells its name, binds a
+  # name to its step.
+  factories = [factory.name.encode() for factory in model.step_factories]
   for path, names in model.names.items():
+    source = model.sources.get(path) or b''
+    if isinstance(source, str):
+      source = source.encode()
+    if not any(name in source for name in factories):
+      continue
     for call in ast.walk(model.trees[path]):
       if not isinstance(call, ast.Call):
         continue
