@@ -714,9 +714,7 @@ class Planner:
     """``optim.Adam(...)`` -> ``flax_optim_rules.adam(...)`` (same rule);
     ``spreads``: the ``**`` mappings the call passes on after ``given``
     (which may hold the rate)."""
-    reason = None if spreads else self._missing_rate(given)
-    merged, reason = self._rate_mapping(given, spreads) if not reason else (
-        None, reason)
+    merged, reason = self._rate_mapping(given, spreads)
     if reason:
       return reason
     params = [p for p, _ in _names.legacy_signatures()[name]]
@@ -735,7 +733,10 @@ class Planner:
     as flax.optim took it from there (``learning_rate=0.0, **mapping``
     would pass it twice). ``(None, None)``: nothing to merge (the rate is
     given or not injected, or the mappings are dict literals without it);
-    a reason where two mappings may each set it."""
+    a reason where no rate can be set at all (none given, injected or
+    passed by a mapping) or two mappings may each set it."""
+    if not spreads:
+      return None, self._missing_rate(given)
     if not self.inject or 'learning_rate' in given:
       return None, None
     setting = [spread for spread in spreads if 'learning_rate' in (
@@ -778,9 +779,7 @@ class Planner:
     given = dict(zip(['learning_rate'], node.args))
     given.update({k.arg: k.value for k in node.keywords if k.arg})
     spreads = [k.value for k in node.keywords if k.arg is None]
-    reason = None if spreads else self._missing_rate(given)
-    merged, reason = self._rate_mapping(given, spreads) if not reason else (
-        None, reason)
+    merged, reason = self._rate_mapping(given, spreads)
     if reason:
       return reason
     texts = {p: 'None' if _flow.is_none(v) else '{%s}' % p
