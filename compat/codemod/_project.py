@@ -1144,14 +1144,12 @@ class Model:
         continue
       path, line, name = self._declared_otherwise[holder.field]
       used_at, used_line, code = untyped[holder.field]
-      self.links.append(Link(
-          holder.path, holder.line, holder.path, None, holder.line,
-          f'declares `{holder.name}.{holder.field}` a flax.optim Optimizer, '
-          f'and {path}:{line} declares `{name}.{holder.field}` otherwise: '
-          f'`{code}` at {used_at}:{used_line} uses `.{holder.field}` of a '
-          f'value not typed as {holder.name} (annotated, or made as one), '
-          'which cannot be told to be the optimizer, so what the field '
-          'holds stays as it is', HELD))
+      self._hold_field(
+          holder, f'{path}:{line} declares `{name}.{holder.field}` '
+          f'otherwise: `{code}` at {used_at}:{used_line} uses '
+          f'`.{holder.field}` of a value not typed as {holder.name} '
+          '(annotated, or made as one), which cannot be told to be the '
+          'optimizer')
     for path, tree in touching:
       for holder, line in _holder_touches(tree, holders):
         self.links.append(Link(
@@ -1189,14 +1187,20 @@ class Model:
     for path, tree in self._trees_spelling(
         _OPTIMIZER_ONLY + _OPTIMIZER_STATE_ONLY, sources, parse):
       for holder, line, code in _positional_reads(tree, holders):
-        self.links.append(Link(
-            holder.path, holder.line, holder.path, None, holder.line,
-            f'declares `{holder.name}.{holder.field}` a flax.optim '
-            f'Optimizer, and {path}:{line} takes element '
+        self._hold_field(
+            holder, f'{path}:{line} takes element '
             f'{holder.fields.index(holder.field)} of a tuple of '
             f'{len(holder.fields)} and uses it as one (`{code}`): a '
             f'{holder.name} read by position cannot be told from another '
-            'tuple there, so what the field holds stays as it is', HELD))
+            'tuple there')
+
+  def _hold_field(self, holder, why):
+    """A ``HELD`` link keeping what ``holder``'s optimizer field holds as
+    it is, ``why`` naming the place that cannot be told apart."""
+    self.links.append(Link(
+        holder.path, holder.line, holder.path, None, holder.line,
+        f'declares `{holder.name}.{holder.field}` a flax.optim Optimizer, '
+        f'and {why}, so what the field holds stays as it is', HELD))
 
   def _untyped_uses(self, path, tree, fields) -> dict:
     """``{field: (path, line, code)}``: the first read, store or
