@@ -45,6 +45,7 @@ from flax_optim_rules import _adam
 from flax_optim_rules import _lamb
 from flax_optim_rules import _lars
 from flax_optim_rules import _legacy_layout
+from flax_optim_rules import _legacy_tree
 from flax_optim_rules import _multi
 from flax_optim_rules import _numerics
 from flax_optim_rules import _rmsprop
@@ -67,6 +68,7 @@ LegacyAdafactorState = _adafactor.LegacyAdafactorState
 LegacyAdagradState = _adagrad.LegacyAdagradState
 LegacyAdamState = _adam.LegacyAdamState
 LegacyRMSPropState = _rmsprop.LegacyRMSPropState
+LegacyOptimizerTree = _legacy_tree.LegacyOptimizerTree
 LegacyRuleState = _rule_def.LegacyRuleState
 ModelParamTraversal = _multi.ModelParamTraversal
 MomentumParamState = _legacy_layout.MomentumParamState
@@ -82,6 +84,7 @@ adadelta = _adadelta.adadelta
 adafactor = _adafactor.adafactor
 adagrad = _adagrad.adagrad
 adam = _adam.adam
+from_legacy_tree = _legacy_tree.from_legacy_tree
 lamb = _lamb.lamb
 lars = _lars.lars
 legacy_adabelief = _adabelief.legacy_adabelief
@@ -94,6 +97,7 @@ legacy_lars = _lars.legacy_lars
 legacy_momentum = _sgd.legacy_momentum
 legacy_rmsprop = _rmsprop.legacy_rmsprop
 legacy_trace = _lars.legacy_trace
+legacy_tree = _legacy_tree.legacy_tree
 momentum = _sgd.momentum
 multi_optimizer = _multi.multi_optimizer
 optimizer_state = _legacy_layout.optimizer_state
@@ -179,6 +183,7 @@ __all__ = (
     'LegacyAdafactorState',
     'LegacyAdagradState',
     'LegacyAdamState',
+    'LegacyOptimizerTree',
     'LegacyRMSPropState',
     'LegacyRuleState',
     'ModelParamTraversal',
@@ -195,6 +200,7 @@ __all__ = (
     'adafactor',
     'adagrad',
     'adam',
+    'from_legacy_tree',
     'inject_learning_rate',
     'lamb',
     'lars',
@@ -208,6 +214,7 @@ __all__ = (
     'legacy_momentum',
     'legacy_rmsprop',
     'legacy_trace',
+    'legacy_tree',
     'lr_schedule',
     'momentum',
     'multi_optimizer',

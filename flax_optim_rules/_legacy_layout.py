@@ -344,9 +344,17 @@ def state_dict(train_state) -> dict:
   layout code written for flax.optim reads."""
   state = optimizer_state(train_state)
   # flax.optim's step was an int32 array (a TrainState's starts as an int).
-  return {'target': _to_state_dict(train_state.params),
-          'state': {'step': jnp.asarray(state.step, jnp.int32),
-                    'param_states': _to_state_dict(state.param_states)}}
+  return optimizer_state_dict(
+      train_state.params, state.replace(step=jnp.asarray(state.step,
+                                                          jnp.int32)))
+
+
+def optimizer_state_dict(target, state: OptimizerState) -> dict:
+  """flax.optim's ``Optimizer`` state dict of ``target`` and ``state``, keys
+  in the order flax 0.5.3 wrote them (the same msgpack bytes)."""
+  return {'target': to_state_dict(target),
+          'state': {'step': state.step,
+                    'param_states': to_state_dict(state.param_states)}}
 
 
 # A TrainState's own state dict (what ``flax.serialization`` writes of it).
@@ -369,16 +377,16 @@ def restore_state(train_state, state_dict: Mapping):
       _TRAIN_STATE_KEYS):
     return train_state.replace(
         step=state_dict['step'],
-        params=_from_state_dict(train_state.params, state_dict['params'],
+        params=from_state_dict(train_state.params, state_dict['params'],
                                 'params'),
-        opt_state=_from_state_dict(train_state.opt_state,
+        opt_state=from_state_dict(train_state.opt_state,
                                    state_dict['opt_state'], 'opt_state'))
   template = optimizer_state(train_state)
   _require_keys(state_dict, ('target', 'state'), '')
   _require_keys(state_dict['state'], ('step', 'param_states'), 'state/')
-  params = _from_state_dict(train_state.params, state_dict['target'],
+  params = from_state_dict(train_state.params, state_dict['target'],
                             'target')
-  param_states = _from_state_dict(
+  param_states = from_state_dict(
       template.param_states, state_dict['state']['param_states'],
       'state/param_states')
   restored = OptimizerState(state_dict['state']['step'], param_states)
@@ -412,22 +420,22 @@ def _children(node):
   return None
 
 
-def _to_state_dict(tree):
+def to_state_dict(tree):
   """``tree`` as nested dicts with string keys (flax's state dict)."""
   children = _children(tree)
   if children is None:
     return tree
-  return {key: _to_state_dict(child) for key, child in children}
+  return {key: to_state_dict(child) for key, child in children}
 
 
-def _from_state_dict(template, values, path: str):
+def from_state_dict(template, values, path: str = ''):
   """``template``'s structure holding the leaves of ``values``."""
   children = _children(template)
   if children is None:
     return values
   keys = [key for key, _ in children]
   _require_keys(values, keys, path + '/')
-  restored = [_from_state_dict(child, values[key], f'{path}/{key}')
+  restored = [from_state_dict(child, values[key], f'{path}/{key}')
               for key, child in children]
   if isinstance(template, Mapping):
     return type(template)(zip(template.keys(), restored))
