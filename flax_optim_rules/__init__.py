@@ -25,6 +25,11 @@ keeps its methods on ``RuleDef`` and is injected the same way::
   tx = flax_optim_rules.inject_learning_rate(MyRule(beta=0.9))(
       learning_rate=0.0)
 
+A TrainState of one of these transforms also reads and writes flax.optim's
+state layout (``optimizer_state``, ``state_dict``, ``restore_state``) and
+its pytree (``legacy_tree``: what a checkpoint that flattened the Optimizer
+held, leaf for leaf; ``from_legacy_tree`` reads it back).
+
 ``learning_rate`` may also be a schedule (a callable of the step count):
 ``flax_optim_rules.lr_schedule`` holds flax 0.5.3's removed
 ``flax.training.lr_schedule`` helpers, bit for bit.

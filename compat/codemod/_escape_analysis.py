@@ -39,6 +39,7 @@ import ast
 from typing import Optional
 
 from compat.codemod import _flow
+from compat.codemod import _legacy_trees
 from compat.codemod import _names
 
 # Calls that only show a value (its text differs once it is a TrainState;
@@ -103,6 +104,10 @@ def _kind(planner, node):
 def _why_escapes(planner, node, kind) -> Optional[str]:
   parent = planner.parents.get(node)
   text = ast.unparse(node)[:60]
+  verdict = planner.flow.tree_verdict(node) if kind is True and isinstance(
+      node, (ast.Name, ast.Attribute)) else None
+  if verdict is not None:
+    return _tree_problem(planner, verdict, text)
   if isinstance(parent, ast.Attribute) and parent.value is node:
     return None if kind is True else (
         f'`{text}` gives a tuple holding an optimizer, read here by '
@@ -138,6 +143,25 @@ def _why_escapes(planner, node, kind) -> Optional[str]:
   return _goes_into(parent, text)
 
 
+def _tree_problem(planner, verdict, text) -> Optional[str]:
+  """A dict holding the optimizer: migrated where it is only saved or
+  loaded as a tree (``_legacy_trees``), and what it is read back into is
+  an optimizer of the flow."""
+  if verdict.why is not None:
+    return (f'the optimizer `{text}` goes into a dict that migrate does not '
+            f'see only saved or loaded as a tree: {verdict.why} (where it '
+            f'is, flax_optim_rules.legacy_tree({text}) keeps flax.optim\'s '
+            'layout in it, and flax_optim_rules.from_legacy_tree reads it '
+            'back)')
+  for read in verdict.display.loaded_back:
+    for target in _legacy_trees.assigned_names(planner.parents, read):
+      if not planner.flow.is_optimizer(target):
+        return (f'`{ast.unparse(target)[:40]}` takes the optimizer read back '
+                f'as `{ast.unparse(read)[:40]}` and is not provably one '
+                'where it is read')
+  return None
+
+
 def _goes_into(parent, text) -> str:
   return (f'the optimizer `{text}` goes into `{ast.unparse(parent)[:60]}`, '
           'where migrate cannot follow it: code reading it there would meet '
@@ -162,9 +186,11 @@ def _target_problem(planner, target, node, kind, text) -> Optional[str]:
                          planner.only_stored(target)):
       return None  # (or with a dict stand-in, only stored in a field)
     if kind is True:
+      read = flow.tree_read_why(target)
       return (f'`{target.id}` also holds values not provably a flax.optim '
               'Optimizer (another assignment), so its uses stay as they are; '
-              f'the optimizer `{text}` would reach them')
+              f'the optimizer `{text}` would reach them' + (
+                  f' ({read})' if read else ''))
     return (f'`{target.id}` holds the tuple `{text}` gives, which migrate '
             'does not follow into its uses')
   if isinstance(target, (ast.Tuple, ast.List)) and kind is not True:

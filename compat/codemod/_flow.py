@@ -23,6 +23,7 @@ import ast
 import collections
 from typing import NamedTuple, Optional
 
+from compat.codemod import _legacy_trees
 from compat.codemod import _names
 from compat.codemod import _removals
 from compat.codemod import _state_layout
@@ -237,6 +238,11 @@ class OptimizerFlow:
     # Answers of _returned once the fixpoint is solved (they no longer
     # change), asked outside any other question.
     self._returned_memo: dict = {}
+    # Dicts holding an optimizer saved or loaded as trees (_legacy_trees):
+    # (dict node, key) -> the verdict, asked for lazily.
+    self._tree_checker = _legacy_trees.Checker(names)
+    self._tree_verdicts: dict = {}
+    self._tree_entries_of: dict = {}  # function -> _tree_entries
     self._solved = False
     self._collect(tree, None)
     self._solve()
@@ -878,7 +884,79 @@ class OptimizerFlow:
               node.value, node.attr, scope)))
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True
+    if isinstance(node, ast.Subscript):
+      return self.base is None and self._loaded_back(node, scope)
     return False
+
+  # ------------------------------------------------ dicts saved as trees
+  def tree_verdict(self, value):
+    """The ``_legacy_trees`` verdict on the dict entry ``value`` is (None
+    where it is no constant-keyed entry of a dict)."""
+    parent = self._parents.get(value)
+    entry = _legacy_trees.entry_of(value, parent, self._parents.get(parent))
+    if entry is None:
+      return None
+    if entry not in self._tree_verdicts:
+      self._tree_verdicts[entry] = self._tree_checker.verdict(
+          value, entry[0], entry[1], self._parents)
+    return self._tree_verdicts[entry]
+
+  def _loaded_back(self, subscript, scope) -> bool:
+    """``loaded['opt']`` read back out of a tree made from a dict holding
+    an optimizer (``_legacy_trees``): an optimizer once rewritten."""
+    key = subscript.slice
+    function = scope.node
+    if not (isinstance(key, ast.Constant) and isinstance(key.value, str) and
+            isinstance(subscript.value, ast.Name) and isinstance(
+                function, (ast.FunctionDef, ast.AsyncFunctionDef))):
+      return False
+    for value in self._tree_entries(function).get(key.value, ()):
+      verdict = self.tree_verdict(value)
+      if verdict.display is not None and any(
+          read is subscript for read in verdict.display.loaded_back):
+        return self.is_optimizer(value, scope)
+    return False
+
+  def tree_read_why(self, name_node) -> Optional[str]:
+    """Why a read by key bound to ``name_node``'s name is not the
+    optimizer read back out of a dict saved as a tree, where its function
+    puts an optimizer into a dict under that key (else None)."""
+    scope = self.binding_scope_of(name_node, name_node.id)
+    if scope is None or not isinstance(scope.node, (ast.FunctionDef,
+                                                    ast.AsyncFunctionDef)):
+      return None
+    reads = []
+    for value in scope.bindings.get(name_node.id, ()):
+      if isinstance(value, tuple) and value[0] == 'item':
+        value = value[1]
+      if isinstance(value, ast.AST):
+        reads += [n for n in ast.walk(value) if isinstance(n, ast.Subscript)
+                  and isinstance(n.slice, ast.Constant)]
+    for value in reads:
+      if self._loaded_back(value, scope):
+        continue
+      for entry in self._tree_entries(scope.node).get(value.slice.value, ()):
+        verdict = self.tree_verdict(entry)
+        if verdict.why is not None:
+          return (f'`{ast.unparse(value)[:40]}` is not read back from a dict '
+                  f'saved as a tree: {verdict.why}')
+    return None
+
+  def _tree_entries(self, function) -> dict:
+    """key -> the names and fields ``function`` puts into dicts under that
+    constant key (where a read by the key may give one back)."""
+    if function not in self._tree_entries_of:
+      entries: dict = {}
+      for node in _walk.scope_nodes(function):
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
+            node.ctx, ast.Load):
+          parent = self._parents.get(node)
+          entry = _legacy_trees.entry_of(node, parent,
+                                         self._parents.get(parent))
+          if entry is not None:
+            entries.setdefault(entry[1], []).append(node)
+      self._tree_entries_of[function] = entries
+    return self._tree_entries_of[function]
 
   def step_signature(self, factory_name) -> Optional['StepSignature']:
     """What the step module factory ``factory_name`` returns takes and

@@ -444,6 +444,9 @@ class Planner:
             leftovers.append(self._leftover(
                 node, 'create' if proven else 'reference',
                 'not rewritten: ' + (why or _names.HAND_BUILT)))
+      if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
+          node.ctx, ast.Load) and self.flow.is_optimizer(node):
+        self._plan_tree_entry(node)
       if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
           node.value):
         handled.add(node.lineno)
@@ -945,6 +948,21 @@ class Planner:
     why = _NO_COUNTERPART.get(node.attr)
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
             'TrainState counterpart here' + (f': {why}' if why else ''))
+
+  def _plan_tree_entry(self, node):
+    """An optimizer in a dict saved or loaded as a tree (``_legacy_trees``):
+    flax.optim's layout at both ends. Where the dict is otherwise used, the
+    escape analysis keeps the flow with the reason."""
+    verdict = self.flow.tree_verdict(node)
+    if verdict is None or verdict.display is None:
+      return
+    self.imports.append((RULES_MODULE, None, None))
+    self.edit(node, f'{RULES_MODULE}.legacy_tree({{value}})', 'checkpoint',
+              value=node)
+    template = _escape(verdict.display.template)
+    for read in verdict.display.loaded_back:
+      self.edit(read, f'{RULES_MODULE}.from_legacy_tree({template}, '
+                '{read})', 'checkpoint', read=read)
 
   def _plan_apply_gradient(self, call, receiver) -> Optional[str]:
     if len(call.args) != 1 or any(isinstance(a, ast.Starred)

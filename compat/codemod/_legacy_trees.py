@@ -1,0 +1,490 @@
+"""An optimizer kept in a dict that is saved or loaded as a tree.
+
+Research code checkpointed ``{'opt': optimizer, 'extra': ...}`` itself: it
+flattened the dict into ``.npz`` files and read them back by unflattening
+their leaves into a template built the same way, then took the optimizer
+back out (``opt, extra = loaded['opt'], loaded['extra']``). A TrainState in
+the optimizer's place has other leaves in another order, so migrated code
+would load old files into the wrong leaves. ``flax_optim_rules.legacy_tree``
+is the tree the Optimizer was (the same leaves, order and names), so the
+flow migrates with both ends of the file in flax.optim's layout:
+
+  tree = {'opt': opt, 'extra': e}
+      -> tree = {'opt': flax_optim_rules.legacy_tree(opt), 'extra': e}
+  opt, e = loaded['opt'], loaded['extra']
+      -> opt, e = flax_optim_rules.from_legacy_tree(opt, loaded['opt']), ...
+
+Where this holds, in the function that builds the dict (one dict display,
+or ``dict(opt=...)``, with constant keys; the optimizer a name or a field of
+one):
+
+* the dict, and what is made from it, is only taken apart and rebuilt as a
+  tree: passed to jax's tree functions, ``jax.device_get``, ``replicate``,
+  flax's serialization, a treedef's ``unflatten``, or to a parameter of a
+  project function (also through ``pool.apply_async(f, (args,))``) that
+  does only this with it (returning what it made is allowed there); tested
+  for truth; given other entries, or read by another constant key (also
+  with ``.get``);
+* the optimizer's entry of any of them is read only as ``.target`` or
+  ``.state`` (the tree has both), or assigned to a name the flow proves an
+  optimizer, where the template is still the same value (a parameter, or
+  no binding of it between the dict and the read, in one block).
+
+Anything else (the dict returned, stored, passed where this is not seen,
+its entry read otherwise) keeps the flow, with the reason. Stdlib only.
+"""
+
+import ast
+from typing import NamedTuple, Optional
+
+from compat.codemod import _removals
+from compat.codemod import _walk
+
+
+def _with_removed(*names) -> frozenset:
+  return frozenset(n for name in names
+                   for n in (name, *_removals.removed_spellings(name)))
+
+
+# Calls that take a tree apart or rebuild it and do nothing else with its
+# nodes, by what they give: a tree of its classes (a treedef too), the
+# leaves and the treedef, or only leaves and plain containers (the same
+# values whether the tree is flax.optim's Optimizer or legacy_tree's).
+_GIVE_TREE = _with_removed(
+    'jax.tree_util.tree_structure', 'jax.tree_util.tree_unflatten',
+    'jax.tree_util.tree_map', 'jax.tree_util.tree_map_with_path',
+    'jax.tree.structure', 'jax.tree.unflatten', 'jax.tree.map',
+    'jax.tree.map_with_path', 'jax.device_get', 'jax.device_put',
+    'flax.jax_utils.replicate', 'flax.jax_utils.unreplicate',
+    'flax.serialization.from_state_dict', 'flax.serialization.from_bytes',
+    'copy.copy', 'copy.deepcopy')
+_GIVE_LEAVES_AND_TREEDEF = _with_removed(
+    'jax.tree_util.tree_flatten', 'jax.tree_util.tree_flatten_with_path',
+    'jax.tree.flatten', 'jax.tree.flatten_with_path')
+_GIVE_LEAVES = _with_removed(
+    'jax.tree_util.tree_leaves', 'jax.tree_util.tree_leaves_with_path',
+    'jax.tree.leaves', 'jax.tree.leaves_with_path',
+    'flax.serialization.to_state_dict', 'flax.serialization.to_bytes')
+_TREE_CALLS = _GIVE_TREE | _GIVE_LEAVES_AND_TREEDEF | _GIVE_LEAVES
+_TREE, _FREE = 'tree', 'free'
+# A treedef's method that rebuilds a tree of its structure.
+_TREEDEF_METHODS = ('unflatten',)
+# The fields a tree shares with flax.optim's Optimizer.
+_TREE_FIELDS = ('target', 'state')
+# How deep project functions are followed from the dict's function.
+_DEPTH = 4
+
+
+class Display(NamedTuple):
+  """A dict holding an optimizer that is saved or loaded as a tree."""
+  value: ast.AST  # the optimizer's expression in it
+  key: str  # its entry
+  loaded_back: tuple  # the reads assigned back to an optimizer's name
+  template: str  # the optimizer's source text, the template read back
+
+
+class _Verdict(NamedTuple):
+  display: Optional[Display]
+  why: Optional[str]  # None where ``display`` holds
+
+
+def entry_of(value, parent, grandparent) -> Optional[tuple]:
+  """``(dict node, key)`` where ``value`` is a constant-keyed entry of a
+  dict display or of ``dict(key=...)``; else None."""
+  if isinstance(parent, ast.Dict) and value in parent.values:
+    key = parent.keys[parent.values.index(value)]
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+      return parent, key.value
+    return None
+  if isinstance(parent, ast.keyword) and parent.arg and isinstance(
+      grandparent, ast.Call) and isinstance(grandparent.func, ast.Name) and (
+          grandparent.func.id == 'dict') and not grandparent.args:
+    return grandparent, parent.arg
+  return None
+
+
+def _spread(dict_node) -> bool:
+  if isinstance(dict_node, ast.Dict):
+    return any(k is None for k in dict_node.keys)
+  return any(k.arg is None for k in dict_node.keywords)
+
+
+def _parents(scope_node) -> dict:
+  parents = {}
+  for node in [scope_node, *_walk.scope_nodes(scope_node)]:
+    for child in ast.iter_child_nodes(node):
+      parents[child] = node
+  return parents
+
+
+def _root_name(node) -> Optional[str]:
+  while isinstance(node, ast.Attribute):
+    node = node.value
+  return node.id if isinstance(node, ast.Name) else None
+
+
+def _bound_names(node) -> list:
+  """Names a statement's own targets bind (assignments, loops, withs)."""
+  targets = []
+  if isinstance(node, ast.Assign):
+    targets = node.targets
+  elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For,
+                         ast.AsyncFor, ast.NamedExpr)):
+    targets = [node.target]
+  elif isinstance(node, (ast.With, ast.AsyncWith)):
+    targets = [i.optional_vars for i in node.items if i.optional_vars]
+  return [n.id for t in targets for n in ast.walk(t)
+          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+class _Uses:
+  """What one scope does with the values made from a tree (a dict holding
+  the optimizer, or a parameter given such a value)."""
+
+  def __init__(self, checker, scope_node, names, seeds, key, depth,
+               loaded_back_allowed, derived=()):
+    self.checker, self.node, self.names = checker, scope_node, names
+    self.key, self.depth = key, depth
+    self.allow_back = loaded_back_allowed
+    self.parents = _parents(scope_node)
+    self.own = list(_walk.scope_nodes(scope_node))
+    self.seeds = seeds  # the expressions the tree starts as
+    self.loaded_back: list = []
+    self.derived: set = set(derived)  # names made from the tree
+    self.nested = {n.name: n for n in self.own
+                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    self._derive()
+
+  # ---------------------------------------------------------- made from it
+  def made_from_tree(self, node) -> bool:
+    return self._kind(node) == _TREE
+
+  def _kind(self, node):
+    """_TREE (holds the tree's nodes), a tuple of kinds, or None."""
+    if any(node is seed for seed in self.seeds):
+      return _TREE
+    if isinstance(node, ast.Name):
+      return _TREE if node.id in self.derived else None
+    if not isinstance(node, ast.Call):
+      return None
+    arguments = list(node.args) + [k.value for k in node.keywords]
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in _TREEDEF_METHODS:
+      return self._kind(func.value)
+    if not any(self.made_from_tree(a) for a in arguments):
+      return None
+    resolved = self.names.resolve(func)
+    if resolved in _GIVE_LEAVES_AND_TREEDEF:
+      return (_FREE, _TREE)
+    if resolved in _GIVE_LEAVES:
+      return _FREE
+    # A tree function's result, or what a function given it returns (its
+    # uses there are checked: what it gives back is followed here).
+    return _TREE
+
+  def _derive(self):
+    changed = True
+    while changed:
+      changed = False
+      for node in self.own:
+        if not isinstance(node, ast.Assign):
+          continue
+        for target in node.targets:
+          for name in self._names_given(target, node.value):
+            if name not in self.derived:
+              self.derived.add(name)
+              changed = True
+
+  def _names_given(self, target, value, kind=None) -> list:
+    if kind is None and value is not None:
+      kind = self._kind(value)
+    if isinstance(target, ast.Name):
+      return [target.id] if kind == _TREE else []
+    if not isinstance(target, (ast.Tuple, ast.List)):
+      return []
+    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(
+        target.elts):
+      return [n for t, v in zip(target.elts, value.elts)
+              for n in self._names_given(t, v)]
+    if isinstance(kind, tuple) and len(kind) == len(target.elts):
+      return [n for t, k in zip(target.elts, kind)
+              for n in self._names_given(t, None, k)]
+    if kind is not None:  # unpacked otherwise: every name may hold it
+      return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+    return []
+
+  # ------------------------------------------------------------- its uses
+  def problem(self) -> Optional[str]:
+    """Why a value made from the tree is used otherwise than as a tree."""
+    for node in self.own:
+      if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
+          node.id in self.derived):
+        why = self._use_problem(node)
+        if why:
+          return why
+    for seed in self.seeds:
+      if not isinstance(seed, ast.Name):
+        why = self._use_problem(seed)
+        if why:
+          return why
+    return None
+
+  def _use_problem(self, node) -> Optional[str]:
+    parent = self.parents.get(node)
+    text = ast.unparse(node)[:40]
+    if isinstance(parent, ast.Assign) and parent.value is node and all(
+        isinstance(n, ast.Name) for t in parent.targets for n in ast.walk(t)
+        if not isinstance(n, (ast.Tuple, ast.List, ast.expr_context))):
+      return None  # followed through the names it binds
+    if isinstance(parent, (ast.Tuple, ast.List)) and isinstance(
+        self.parents.get(parent), ast.Assign) and (
+            self.parents[parent].value is parent) and all(
+                isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == len(
+                    parent.elts) for t in self.parents[parent].targets):
+      return None  # unpacked element by element into names
+    if _is_test(self.parents, node):
+      return None
+    if isinstance(parent, ast.Compare) and all(
+        isinstance(c, ast.Constant) and c.value is None
+        for c in parent.comparators + [parent.left] if c is not node):
+      return None
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+      return self._entry_problem(parent, text)
+    if isinstance(parent, ast.Attribute) and parent.value is node and (
+        parent.attr in _TREEDEF_METHODS) and isinstance(
+            self.parents.get(parent), ast.Call):
+      return None
+    if isinstance(parent, ast.Attribute) and parent.value is node and (
+        parent.attr == 'get') and self._other_entry(self.parents.get(parent)):
+      return None  # loaded.get('states'): another entry
+    if isinstance(parent, ast.keyword):
+      parent = self.parents.get(parent)
+    if isinstance(parent, ast.Call) and parent.func is not node:
+      return self._call_problem(parent, node, text)
+    if isinstance(parent, ast.Tuple) and isinstance(
+        self.parents.get(parent), ast.Call):
+      return self._async_problem(self.parents[parent], parent, node, text)
+    if isinstance(parent, ast.Return) and self.depth > 0:
+      return None  # a helper's result: its caller follows it
+    return (f'`{text}` (made from the dict holding the optimizer) is used '
+            f'here as `{ast.unparse(parent)[:50]}`, not only as a tree')
+
+  def _other_entry(self, call) -> bool:
+    """``d.get(key[, default])`` of a constant key other than the
+    optimizer's."""
+    return isinstance(call, ast.Call) and 1 <= len(call.args) <= 2 and (
+        not call.keywords) and isinstance(call.args[0], ast.Constant) and (
+            isinstance(call.args[0].value, str)) and (
+                call.args[0].value != self.key)
+
+  def _entry_problem(self, subscript, text) -> Optional[str]:
+    key = subscript.slice
+    if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+      return (f'`{ast.unparse(subscript)[:50]}` reads an entry by a key that '
+              'is not a constant')
+    if isinstance(subscript.ctx, ast.Store):
+      return None if key.value != self.key else (
+          f'`{ast.unparse(subscript)[:50]}` replaces the optimizer\'s entry')
+    if not isinstance(subscript.ctx, ast.Load) or key.value != self.key:
+      return None if isinstance(subscript.ctx, ast.Load) else (
+          f'`{ast.unparse(subscript)[:50]}` deletes an entry')
+    parent = self.parents.get(subscript)
+    if isinstance(parent, ast.Attribute) and parent.attr in _TREE_FIELDS:
+      return None  # the tree has the Optimizer's fields
+    if self.allow_back and self._assigned(subscript):
+      self.loaded_back.append(subscript)
+      return None
+    return (f'`{ast.unparse(subscript)[:50]}` reads the optimizer back '
+            f'out of `{text}` and uses it otherwise than as `.target` or '
+            '`.state`, or by assigning it to a name')
+
+  def _assigned(self, subscript) -> bool:
+    parent = self.parents.get(subscript)
+    if isinstance(parent, ast.Assign) and parent.value is subscript:
+      return all(isinstance(t, ast.Name) for t in parent.targets)
+    if isinstance(parent, ast.Tuple):
+      outer = self.parents.get(parent)
+      index = parent.elts.index(subscript)
+      return isinstance(outer, ast.Assign) and outer.value is parent and all(
+          isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == len(
+              parent.elts) and isinstance(t.elts[index], ast.Name)
+          for t in outer.targets)
+    return False
+
+  def _function_of(self, call):
+    """(scope node, names) of the function ``call`` runs: a def nested
+    here, or a project function; else None."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id in self.nested:
+      return self.nested[func.id], self.names
+    model = self.names.model
+    if model is None:
+      return None
+    function = model.callee(call, self.names)
+    if function is None or function.is_method:
+      return None
+    return function.node, model.names.get(function.path)
+
+  def _call_problem(self, call, node, text) -> Optional[str]:
+    if self.names.resolve(call.func) in _TREE_CALLS:
+      return None
+    return self._passed_problem(call, self._function_of(call), call.args,
+                                call.keywords, node, text)
+
+  def _async_problem(self, call, arguments, node, text) -> Optional[str]:
+    """``pool.apply_async(f, (args...))``: ``f(*args)`` on a pool's thread."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == 'apply_async'
+            and len(call.args) >= 2 and call.args[1] is arguments):
+      return (f'`{text}` goes into the tuple `{ast.unparse(arguments)[:50]}`,'
+              ' where migrate cannot follow it')
+    runs = ast.Call(func=call.args[0], args=list(arguments.elts),
+                    keywords=[])
+    return self._passed_problem(call, self._function_of(runs),
+                                arguments.elts, [], node, text)
+
+  def _passed_problem(self, call, function, args, keywords, node,
+                      text) -> Optional[str]:
+    shown = ast.unparse(call.func)[:50]
+    if function is None or function[1] is None:
+      return (f'`{text}` is passed to `{shown}(...)`, which migrate does not '
+              'see take it only as a tree')
+    definition, names = function
+    parameter = _parameter(definition, args, keywords, node)
+    if parameter is None:
+      return f'`{text}` goes to `{shown}(...)` where no parameter takes it'
+    if self.depth >= _DEPTH:
+      return (f'`{text}` is passed on through more than {_DEPTH} functions; '
+              'migrate stops following it there')
+    why = self.checker.parameter_problem(definition, names, parameter,
+                                         self.key, self.depth + 1)
+    return None if why is None else f'in {definition.name}(): {why}'
+
+
+def _is_test(parents, node) -> bool:
+  """``node`` is only tested for truth (``if tree:``, ``not tree``, ``a
+  and tree`` in a test)."""
+  parent = parents.get(node)
+  if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+    return True
+  if isinstance(parent, ast.BoolOp):
+    return _is_test(parents, parent)
+  return isinstance(parent, (ast.If, ast.While, ast.IfExp, ast.Assert)) and (
+      parent.test is node)
+
+
+def _parameter(definition, args, keywords, node) -> Optional[str]:
+  if any(isinstance(a, ast.Starred) for a in args) or any(
+      k.arg is None for k in keywords):
+    return None
+  positional = [a.arg for a in definition.args.posonlyargs +
+                definition.args.args]
+  for index, value in enumerate(args):
+    if value is node:
+      return positional[index] if index < len(positional) else None
+  for keyword in keywords:
+    if keyword.value is node:
+      names = positional + [a.arg for a in definition.args.kwonlyargs]
+      return keyword.arg if keyword.arg in names else None
+  return None
+
+
+class Checker:
+  """The dicts of one module that hold an optimizer and are saved or
+  loaded as trees (``display_of``), with the project's functions they
+  reach checked once each."""
+
+  def __init__(self, names):
+    self.names = names
+    self._open: set = set()  # (function, parameter, key) being checked
+    self._answers: dict = {}
+
+  def parameter_problem(self, definition, names, parameter, key,
+                        depth) -> Optional[str]:
+    """Why ``definition`` uses its ``parameter`` otherwise than as a tree."""
+    marker = (id(definition), parameter, key)
+    if marker in self._answers:
+      return self._answers[marker]
+    if marker in self._open:
+      return None  # recursion: its other uses decide
+    self._open.add(marker)
+    try:
+      if any(parameter in _bound_names(n)
+             for n in _walk.scope_nodes(definition)):
+        why: Optional[str] = f'`{parameter}` is assigned again'
+      else:
+        why = _Uses(self, definition, names, [], key, depth, False,
+                    derived=(parameter,)).problem()
+    finally:
+      self._open.discard(marker)
+    if not self._open:  # not resting on a question still open
+      self._answers[marker] = why
+    return why
+
+  def verdict(self, value, dict_node, key, parents) -> _Verdict:
+    """Whether the dict ``dict_node`` holding ``value`` at ``key`` is only
+    saved or loaded as a tree where it is built."""
+    if _spread(dict_node):
+      return _Verdict(None, 'the dict also takes entries with **')
+    if not isinstance(value, (ast.Name, ast.Attribute)) or (
+        _root_name(value) is None):
+      return _Verdict(None, 'the optimizer in it is not a name or a field')
+    scope_node = parents.get(dict_node)
+    while scope_node is not None and not isinstance(
+        scope_node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                     ast.ClassDef, ast.Module)):
+      scope_node = parents.get(scope_node)
+    if not isinstance(scope_node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      return _Verdict(None, 'the dict is built outside a function')
+    uses = _Uses(self, scope_node, self.names, [dict_node], key, 0, True)
+    why = uses.problem()
+    if why:
+      return _Verdict(None, why)
+    for read in uses.loaded_back:
+      why = _template_problem(uses, value, dict_node, read)
+      if why:
+        return _Verdict(None, why)
+    return _Verdict(Display(value, key, tuple(uses.loaded_back),
+                            ast.unparse(value)), None)
+
+
+def assigned_names(parents, read) -> list:
+  """The names a read back (``_Uses._assigned``) is assigned to."""
+  parent = parents.get(read)
+  if isinstance(parent, ast.Assign):
+    return list(parent.targets)
+  index = parent.elts.index(read)
+  return [target.elts[index] for target in parents[parent].targets]
+
+
+def _statement_of(parents, node):
+  while node is not None and not isinstance(node, ast.stmt):
+    node = parents.get(node)
+  return node
+
+
+def _template_problem(uses, value, dict_node, read) -> Optional[str]:
+  """The optimizer's expression still names the same value at ``read``."""
+  root = _root_name(value)
+  definition = uses.node
+  parameters = {a.arg for a in definition.args.posonlyargs +
+                definition.args.args + definition.args.kwonlyargs}
+  if root in parameters and not any(root in _bound_names(n)
+                                    for n in uses.own):
+    return None
+  parents = uses.parents
+  first, last = (_statement_of(parents, dict_node),
+                 _statement_of(parents, read))
+  block = parents.get(first)
+  siblings = [getattr(block, f, None) for f in ('body', 'orelse',
+                                                'finalbody')]
+  body = next((s for s in siblings if isinstance(s, list) and first in s and
+               last in s), None)
+  if body is None or body.index(first) > body.index(last):
+    return (f'`{ast.unparse(read)[:40]}` is read back where `{root}` may '
+            'name another value than the one put into the dict')
+  between = body[body.index(first) + 1:body.index(last)]
+  if any(root in _bound_names(n) for s in between for n in ast.walk(s)):
+    return (f'`{root}` is assigned between the dict and '
+            f'`{ast.unparse(read)[:40]}`')
+  return None
