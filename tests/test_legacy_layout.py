@@ -213,13 +213,7 @@ def test_stock_rule_other_than_sgd_is_refused_by_name():
     flax_optim_rules.state_dict(state)
 
 
-def _restorable_cases():
-  return [name for name in fx.BARE_CASES
-          if not set(fx.spec(name).algorithms()) & {'MultiOptimizer',
-                                                    'WeightNorm'}]
-
-
-@pytest.mark.parametrize('name', _restorable_cases())
+@pytest.mark.parametrize('name', fx.one_rule_cases())
 def test_restores_a_flax_053_checkpoint_and_writes_it_back(name):
   written = serialization.msgpack_restore(fx.checkpoint_bytes(name))
   with warnings.catch_warnings():

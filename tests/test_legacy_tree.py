@@ -150,13 +150,7 @@ def test_npz_names_are_flax_053s(case, tmp_path):
   assert int(restored.step) == 1
 
 
-def _restorable_checkpoints():
-  return [name for name in fx.BARE_CASES
-          if not set(fx.spec(name).algorithms()) & {'MultiOptimizer',
-                                                    'WeightNorm'}]
-
-
-@pytest.mark.parametrize('name', _restorable_checkpoints())
+@pytest.mark.parametrize('name', fx.one_rule_cases())
 def test_flax_053_checkpoint_restores_through_flax_and_writes_it_back(name):
   with warnings.catch_warnings():
     warnings.simplefilter('ignore', DeprecationWarning)

@@ -33,7 +33,8 @@ def load_checkpoint(tree, path):
   with np.load(path) as data:
     values = list(data.values())
   treedef = jax.tree_util.tree_structure(tree)
-  return jax.tree_util.tree_unflatten(treedef, values)
+  tree = jax.tree_util.tree_unflatten(treedef, values)
+  return tree
 '''
 
 _TRAIN = '''"""Trains, checkpoints {'opt': ..., 'extra': ...} and resumes."""

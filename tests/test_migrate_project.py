@@ -1903,3 +1903,50 @@ def test_a_step_value_going_elsewhere_keeps_its_flow(tmp_path):
     _assert_unchanged(results)
     assert 'optimize_fn' in _reasons(results).get(('losses.py', 15), '') or (
         'new_optimizer' in ''.join(_reasons(results).values())), what
+
+
+_SCRIPT_DIRECTORY_HELPERS = '''from flax import optim
+
+
+def make(params):
+  return optim.Adam(learning_rate=0.01, beta2=0.99).create(params)
+'''
+
+_SCRIPT_DIRECTORY_MAIN = '''import jax
+import jax.numpy as jnp
+
+import helpers  # the helpers.py beside this script
+
+
+@jax.jit
+def step(opt, batch):
+  def loss(p):
+    return jnp.mean((batch['x'] @ p['w'] - batch['y']) ** 2)
+  return opt.apply_gradient(jax.grad(loss)(opt.target))
+
+
+def train(params, batches):
+  opt = helpers.make(params)
+  for batch in batches:
+    opt = step(opt, batch)
+  return opt
+'''
+
+
+def test_a_module_name_two_script_directories_share_is_the_importers_own(
+    tmp_path):
+  # Research repositories keep one directory per experiment, each with its
+  # own helpers.py imported as `import helpers` by the scripts beside it
+  # (run from there). The name is the one beside the importer, so the flow
+  # links across the two modules instead of stopping at an ambiguous name.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, {
+      'exp_a/helpers.py': _SCRIPT_DIRECTORY_HELPERS,
+      'exp_a/main.py': _SCRIPT_DIRECTORY_MAIN,
+      'exp_b/helpers.py': 'def make(params):\n  return params\n',
+      'exp_b/main.py': 'import helpers\n\nprint(helpers.make(1))\n'})
+  results = _migrate_into(project, migrated)
+  _assert_fully_migrated(results)
+  assert b'train_state.TrainState.create(' in results['exp_a/helpers.py'].new
+  assert results['exp_b/helpers.py'].new == results['exp_b/helpers.py'].old
+  _assert_trains_alike(project / 'exp_a', migrated / 'exp_a', 'main')

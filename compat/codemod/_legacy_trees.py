@@ -409,12 +409,10 @@ class Checker:
       return None  # recursion: its other uses decide
     self._open.add(marker)
     try:
-      if any(parameter in _bound_names(n)
-             for n in _walk.scope_nodes(definition)):
-        why: Optional[str] = f'`{parameter}` is assigned again'
-      else:
-        why = _Uses(self, definition, names, [], key, depth, False,
-                    derived=(parameter,)).problem()
+      # Every binding of the name counts as made from the tree (``tree =
+      # tree_unflatten(...)`` in a loader): each of its reads is checked.
+      why = _Uses(self, definition, names, [], key, depth, False,
+                  derived=(parameter,)).problem()
     finally:
       self._open.discard(marker)
     if not self._open:  # not resting on a question still open

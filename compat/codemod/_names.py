@@ -14,7 +14,7 @@ import functools
 import importlib.util
 import os
 import re
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 from compat import _lazy
 from compat.codemod import _walk
@@ -571,8 +571,13 @@ class ModuleNames:
                collect: bool = True, package: Optional[str] = None,
                model=None, module: Optional[str] = None,
                path: Optional[str] = None,
-               kernel: Optional[Kernel] = None):
+               kernel: Optional[Kernel] = None,
+               sibling: Optional[Callable[[str], Optional[str]]] = None):
+    """``sibling``: the project's module an absolute import of a top-level
+    name means from this file, where files of several directories may be
+    imported by that name (``Model.sibling_module``); None: as written."""
     self.tree = tree
+    self._sibling = sibling
     self.path = path
     self.reexports = reexports or {}
     self.package, self.model = package, model
@@ -607,20 +612,30 @@ class ModuleNames:
       if isinstance(node, ast.Import):
         for alias in node.names:
           if alias.asname:
-            self.bindings[alias.asname] = alias.name
+            self.bindings[alias.asname] = self._beside(alias.name)
           else:
             top = alias.name.partition('.')[0]
-            self.bindings[top] = top
+            self.bindings[top] = self._beside(top)
       elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
         module = self.absolute(node)
         if module is None:
           continue
+        if not node.level:
+          module = self._beside(module)
         for alias in node.names:
           if alias.name == '*':
             self.star_flax_optim |= canonical(module) == 'flax.optim'
           else:
             self.bindings[alias.asname or alias.name] = (
                 f'{module}.{alias.name}')
+
+  def _beside(self, module: str) -> str:
+    """``module`` as this file's absolute import of it runs it."""
+    if self._sibling is None:
+      return module
+    top, dot, rest = module.partition('.')
+    found = self._sibling(top)
+    return module if found is None else found + dot + rest
 
   def collect_aliases(self):
     """Module-level names assigned a flax.optim name (``Optimizer =

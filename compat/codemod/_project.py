@@ -50,6 +50,8 @@ its type inference needs pyre (a server, not here). Stdlib only.
 """
 
 import ast
+import functools
+import os
 import re
 from typing import Callable, NamedTuple, Optional
 
@@ -211,6 +213,16 @@ class _Function(NamedTuple):
   is_method: bool
 
 
+def _sharing_in(module_names_of: dict) -> Callable[[str], list]:
+  """``Model._sharing`` of a plain mapping of every file's dotted names."""
+  claimants: dict[str, list] = {}
+  for path, dotted_names in module_names_of.items():
+    for dotted in dotted_names:
+      claimants.setdefault(dotted, []).append(path)
+  return lambda dotted: [] if len(claimants.get(dotted, ())) < 2 else (
+      claimants[dotted])
+
+
 class Model:
   """The project's factories of OptimizerDefs, their call sites, fields."""
 
@@ -236,6 +248,11 @@ class Model:
     # contract changes for callers outside it (the report says so).
     self.unseen: set[tuple] = set()
     self.module_names_of = module_names_of
+    # A dotted name -> the files that may each be imported by it, where
+    # more than one may (``checkpoint_utils`` of two script directories).
+    sharing = getattr(module_names_of, 'sharing', None)
+    self._sharing = sharing if sharing is not None else _sharing_in(
+        module_names_of)
     self.functions: dict[str, _Function] = {}  # dotted name -> function
     self.methods: dict[str, list] = {}  # function name -> [_Function]
     self.names: dict[str, _names.ModuleNames] = {}  # path -> its names
@@ -553,7 +570,8 @@ class Model:
     self.names[path] = _names.ModuleNames(
         tree, self.reexports, collect=False, package=self.package_of(path),
         model=self, module=dotted[0], path=path,
-        kernel=self.kernel_of(path, tree))
+        kernel=self.kernel_of(path, tree),
+        sibling=functools.partial(self.sibling_module, path))
     self.trees[path] = tree
     self._index(path, tree)
     self.names[path].collect()
@@ -582,6 +600,23 @@ class Model:
         if any(word in text for word in words):
           names.collect()
 
+  def sibling_module(self, importer: str, top: str) -> Optional[str]:
+    """The dotted name of the module ``import <top>`` in ``importer`` runs,
+    where files of several directories may be imported as ``top``: the one
+    beside ``importer`` (a script's own directory comes first on
+    ``sys.path``; research code ran its scripts so). None where ``top``
+    names one file of the project, or none beside ``importer``."""
+    paths = self._sharing(top)
+    if not paths:
+      return None
+    here = os.path.dirname(importer)
+    beside = [p for p in paths if os.path.dirname(p) == here or (
+        os.path.basename(p) == '__init__.py' and
+        os.path.dirname(os.path.dirname(p)) == here)]
+    if len(beside) != 1 or not self.module_names_of.get(beside[0]):
+      return None
+    return self.module_names_of[beside[0]][0]
+
   def module_names(self, path, tree) -> _names.ModuleNames:
     """The names of the module at ``path`` (the model's own where it read
     this very tree; else a fresh reading that still sees the project)."""
@@ -591,7 +626,9 @@ class Model:
     return _names.ModuleNames(tree, self.reexports,
                               package=self.package_of(path), model=self,
                               module=dotted[0], path=path,
-                              kernel=self.kernel_of(path, tree))
+                              kernel=self.kernel_of(path, tree),
+                              sibling=functools.partial(self.sibling_module,
+                                                        path))
 
   def kernel_of(self, path, tree) -> Optional[_names.Kernel]:
     """What the names the file at ``path`` (its ``tree``) binds nowhere

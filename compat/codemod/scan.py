@@ -820,6 +820,13 @@ class _UniqueNames(collections.abc.Mapping):
   def __iter__(self):
     return (self._files.shown[i] for i in self._table.names_of)
 
+  def sharing(self, name: str) -> list:
+    """The shown paths of the files that may each be imported by
+    ``name``, where more than one may (none of them is parsed for it)."""
+    indices = self._table.indices_of.get(name, ())
+    return [self._files.shown[i] for i in indices] if len(
+        indices) > 1 else []
+
   def __len__(self) -> int:
     return len(self._table.names_of)
 

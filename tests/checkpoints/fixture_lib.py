@@ -64,6 +64,14 @@ def spec(name: str) -> _spec.Spec:
   return _spec.parse(case(name)['spec'])
 
 
+def one_rule_cases() -> list:
+  """The bare-optimizer cases of one update rule (no MultiOptimizer or
+  WeightNorm): those flax_optim_rules' view of flax.optim's layout covers."""
+  return [name for name in BARE_CASES
+          if not set(spec(name).algorithms()) & {'MultiOptimizer',
+                                                 'WeightNorm'}]
+
+
 def is_bitwise(name: str) -> bool:
   return set(spec(name).algorithms()) - {'MultiOptimizer'} <= BITWISE
 
