@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import test_migrate_project as project_tests
 
+from compat.codemod import migrate
+
 _CHECKPOINT_LIB = '''"""Saves and loads trees as .npz files, positionally."""
 import jax
 import numpy as np
@@ -204,3 +206,19 @@ def test_a_dict_used_otherwise_keeps_the_flow_naming_why(tmp_path, case):
   reasons = '\n'.join(
       left.reason for left in results['train.py'].plan.leftovers)
   assert reason in reasons, reasons
+
+
+def test_helpers_of_a_module_no_dotted_name_is_unique_to_are_read(tmp_path):
+  # Two directories migrated together, each with a lib.py: neither file
+  # has a dotted name of its own, and the helpers it calls by name are
+  # still its own module's functions.
+  train = _TRAIN.replace('import checkpoint_lib\n', '').replace(
+      'checkpoint_lib.', '')
+  single = _CHECKPOINT_LIB.replace('import jax\nimport numpy as np\n', '')
+  first, second = tmp_path / 'first', tmp_path / 'second'
+  project_tests._write(first, {'lib.py': train + single})
+  project_tests._write(second, {'lib.py': 'VALUE = 1\n'})
+  sources, results = migrate.migrate_paths([str(first), str(second)])
+  result = results[sources.index(str(first / 'lib.py'))]
+  assert not result.plan.leftovers, result.plan.leftovers
+  assert b'flax_optim_rules.from_legacy_tree(opt, checkpoint' in result.new

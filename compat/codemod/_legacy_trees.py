@@ -318,12 +318,21 @@ class _Uses:
     if isinstance(func, ast.Name) and func.id in self.nested:
       return self.nested[func.id], self.names
     model = self.names.model
-    if model is None:
-      return None
-    function = model.callee(call, self.names)
-    if function is None or function.is_method:
-      return None
-    return function.node, model.names.get(function.path)
+    function = None if model is None else model.callee(call, self.names)
+    if function is not None:
+      return None if function.is_method else (
+          function.node, model.names.get(function.path))
+    if isinstance(func, ast.Name) and not any(
+        func.id in _bound_names(n) for n in self.own):
+      # A function of this module by name (also where no dotted name is
+      # this module's alone, so the project's model does not list it).
+      defs = [n for n in self.names.tree.body
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and
+              n.name == func.id]
+      if len(defs) == 1 and func.id not in self.names.bindings and not any(
+          func.id in _bound_names(n) for n in self.names.tree.body):
+        return defs[0], self.names
+    return None
 
   def _call_problem(self, call, node, text) -> Optional[str]:
     if self.names.resolve(call.func) in _TREE_CALLS:
