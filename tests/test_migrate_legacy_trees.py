@@ -174,6 +174,13 @@ _UNCHANGED_CASES = {
         "    extra = checkpoint.get('extra', extra)\n",
         "    opt = checkpoint.get('opt', opt)\n",
         'used here as `checkpoint.get`'),
+    # A helper's tree function stops at nodes it chooses (``is_leaf``):
+    # its leaves may be the optimizer itself.
+    'tree_function_given_is_leaf': (
+        "  leaves, _ = jax.tree_util.tree_flatten(tree)\n",
+        "  leaves, _ = jax.tree_util.tree_flatten(\n"
+        "      tree, is_leaf=lambda x: hasattr(x, 'apply_gradient'))\n",
+        'in save_checkpoint(): `leaves` (made from the dict'),
     # The template is stepped between the dict and the read back.
     'template_rebound_between': (
         _LOAD, "    opt = step(opt, batches[0])\n" + _LOAD,

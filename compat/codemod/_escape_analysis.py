@@ -147,6 +147,11 @@ def _tree_problem(planner, verdict, text) -> Optional[str]:
   """A dict holding the optimizer: migrated where it is only saved or
   loaded as a tree (``_legacy_trees``), and what it is read back into is
   an optimizer of the flow."""
+  if verdict.why is None and not planner.flow.is_optimizer(
+      verdict.display.value):
+    return (f'the replicated optimizer `{text}` goes into a dict saved or '
+            'loaded as a tree: migrate writes flax.optim\'s tree of an '
+            'optimizer only where it is not replicated')
   if verdict.why is not None:
     return (f'the optimizer `{text}` goes into a dict that migrate does not '
             f'see only saved or loaded as a tree: {verdict.why} (where it '

@@ -19,7 +19,8 @@ or ``dict(opt=...)``, with constant keys; the optimizer a name or a field of
 one):
 
 * the dict, and what is made from it, is only taken apart and rebuilt as a
-  tree: passed to jax's tree functions, ``jax.device_get``, ``replicate``,
+  tree: passed to jax's tree functions (not given ``is_leaf``, whose
+  function may receive the tree's nodes), ``jax.device_get``, ``replicate``,
   flax's serialization, a treedef's ``unflatten``, or to a parameter of a
   project function (also through ``pool.apply_async(f, (args,))``) that
   does only this with it (returning what it made is allowed there); tested
@@ -173,7 +174,7 @@ class _Uses:
       return self._kind(func.value)
     if not any(self.made_from_tree(a) for a in arguments):
       return None
-    resolved = self.names.resolve(func)
+    resolved = self._tree_call(node)
     if resolved in _GIVE_LEAVES_AND_TREEDEF:
       return (_FREE, _TREE)
     if resolved in _GIVE_LEAVES:
@@ -334,8 +335,17 @@ class _Uses:
         return defs[0], self.names
     return None
 
+  def _tree_call(self, call) -> Optional[str]:
+    """The tree function ``call`` runs; None for another call, or one given
+    ``is_leaf`` (its function may then receive the tree's nodes)."""
+    resolved = self.names.resolve(call.func)
+    if resolved not in _TREE_CALLS or any(k.arg == 'is_leaf'
+                                          for k in call.keywords):
+      return None
+    return resolved
+
   def _call_problem(self, call, node, text) -> Optional[str]:
-    if self.names.resolve(call.func) in _TREE_CALLS:
+    if self._tree_call(call) is not None:
       return None
     return self._passed_problem(call, self._function_of(call), call.args,
                                 call.keywords, node, text)
