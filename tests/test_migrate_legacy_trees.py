@@ -181,6 +181,12 @@ _UNCHANGED_CASES = {
         "  leaves, _ = jax.tree_util.tree_flatten(\n"
         "      tree, is_leaf=lambda x: hasattr(x, 'apply_gradient'))\n",
         'in save_checkpoint(): `leaves` (made from the dict'),
+    # A closure reads the dict: its uses are not followed.
+    'dict_read_in_a_closure': (
+        "    opt, extra = checkpoint['opt'], checkpoint['extra']\n",
+        "    opt, extra = checkpoint['opt'], checkpoint['extra']\n"
+        "    show = lambda: checkpoint_tree['opt'].apply_gradient(None)\n",
+        'read inside `lambda`, nested here'),
     # The template is stepped between the dict and the read back.
     'template_rebound_between': (
         _LOAD, "    opt = step(opt, batches[0])\n" + _LOAD,

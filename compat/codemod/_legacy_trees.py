@@ -217,6 +217,9 @@ class _Uses:
   # ------------------------------------------------------------- its uses
   def problem(self) -> Optional[str]:
     """Why a value made from the tree is used otherwise than as a tree."""
+    why = self._captured()
+    if why:
+      return why
     for node in self.own:
       if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
           node.id in self.derived):
@@ -228,6 +231,29 @@ class _Uses:
         why = self._use_problem(seed)
         if why:
           return why
+    return None
+
+  def _captured(self) -> Optional[str]:
+    """A def, lambda or class nested here that reads a name made from the
+    tree (a closure): its uses are not followed, so they hold the flow."""
+    for scope in self.own:
+      if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                ast.Lambda, ast.ClassDef)):
+        continue
+      inner = set()
+      if not isinstance(scope, ast.ClassDef):
+        arguments = scope.args
+        inner = {a.arg for a in arguments.posonlyargs + arguments.args +
+                 arguments.kwonlyargs + [arguments.vararg, arguments.kwarg]
+                 if a is not None}
+      for node in _walk.scope_nodes(scope):  # its own bindings only
+        inner.update(_bound_names(node))
+      for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
+            node.id in self.derived) and node.id not in inner:
+          return (f'`{node.id}` (made from the dict holding the optimizer) is '
+                  f'read inside `{getattr(scope, "name", "lambda")}`, nested '
+                  'here, where migrate does not follow it')
     return None
 
   def _use_problem(self, node) -> Optional[str]:
