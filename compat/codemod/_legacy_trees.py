@@ -38,6 +38,7 @@ its entry read otherwise) keeps the flow, with the reason. Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _names
 from compat.codemod import _removals
 from compat.codemod import _walk
 
@@ -81,7 +82,6 @@ class Display(NamedTuple):
   value: ast.AST  # the optimizer's expression in it
   key: str  # its entry
   loaded_back: tuple  # the reads assigned back to an optimizer's name
-  template: str  # the optimizer's source text, the template read back
 
 
 class _Verdict(NamedTuple):
@@ -242,10 +242,8 @@ class _Uses:
         continue
       inner = set()
       if not isinstance(scope, ast.ClassDef):
-        arguments = scope.args
-        inner = {a.arg for a in arguments.posonlyargs + arguments.args +
-                 arguments.kwonlyargs + [arguments.vararg, arguments.kwarg]
-                 if a is not None}
+        inner = set(_names.parameter_names(scope)) | {
+            a.arg for a in (scope.args.vararg, scope.args.kwarg) if a}
       for node in _walk.scope_nodes(scope):  # its own bindings only
         inner.update(_bound_names(node))
       for node in ast.walk(scope):
@@ -373,8 +371,8 @@ class _Uses:
   def _call_problem(self, call, node, text) -> Optional[str]:
     if self._tree_call(call) is not None:
       return None
-    return self._passed_problem(call, self._function_of(call), call.args,
-                                call.keywords, node, text)
+    return self._passed_problem(call, self._function_of(call), call, node,
+                                text)
 
   def _async_problem(self, call, arguments, node, text) -> Optional[str]:
     """``pool.apply_async(f, (args...))``: ``f(*args)`` on a pool's thread."""
@@ -385,17 +383,21 @@ class _Uses:
               ' where migrate cannot follow it')
     runs = ast.Call(func=call.args[0], args=list(arguments.elts),
                     keywords=[])
-    return self._passed_problem(call, self._function_of(runs),
-                                arguments.elts, [], node, text)
+    return self._passed_problem(call, self._function_of(runs), runs, node,
+                                text)
 
-  def _passed_problem(self, call, function, args, keywords, node,
+  def _passed_problem(self, call, function, runs, node,
                       text) -> Optional[str]:
+    """``node`` goes to ``function`` (``(FunctionDef, names)`` or None),
+    which ``runs`` calls (``call`` itself, or what it has a pool run)."""
     shown = ast.unparse(call.func)[:50]
     if function is None or function[1] is None:
       return (f'`{text}` is passed to `{shown}(...)`, which migrate does not '
               'see take it only as a tree')
     definition, names = function
-    parameter = _parameter(definition, args, keywords, node)
+    parameter = next((p for p in _names.parameter_names(definition)
+                      if _names.argument_for(definition, p, runs) is node),
+                     None)
     if parameter is None:
       return f'`{text}` goes to `{shown}(...)` where no parameter takes it'
     if self.depth >= _DEPTH:
@@ -418,26 +420,10 @@ def _is_test(parents, node) -> bool:
       parent.test is node)
 
 
-def _parameter(definition, args, keywords, node) -> Optional[str]:
-  if any(isinstance(a, ast.Starred) for a in args) or any(
-      k.arg is None for k in keywords):
-    return None
-  positional = [a.arg for a in definition.args.posonlyargs +
-                definition.args.args]
-  for index, value in enumerate(args):
-    if value is node:
-      return positional[index] if index < len(positional) else None
-  for keyword in keywords:
-    if keyword.value is node:
-      names = positional + [a.arg for a in definition.args.kwonlyargs]
-      return keyword.arg if keyword.arg in names else None
-  return None
-
-
 class Checker:
   """The dicts of one module that hold an optimizer and are saved or
-  loaded as trees (``display_of``), with the project's functions they
-  reach checked once each."""
+  loaded as trees (``verdict``), with the project's functions they reach
+  checked once each."""
 
   def __init__(self, names):
     self.names = names
@@ -487,8 +473,7 @@ class Checker:
       why = _template_problem(uses, value, dict_node, read)
       if why:
         return _Verdict(None, why)
-    return _Verdict(Display(value, key, tuple(uses.loaded_back),
-                            ast.unparse(value)), None)
+    return _Verdict(Display(value, key, tuple(uses.loaded_back)), None)
 
 
 def assigned_names(parents, read) -> list:
@@ -510,10 +495,8 @@ def _template_problem(uses, value, dict_node, read) -> Optional[str]:
   """The optimizer's expression still names the same value at ``read``."""
   root = _root_name(value)
   definition = uses.node
-  parameters = {a.arg for a in definition.args.posonlyargs +
-                definition.args.args + definition.args.kwonlyargs}
-  if root in parameters and not any(root in _bound_names(n)
-                                    for n in uses.own):
+  if root in _names.parameter_names(definition) and not any(
+      root in _bound_names(n) for n in uses.own):
     return None
   parents = uses.parents
   first, last = (_statement_of(parents, dict_node),

@@ -135,6 +135,31 @@ def _enclosing_packages(directory: str) -> list:
   return packages
 
 
+def argument_for(function_node, parameter, call):
+  """The argument ``call`` passes for ``parameter``; None: none is, or it
+  cannot be told (``*args``, ``**kwargs``)."""
+  if any(isinstance(a, ast.Starred) for a in call.args) or any(
+      k.arg is None for k in call.keywords):
+    return None
+  for keyword in call.keywords:
+    if keyword.arg == parameter:
+      return keyword.value
+  arguments = function_node.args
+  positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+  if parameter in positional:
+    position = positional.index(parameter)
+    if position < len(call.args):
+      return call.args[position]
+  return None
+
+
+def parameter_names(function_node) -> list:
+  """The names a call may pass by: positional and keyword-only."""
+  arguments = function_node.args
+  return [a.arg for a in arguments.posonlyargs + arguments.args +
+          arguments.kwonlyargs]
+
+
 def module_names(path: str, root: str) -> list:
   """Dotted names ``path`` may be imported by: its path under ``root``
   (under the packages ``root`` itself is in, when the scan starts inside a

@@ -86,30 +86,6 @@ def _references(model, candidates) -> dict:
   return found
 
 
-def argument_for(function_node, parameter, call):
-  """The argument ``call`` passes for ``parameter``; None: none is, or it
-  cannot be told (``*args``, ``**kwargs``)."""
-  if any(isinstance(a, ast.Starred) for a in call.args) or any(
-      k.arg is None for k in call.keywords):
-    return None
-  for keyword in call.keywords:
-    if keyword.arg == parameter:
-      return keyword.value
-  arguments = function_node.args
-  positional = [a.arg for a in arguments.posonlyargs + arguments.args]
-  if parameter in positional:
-    position = positional.index(parameter)
-    if position < len(call.args):
-      return call.args[position]
-  return None
-
-
-def _parameters(function_node) -> list:
-  arguments = function_node.args
-  return [a.arg for a in arguments.posonlyargs + arguments.args +
-          arguments.kwonlyargs]
-
-
 def callee_modules(model) -> set:
   """The paths of the project's modules, not read yet, whose functions the
   modules read so far call."""
@@ -150,7 +126,7 @@ def solve(model, solve_givers) -> list:
   for key, found in references.items():
     function = candidates[key].node
     escaped = [r for r in found if r.call is None]
-    for parameter in _parameters(function):
+    for parameter in _names.parameter_names(function):
       verdicts[(function, parameter)] = not escaped
       if escaped:
         why[(function, parameter)] = (
@@ -164,11 +140,11 @@ def solve(model, solve_givers) -> list:
     changed = False
     for key, found in references.items():
       function = candidates[key].node
-      for parameter in _parameters(function):
+      for parameter in _names.parameter_names(function):
         if not verdicts[(function, parameter)]:
           continue
         for reference in found:
-          argument = argument_for(function, parameter, reference.call)
+          argument = _names.argument_for(function, parameter, reference.call)
           flow = flows.get(reference.path)
           if flow is None:
             flow = flows[reference.path] = _flow.OptimizerFlow(
@@ -204,7 +180,7 @@ def why_unproven(model, names, tree, line, code) -> str:
   for node in tree.body:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
         node.lineno <= line <= (node.end_lineno or node.lineno)):
-      for parameter in _parameters(node):
+      for parameter in _names.parameter_names(node):
         if re.search(rf'\b{parameter}\s*\.', code) and model.param_verdict(
             names, node.name, parameter) is False:
           reasons.append(model.param_why_of(names, node.name, parameter))
@@ -223,7 +199,7 @@ def _links(model, candidates, references) -> list:
       flow = own_flows[function.path] = _flow.OptimizerFlow(
           model.trees[function.path], model.names[function.path])
     scope = flow.scopes[function.node]
-    proven = [p for p in _parameters(function.node)
+    proven = [p for p in _names.parameter_names(function.node)
               if model.param_verdicts.get((function.node, p)) and
               (scope, p) in flow.alive]
     if not proven:

@@ -213,16 +213,6 @@ class _Function(NamedTuple):
   is_method: bool
 
 
-def _sharing_in(module_names_of: dict) -> Callable[[str], list]:
-  """``Model._sharing`` of a plain mapping of every file's dotted names."""
-  claimants: dict[str, list] = {}
-  for path, dotted_names in module_names_of.items():
-    for dotted in dotted_names:
-      claimants.setdefault(dotted, []).append(path)
-  return lambda dotted: [] if len(claimants.get(dotted, ())) < 2 else (
-      claimants[dotted])
-
-
 class Model:
   """The project's factories of OptimizerDefs, their call sites, fields."""
 
@@ -249,10 +239,9 @@ class Model:
     self.unseen: set[tuple] = set()
     self.module_names_of = module_names_of
     # A dotted name -> the files that may each be imported by it, where
-    # more than one may (``checkpoint_utils`` of two script directories).
-    sharing = getattr(module_names_of, 'sharing', None)
-    self._sharing = sharing if sharing is not None else _sharing_in(
-        module_names_of)
+    # more than one may (``checkpoint_utils`` of two script directories):
+    # scan's table knows; a plain mapping names each file's own names only.
+    self._sharing = getattr(module_names_of, 'sharing', lambda dotted: [])
     self.functions: dict[str, _Function] = {}  # dotted name -> function
     self.methods: dict[str, list] = {}  # function name -> [_Function]
     self.names: dict[str, _names.ModuleNames] = {}  # path -> its names
@@ -464,8 +453,7 @@ class Model:
   def factory_followed(self, names, factory) -> bool:
     """Every call of the step factory named ``factory`` (in the module of
     ``names``) from another module is followed (``_step_values``)."""
-    module = names.package_module
-    found = self.functions.get(f'{module}.{factory}') if module else None
+    found = self._module_function(names, factory)
     return found is not None and found.node in self.followed_factories
 
   def function_of(self, node) -> Optional[_Function]:
@@ -478,9 +466,14 @@ class Model:
     return self._of_parameter(self.param_why, names, function, parameter)
 
   def _of_parameter(self, table, names, function, parameter):
-    module = names.package_module
-    found = self.functions.get(f'{module}.{function}') if module else None
+    found = self._module_function(names, function)
     return None if found is None else table.get((found.node, parameter))
+
+  def _module_function(self, names, name) -> Optional[_Function]:
+    """The function ``name`` of the module of ``names``, by its dotted name
+    (None where the module has none of its own)."""
+    module = names.package_module
+    return self.functions.get(f'{module}.{name}') if module else None
 
   def _solve_rate_setters(self):
     """``rate_setters``: a least fixpoint over the module functions of the

@@ -47,6 +47,7 @@ from compat import _lazy
 from compat.codemod import _codes
 from compat.codemod import _escape_analysis
 from compat.codemod import _flow
+from compat.codemod import _legacy_trees
 from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _params
@@ -445,7 +446,7 @@ class Planner:
                 node, 'create' if proven else 'reference',
                 'not rewritten: ' + (why or _names.HAND_BUILT)))
       if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
-          node.ctx, ast.Load) and self.flow.is_optimizer(node):
+          node.ctx, ast.Load):
         self._plan_tree_entry(node)
       if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
           node.value):
@@ -953,13 +954,17 @@ class Planner:
     """An optimizer in a dict saved or loaded as a tree (``_legacy_trees``):
     flax.optim's layout at both ends. Where the dict is otherwise used, the
     escape analysis keeps the flow with the reason."""
+    parent = self.parents.get(node)
+    entry = _legacy_trees.entry_of(node, parent, self.parents.get(parent))
+    if entry is None or not self.flow.is_optimizer(node):
+      return  # (the entry is asked first: it is the cheaper question)
     verdict = self.flow.tree_verdict(node)
-    if verdict is None or verdict.display is None:
+    if verdict.display is None:
       return
     self.imports.append((RULES_MODULE, None, None))
     self.edit(node, f'{RULES_MODULE}.legacy_tree({{value}})', 'checkpoint',
               value=node)
-    template = _escape(verdict.display.template)
+    template = _escape(ast.unparse(verdict.display.value))
     for read in verdict.display.loaded_back:
       self.edit(read, f'{RULES_MODULE}.from_legacy_tree({template}, '
                 '{read})', 'checkpoint', read=read)

@@ -31,7 +31,7 @@ import ast
 from typing import Optional
 
 from compat.codemod import _flow
-from compat.codemod import _params
+from compat.codemod import _names
 
 
 def solve(model) -> tuple[dict, set]:
@@ -92,7 +92,7 @@ def _steps_passed(model, flow_of) -> dict:
       if call is None:
         passed[(node, parameter)] = None
         break
-      argument = _params.argument_for(node, parameter, call)
+      argument = _names.argument_for(node, parameter, call)
       step = None if not isinstance(argument, ast.Name) else (
           flow_of(path).step_bound_to(argument))
       if argument is None and _defaults_to_none(node, parameter) and not (
