@@ -27,6 +27,7 @@ import numpy as np
 import optax
 import pytest
 
+import compat
 import flax_optim_rules
 import legacy_optim
 
@@ -372,3 +373,29 @@ def test_an_original_checkpoint_for_a_state_without_its_layout_is_named():
     flax_optim_rules.from_either_layout(
         _fresh_train_state(tx),
         serialization.to_state_dict(_trained_optimizer()))
+
+
+# --------------------------------------- the shim's strict restore, too
+
+
+def test_compat_restore_checkpoint_reads_the_original_into_a_train_state(
+    tmp_path):
+  optimizer = _trained_optimizer()
+  checkpoints.save_checkpoint(str(tmp_path), {'opt': optimizer}, STEPS)
+  restored = compat.restore_checkpoint(tmp_path,
+                                       {'opt': _fresh_train_state()})
+  _assert_resumes_adam(optimizer, restored['opt'])
+
+
+def test_compat_restore_checkpoint_names_what_fits_neither_layout(tmp_path):
+  checkpoints.save_checkpoint(
+      str(tmp_path),
+      {'opt': _trained_optimizer(lambda optim: optim.Momentum(0.1))}, STEPS)
+  with pytest.raises(ValueError) as raised:
+    compat.restore_checkpoint(tmp_path, {'opt': _fresh_train_state()})
+  message = str(raised.value)
+  assert 'opt/params: expected a dict with keys {dense}, found no entry' in (
+      message)  # the differences, as before; and why neither layout fits:
+  assert ("opt/state/param_states/dense/bias: expected the keys "
+          "['grad_ema', 'grad_sq_ema']; missing ['grad_ema', 'grad_sq_ema'], "
+          "unexpected ['momentum']") in message
