@@ -85,7 +85,7 @@ def legacy_tree(train_state) -> LegacyOptimizerTree:
 
   ``train_state``: anything with ``step``, ``params`` and ``opt_state`` of one
   ``flax_optim_rules`` transform (or stock ``optax.sgd``), optionally inside
-  ``inject_learning_rate``.
+  ``inject_learning_rate``, or of a ``multi_optimizer`` of them.
   """
   _register_with_flax()
   state = _legacy_layout.optimizer_state(train_state)

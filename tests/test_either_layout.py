@@ -263,6 +263,93 @@ def test_legacy_tree_nodes_of_the_template_are_restored():
       _fresh_train_state(), restored['opt']))
 
 
+# ------------------------------------------- MultiOptimizer (nested, l2p)
+
+
+def _weight_decay_split(optim):
+  """nested-transformer's and l2p's optimizer: no weight decay on some
+  params, a frozen rest here too (no traversal selects them)."""
+  decayed = optim.ModelParamTraversal(lambda path, _: 'kernel' in path)
+  kept = optim.ModelParamTraversal(lambda path, _: path.endswith('bias'))
+  return decayed, kept
+
+
+def _multi_legacy(optim):
+  decayed, kept = _weight_decay_split(optim)
+  return optim.MultiOptimizer((decayed, optim.Adam(0.1, weight_decay=0.01)),
+                              (kept, optim.Adam(0.1)))
+
+
+def _multi_tx():
+  decayed, kept = _weight_decay_split(flax_optim_rules)
+  return flax_optim_rules.multi_optimizer(
+      (decayed, flax_optim_rules.adam(0.1, weight_decay=0.01)),
+      (kept, flax_optim_rules.adam(0.1)))
+
+
+def _multi_params():
+  return {**_params(), 'pos_embedding': jnp.ones((2, 2), jnp.float32)}
+
+
+@pytest.mark.parametrize('route', ROUTES)
+def test_original_multi_optimizer_resumes_in_its_partition(route, tmp_path):
+  optimizer = _multi_legacy(legacy_optim).create(_multi_params())
+  for step in range(STEPS):
+    optimizer = optimizer.apply_gradient(jax.tree_util.tree_map(
+        lambda p, step=step: jnp.sin(p + step), _multi_params()))
+  template = {'optimizer': train_state.TrainState.create(
+      apply_fn=None, params=jax.tree_util.tree_map(jnp.zeros_like,
+                                                   _multi_params()),
+      tx=_multi_tx())}
+  state = flax_optim_rules.from_either_layout(
+      template, ROUTES[route](tmp_path, {'optimizer': optimizer})
+  )['optimizer']
+  assert int(state.step) == STEPS
+  _assert_same_leaves(optimizer.target, state.params)
+  inner = state.opt_state.inner_states
+  for label, path in (('0', 'kernel'), ('1', 'bias')):
+    sub = inner[label].inner_state
+    assert int(sub.count) == STEPS
+    legacy = optimizer.state.param_states['dense'][path]
+    _assert_same_leaves((legacy.grad_ema, legacy.grad_sq_ema),
+                        (sub.grad_ema['dense'][path],
+                         sub.grad_sq_ema['dense'][path]))
+  assert optimizer.state.param_states['pos_embedding'] is None  # frozen
+
+
+@pytest.mark.parametrize('route', ROUTES)
+def test_migrated_multi_optimizer_reads_back(route, tmp_path):
+  saved = train_state.TrainState.create(apply_fn=None, params=_multi_params(),
+                                        tx=_multi_tx())
+  for step in range(STEPS):
+    saved = saved.apply_gradients(grads=jax.tree_util.tree_map(
+        lambda p, step=step: jnp.sin(p + step), _multi_params()))
+  template = train_state.TrainState.create(
+      apply_fn=None, params=jax.tree_util.tree_map(jnp.zeros_like,
+                                                   _multi_params()),
+      tx=_multi_tx())
+  restored = flax_optim_rules.from_either_layout(
+      template, ROUTES[route](tmp_path, saved))
+  _assert_same_leaves(serialization.to_state_dict(saved),
+                      serialization.to_state_dict(restored))
+
+
+def test_multi_optimizer_state_that_hides_its_params_is_named():
+  """A sub-optimizer without per-parameter state (plain SGD) beside frozen
+  params: the state does not say which leaves are whose."""
+  decayed, kept = _weight_decay_split(flax_optim_rules)
+  tx = flax_optim_rules.multi_optimizer((decayed, flax_optim_rules.sgd(0.1)),
+                                        (kept, flax_optim_rules.adam(0.1)))
+  template = {'opt': train_state.TrainState.create(
+      apply_fn=None, params=_multi_params(), tx=tx)}
+  optimizer = _multi_legacy(legacy_optim).create(_multi_params())
+  with pytest.raises(ValueError, match=(
+      r"^opt: the checkpoint holds flax.optim's Optimizer layout, which this "
+      r'TrainState has none of: .*sub-optimizer 0 keeps no per-parameter')):
+    flax_optim_rules.from_either_layout(
+        template, {'opt': serialization.to_state_dict(optimizer)})
+
+
 # ----------------------------------------- files flax 0.5.3 itself wrote
 
 
@@ -290,7 +377,7 @@ def _lookup(tree, path):
 
 
 @pytest.mark.parametrize('name', fx.one_rule_cases() + [
-    'dict_container', 'tuple_ema', 'train_state'])
+    'multi', 'dict_container', 'tuple_ema', 'train_state'])
 def test_flax_053_checkpoints_resume_in_train_states(name):
   written = serialization.msgpack_restore(fx.checkpoint_bytes(name))
   restored = flax_optim_rules.from_either_layout(
@@ -308,7 +395,8 @@ def test_flax_053_checkpoints_resume_in_train_states(name):
       _assert_same_leaves(value, everything[key])
 
 
-@pytest.mark.parametrize('name', ['adam', 'momentum', 'rmsprop', 'sgd'])
+@pytest.mark.parametrize('name', ['adam', 'momentum', 'rmsprop', 'sgd',
+                                  'multi_adam_on_kernels'])
 def test_flax_053_classes_orbax_checkpoints_resume(name):
   """Orbax files flax 0.5.3's own classes wrote on today's flax."""
   tx = orbax_053.CASES[name](legacy_optim).to_optax()
