@@ -488,8 +488,16 @@ def optimizer_state_dict(target, state: OptimizerState) -> dict:
                     'param_states': to_state_dict(state.param_states)}}
 
 
-# A TrainState's own state dict (what ``flax.serialization`` writes of it).
-_TRAIN_STATE_KEYS = ('step', 'params', 'opt_state')
+# A TrainState's own state dict (what ``flax.serialization`` writes of it)
+# and flax.optim's Optimizer's: the keys at their top.
+TRAIN_STATE_KEYS = ('step', 'params', 'opt_state')
+OPTIMIZER_KEYS = ('target', 'state')
+
+
+def is_train_state(node) -> bool:
+  """An optax TrainState: ``flax.training.train_state.TrainState``, a
+  subclass, or anything with its ``step``, ``params`` and ``opt_state``."""
+  return all(hasattr(node, name) for name in TRAIN_STATE_KEYS)
 
 
 def restore_state(train_state, state_dict: Mapping):
@@ -505,7 +513,7 @@ def restore_state(train_state, state_dict: Mapping):
   missing or unexpected key raises ``ValueError`` naming it.
   """
   if isinstance(state_dict, Mapping) and set(state_dict) == set(
-      _TRAIN_STATE_KEYS):
+      TRAIN_STATE_KEYS):
     return train_state.replace(
         step=state_dict['step'],
         params=from_state_dict(train_state.params, state_dict['params'],
@@ -513,7 +521,7 @@ def restore_state(train_state, state_dict: Mapping):
         opt_state=from_state_dict(train_state.opt_state,
                                    state_dict['opt_state'], 'opt_state'))
   template = optimizer_state(train_state)
-  _require_keys(state_dict, ('target', 'state'), '')
+  _require_keys(state_dict, OPTIMIZER_KEYS, '')
   _require_keys(state_dict['state'], ('step', 'param_states'), 'state/')
   params = from_state_dict(train_state.params, state_dict['target'],
                             'target')

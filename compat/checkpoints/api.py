@@ -51,6 +51,7 @@ from compat.checkpoints import _infer
 from compat.checkpoints import _safe_msgpack
 from compat.checkpoints import _spec
 from flax_optim_rules import _either_layout
+from flax_optim_rules import _legacy_layout
 from legacy_optim import _restore
 
 FORMAT = 'flax-optim-compat/converted-checkpoint/1'
@@ -491,8 +492,8 @@ def _in_train_state_layout(target, found):
   Where neither layout fits, ``found`` is compared as it is, and the hint
   names the first path that fits neither.
   """
-  if not any(map(_either_layout.is_train_state, jax.tree_util.tree_leaves(
-      target, is_leaf=_either_layout.is_train_state))):
+  if not any(map(_legacy_layout.is_train_state, jax.tree_util.tree_leaves(
+      target, is_leaf=_legacy_layout.is_train_state))):
     return found, ''
   try:
     return serialization.to_state_dict(
