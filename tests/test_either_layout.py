@@ -13,6 +13,7 @@ Expected values come from the legacy optimizer that wrote the file (its own
 """
 
 import pathlib
+import subprocess
 import sys
 from typing import Any
 import warnings
@@ -498,3 +499,22 @@ def test_compat_restore_checkpoint_names_what_fits_neither_layout(tmp_path):
   assert ("opt/state/param_states/dense/bias: expected the keys "
           "['grad_ema', 'grad_sq_ema']; missing ['grad_ema', 'grad_sq_ema'], "
           "unexpected ['momentum']") in message
+
+
+def test_without_flax_plain_containers_are_restored():
+  """Code that never loaded flax (an Orbax-only program) gets flax's
+  plain-container layout from this package itself."""
+  script = (
+      'import sys\n'
+      'import numpy as np\n'
+      'import flax_optim_rules\n'
+      'restored = flax_optim_rules.from_either_layout(\n'
+      "    {'w': [np.zeros(2), None], 'n': (0,)}, {'w': [np.ones(2)],\n"
+      "                                            'n': [3]})\n"
+      "assert 'flax' not in sys.modules, 'flax was imported'\n"
+      "assert isinstance(restored['n'], tuple) and restored['n'] == (3,)\n"
+      "assert restored['w'][1] is None\n"
+      "assert restored['w'][0].tolist() == [1, 1]\n"
+  )
+  subprocess.run([sys.executable, '-c', script], check=True,
+                 cwd=HERE.parent, timeout=120)
