@@ -74,7 +74,11 @@ def from_either_layout(template, restored):
   Raises:
     ValueError: ``restored`` fits neither layout somewhere: the message
       names the path, the keys expected there and the missing and
-      unexpected ones. Nothing is restored partially.
+      unexpected ones. Or it holds flax.optim's layout where the template's
+      TrainState has none (the state of one ``flax_optim_rules`` transform,
+      or stock ``optax.sgd``, optionally injected, or a ``multi_optimizer``
+      of them has it; ``weight_norm`` and other stock rules have not): the
+      message names the path and why. Nothing is restored partially.
   """
   if restored is None:
     return template
