@@ -730,6 +730,83 @@ def _changed_lines(result: FileResult):
       yield i1 + 1, old[i1:i2], new[j1:j2]
 
 
+def holding_links(result: FileResult) -> list:
+  """The links that keep this file's optimizer flow as it was: the plan's
+  flow leftovers with a reason of their own (the rest say
+  ``HELD_BY_ANOTHER_LINK``), as ``Leftover``s at lines of the file read.
+  The report and the terminal both show these, with the plan's reasons."""
+  plan = result.plan
+  if plan is None:
+    return []
+  return sorted({l for l in plan.leftovers
+                 if l.construct in _rewrite_plan.FLOW_CONSTRUCTS and
+                 l.reason != _rewrite_plan.HELD_BY_ANOTHER_LINK})
+
+
+def _across_modules(link) -> bool:
+  """A link to another module: its reason names both ends (and the same
+  link holds each module of the flow)."""
+  return link.reason.startswith(_project.KEPT_WITH_FLOW)
+
+
+# What releases a link whose reason says only what happens there.
+_RELEASES = {
+    _rewrite_plan.ESCAPE: (
+        'released when the code it goes to is migrated in the same run '
+        '(give its path too) or is handed what it reads (e.g. '
+        '`optimizer.target`) instead of the optimizer'),
+}
+
+
+def _reason(link) -> str:
+  release = _RELEASES.get(link.construct)
+  return f'{link.reason}; {release}' if release else link.reason
+
+
+def describe_link(link) -> str:
+  """One holding link as the report and the terminal show it."""
+  if _across_modules(link):
+    return link.reason
+  return f'line {link.line} ({link.construct}): `{link.code}`: {_reason(link)}'
+
+
+def _held_usages(result: FileResult, links) -> int:
+  """How many of the usages left in ``result`` its flow's holding links
+  keep: the ones held by another link, and the links left themselves."""
+  reasons = {l.reason for l in links} | {_rewrite_plan.HELD_BY_ANOTHER_LINK}
+  return sum(l.reason in reasons for l in result.left)
+
+
+def rank_holding_links(results) -> list:
+  """``(usages held, the link as shown)``, most first: each link is
+  credited with the usages its file's flow keeps (any one of a file's
+  links holds all of them); a link across modules, with those of every
+  module it holds."""
+  held, order = {}, {}
+  for result in results:
+    links = holding_links(result)
+    count = _held_usages(result, links)
+    for link in links:
+      # The reasons are printed above; here only which link.
+      shown = (link.reason[len(_project.KEPT_WITH_FLOW):]
+               if _across_modules(link) else
+               f'{result.path}:{link.line} ({link.construct}): `{link.code}`')
+      held[shown] = held.get(shown, 0) + count
+      order.setdefault(shown, (result.path, link.line))
+  return sorted(((n, shown) for shown, n in held.items()),
+                key=lambda item: (-item[0], order[item[1]]))
+
+
+def format_ranking(results) -> list:
+  ranked = rank_holding_links(results)
+  if not ranked:
+    return []
+  width = len(str(ranked[0][0]))
+  return (['optimizer flows kept as they were, by the link holding each '
+           '(usages it keeps on flax.optim):'] +
+          [f'  {n:>{width}}  {shown}' for n, shown in ranked])
+
+
 def format_report(results, pins, tier: str) -> str:
   lines = [f'# flax-optim-compat migrate report (tier: {tier})', '']
   # The removed jax/flax APIs beside flax.optim (FOC2xx) are counted apart.
@@ -757,23 +834,16 @@ def format_report(results, pins, tier: str) -> str:
       lines.append(f'- line {line}:')
       lines += [f'  - old: `{o.strip()}`' for o in old if o.strip()]
       lines += [f'  - new: `{n.strip()}`' for n in new if n.strip()]
+    # Every link holding this file's flow, before the entries it holds,
+    # which say "see above".
+    why = list(dict.fromkeys(map(describe_link, holding_links(result))))
+    if why:
+      lines += ['', 'Why this file\'s optimizer flow is kept as it was:', '']
+      lines += [f'- {reason}' for reason in why]
     if result.left:
       lines += ['', 'Left in the output (lines of the migrated file):', '']
       lines += [f'- line {l.line} ({l.construct}): `{l.code}`: {l.reason}'
                 for l in result.left]
-    # What keeps this file's flow where no line left in the output shows it
-    # (a link to another module, a line with no flax.optim name on it): the
-    # entries above say "see above".
-    shown = {l.reason for l in result.left}
-    why = sorted({l.reason if l.reason.startswith(_project.KEPT_WITH_FLOW)
-                  else f'line {l.line} ({l.construct}): `{l.code}`: '
-                  f'{l.reason}' for l in (plan.leftovers if plan else ())
-                  if l.construct in _rewrite_plan.FLOW_CONSTRUCTS and
-                  l.reason not in shown and
-                  l.reason != _rewrite_plan.HELD_BY_ANOTHER_LINK})
-    if why:
-      lines += ['', 'Why this file\'s optimizer flow is kept as it was:', '']
-      lines += [f'- {reason}' for reason in why]
     if plan.notes:
       lines += ['', 'Notes:', '']
       lines += [f'- line {n.line} ({n.construct}): `{n.code}`: {n.reason}'
@@ -785,6 +855,10 @@ def format_report(results, pins, tier: str) -> str:
               'once the code is migrated they can go (flax >= 0.6):', '']
     lines += [f'- {p.path}:{p.line}: `{p.text}`' for p in pins]
     lines.append('')
+  ranking = format_ranking(results)
+  if ranking:
+    lines += ['## Links holding optimizer flows', '', '```text', *ranking,
+              '```', '']
   return '\n'.join(lines)
 
 
@@ -796,12 +870,25 @@ def format_summary(results, pins) -> str:
       continue
     if r.new != r.old:
       out.append(f'{r.path}: {len(r.plan.edits)} rewrite(s)')
-    for left in r.left:
+    # The links holding the flow first, so that "see above" finds them:
+    # those no line left in the output shows (a link to another module, a
+    # line with no flax.optim name on it), then the entries in file order,
+    # the links among them before the entries they hold.
+    links = holding_links(r)
+    shown = {l.reason for l in r.left}
+    out += [f'{r.path}:{l.line}: holds the flow: {l.reason}'
+            if _across_modules(l) else
+            f'{r.path}:{l.line}: holds the flow ({l.construct}): '
+            f'`{l.code}`: {_reason(l)}'
+            for l in links if l.reason not in shown]
+    holding = {l.reason for l in links}
+    for left in sorted(r.left, key=lambda l: (l.reason not in holding,
+                                              l.line)):
       out.append(f'{r.path}:{left.line}: left ({left.construct}): '
                  f'{left.reason}')
   out += [f'{p.path}:{p.line}: pin kept for flax.optim: {p.text}'
           for p in pins]
-  return '\n'.join(out)
+  return '\n'.join(out + format_ranking(results))
 
 
 # ---------------------------------------------------------------------------
@@ -874,10 +961,13 @@ def main(argv=None) -> int:
     except (ValueError, FileExistsError) as e:
       print(f'refusing --out: {e}', file=sys.stderr)
       return EXIT_USAGE
+  summary = format_summary(results, pins)
   if args.diff:
     sys.stdout.write(''.join(unified_diff(r) for _, r in to_change))
+    if summary:  # what is left and why, beside a diff that stays clean
+      print(summary, file=sys.stderr)
   else:
-    print(format_summary(results, pins) or 'nothing to migrate')
+    print(summary or 'nothing to migrate')
   if args.report:
     with open(args.report, 'w', encoding='utf-8') as f:
       f.write(format_report(results, pins, tier))
