@@ -11,6 +11,7 @@ import pathlib
 import shlex
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -58,6 +59,8 @@ def project(tmp_path, monkeypatch):
   (source / 'train.py').write_text(PROGRAM)
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   monkeypatch.chdir(tmp_path)
+  # The runs a failed proof keeps go under tmp_path, not /tmp.
+  monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
   return source
 
 
@@ -88,6 +91,7 @@ def test_the_stock_tier_is_not_proven_and_nothing_is_written(project, capsys):
   assert 'checkpoint_5 (step 5): leaf params/' in captured.out, captured.out
   assert 'elements differ; max |original - migrated| = ' in captured.out
   assert 'nothing written' in captured.err
+  assert f'the runs are kept in {tempfile.gettempdir()}' in captured.out
   assert (project / 'train.py').read_text() == PROGRAM
 
 
