@@ -13,9 +13,15 @@ Every legacy entry point calls :func:`warn_legacy_use`. This module decides
 * how often: once per (feature, call site), however often the line runs and
   whatever values it passes.
 
-``LegacyOptimDeprecationWarning`` is a ``DeprecationWarning``, so Python's
-default policy applies: shown for code in ``__main__`` and under pytest,
-hidden elsewhere unless enabled (``python -W default::DeprecationWarning``).
+``LegacyOptimDeprecationWarning`` is a ``FutureWarning``: Python shows those
+by default wherever the call sits (a ``DeprecationWarning`` is hidden outside
+``__main__``, so a program whose flax.optim calls live in its own modules saw
+nothing). A use inside an installed third-party package (site-packages,
+dist-packages) is shown at the user's line that called into it, naming the
+package. ``-W ignore::legacy_optim.LegacyOptimDeprecationWarning`` (or the
+same in ``PYTHONWARNINGS``) silences it: Python reads ``-W`` before
+site-packages is importable and drops an option naming this category, so this
+module applies those options when it loads (:func:`_apply_dropped_options`).
 ``LEGACY_OPTIM_STRICT=1`` raises it as an error instead (for the CI of a
 codebase that finished migrating). :func:`usage_report` lists every legacy use
 this process made, with file:line and count, whatever the warning filters.
@@ -23,6 +29,7 @@ this process made, with file:line and count, whatever the warning filters.
 
 import inspect
 import os
+import re
 import sys
 import threading
 from typing import Any, NamedTuple
@@ -36,13 +43,51 @@ REMOVED_FROM_JAX = 'removed from jax/flax'
 _TRUE_VALUES = ('1', 'true', 'yes', 'on')
 
 
-class LegacyOptimDeprecationWarning(DeprecationWarning):
+# A FutureWarning, not a DeprecationWarning: the category Python documents for
+# deprecations meant for the people running the code, and shown by its default
+# filters (as pandas does; numpy's VisibleDeprecationWarning is a UserWarning
+# for the same reason). A filter of our own for a DeprecationWarning would have
+# to sit among the user's -W options and be lost on leaving catch_warnings.
+class LegacyOptimDeprecationWarning(FutureWarning):
   """Raised when code uses the legacy ``flax.optim`` API through this shim."""
 
 
 class RemovedJaxApiWarning(LegacyOptimDeprecationWarning):
   """A jax/flax name removed next to flax.optim, served to an old program
   by the opt-in layer (``compat.legacy_jax``)."""
+
+
+# The names a -W option can give the categories by.
+_CATEGORY_NAMES = {
+    'legacy_optim.LegacyOptimDeprecationWarning': LegacyOptimDeprecationWarning,
+    'legacy_optim.deprecation.LegacyOptimDeprecationWarning':
+        LegacyOptimDeprecationWarning,
+    'legacy_optim.deprecation.RemovedJaxApiWarning': RemovedJaxApiWarning,
+}
+_ACTIONS = ('default', 'always', 'ignore', 'module', 'once', 'error')
+
+
+def _apply_dropped_options() -> None:
+  """Applies the ``-W``/``PYTHONWARNINGS`` options naming our categories.
+
+  Python parses them before site-packages is on ``sys.path``, cannot import
+  ``legacy_optim`` then, and drops them ("Invalid -W option ignored"). Read
+  as Python reads them (``action:message:category:module:lineno``, message
+  and module literal), in order, so a later option wins as with ``-W``.
+  """
+  for option in sys.warnoptions:
+    fields = [f.strip() for f in option.split(':')]
+    if not 3 <= len(fields) <= 5 or fields[2] not in _CATEGORY_NAMES:
+      continue
+    action, message, category, module, lineno = fields + [''] * (
+        5 - len(fields))
+    action = 'always' if action == 'all' else next(
+        (a for a in _ACTIONS if a.startswith(action)), '')
+    if not action or not (lineno or '0').isdigit():
+      continue  # Python reports a malformed option; nothing to apply
+    warnings.filterwarnings(
+        action, re.escape(message), _CATEGORY_NAMES[category],
+        re.escape(module) + r'\Z' if module else '', int(lineno or 0))
 
 
 # ----------------------------------------------------------------------------
@@ -70,17 +115,66 @@ def _is_internal(frame) -> bool:
   return module.partition('.')[0] in _LIBRARY_PACKAGES
 
 
-def _user_frame(start):
-  """(frame, stacklevel) of the first non-internal frame outside ``start``.
+def _outside(frame, is_inside):
+  """The first frame from ``frame`` outwards that ``is_inside`` rejects, or
+  None when every frame up to the outermost is inside."""
+  while frame is not None and is_inside(frame):
+    frame = frame.f_back
+  return frame
 
-  ``stacklevel`` is relative to ``start`` (the function calling
-  ``warnings.warn``): 1 is ``start`` itself. Without a user frame (all
-  internal), the outermost frame is used.
+
+def _outermost(frame):
+  while frame.f_back is not None:
+    frame = frame.f_back
+  return frame
+
+
+# Where pip installs packages; code there is a third party's, not the user's.
+_INSTALLED_DIRS = ('site-packages', 'dist-packages')
+
+
+def _package_of(frame) -> str:
+  """The installed package ``frame`` runs in, or '' for the user's code."""
+  parts = os.path.normpath(frame.f_code.co_filename).split(os.sep)
+  if not any(d in parts for d in _INSTALLED_DIRS):
+    return ''
+  module = frame.f_globals.get('__name__') or ''
+  return module.partition('.')[0] or os.path.basename(
+      frame.f_code.co_filename)
+
+
+class _Site(NamedTuple):
+  """Where a legacy call is made, and where its warning is shown."""
+  call: Any  # the frame that called the shim (past library frames)
+  shown: Any  # the user's frame: ``call``, or the one that called into
+  # ``package``
+  package: str  # the installed third-party package ``call`` is in, or ''
+
+
+def _site(start) -> _Site:
+  """The call site of a legacy use made below ``start``.
+
+  A call inside an installed package (which the user cannot edit) is shown
+  at the user's line that led into it; the outermost frame stands in when
+  there is none (a console script of that package).
   """
-  frame, level = start, 1
-  while frame.f_back is not None and _is_internal(frame):
-    frame, level = frame.f_back, level + 1
-  return frame, level
+  call = _outside(start, _is_internal) or _outermost(start)
+  package = _package_of(call)
+  if not package:
+    return _Site(call, call, '')
+  shown = _outside(call, lambda f: _is_internal(f) or _package_of(f))
+  return _Site(call, shown or call, package)
+
+
+def _third_party_note(site: _Site) -> str:
+  if not site.package:
+    return ''
+  where = f'{site.call.f_code.co_filename}:{site.call.f_lineno}'
+  shown = ('shown at your line that calls into it'
+           if site.shown is not site.call else 'no code of yours called it')
+  return (f"\n(This call is in the installed package '{site.package}' "
+          f'({where}), not in your code: upgrade {site.package} or ask its '
+          f'maintainers; {shown}.)')
 
 
 # ----------------------------------------------------------------------------
@@ -178,26 +272,28 @@ def warn_removed_api(old: str, served_as: str, fix: str) -> None:
 def _report(feature: str, subject: str, message, category) -> None:
   """Records one use; warns (or raises, strict) at the first use of each
   call site. ``message()`` gives the text, built only when shown."""
-  frame, _ = _user_frame(sys._getframe(1))
-  site = (feature, frame.f_code.co_filename, frame.f_lineno)
+  site = _site(sys._getframe(1))
+  where = (site.call.f_code.co_filename, site.call.f_lineno)
   with _lock:
-    key = (feature, subject) + site[1:]
+    key = (feature, subject) + where
     _uses[key] = _uses.get(key, 0) + 1
-    first = site not in _warned_sites
-    _warned_sites.add(site)
+    first = (feature,) + where not in _warned_sites
+    _warned_sites.add((feature,) + where)
   strict = strict_mode()
   if not (first or strict):
     return
+  text = message() + _third_party_note(site)
   if strict:
     raise category(
-        f'{message()}\n({STRICT_ENV_VAR}=1 makes legacy flax.optim use an '
+        f'{text}\n({STRICT_ENV_VAR}=1 makes legacy flax.optim use an '
         f'error; unset it to run legacy code.)')
   # Explicit, not warn(stacklevel=): warn skips the import system's frames
   # when it counts, so a use during an import would land past the stack.
+  shown = site.shown
   warnings.warn_explicit(
-      message(), category, frame.f_code.co_filename, frame.f_lineno,
-      module=frame.f_globals.get('__name__'),
-      registry=frame.f_globals.setdefault('__warningregistry__', {}))
+      text, category, shown.f_code.co_filename, shown.f_lineno,
+      module=shown.f_globals.get('__name__'),
+      registry=shown.f_globals.setdefault('__warningregistry__', {}))
 
 
 # ----------------------------------------------------------------------------
@@ -368,3 +464,6 @@ def describe(feature: str, obj=None, **details) -> str:
     return _replace(*_HEADS[feature])
   return (f'flax.optim {feature} is deprecated (served by legacy_optim). '
           + _see(rep.SECTION_ALGORITHMS))
+
+
+_apply_dropped_options()

@@ -7,7 +7,9 @@ it back on explicitly (``recorded()``).
 import contextlib
 import json
 import os
+import subprocess
 import sys
+import textwrap
 import warnings
 
 import jax
@@ -63,11 +65,82 @@ def quiet(fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-def test_category_is_an_exported_deprecation_warning():
-  assert issubclass(lo.LegacyOptimDeprecationWarning, DeprecationWarning)
+def test_category_is_an_exported_future_warning():
+  # FutureWarning: shown by Python's default filters (DeprecationWarning is
+  # hidden outside __main__); the fresh-interpreter tests below check it.
+  assert issubclass(lo.LegacyOptimDeprecationWarning, FutureWarning)
+  assert not issubclass(lo.LegacyOptimDeprecationWarning, DeprecationWarning)
   assert lo.LegacyOptimDeprecationWarning is (
       deprecation.LegacyOptimDeprecationWarning)
   assert 'usage_report' in lo.__all__
+
+
+# A program as users write them: the flax.optim calls in its own module, one
+# more in an installed third-party package; run in a fresh interpreter with
+# Python's default warning filters (no -W, no pytest).
+_PROGRAM = {
+    'train.py': """
+        import sys
+        sys.path.insert(0, 'env/site-packages')
+        import model
+        import vendored
+        model.make()
+        vendored.make()
+        """,
+    'model.py': """
+        from flax import optim
+
+        def make():
+          return optim.Adam(learning_rate=0.1)
+        """,
+    'env/site-packages/vendored/__init__.py': """
+        from flax import optim
+
+        def make():
+          return optim.Momentum(learning_rate=0.1)
+        """,
+}
+
+
+def _run_program(tmp_path, *flags, **env):
+  for name, text in _PROGRAM.items():
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text(textwrap.dedent(text).lstrip())
+  root = os.path.dirname(os.path.dirname(THIS_FILE))
+  env = {**{k: v for k, v in os.environ.items()
+            if k not in ('PYTHONWARNINGS', deprecation.STRICT_ENV_VAR)},
+         'PYTHONPATH': root, 'JAX_PLATFORMS': 'cpu', **env}
+  result = subprocess.run([sys.executable, *flags, 'train.py'], cwd=tmp_path,
+                          env=env, capture_output=True, text=True,
+                          timeout=300)
+  assert result.returncode == 0, result.stderr
+  return result.stderr
+
+
+def test_warnings_in_an_imported_module_are_shown_by_default(tmp_path):
+  stderr = _run_program(tmp_path)
+  model = str(tmp_path / 'model.py')
+  assert f'{model}:4: LegacyOptimDeprecationWarning: flax.optim.Adam' in (
+      stderr), stderr
+  # The third party's call is shown at the user's line that calls into it,
+  # naming the package and its own line.
+  train = str(tmp_path / 'train.py')
+  vendored = tmp_path / 'env' / 'site-packages' / 'vendored' / '__init__.py'
+  assert f'{train}:6: LegacyOptimDeprecationWarning: flax.optim.Momentum' in (
+      stderr), stderr
+  assert f"installed package 'vendored' ({vendored}:4)" in stderr, stderr
+
+
+@pytest.mark.parametrize('how', ['-W', 'PYTHONWARNINGS'])
+def test_the_warning_option_naming_the_category_silences_them(tmp_path, how):
+  # Every warning shown but the shim's: Python drops the option naming our
+  # category (it reads -W before site-packages is importable), so without
+  # legacy_optim applying it the first option would show them all.
+  options = ['always', 'ignore::legacy_optim.LegacyOptimDeprecationWarning']
+  stderr = (_run_program(tmp_path, '-W', options[0], '-W', options[1])
+            if how == '-W' else
+            _run_program(tmp_path, PYTHONWARNINGS=','.join(options)))
+  assert 'LegacyOptimDeprecationWarning' not in stderr, stderr
 
 
 # Each entry point, called on the marked line of this file.

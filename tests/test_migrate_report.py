@@ -165,3 +165,63 @@ def test_the_summary_counts_other_removed_apis_apart():
   assert summary == ('1 file(s) read, 0 rewritten, 1 flax.optim usage(s) and '
                      'reference(s) and 1 use(s) of other removed APIs left '
                      'in the output.'), summary
+
+
+# A project whose one flow is held by a link with no flax.optim name on its
+# line: the optimizer goes to code migrate cannot see.
+HELD_BY_ONE_LINK = b'''import elsewhere_unknown
+from flax import optim
+
+
+def make(params):
+  optimizer = optim.Adam(learning_rate=0.1).create(params)
+  elsewhere_unknown.consume(optimizer)
+  return optimizer.apply_gradient(params)
+'''
+HOLDING_LINE = ('train.py:7: holds the flow (optimizer_escape): '
+                '`elsewhere_unknown.consume(optimizer)`: the optimizer '
+                '`optimizer` is passed to `elsewhere_unknown.consume(...)`')
+
+
+def _see_above_has_a_link_above(lines):
+  """Each "see above" entry comes after a link holding its file's flow."""
+  for i, line in enumerate(lines):
+    if '(see above)' in line:
+      path = line.split(':')[0]
+      assert any(l.startswith(path + ':') and 'holds the flow' in l
+                 for l in lines[:i]), lines
+
+
+def test_migrate_names_the_link_holding_the_flow(tmp_path, monkeypatch,
+                                                  capsys):
+  (tmp_path / 'train.py').write_bytes(HELD_BY_ONE_LINK)
+  monkeypatch.chdir(tmp_path)
+  assert migrate.main(['train.py']) == 1
+  out = capsys.readouterr().out.splitlines()
+  assert any(l.startswith(HOLDING_LINE) for l in out), out
+  _see_above_has_a_link_above(out)
+  # The summary ranks the links by the usages they keep (create, the
+  # definition, apply_gradient).
+  assert ('  3  train.py:7 (optimizer_escape): '
+          '`elsewhere_unknown.consume(optimizer)`') in out, out
+
+
+def test_migrate_diff_names_it_on_stderr_beside_an_empty_diff(
+    tmp_path, monkeypatch, capsys):
+  (tmp_path / 'train.py').write_bytes(HELD_BY_ONE_LINK)
+  monkeypatch.chdir(tmp_path)
+  assert migrate.main(['--diff', 'train.py']) == 1
+  captured = capsys.readouterr()
+  assert captured.out == ''
+  err = captured.err.splitlines()
+  assert any(l.startswith(HOLDING_LINE) for l in err), err
+  _see_above_has_a_link_above(err)
+
+
+def test_the_report_lists_the_holding_links_before_what_they_hold(tmp_path):
+  (tmp_path / 'train.py').write_bytes(HELD_BY_ONE_LINK)
+  _, results = migrate.migrate_paths([str(tmp_path / 'train.py')])
+  report = migrate.format_report(results, [], 'exact')
+  why = report.index("Why this file's optimizer flow is kept as it was")
+  assert why < report.index('(see above)'), report
+  assert report.index('line 7 (optimizer_escape)') > why, report

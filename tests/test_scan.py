@@ -256,3 +256,17 @@ def test_results_that_flow_back_into_their_function_end_the_walk():
   assert (19, 'create') in certain
   assert not any(f.line == 23 for f in findings if f.construct ==
                  'optimizer_use' and f.confidence == 'certain')
+
+
+def test_statistics_count_the_findings_per_code(tmp_path, capsys):
+  (tmp_path / 'train.py').write_text(
+      'from flax import optim\n'
+      'a = optim.Adam(0.1)\n'
+      'b = optim.Momentum(0.1)\n'
+      'opt = a.create({})\n')
+  assert scan.main(['--statistics', str(tmp_path)]) == 1
+  lines = capsys.readouterr().out.splitlines()
+  assert [line.split()[:2] for line in lines[:-1]] == [
+      ['2', 'FOC103'], ['1', 'FOC101'], ['1', 'FOC108']], lines
+  assert lines[-1].startswith('4 flax.optim usage(s) in 1 file(s)'), lines
+  assert scan.main(['--statistics', '--format', 'json', str(tmp_path)]) == 2

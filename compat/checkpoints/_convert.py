@@ -364,7 +364,7 @@ def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
           f'{src} does not record its optimizer; pass it, e.g. --optimizer '
           '"Adam(learning_rate=1e-3)" (Python: optimizer=...).')
   with warnings.catch_warnings():
-    warnings.simplefilter('ignore', DeprecationWarning)
+    warnings.simplefilter('ignore', legacy_optim.LegacyOptimDeprecationWarning)
     opt_def = (optimizer if isinstance(optimizer, legacy_optim.OptimizerDef)
                else _spec.parse(optimizer).build(legacy_optim))
     params, raw_opt_state, stored_step = _split_state(kind, tree)

@@ -53,6 +53,7 @@ from compat.checkpoints import _spec
 from flax_optim_rules import _either_layout
 from flax_optim_rules import _legacy_layout
 from legacy_optim import _restore
+from legacy_optim.deprecation import LegacyOptimDeprecationWarning
 
 FORMAT = 'flax-optim-compat/converted-checkpoint/1'
 MODERN = ('train_state', 'optax', 'nnx')
@@ -266,7 +267,7 @@ def _resolve_def(ckpt: LegacyCheckpoint, optimizer):
     spec = _spec.parse(
         f'MultiOptimizer(({_infer.owned_regex(owned)!r}, {spec}))')
   with warnings.catch_warnings():
-    warnings.simplefilter('ignore', DeprecationWarning)
+    warnings.simplefilter('ignore', LegacyOptimDeprecationWarning)
     return spec.build(legacy_optim), str(spec), inferred
 
 
@@ -275,7 +276,7 @@ def _restore_optimizer(ckpt: LegacyCheckpoint, opt_def):
   import jax
   opt_sd = ckpt.optimizer_state_dict
   with warnings.catch_warnings():
-    warnings.simplefilter('ignore', DeprecationWarning)
+    warnings.simplefilter('ignore', LegacyOptimDeprecationWarning)
     template = opt_def.create(jax.tree_util.tree_map(np.asarray,
                                                      opt_sd['target']))
     return serialization.from_state_dict(template, opt_sd)

@@ -32,9 +32,11 @@ import fnmatch
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import NamedTuple, Optional
 
 import libcst
@@ -53,7 +55,7 @@ from compat.codemod import _self_check
 from compat.codemod import _user_rules
 from compat.codemod import scan
 
-EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE = 0, 1, 2
+EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE, EXIT_NOT_PROVEN = 0, 1, 2, 3
 _PIN_FILES = ('requirements*.txt', 'setup.cfg', 'pyproject.toml', 'setup.py')
 _PIN = re.compile(r'''flax\s*(==\s*0\.[0-5](\.\d+)*|<=?\s*0\.[0-6](\.\d+)?|'''
                   r'''~=\s*0\.[0-5](\.\d+)*)''')
@@ -718,6 +720,84 @@ def write_tree(paths, out: str, results) -> None:
 
 
 # ---------------------------------------------------------------------------
+# Proof: the user's program run on both trees.
+
+# Compares the checkpoints two runs left; out of process, as it reads them
+# with jax, which the codemod does not import.
+PROVE_TOOL = 'compat.testing._prove'
+WORKDIR = '{workdir}'
+_SHOWN_OUTPUT = 20  # lines of a failed run's output shown
+
+
+def _side_env(side: str, tree: str) -> dict:
+  """The environment ``CMD`` runs in on one side: the tree first on
+  ``sys.path``; the original under the shim as flax ran it (op by op: the
+  shim's eager kernel cache fuses differently from an un-jitted TrainState
+  step, in the last bit), strict mode off."""
+  env = dict(os.environ)
+  env['PYTHONPATH'] = os.pathsep.join(
+      p for p in (tree, env.get('PYTHONPATH')) if p)
+  if side == 'original':
+    for name in ('LEGACY_OPTIM_STRICT', 'LEGACY_OPTIM_IMPORT_HOOK'):
+      env.pop(name, None)
+    env['LEGACY_OPTIM_EAGER_JIT'] = '0'
+  return env
+
+
+def _run_side(side: str, paths, results, command: str, base: str):
+  """Runs ``command`` on one side's copy of the tree: its work directory,
+  or None and what went wrong."""
+  tree = os.path.join(base, side)
+  write_tree(paths, tree, results)
+  workdir = os.path.join(base, f'{side}-workdir')
+  os.mkdir(workdir)
+  shown = command.replace(WORKDIR, shlex.quote(workdir))
+  done = subprocess.run(shown, shell=True, cwd=tree,
+                        env=_side_env(side, tree), capture_output=True,
+                        text=True, check=False)
+  if done.returncode == 0:
+    return workdir, []
+  output = (done.stdout + done.stderr).splitlines()[-_SHOWN_OUTPUT:]
+  return None, [f'the command failed on the {side} tree (exit '
+                f'{done.returncode}): {shown}'] + [f'  {l}' for l in output]
+
+
+def prove(paths, results, command: str, rtol: float = 0.0):
+  """``(proven, lines)``: runs ``command`` (``{workdir}`` replaced by a
+  fresh directory per side) on a copy of the original tree under the shim
+  and on a copy of the migrated one, then compares what each run left
+  there (``compat.testing._prove``). The copies are removed once proven,
+  kept (and named) otherwise."""
+  base = tempfile.mkdtemp(prefix='flax-optim-compat-prove-')
+  unchanged = [r._replace(new=r.old) for r in results]
+  workdirs = []
+  for side, side_results in (('original', unchanged), ('migrated', results)):
+    workdir, failure = _run_side(side, paths, side_results, command, base)
+    if workdir is None:
+      return False, failure + [f'the runs are kept in {base}']
+    workdirs.append(workdir)
+  compared = subprocess.run(
+      [sys.executable, '-m', PROVE_TOOL, *workdirs, '--rtol', repr(rtol)],
+      capture_output=True, text=True, check=False)
+  lines = compared.stdout.splitlines()
+  if compared.returncode == 0:
+    shutil.rmtree(base, ignore_errors=True)
+    return True, lines
+  if compared.returncode != 1:  # the comparison itself failed
+    lines += compared.stderr.splitlines()[-_SHOWN_OUTPUT:]
+  return False, lines + [f'the runs are kept in {base}']
+
+
+def format_proof(proven: bool, lines, command: str, rtol: float) -> list:
+  how = f'within rtol={rtol!r}' if rtol else 'bit-identical'
+  head = (f'proven ({how}): `{command}` left the same checkpoints on the '
+          'original tree (under the shim) and on the migrated one'
+          if proven else f'not proven ({how} required): `{command}` on the '
+          'original tree (under the shim) and on the migrated one')
+  return [head] + [f'  {l}' for l in lines]
+
+
+# ---------------------------------------------------------------------------
 # Report.
 
 
@@ -730,8 +810,88 @@ def _changed_lines(result: FileResult):
       yield i1 + 1, old[i1:i2], new[j1:j2]
 
 
-def format_report(results, pins, tier: str) -> str:
+def holding_links(result: FileResult) -> list:
+  """The links that keep this file's optimizer flow as it was: the plan's
+  flow leftovers with a reason of their own (the rest say
+  ``HELD_BY_ANOTHER_LINK``), as ``Leftover``s at lines of the file read.
+  The report and the terminal both show these, with the plan's reasons."""
+  plan = result.plan
+  if plan is None:
+    return []
+  return sorted({l for l in plan.leftovers
+                 if l.construct in _rewrite_plan.FLOW_CONSTRUCTS and
+                 l.reason != _rewrite_plan.HELD_BY_ANOTHER_LINK})
+
+
+def _across_modules(link) -> bool:
+  """A link to another module: its reason names both ends (and the same
+  link holds each module of the flow)."""
+  return link.reason.startswith(_project.KEPT_WITH_FLOW)
+
+
+# What releases a link whose reason says only what happens there.
+_RELEASES = {
+    _rewrite_plan.ESCAPE: (
+        'released when the code it goes to is migrated in the same run '
+        '(give its path too) or is handed what it reads (e.g. '
+        '`optimizer.target`) instead of the optimizer'),
+}
+
+
+def _reason(link) -> str:
+  release = _RELEASES.get(link.construct)
+  return f'{link.reason}; {release}' if release else link.reason
+
+
+def describe_link(link) -> str:
+  """One holding link as the report and the terminal show it."""
+  if _across_modules(link):
+    return link.reason
+  return f'line {link.line} ({link.construct}): `{link.code}`: {_reason(link)}'
+
+
+def _held_usages(result: FileResult, links) -> int:
+  """How many of the usages left in ``result`` its flow's holding links
+  keep: the ones held by another link, and the links left themselves."""
+  reasons = {l.reason for l in links} | {_rewrite_plan.HELD_BY_ANOTHER_LINK}
+  return sum(l.reason in reasons for l in result.left)
+
+
+def rank_holding_links(results) -> list:
+  """``(usages held, the link as shown)``, most first: each link is
+  credited with the usages its file's flow keeps (any one of a file's
+  links holds all of them); a link across modules, with those of every
+  module it holds."""
+  held, order = {}, {}
+  for result in results:
+    links = holding_links(result)
+    count = _held_usages(result, links)
+    for link in links:
+      # The reasons are printed above; here only which link.
+      shown = (link.reason[len(_project.KEPT_WITH_FLOW):]
+               if _across_modules(link) else
+               f'{result.path}:{link.line} ({link.construct}): `{link.code}`')
+      held[shown] = held.get(shown, 0) + count
+      order.setdefault(shown, (result.path, link.line))
+  return sorted(((n, shown) for shown, n in held.items()),
+                key=lambda item: (-item[0], order[item[1]]))
+
+
+def format_ranking(results) -> list:
+  ranked = rank_holding_links(results)
+  if not ranked:
+    return []
+  width = len(str(ranked[0][0]))
+  return (['optimizer flows kept as they were, by the link holding each '
+           '(usages it keeps on flax.optim):'] +
+          [f'  {n:>{width}}  {shown}' for n, shown in ranked])
+
+
+def format_report(results, pins, tier: str, proof=()) -> str:
+  """``proof``: ``format_proof``'s lines, when ``--prove`` ran."""
   lines = [f'# flax-optim-compat migrate report (tier: {tier})', '']
+  if proof:
+    lines += ['## Proof', '', '```text', *proof, '```', '']
   # The removed jax/flax APIs beside flax.optim (FOC2xx) are counted apart.
   removed_constructs = {c.construct for c in _codes.CODES
                         if c.code.startswith(_codes.REMOVED_APIS)}
@@ -757,23 +917,16 @@ def format_report(results, pins, tier: str) -> str:
       lines.append(f'- line {line}:')
       lines += [f'  - old: `{o.strip()}`' for o in old if o.strip()]
       lines += [f'  - new: `{n.strip()}`' for n in new if n.strip()]
+    # Every link holding this file's flow, before the entries it holds,
+    # which say "see above".
+    why = list(dict.fromkeys(map(describe_link, holding_links(result))))
+    if why:
+      lines += ['', 'Why this file\'s optimizer flow is kept as it was:', '']
+      lines += [f'- {reason}' for reason in why]
     if result.left:
       lines += ['', 'Left in the output (lines of the migrated file):', '']
       lines += [f'- line {l.line} ({l.construct}): `{l.code}`: {l.reason}'
                 for l in result.left]
-    # What keeps this file's flow where no line left in the output shows it
-    # (a link to another module, a line with no flax.optim name on it): the
-    # entries above say "see above".
-    shown = {l.reason for l in result.left}
-    why = sorted({l.reason if l.reason.startswith(_project.KEPT_WITH_FLOW)
-                  else f'line {l.line} ({l.construct}): `{l.code}`: '
-                  f'{l.reason}' for l in (plan.leftovers if plan else ())
-                  if l.construct in _rewrite_plan.FLOW_CONSTRUCTS and
-                  l.reason not in shown and
-                  l.reason != _rewrite_plan.HELD_BY_ANOTHER_LINK})
-    if why:
-      lines += ['', 'Why this file\'s optimizer flow is kept as it was:', '']
-      lines += [f'- {reason}' for reason in why]
     if plan.notes:
       lines += ['', 'Notes:', '']
       lines += [f'- line {n.line} ({n.construct}): `{n.code}`: {n.reason}'
@@ -785,6 +938,10 @@ def format_report(results, pins, tier: str) -> str:
               'once the code is migrated they can go (flax >= 0.6):', '']
     lines += [f'- {p.path}:{p.line}: `{p.text}`' for p in pins]
     lines.append('')
+  ranking = format_ranking(results)
+  if ranking:
+    lines += ['## Links holding optimizer flows', '', '```text', *ranking,
+              '```', '']
   return '\n'.join(lines)
 
 
@@ -796,12 +953,25 @@ def format_summary(results, pins) -> str:
       continue
     if r.new != r.old:
       out.append(f'{r.path}: {len(r.plan.edits)} rewrite(s)')
-    for left in r.left:
+    # The links holding the flow first, so that "see above" finds them:
+    # those no line left in the output shows (a link to another module, a
+    # line with no flax.optim name on it), then the entries in file order,
+    # the links among them before the entries they hold.
+    links = holding_links(r)
+    shown = {l.reason for l in r.left}
+    out += [f'{r.path}:{l.line}: holds the flow: {l.reason}'
+            if _across_modules(l) else
+            f'{r.path}:{l.line}: holds the flow ({l.construct}): '
+            f'`{l.code}`: {_reason(l)}'
+            for l in links if l.reason not in shown]
+    holding = {l.reason for l in links}
+    for left in sorted(r.left, key=lambda l: (l.reason not in holding,
+                                              l.line)):
       out.append(f'{r.path}:{left.line}: left ({left.construct}): '
                  f'{left.reason}')
   out += [f'{p.path}:{p.line}: pin kept for flax.optim: {p.text}'
           for p in pins]
-  return '\n'.join(out)
+  return '\n'.join(out + format_ranking(results))
 
 
 # ---------------------------------------------------------------------------
@@ -810,7 +980,25 @@ def format_summary(results, pins) -> str:
 
 MIGRATE_EXIT = """
 exit status: 0 nothing left to change, 1 usages remain (or --diff has
-changes), 2 bad arguments or configuration, or a refused write."""
+changes), 2 bad arguments or configuration, or a refused write, 3 --prove
+found a difference (with --write, nothing was written)."""
+
+
+def _prove_arguments_problem(args) -> str:
+  """What is wrong with the --prove arguments, or ''."""
+  if not args.prove:
+    if args.unproven or args.rtol:
+      return '--rtol and --unproven go with --prove CMD'
+    return ''
+  if not (args.out or args.write):
+    return ('--prove needs --out DIR or --write: it runs CMD on the '
+            'migrated tree before keeping it')
+  if WORKDIR not in args.prove:
+    return (f'--prove CMD must contain {WORKDIR}: where the program leaves '
+            'its checkpoints (each run gets its own directory)')
+  if args.rtol < 0:
+    return f'--rtol {args.rtol}: expected 0 or more'
+  return ''
 
 
 def main(argv=None) -> int:
@@ -834,6 +1022,18 @@ def main(argv=None) -> int:
       'alias, each line annotated with its measured deviation')
   parser.add_argument('--report', metavar='FILE',
                       help='write a Markdown report to FILE')
+  parser.add_argument(
+      '--prove', metavar='CMD',
+      help='with --out or --write: run CMD (a shell command; {workdir} '
+      'becomes a fresh directory per run) on the original tree under the '
+      'shim and on the migrated tree, and compare the checkpoints each run '
+      'leaves in its {workdir}: params, step and optimizer state, '
+      'bit-identical unless --rtol; with --write, nothing is written '
+      'unless proven')
+  parser.add_argument('--rtol', type=float, default=0.0, metavar='R',
+                      help='with --prove: values may differ by R relative')
+  parser.add_argument('--unproven', action='store_true',
+                      help='with --prove --write: write even if not proven')
   scan.add_selection_arguments(parser)
   args, exit_code = scan.parse_command_line(parser, argv)
   if args is None:
@@ -844,6 +1044,10 @@ def main(argv=None) -> int:
     print(f'migrate: {e}', file=sys.stderr)
     return EXIT_USAGE
   tier = args.tier or config.tier or 'exact'
+  problem = _prove_arguments_problem(args)
+  if problem:
+    print(f'migrate: {problem}', file=sys.stderr)
+    return EXIT_USAGE
   if args.out:
     try:  # before any work: the destination is the user's to pick again
       check_out(args.paths, args.out)
@@ -864,6 +1068,15 @@ def main(argv=None) -> int:
               ', '.join(map(_shown, dirty)) + ' (commit or stash them, or '
               'use --out DIR)', file=sys.stderr)
       return EXIT_USAGE
+  proof, proven = [], True
+  if args.prove:
+    try:
+      proven, lines = prove(args.paths, results, args.prove, args.rtol)
+    except (ValueError, FileExistsError) as e:  # the copies' layout
+      print(f'refusing --prove: {e}', file=sys.stderr)
+      return EXIT_USAGE
+    proof = format_proof(proven, lines, args.prove, args.rtol)
+  if args.write and to_change and (proven or args.unproven):
     for path, result in to_change:
       _write_in_place(path, result.new)
     for line in write_port_tests(args.paths, sources, results):
@@ -874,13 +1087,24 @@ def main(argv=None) -> int:
     except (ValueError, FileExistsError) as e:
       print(f'refusing --out: {e}', file=sys.stderr)
       return EXIT_USAGE
+  summary = format_summary(results, pins)
   if args.diff:
     sys.stdout.write(''.join(unified_diff(r) for _, r in to_change))
+    if summary:  # what is left and why, beside a diff that stays clean
+      print(summary, file=sys.stderr)
   else:
-    print(format_summary(results, pins) or 'nothing to migrate')
+    print(summary or 'nothing to migrate')
+  if proof:
+    print('\n'.join(proof))
+    if args.write and not proven:
+      print('nothing written: the migration is not proven (--unproven '
+            'writes it anyway)' if not args.unproven else
+            'written although not proven (--unproven)', file=sys.stderr)
   if args.report:
     with open(args.report, 'w', encoding='utf-8') as f:
-      f.write(format_report(results, pins, tier))
+      f.write(format_report(results, pins, tier, proof))
+  if not proven:
+    return EXIT_NOT_PROVEN
   left = any(r.error or r.left for r in results)
   pending = bool(to_change) and not (args.write or args.out)
   return EXIT_LEFT if left or pending else EXIT_CLEAN

@@ -62,6 +62,7 @@ file never stops the scan of the others).
 
 import argparse
 import ast
+import collections
 import collections.abc
 import contextlib
 import copy
@@ -1096,6 +1097,17 @@ def format_table(result: ScanResult) -> str:
   return '\n'.join(lines)
 
 
+def format_statistics(result: ScanResult) -> str:
+  """Findings counted per code, most first (as ``ruff --statistics``),
+  with each code's title, then the table's closing line."""
+  counts = collections.Counter(f.rule for f in result.findings)
+  ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+  width = len(str(ranked[0][1])) if ranked else 1
+  lines = [f'{n:>{width}}  {code:<6}  {_codes.BY_CODE[code].title}'
+           for code, n in ranked]
+  return '\n'.join(lines + format_table(result).splitlines()[-1:])
+
+
 def parse_command_line(parser: argparse.ArgumentParser, argv):
   """``(args, None)``; ``(None, exit code)`` after ``--help``, bad arguments
   or ``paths`` that do not exist (``scan`` and ``migrate`` share this)."""
@@ -1209,6 +1221,9 @@ def main(argv=None) -> int:
                       'finding (a clean baseline); edits the files')
   parser.add_argument('--list-codes', action='store_true',
                       help='print every code, its title and guide section')
+  parser.add_argument('--statistics', action='store_true',
+                      help='count the findings per code instead of listing '
+                      'them (text format)')
   parser.add_argument('-j', '--jobs', type=int, default=default_jobs(),
                       metavar='N', help='processes to scan with (default: '
                       'every core; the output is the same)')
@@ -1229,6 +1244,10 @@ def main(argv=None) -> int:
   if args.jobs < 1:
     print(f'scan: --jobs {args.jobs}: expected 1 or more', file=sys.stderr)
     return EXIT_USAGE
+  if args.statistics and args.format not in ('text', 'table'):
+    print(f'scan: --statistics counts in the text format, not --format '
+          f'{args.format}', file=sys.stderr)
+    return EXIT_USAGE
   result = scan_paths(args.paths, exclude, chosen, args.jobs)
   if args.add_noqa:
     return _add_noqa(result)
@@ -1240,6 +1259,8 @@ def main(argv=None) -> int:
       print(text)
   elif args.format == 'sarif':
     print(json.dumps(_formats.sarif(result, chosen), indent=1))
+  elif args.statistics:
+    print(format_statistics(result))
   else:
     print(format_table(result))
   if result.findings:
