@@ -83,11 +83,12 @@ def test_migrate_leaves_a_file_whose_analysis_raises_and_migrates_the_rest(
   report = migrate.format_report(results, [], 'exact')
   assert 'Not migrated: analysis failed' in report
   assert '1 file(s) not migrated' in report
-  out = io.StringIO()
-  with contextlib.redirect_stdout(out):
+  err = io.StringIO()
+  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
+      err):
     status = migrate.main([str(tree / 'bad_module.py')])
   assert status == migrate.EXIT_LEFT  # nothing to change, a file left out
-  assert 'bad_module.py: not migrated: analysis failed' in out.getvalue()
+  assert 'bad_module.py: not migrated: analysis failed' in err.getvalue()
 
 
 def test_an_error_across_modules_leaves_each_file_scanned_alone(

@@ -86,7 +86,9 @@ from compat.codemod import _parallel
 from compat.codemod import _prefilter
 from compat.codemod import _project
 from compat.codemod import _removals
+from compat.codemod import _source
 from compat.codemod import _state_layout
+from compat.codemod import _tree
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
 
@@ -619,22 +621,24 @@ def _excluded(path: str, patterns) -> bool:
   return False
 
 
+def source_walk(exclude=()) -> _tree.Walk:
+  """The walk of the scanned trees: hidden, cache and excluded directories
+  (see ``_excluded``) are not entered."""
+  return _tree.Walk(lambda path, name: not name.startswith('.') and
+                    name not in SKIP_DIRS and not _excluded(path, exclude))
+
+
 def iter_python_files(paths: Iterable[str], exclude=(),
-                      suffixes=('.py',)) -> Iterable[str]:
+                      suffixes=('.py',),
+                      walk: Optional[_tree.Walk] = None) -> Iterable[str]:
   """Every file ending in ``suffixes`` under ``paths``, sorted, skipping
   hidden/cache dirs and whatever ``exclude`` matches (see ``_excluded``);
-  files named in ``paths`` are always read."""
+  files named in ``paths`` are always read. ``walk``: a ``source_walk``
+  that collects the directories that could not be listed."""
+  walk = walk or source_walk(exclude)
   for root_path in paths:
-    if os.path.isfile(root_path):
-      yield root_path
-      continue
-    found = []
-    for root, dirs, files in os.walk(root_path):
-      dirs[:] = [d for d in dirs if not d.startswith('.') and
-                 d not in SKIP_DIRS and
-                 not _excluded(os.path.join(root, d), exclude)]
-      found += [os.path.join(root, f) for f in files if f.endswith(suffixes)]
-    yield from sorted(p for p in found if not _excluded(p, exclude))
+    yield from walk.files(root_path, lambda p: p.endswith(suffixes) and
+                          not _excluded(p, exclude))
 
 
 class Project(NamedTuple):
@@ -655,6 +659,9 @@ class Project(NamedTuple):
   # The definition factories, fields and links across modules (None: the
   # analysis across modules failed; each file is scanned on its own).
   model: Optional[_project.Model] = None
+  # [ScanError] of the directories under the paths that could not be
+  # listed (also in ``errors``).
+  unreadable: list = []
 
 
 SOURCE_SUFFIXES = ('.py', '.ipynb')
@@ -674,13 +681,20 @@ def failure(path: str, error: BaseException) -> ScanError:
   if isinstance(error, SyntaxError):
     return ScanError(path, error.lineno, f'syntax error: {error.msg}')
   if isinstance(error, (OSError, ValueError)):  # NUL bytes, bad coding, JSON
-    return ScanError(path, None, f'unreadable: {type(error).__name__}: '
-                     f'{error}')
+    return ScanError(path, getattr(error, 'lineno', None),
+                     f'unreadable: {type(error).__name__}: {error}')
   # The analysis itself failed (e.g. RecursionError on code it cannot
   # follow): the file is skipped, the rest is still scanned.
   message = str(error).splitlines()[0] if str(error) else ''
   return ScanError(path, None, f'analysis failed, file skipped: '
                    f'{type(error).__name__}: {message}')
+
+
+def unreadable_error(unreadable: _tree.Unreadable) -> ScanError:
+  """A directory the walk could not list: nothing under it was read."""
+  return ScanError(unreadable.path.replace(os.sep, '/'), None,
+                   f'directory not read, nothing under it scanned: '
+                   f'{unreadable.reason}')
 
 
 class _Files:
@@ -697,8 +711,9 @@ class _Files:
     self.notebooks: dict = {}  # index -> its _notebook.Notebook
     self.kept: dict = {}  # index -> its tree, or the exception parsing raised
     self._texts: dict = {}  # index -> its source decoded
+    walk = source_walk(exclude)
     for root in self.scanned:
-      for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
+      for path in iter_python_files([root], exclude, SOURCE_SUFFIXES, walk):
         index = len(self.paths)
         self.paths.append(path)
         self.roots.append(root)
@@ -709,11 +724,18 @@ class _Files:
           if path.endswith('.ipynb'):
             self.notebooks[index] = _notebook.Notebook(source)
             source = self.notebooks[index].module.encode('utf-8')
+          else:
+            _source.read(source)  # what Python would refuse, migrate too
         except Exception as e:  # pylint: disable=broad-except
           self.sources.append(e.with_traceback(None))  # (see ``_parse``)
         else:
           self.sources.append(source)
     self.index_of = {shown: i for i, shown in enumerate(self.shown)}
+    # The directories that could not be listed (``unreadable_errors``).
+    self.unreadable: list[_tree.Unreadable] = walk.unreadable
+
+  def unreadable_errors(self) -> list:
+    return [unreadable_error(u) for u in self.unreadable]
 
   def other_texts(self) -> list:
     """``[(shown path, bytes)]`` of the other text files under the scanned
@@ -876,7 +898,7 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
       parsed.append((shown, files.sources[index], files.tree(index)))
     except Exception as e:  # pylint: disable=broad-except
       errors.append(failure(shown, e))
-  errors += across.errors
+  errors += across.errors + files.unreadable_errors()
   reexports = across.reexports
   exported: dict[str, set[str]] = {}
   for shown, source, tree in parsed:
@@ -897,7 +919,7 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
   notebooks = {files.shown[i]: notebook
                for i, notebook in files.notebooks.items()}
   return Project(parsed, errors, reexports, exported, notebooks,
-                 across.model)
+                 across.model, files.unreadable_errors())
 
 
 def in_file_lines(findings: list, notebook) -> list:
@@ -1043,7 +1065,8 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
         _scan_share, _ShareInputs(files, across.reexports, across.model,
                                   chosen),
         count, min(jobs, count // _FILES_PER_JOB))
-    findings, errors = [], list(across.errors)
+    findings = []
+    errors = list(across.errors) + files.unreadable_errors()
     for share_findings, share_errors in results:
       findings += share_findings
       errors += share_errors
@@ -1090,8 +1113,8 @@ def format_table(result: ScanResult) -> str:
       f'{len(result.findings)} flax.optim usage(s) in {result.files_scanned} '
       f'file(s) scanned' + (f' ({likely} marked ? are likely, judged by '
                             'names)' if likely else '') +
-      (f'; {len(result.errors)} file(s) could not be read, parsed or '
-       'analysed (listed above)'
+      (f'; {len(result.errors)} file(s) or directories could not be read, '
+       'parsed or analysed (listed above)'
        if result.errors else '') + f'. See {rep.GUIDE}.')
   return '\n'.join(lines)
 
@@ -1167,7 +1190,7 @@ pre-commit (.pre-commit-config.yaml):
 SCAN_EXIT = """
 exit status: 0 nothing found (after selection and # noqa), 1 findings,
 2 bad arguments or configuration, 3 nothing found but some files could not
-be parsed (listed)."""
+be read or parsed, or some directories listed (named)."""
 
 
 def _add_noqa(result: ScanResult) -> int:
@@ -1242,6 +1265,10 @@ def main(argv=None) -> int:
     print(json.dumps(_formats.sarif(result, chosen), indent=1))
   else:
     print(format_table(result))
+  if args.format != 'text':  # the table lists them; here stdout is data
+    for error in result.errors:
+      print(f'{error.path}:{error.line or "?"}: not scanned: '
+            f'{error.message}', file=sys.stderr)
   if result.findings:
     return EXIT_FOUND
   return EXIT_UNPARSEABLE if result.errors else EXIT_CLEAN
