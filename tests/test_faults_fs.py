@@ -132,7 +132,8 @@ def _unlistable(monkeypatch, name):
   real = os.scandir
 
   def scandir(path='.'):
-    if os.path.basename(os.fspath(path)) == name:
+    if not isinstance(path, int) and os.path.basename(
+        os.fspath(path)) == name:
       raise PermissionError(13, 'Permission denied', os.fspath(path))
     return real(path)
 
@@ -153,6 +154,11 @@ def test_an_unreadable_directory_is_reported_and_counted(tmp_path,
   status, _, err = run(migrate.main, ['--diff', str(tmp_path)], tmp_path)
   assert status == migrate.EXIT_LEFT
   assert 'secret: not migrated: directory not read' in err
+  out = tmp_path.parent / f'{tmp_path.name}-out'
+  status, _, err = run(migrate.main, [str(tmp_path), '--out', str(out)],
+                       tmp_path)
+  assert status == migrate.EXIT_LEFT
+  assert f'secret: not copied to {out}: PermissionError' in err
 
 
 # Fault 5: --diff said nothing of the files it could not read; scan read

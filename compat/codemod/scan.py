@@ -724,8 +724,8 @@ class _Files:
           if path.endswith('.ipynb'):
             self.notebooks[index] = _notebook.Notebook(source)
             source = self.notebooks[index].module.encode('utf-8')
-          else:
-            _source.read(source)  # what Python would refuse, migrate too
+          else:  # what Python would refuse, migrate refuses too
+            self._texts[index] = _source.read(source).text
         except Exception as e:  # pylint: disable=broad-except
           self.sources.append(e.with_traceback(None))  # (see ``_parse``)
         else:
