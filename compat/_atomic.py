@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import pathlib
+import secrets
 import shutil
 import signal
 import sys
@@ -263,9 +264,11 @@ STAGED_SUFFIX = '.flax-optim-compat-new'
 _STAGING, _COMMITTED = 'staging', 'committed'
 
 
-def _staged_name(path: str) -> str:
+def _staged_name(path: str, token: str) -> str:
+  """A name no file has: ``token`` is this run's, the file is created
+  exclusively (so an undo only ever removes what this tool created)."""
   head, name = os.path.split(os.path.abspath(path))
-  return os.path.join(head, f'.{name}{STAGED_SUFFIX}')
+  return os.path.join(head, f'.{name}.{token}{STAGED_SUFFIX}')
 
 
 def _write_journal(journal: pathlib.Path, state: str, files: list) -> None:
@@ -295,17 +298,21 @@ def rewrite_together(contents: dict, journal: pathlib.Path) -> None:
   return) and each is renamed over its file; an interrupt from then on is
   reported and held until the last rename is done.
   """
-  files = [[os.path.abspath(path), _staged_name(path)] for path in contents]
+  token = secrets.token_hex(4)
+  files = [[os.path.abspath(path), _staged_name(path, token)]
+           for path in contents]
   _write_journal(journal, _STAGING, files)
+  created = []
   try:
     for (path, staged), data in zip(files, contents.values()):
-      with open(staged, 'wb') as f:
+      with open(staged, 'xb') as f:
+        created.append([path, staged])
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
       os.chmod(staged, os.stat(path).st_mode)
   except BaseException:
-    _undo(files, journal)
+    _undo(created, journal)
     _say('flax-optim-compat: stopped before any file was rewritten: '
          'nothing changed')
     raise
@@ -320,6 +327,12 @@ def _undo(files: list, journal: pathlib.Path) -> None:
   for _, staged in files:
     if os.path.exists(staged):
       os.unlink(staged)
+  _drop_journal(journal)
+
+
+def _drop_journal(journal: pathlib.Path) -> None:
+  """The journal goes, and the temporary a kill mid-write may have left."""
+  journal.with_name(journal.name + '.tmp').unlink(missing_ok=True)
   journal.unlink(missing_ok=True)
 
 
@@ -329,13 +342,14 @@ def _finish(files: list, journal: pathlib.Path) -> None:
       os.replace(staged, path)
   for directory in {os.path.dirname(path) for path, _ in files}:
     _fsync_dir(pathlib.Path(directory))
-  journal.unlink()
+  _drop_journal(journal)
 
 
 def finish_interrupted(journal: pathlib.Path) -> Optional[str]:
   """Completes or undoes what a stopped ``rewrite_together`` left, as its
   journal says; returns what it did (None: nothing was left)."""
   if not journal.exists():
+    _drop_journal(journal)  # a kill while the first one was written
     return None
   with open(journal, encoding='utf-8') as f:
     record = json.load(f)
