@@ -231,13 +231,27 @@ def stops_interrupt() -> Iterator[None]:
     del frame
     raise KeyboardInterrupt(f'stopped by {signal.Signals(signum).name}')
 
-  previous = {stop: signal.signal(stop, interrupt)
-              for stop in (signal.SIGTERM, signal.SIGHUP)}
+  previous = _handle(interrupt, (signal.SIGTERM, signal.SIGHUP))
   try:
     yield
   finally:
-    for stop, handler in previous.items():
-      signal.signal(stop, signal.SIG_DFL if handler is None else handler)
+    _restore(previous)
+
+
+def _handle(handler, stops) -> dict:
+  """Sets ``handler`` for each of ``stops`` not ignored (``nohup``, or a
+  background job's SIGINT: the caller's choice stands); returns what to
+  restore."""
+  previous = {}
+  for stop in stops:
+    if signal.getsignal(stop) is not signal.SIG_IGN:
+      previous[stop] = signal.signal(stop, handler)
+  return previous
+
+
+def _restore(previous: dict) -> None:
+  for stop, handler in previous.items():
+    signal.signal(stop, signal.SIG_DFL if handler is None else handler)
 
 
 # What a shell reports of a process stopped by SIGINT (128 + 2).
@@ -252,7 +266,7 @@ def run_stoppable(main: Callable[..., int], *args) -> int:
     with stops_interrupt():
       return main(*args)
   except KeyboardInterrupt as e:
-    _say(f'flax-optim-compat: {e or "interrupted"}')
+    _say(f'flax-optim-compat: {str(e) or "interrupted"}')
     return EXIT_INTERRUPTED
 
 
@@ -377,13 +391,11 @@ def _held_interrupts(message: str) -> Iterator[None]:
       _say(message)
     received.append(signum)
 
-  stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-  previous = {stop: signal.signal(stop, hold) for stop in stops}
+  previous = _handle(hold, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
   try:
     yield
   finally:
-    for stop, handler in previous.items():
-      signal.signal(stop, signal.SIG_DFL if handler is None else handler)
+    _restore(previous)
   if received:
     raise KeyboardInterrupt(
         f'stopped by {signal.Signals(received[0]).name}, after the write')
