@@ -147,10 +147,11 @@ def test_an_unreadable_directory_is_reported_and_counted(tmp_path,
   (tmp_path / 'secret' / 'a.py').write_text(GOOD)
   (tmp_path / 'modern.py').write_text('import optax\n')
   _unlistable(monkeypatch, 'secret')
-  status, out, _ = run(scan.main, [str(tmp_path)], tmp_path)
+  status, out, err = run(scan.main, [str(tmp_path)], tmp_path)
   assert status == scan.EXIT_UNPARSEABLE, out
-  assert f'{tmp_path}/secret:?  not scanned: directory not read' in out
-  assert 'PermissionError' in out
+  assert f'{tmp_path}/secret:?  not scanned: directory not read' in err
+  assert 'PermissionError' in err
+  assert '1 file(s) or directories could not be read' in out
   status, _, err = run(migrate.main, ['--diff', str(tmp_path)], tmp_path)
   assert status == migrate.EXIT_LEFT
   assert 'secret: not migrated: directory not read' in err

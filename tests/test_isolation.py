@@ -61,9 +61,11 @@ def test_scan_lists_a_file_whose_analysis_raises_and_scans_the_rest(
           for e in result.errors] == [
               ('bad_module.py', None, 'analysis failed, file skipped: '
                'ZeroDivisionError: an analysis bug')]
-  status, out = run_scan([str(tree)])
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    status, _ = run_scan([str(tree)])
   assert status == scan.EXIT_FOUND
-  assert 'bad_module.py:?  not scanned: analysis failed' in out
+  assert 'bad_module.py:?  not scanned: analysis failed' in err.getvalue()
   # Nothing found, but a file left out: never the clean status.
   (tree / 'good.py').unlink()
   assert run_scan([str(tree)])[0] == scan.EXIT_UNPARSEABLE

@@ -1106,15 +1106,13 @@ def format_table(result: ScanResult) -> str:
   w2 = max(len(r[2]) for r in rows)
   lines = [f'{r[0]:<{w0}}  {r[1]:<6}  {r[2]:<{w2}}  {r[3]}  [{r[4]}]'
            for r in rows] if result.findings else []
-  lines += [f'{e.path}:{e.line or "?"}  not scanned: {e.message}'
-            for e in result.errors]
   likely = sum(f.confidence == 'likely' for f in result.findings)
   lines.append(
       f'{len(result.findings)} flax.optim usage(s) in {result.files_scanned} '
       f'file(s) scanned' + (f' ({likely} marked ? are likely, judged by '
                             'names)' if likely else '') +
       (f'; {len(result.errors)} file(s) or directories could not be read, '
-       'parsed or analysed (listed above)'
+       'parsed or analysed (named on stderr)'
        if result.errors else '') + f'. See {rep.GUIDE}.')
   return '\n'.join(lines)
 
@@ -1265,10 +1263,9 @@ def main(argv=None) -> int:
     print(json.dumps(_formats.sarif(result, chosen), indent=1))
   else:
     print(format_table(result))
-  if args.format != 'text':  # the table lists them; here stdout is data
-    for error in result.errors:
-      print(f'{error.path}:{error.line or "?"}: not scanned: '
-            f'{error.message}', file=sys.stderr)
+  for error in result.errors:  # in every format, as migrate does
+    print(f'{error.path}:{error.line or "?"}  not scanned: {error.message}',
+          file=sys.stderr)
   if result.findings:
     return EXIT_FOUND
   return EXIT_UNPARSEABLE if result.errors else EXIT_CLEAN
