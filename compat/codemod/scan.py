@@ -703,7 +703,7 @@ class _Files:
   modules the tables across modules read), so no file is parsed twice."""
 
   def __init__(self, paths: Iterable[str], exclude=()):
-    self.scanned, self.exclude = list(paths), exclude
+    self.scanned = list(paths)
     self.paths: list[str] = []
     self.roots: list[str] = []
     self.shown: list[str] = []
@@ -711,9 +711,14 @@ class _Files:
     self.notebooks: dict = {}  # index -> its _notebook.Notebook
     self.kept: dict = {}  # index -> its tree, or the exception parsing raised
     self._texts: dict = {}  # index -> its source decoded
-    walk = source_walk(exclude)
+    self._other_paths: list[str] = []  # (``other_texts``)
+    walk = source_walk(exclude)  # once over each tree, for both lists
     for root in self.scanned:
-      for path in iter_python_files([root], exclude, SOURCE_SUFFIXES, walk):
+      for path in iter_python_files(
+          [root], exclude, SOURCE_SUFFIXES + OTHER_TEXT_SUFFIXES, walk):
+        if path != root and not path.endswith(SOURCE_SUFFIXES):
+          self._other_paths.append(path)
+          continue
         index = len(self.paths)
         self.paths.append(path)
         self.roots.append(root)
@@ -742,17 +747,12 @@ class _Files:
     paths (``OTHER_TEXT_SUFFIXES``, the start of each); one that cannot be
     read names nothing."""
     found = []
-    for root in self.scanned:
-      if os.path.isfile(root):
+    for path in self._other_paths:
+      try:
+        with open(path, 'rb') as f:
+          found.append((path.replace(os.sep, '/'), f.read(_OTHER_TEXT_BYTES)))
+      except OSError:
         continue
-      for path in iter_python_files([root], self.exclude,
-                                    OTHER_TEXT_SUFFIXES):
-        try:
-          with open(path, 'rb') as f:
-            found.append((path.replace(os.sep, '/'),
-                          f.read(_OTHER_TEXT_BYTES)))
-        except OSError:
-          continue
     return found
 
   def tree(self, index: int, keep: bool = True) -> ast.Module:
