@@ -248,3 +248,26 @@ def test_sigint_during_write_says_what_it_is_doing(repo, monkeypatch):
       'finishing' in err
   for name in ('a.py', 'b.py'):  # the project is written whole
     assert MIGRATED in (repo / name).read_bytes()
+
+
+# Smaller: an interrupt before the point of no return changes nothing, and
+# says so.
+def test_sigint_while_staging_the_write_changes_nothing(repo, monkeypatch):
+  real = os.fsync
+
+  def interrupted(fd):
+    if list(repo.glob('.b.py.*')):  # b.py's new content being written
+      os.kill(os.getpid(), signal.SIGINT)
+    return real(fd)
+
+  monkeypatch.setattr(os, 'fsync', interrupted)
+  try:
+    status, _, err = run(migrate.main, ['--write', '.'], repo)
+  except KeyboardInterrupt:
+    pytest.fail('the interrupt escaped unannounced')
+  assert status == 130
+  assert 'stopped before any file was rewritten: nothing changed' in err
+  for name in ('a.py', 'b.py'):
+    assert (repo / name).read_text() == GOOD
+  assert _listing(repo) == ['a.py', 'b.py']
+  assert not list((repo / '.git').glob('flax-optim-compat*'))
