@@ -587,10 +587,31 @@ def test_force_replaces_the_destination(tmp_path, capsys):
                            '--force']) == 0
   assert (dst / 'state').is_dir()  # sgd's conversion (checked below)
   legacy = tmp_path / 'legacy'
-  legacy.write_bytes(b'old')
-  assert checkpoints.main([str(dst), str(legacy), '--force']) == 0
+  assert checkpoints.main([str(dst), str(legacy)]) == 0
   assert legacy.read_bytes() == fx.checkpoint_bytes('sgd')
   assert sorted(p.name for p in tmp_path.iterdir()) == ['legacy', 'out']
+
+
+@pytest.mark.parametrize('to', ['train_state', 'legacy'])
+def test_force_never_replaces_a_file_the_tool_did_not_write(
+    to, tmp_path, capsys):
+  # issue 41, fault 1: --force replaced a user's plain file. A file holds
+  # no conversion record, so nothing says this tool wrote it: refused.
+  src = (fx.checkpoint_path('sgd') if to == 'train_state' else
+         _convert('sgd', 'optax', tmp_path))
+  precious = tmp_path / 'precious.txt'
+  precious.write_text('mine')
+  assert checkpoints.main([str(src), str(precious), '--to', to,
+                           '--force']) == 1
+  err = capsys.readouterr().err
+  assert f'{precious} is a file that is not a checkpoint flax-optim-compat ' \
+      'converted' in err
+  assert precious.read_text() == 'mine'
+  link = tmp_path / 'link'
+  link.symlink_to(precious)
+  assert checkpoints.main([str(src), str(link), '--to', to, '--force']) == 1
+  assert f'{link} is a link' in capsys.readouterr().err
+  assert link.is_symlink() and precious.read_text() == 'mine'
 
 
 def test_source_and_destination_must_not_overlap(tmp_path):
@@ -656,20 +677,25 @@ def test_interrupted_conversion_leaves_no_partial_destination(
 
 def test_keyboard_interrupt_during_commit_keeps_the_old_destination(
     tmp_path, monkeypatch):
-  dst = tmp_path / 'file'
-  dst.write_bytes(b'old')
-  real_replace = os.replace
+  dst = tmp_path / 'ours'
+  dst.mkdir()
+  (dst / 'record').write_bytes(b'old')  # the marker ``ours`` looks for
+  real_rename = os.rename
 
-  def interrupted_replace(a, b):
-    raise KeyboardInterrupt
+  def interrupted_rename(a, b):
+    if pathlib.Path(a).parent.name.startswith('.ours.tmp-'):
+      raise KeyboardInterrupt  # the new one, on its way into place
+    real_rename(a, b)
 
-  monkeypatch.setattr(os, 'replace', interrupted_replace)
+  monkeypatch.setattr(os, 'rename', interrupted_rename)
   with pytest.raises(KeyboardInterrupt):
-    with _atomic.atomic_destination(dst, force=True) as tmp:
-      _atomic.write_bytes(tmp, b'new')
-  monkeypatch.setattr(os, 'replace', real_replace)
-  assert dst.read_bytes() == b'old'
-  assert sorted(p.name for p in tmp_path.iterdir()) == ['file']
+    with _atomic.atomic_destination(
+        dst, force=True, ours=lambda p: (p / 'record').exists()) as tmp:
+      tmp.mkdir()
+      _atomic.write_bytes(tmp / 'record', b'new')
+  monkeypatch.setattr(os, 'rename', real_rename)
+  assert (dst / 'record').read_bytes() == b'old'
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['ours']
 
 
 def test_progress_bar_reports_phases_and_bytes(tmp_path):

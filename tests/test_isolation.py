@@ -61,9 +61,11 @@ def test_scan_lists_a_file_whose_analysis_raises_and_scans_the_rest(
           for e in result.errors] == [
               ('bad_module.py', None, 'analysis failed, file skipped: '
                'ZeroDivisionError: an analysis bug')]
-  status, out = run_scan([str(tree)])
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    status, _ = run_scan([str(tree)])
   assert status == scan.EXIT_FOUND
-  assert 'bad_module.py:?  not scanned: analysis failed' in out
+  assert 'bad_module.py:?  not scanned: analysis failed' in err.getvalue()
   # Nothing found, but a file left out: never the clean status.
   (tree / 'good.py').unlink()
   assert run_scan([str(tree)])[0] == scan.EXIT_UNPARSEABLE
@@ -83,11 +85,12 @@ def test_migrate_leaves_a_file_whose_analysis_raises_and_migrates_the_rest(
   report = migrate.format_report(results, [], 'exact')
   assert 'Not migrated: analysis failed' in report
   assert '1 file(s) not migrated' in report
-  out = io.StringIO()
-  with contextlib.redirect_stdout(out):
+  err = io.StringIO()
+  with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(
+      err):
     status = migrate.main([str(tree / 'bad_module.py')])
   assert status == migrate.EXIT_LEFT  # nothing to change, a file left out
-  assert 'bad_module.py: not migrated: analysis failed' in out.getvalue()
+  assert 'bad_module.py: not migrated: analysis failed' in err.getvalue()
 
 
 def test_an_error_across_modules_leaves_each_file_scanned_alone(

@@ -70,12 +70,15 @@ def test_unparseable_files_are_reported_not_fatal():
   result = scan.scan_paths([os.path.join(TREE, 'broken')])
   assert result.files_scanned == 2
   assert [(os.path.basename(e.path), e.line) for e in result.errors] == [
-      ('bad_syntax.py', 3), ('binary_garbage.py', None)]
+      ('bad_syntax.py', 3), ('binary_garbage.py', 2)]
   assert 'invalid syntax' in result.errors[0].message
-  assert 'null bytes' in result.errors[1].message
-  status, out = run_main([os.path.join(TREE, 'broken')])
+  assert 'line 2 holds a NUL byte' in result.errors[1].message
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    status, out = run_main([os.path.join(TREE, 'broken')])
   assert status == scan.EXIT_UNPARSEABLE
-  assert 'bad_syntax.py:3  not scanned: syntax error' in out
+  assert 'bad_syntax.py:3  not scanned: syntax error' in err.getvalue()
+  assert '2 file(s) or directories could not be read' in out
 
 
 def test_exit_status():

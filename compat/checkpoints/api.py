@@ -532,8 +532,9 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
       matters (with ``stock``, also the hyper-params that pick the stock
       variant); by default it is inferred from the checkpoint (legacy ->
       Orbax) or read from the conversion record (-> legacy).
-    force: replace an existing ``dst``; a directory is only replaced when it
-      is a checkpoint this function wrote.
+    force: replace an existing ``dst`` this function wrote (its conversion
+      record says so); anything else (a file, a link, another directory)
+      is never replaced.
     model: ``to='nnx'`` only: the nnx model whose params receive the target
       (default: a module mirroring the legacy params' paths).
     path_map: renames legacy param paths (see ``compat.to_nnx_optimizer``):
@@ -560,9 +561,8 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
   dst_is_dir = (to == 'legacy' and dst.is_dir() and
                 not (dst / _convert.STATE_ITEM).exists())
   _check_paths(src, dst)
-  if not dst_is_dir:
-    _atomic.refuse_existing(dst, force)
-    _refuse_foreign(dst)
+  if not dst_is_dir:  # before any work (checked again when written)
+    _atomic.refuse_existing(dst, force, None if to == 'legacy' else _ours)
   if to == 'legacy':
     if path_map is not None:
       raise ValueError('path_map renames legacy params on the way out; '
@@ -572,7 +572,7 @@ def convert_checkpoint(src: PathLike, dst: PathLike, to: str = 'train_state',
   options = dict(to=to, optimizer=optimizer, model=model, path_map=path_map,
                  stock=stock, closest=closest, progress=progress)
   steps = [] if is_orbax_checkpoint(src) else _manager_steps(src)
-  with _atomic.atomic_destination(dst, force) as tmp:
+  with _atomic.atomic_destination(dst, force, _ours) as tmp:
     if not steps:
       report = _convert_one(src, tmp, **options)
     else:
@@ -622,19 +622,14 @@ def _convert_one(src, dst, *, to, optimizer, model, path_map, stock, closest,
       stock=stock_report)
 
 
-def _refuse_foreign(dst: pathlib.Path) -> None:
-  """--force replaces only what this tool wrote: never a user's directory."""
-  if not dst.is_dir() or dst.is_symlink():
-    return
-  ours = is_converted_checkpoint(dst) or (
+def _ours(dst: pathlib.Path) -> bool:
+  """Whether ``dst`` holds the conversion record this tool writes: a
+  converted checkpoint, or a CheckpointManager tree of them (what
+  ``--force`` may replace)."""
+  return is_converted_checkpoint(dst) or (
       any(dst.iterdir()) and all(
           child.name.isdigit() and is_converted_checkpoint(child)
           for child in dst.iterdir() if not child.name.startswith('.')))
-  if not ours:
-    raise _atomic.DestinationExistsError(
-        f'{dst} is a directory that is not a checkpoint flax-optim-compat '
-        'converted; --force only replaces those. Choose another destination '
-        'or remove it yourself.')
 
 
 def _renamed(ckpt: LegacyCheckpoint, path_map) -> LegacyCheckpoint:
@@ -704,6 +699,13 @@ def _sha256(path: pathlib.Path) -> str:
 
 
 def main(argv=None) -> int:
+  """``flax-optim-compat convert``; stopped by SIGTERM or SIGHUP as by
+  SIGINT, it removes what it was writing and returns 130
+  (``_atomic.run_stoppable``)."""
+  return _atomic.run_stoppable(_main, argv)
+
+
+def _main(argv=None) -> int:
   """``flax-optim-compat convert SRC DST --to ...``."""
   parser = argparse.ArgumentParser(
       prog='flax-optim-compat convert',
@@ -725,8 +727,9 @@ def main(argv=None) -> int:
                       "('bias', Momentum(0.1)))\" (regexes over '/a/b' param "
                       'paths). Default: inferred from the state layout.')
   parser.add_argument('--force', action='store_true',
-                      help='replace an existing destination (only one this '
-                      'tool wrote)')
+                      help='replace an existing destination, only a '
+                      'checkpoint directory this tool converted (its record '
+                      'says so); never a file, a link or another directory')
   parser.add_argument('--stock', action='store_true',
                       help='--to optax|train_state: write the state of the '
                       'nearest stock Optax transform (restores without this '

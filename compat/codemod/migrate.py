@@ -9,10 +9,15 @@ with LibCST, which also checks that the result parses.
 Modes (one at most; without one, a summary and the exit status only):
 
 * ``--diff``: print a unified diff (``git apply`` takes it); nothing changes;
-* ``--write``: rewrite in place, only inside a git work tree and only files
-  without uncommitted changes (refused otherwise, naming the files);
+* ``--write``: rewrite in place, only files git tracks without uncommitted
+  changes (refused otherwise, naming the files), all of them as a whole
+  (``_atomic.rewrite_together``: a run stopped midway is finished or undone
+  by the next one);
 * ``--out DIR``: write a rewritten copy of the given tree into ``DIR`` (new or
-  empty, outside the sources).
+  empty, outside the sources; links to directories copied as links).
+
+Every mode names on stderr each file (or directory) it could not read or
+parse; the bytes of a rewritten file are kept (byte order mark, encoding).
 
 ``--report FILE`` writes a Markdown report: per file, each rewritten line old
 -> new, what was left and why, notes (checkpoints), dependency pins that
@@ -52,6 +57,8 @@ from compat.codemod import _notebook
 from compat.codemod import _project
 from compat.codemod import _rewrite_plan
 from compat.codemod import _self_check
+from compat.codemod import _source
+from compat.codemod import _tree
 from compat.codemod import _user_rules
 from compat.codemod import scan
 
@@ -155,6 +162,7 @@ def migrate_source(source: bytes, path: str = '<string>',
   this module's optimizer flow that other modules keep as they are
   (``migrate_paths``): given, the flow here stays too.
   """
+  read = _source.read(source)  # raises what Python would refuse
   tree = ast.parse(source, filename=path)
   names = scan.module_names(tree, path, reexports, model)
   findings = scan.scan_source(source, path, reexports, tree, model)
@@ -170,7 +178,8 @@ def migrate_source(source: bytes, path: str = '<string>',
   for edit in dropped:
     plan.leftovers.append(_rewrite_plan.Leftover(
         edit.line, edit.construct, '', 'overlaps another rewrite; left as is'))
-  new = _fix_imports(rendered.decode('utf-8'), plan).encode('utf-8')
+  # In the file's encoding, with its byte order mark if it had one.
+  new = _source.write(_fix_imports(_source.read(rendered).text, plan), read)
   # A flow with one link left out is not migrated: the whole file stays.
   problems = [_self_check.Problem(
       edit.line, f'its {edit.construct} rewrite here overlaps another one, '
@@ -304,8 +313,8 @@ def migrate_file(path: str, tier: str = 'exact',
     else:
       new, plan = migrate_source(old, shown, tier, chosen=chosen)
   except SyntaxError as e:
-    return FileResult(shown, old, old, None, f'syntax error line {e.lineno}: '
-                      f'{e.msg}')
+    return FileResult(shown, old, old, None, 'syntax error' + (
+        f' line {e.lineno}' if e.lineno else '') + f': {e.msg}')
   except Exception as e:  # pylint: disable=broad-except
     # Unreadable (NUL bytes, bad coding, not a notebook) or beyond the
     # analysis (e.g. RecursionError): this file stays as it is, the others
@@ -468,6 +477,10 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
     _import_kernel_names(results, project.model.kernel, project.reexports,
                          chosen)
     _left_in_kernels(results, project.reexports, chosen)
+  for error in project.unreadable:  # nothing under it was migrated
+    sources.append(error.path)
+    results[error.path] = FileResult(_shown(error.path), b'', b'', None,
+                                     error.message)
   return sources, [results[p] for p in sources]
 
 
@@ -577,16 +590,17 @@ def _result_plan(results, key_of, key):
 def find_pins(paths) -> list:
   """Dependency pins that keep an old flax (``flax==0.5.3``, ``flax<0.6``)."""
   pins = []
+  walk = scan.source_walk()  # what it cannot list, the sources' walk says
   for root_path in paths:
     root = root_path if os.path.isdir(root_path) else os.path.dirname(
         root_path) or '.'
-    for dirpath, dirs, files in os.walk(root):
-      dirs[:] = [d for d in dirs if not d.startswith('.') and
-                 d not in scan.SKIP_DIRS]
-      for name in sorted(files):
+    listing = walk.directories(root) if os.path.isdir(root_path) else [
+        walk.list_directory(root)]
+    for directory in filter(None, listing):
+      for name in directory.files:
         if not any(fnmatch.fnmatch(name, p) for p in _PIN_FILES):
           continue
-        path = os.path.join(dirpath, name)
+        path = os.path.join(directory.path, name)
         try:
           with open(path, 'rb') as f:
             text = f.read().decode('utf-8', 'replace')
@@ -595,8 +609,6 @@ def find_pins(paths) -> list:
         for lineno, line in enumerate(text.splitlines(), 1):
           if _PIN.search(line.split('#')[0]):
             pins.append(Pin(_shown(path), lineno, line.strip()))
-      if not os.path.isdir(root_path):
-        break
   return sorted(set(pins))
 
 
@@ -617,23 +629,53 @@ def _git(args, cwd):
                         text=True, check=False)
 
 
-def dirty_files(paths) -> tuple[list, list]:
-  """(files outside a git work tree, files with uncommitted changes)."""
-  outside, dirty = [], []
+class Unwritable(NamedTuple):
+  """The files ``--write`` refuses to rewrite in place, by reason."""
+  outside: list  # not inside a git work tree
+  untracked: list  # git ignores them, or does not track them yet
+  dirty: list  # uncommitted changes
+
+
+def unwritable_files(paths) -> Unwritable:
+  """What git could not give back of ``paths`` once rewritten in place."""
+  found = Unwritable([], [], [])
   for path in paths:
     directory = os.path.dirname(os.path.abspath(path))
-    top = _git(['rev-parse', '--show-toplevel'], directory)
-    if top.returncode:
-      outside.append(path)
+    if _git(['rev-parse', '--show-toplevel'], directory).returncode:
+      found.outside.append(path)
       continue
-    status = _git(['status', '--porcelain', '--', os.path.abspath(path)],
-                  directory)
-    if status.returncode or status.stdout.strip():
-      dirty.append(path)
-  return outside, dirty
+    status = _git(['status', '--porcelain', '--ignored', '--',
+                   os.path.abspath(path)], directory)
+    if status.stdout.startswith(('??', '!!')):
+      found.untracked.append(path)
+    elif status.returncode or status.stdout.strip():
+      found.dirty.append(path)
+  return found
 
 
-_write_in_place = _atomic.rewrite_in_place
+# Where ``--write`` keeps the journal of a rewrite under way, in the git
+# directory (never in the user's tree): ``_atomic.rewrite_together``.
+WRITE_JOURNAL = 'flax-optim-compat-write.json'
+
+
+def write_journal(path: str) -> Optional[pathlib.Path]:
+  """The journal of the git work tree ``path`` lies in (None: none)."""
+  directory = path if os.path.isdir(path) else os.path.dirname(
+      os.path.abspath(path))
+  try:
+    found = _git(['rev-parse', '--absolute-git-dir'], directory)
+  except OSError:  # no git: no --write either, so no journal
+    return None
+  if found.returncode:
+    return None
+  return pathlib.Path(found.stdout.strip()) / WRITE_JOURNAL
+
+
+def interrupted_writes(paths) -> list:
+  """The journals a stopped ``--write`` left in the work trees of
+  ``paths``."""
+  journals = {write_journal(path) for path in paths}
+  return sorted(j for j in journals if j is not None and j.exists())
 
 
 def write_port_tests(paths, sources, results) -> list:
@@ -691,21 +733,48 @@ def check_out(paths, out: str) -> None:
   _out_layout(paths)
 
 
-def write_tree(paths, out: str, results) -> None:
-  """Copies the inputs into ``out`` with the migrated files replaced."""
+def _copy_tree(source: str, destination: pathlib.Path,
+               walk: _tree.Walk) -> None:
+  """Copies the tree ``source`` into ``destination`` along ``walk``: a
+  link to a directory becomes the same link (never followed: a loop
+  would be copied without end), a link to a file its content; a file
+  that cannot be read joins ``walk.unreadable``."""
+  for directory in walk.directories(source):
+    target = destination / os.path.relpath(directory.path, source)
+    target.mkdir(exist_ok=True)
+    for name in directory.links:
+      os.symlink(os.readlink(os.path.join(directory.path, name)),
+                 target / name)
+    for name in directory.files:
+      if name == '.git':  # a linked work tree's pointer to its repository
+        continue
+      path = os.path.join(directory.path, name)
+      try:
+        if os.path.islink(path) and not os.path.exists(path):
+          os.symlink(os.readlink(path), target / name)  # leads nowhere
+        else:
+          shutil.copy2(path, target / name)
+      except OSError as e:
+        walk.unreadable.append(_tree.Unreadable(path, f'{type(e).__name__}: '
+                                                f'{e}'))
+
+
+def write_tree(paths, out: str, results) -> list:
+  """Copies the inputs into ``out`` with the migrated files replaced;
+  returns the ``_tree.Unreadable`` entries the copy lacks."""
   check_out(paths, out)
   out_path = pathlib.Path(out)
   changed = {os.path.abspath(r.path): r.new for r in results
              if r.new != r.old}
   if out_path.is_dir():
     out_path.rmdir()  # empty: replaced atomically below
+  walk = _tree.Walk(lambda path, name: name != '.git')
   with _atomic.atomic_destination(out_path) as temp:
     temp.mkdir()
     for source, relative in _out_layout(paths).items():
       destination = temp / relative if relative else temp
       if os.path.isdir(source):
-        shutil.copytree(source, destination, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns('.git'))
+        _copy_tree(source, destination, walk)
       else:
         shutil.copy2(source, destination)
     for source, relative in _out_layout(paths).items():
@@ -717,6 +786,7 @@ def write_tree(paths, out: str, results) -> None:
         else:
           continue
         target.write_bytes(data)
+  return walk.unreadable
 
 
 # ---------------------------------------------------------------------------
@@ -945,12 +1015,17 @@ def format_report(results, pins, tier: str, proof=()) -> str:
   return '\n'.join(lines)
 
 
+def skipped(results) -> list:
+  """A line per file (or directory) left as it was because it could not
+  be read, parsed or analysed: every mode writes them to stderr."""
+  return [f'{r.path}: not migrated: {r.error}' for r in results if r.error]
+
+
 def format_summary(results, pins) -> str:
   out = []
   for r in results:
     if r.error:
-      out.append(f'{r.path}: not migrated: {r.error}')
-      continue
+      continue  # on stderr (``skipped``)
     if r.new != r.old:
       out.append(f'{r.path}: {len(r.plan.edits)} rewrite(s)')
     # The links holding the flow first, so that "see above" finds them:
@@ -1002,6 +1077,13 @@ def _prove_arguments_problem(args) -> str:
 
 
 def main(argv=None) -> int:
+  """``flax-optim-compat migrate``; stopped by SIGTERM or SIGHUP as by
+  SIGINT, it removes what it was writing and returns 130
+  (``_atomic.run_stoppable``)."""
+  return _atomic.run_stoppable(_main, argv)
+
+
+def _main(argv=None) -> int:
   parser = argparse.ArgumentParser(
       prog='flax-optim-compat migrate',
       description='Rewrite flax.optim code to Optax/TrainState code.',
@@ -1012,7 +1094,9 @@ def main(argv=None) -> int:
   mode.add_argument('--diff', action='store_true',
                     help='print a unified diff; change nothing')
   mode.add_argument('--write', action='store_true',
-                    help='rewrite in place (clean git work tree only)')
+                    help='rewrite in place: only files git tracks, '
+                    'committed; all or none (a stopped run is finished or '
+                    'undone by the next)')
   mode.add_argument('--out', metavar='DIR',
                     help='write a rewritten copy of the tree into DIR')
   parser.add_argument(
@@ -1054,19 +1138,33 @@ def main(argv=None) -> int:
     except (ValueError, FileExistsError) as e:
       print(f'refusing --out: {e}', file=sys.stderr)
       return EXIT_USAGE
+  for journal in interrupted_writes(args.paths):
+    if args.write:  # finished or undone before anything is read
+      print(f'migrate: {_atomic.finish_interrupted(journal)}',
+            file=sys.stderr)
+    else:
+      print(f'migrate: a stopped --write left {journal}: run migrate '
+            '--write again to finish (or undo) it', file=sys.stderr)
   sources, results = migrate_paths(args.paths, tier, exclude, chosen)
+  for line in skipped(results):
+    print(line, file=sys.stderr)
   pins = find_pins(args.paths)
   to_change = [(p, r) for p, r in zip(sources, results) if r.new != r.old]
   if args.write and to_change:
-    outside, dirty = dirty_files([p for p, _ in to_change])
-    if outside or dirty:
-      if outside:
-        print('refusing --write: not inside a git work tree: ' +
-              ', '.join(map(_shown, outside)), file=sys.stderr)
-      if dirty:
-        print('refusing --write: uncommitted changes in: ' +
-              ', '.join(map(_shown, dirty)) + ' (commit or stash them, or '
-              'use --out DIR)', file=sys.stderr)
+    refused = unwritable_files([p for p, _ in to_change])
+    if refused.outside:
+      print('refusing --write: not inside a git work tree: ' +
+            ', '.join(map(_shown, refused.outside)), file=sys.stderr)
+    if refused.untracked:
+      print('refusing --write: git does not track (it ignores, or has not '
+            'been given) these files with usages, so it could not restore '
+            'them: ' + ', '.join(map(_shown, refused.untracked)) + ' (git '
+            'add them, --exclude them, or use --out DIR)', file=sys.stderr)
+    if refused.dirty:
+      print('refusing --write: uncommitted changes in: ' +
+            ', '.join(map(_shown, refused.dirty)) + ' (commit or stash them, '
+            'or use --out DIR)', file=sys.stderr)
+    if any(refused):
       return EXIT_USAGE
   proof, proven = [], True
   if args.prove:
@@ -1077,16 +1175,20 @@ def main(argv=None) -> int:
       return EXIT_USAGE
     proof = format_proof(proven, lines, args.prove, args.rtol)
   if args.write and to_change and (proven or args.unproven):
-    for path, result in to_change:
-      _write_in_place(path, result.new)
+    _atomic.rewrite_together({path: result.new for path, result in to_change},
+                             write_journal(to_change[0][0]))
     for line in write_port_tests(args.paths, sources, results):
       print(line)
+  not_copied = []
   if args.out:
     try:
-      write_tree(args.paths, args.out, results)
+      not_copied = write_tree(args.paths, args.out, results)
     except (ValueError, FileExistsError) as e:
       print(f'refusing --out: {e}', file=sys.stderr)
       return EXIT_USAGE
+    for entry in not_copied:
+      print(f'{_shown(entry.path)}: not copied to {args.out}: {entry.reason}',
+            file=sys.stderr)
   summary = format_summary(results, pins)
   if args.diff:
     sys.stdout.write(''.join(unified_diff(r) for _, r in to_change))
@@ -1105,6 +1207,6 @@ def main(argv=None) -> int:
       f.write(format_report(results, pins, tier, proof))
   if not proven:
     return EXIT_NOT_PROVEN
-  left = any(r.error or r.left for r in results)
+  left = any(r.error or r.left for r in results) or bool(not_copied)
   pending = bool(to_change) and not (args.write or args.out)
   return EXIT_LEFT if left or pending else EXIT_CLEAN

@@ -87,7 +87,9 @@ from compat.codemod import _parallel
 from compat.codemod import _prefilter
 from compat.codemod import _project
 from compat.codemod import _removals
+from compat.codemod import _source
 from compat.codemod import _state_layout
+from compat.codemod import _tree
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
 
@@ -620,22 +622,24 @@ def _excluded(path: str, patterns) -> bool:
   return False
 
 
+def source_walk(exclude=()) -> _tree.Walk:
+  """The walk of the scanned trees: hidden, cache and excluded directories
+  (see ``_excluded``) are not entered."""
+  return _tree.Walk(lambda path, name: not name.startswith('.') and
+                    name not in SKIP_DIRS and not _excluded(path, exclude))
+
+
 def iter_python_files(paths: Iterable[str], exclude=(),
-                      suffixes=('.py',)) -> Iterable[str]:
+                      suffixes=('.py',),
+                      walk: Optional[_tree.Walk] = None) -> Iterable[str]:
   """Every file ending in ``suffixes`` under ``paths``, sorted, skipping
   hidden/cache dirs and whatever ``exclude`` matches (see ``_excluded``);
-  files named in ``paths`` are always read."""
+  files named in ``paths`` are always read. ``walk``: a ``source_walk``
+  that collects the directories that could not be listed."""
+  walk = walk or source_walk(exclude)
   for root_path in paths:
-    if os.path.isfile(root_path):
-      yield root_path
-      continue
-    found = []
-    for root, dirs, files in os.walk(root_path):
-      dirs[:] = [d for d in dirs if not d.startswith('.') and
-                 d not in SKIP_DIRS and
-                 not _excluded(os.path.join(root, d), exclude)]
-      found += [os.path.join(root, f) for f in files if f.endswith(suffixes)]
-    yield from sorted(p for p in found if not _excluded(p, exclude))
+    yield from walk.files(root_path, lambda p: p.endswith(suffixes) and
+                          not _excluded(p, exclude))
 
 
 class Project(NamedTuple):
@@ -656,6 +660,9 @@ class Project(NamedTuple):
   # The definition factories, fields and links across modules (None: the
   # analysis across modules failed; each file is scanned on its own).
   model: Optional[_project.Model] = None
+  # [ScanError] of the directories under the paths that could not be
+  # listed (also in ``errors``).
+  unreadable: list = []
 
 
 SOURCE_SUFFIXES = ('.py', '.ipynb')
@@ -675,13 +682,20 @@ def failure(path: str, error: BaseException) -> ScanError:
   if isinstance(error, SyntaxError):
     return ScanError(path, error.lineno, f'syntax error: {error.msg}')
   if isinstance(error, (OSError, ValueError)):  # NUL bytes, bad coding, JSON
-    return ScanError(path, None, f'unreadable: {type(error).__name__}: '
-                     f'{error}')
+    return ScanError(path, getattr(error, 'lineno', None),
+                     f'unreadable: {type(error).__name__}: {error}')
   # The analysis itself failed (e.g. RecursionError on code it cannot
   # follow): the file is skipped, the rest is still scanned.
   message = str(error).splitlines()[0] if str(error) else ''
   return ScanError(path, None, f'analysis failed, file skipped: '
                    f'{type(error).__name__}: {message}')
+
+
+def unreadable_error(unreadable: _tree.Unreadable) -> ScanError:
+  """A directory the walk could not list: nothing under it was read."""
+  return ScanError(unreadable.path.replace(os.sep, '/'), None,
+                   f'directory not read, nothing under it scanned: '
+                   f'{unreadable.reason}')
 
 
 class _Files:
@@ -690,7 +704,7 @@ class _Files:
   modules the tables across modules read), so no file is parsed twice."""
 
   def __init__(self, paths: Iterable[str], exclude=()):
-    self.scanned, self.exclude = list(paths), exclude
+    self.scanned = list(paths)
     self.paths: list[str] = []
     self.roots: list[str] = []
     self.shown: list[str] = []
@@ -698,8 +712,14 @@ class _Files:
     self.notebooks: dict = {}  # index -> its _notebook.Notebook
     self.kept: dict = {}  # index -> its tree, or the exception parsing raised
     self._texts: dict = {}  # index -> its source decoded
+    self._other_paths: list[str] = []  # (``other_texts``)
+    walk = source_walk(exclude)  # once over each tree, for both lists
     for root in self.scanned:
-      for path in iter_python_files([root], exclude, SOURCE_SUFFIXES):
+      for path in iter_python_files(
+          [root], exclude, SOURCE_SUFFIXES + OTHER_TEXT_SUFFIXES, walk):
+        if path != root and not path.endswith(SOURCE_SUFFIXES):
+          self._other_paths.append(path)
+          continue
         index = len(self.paths)
         self.paths.append(path)
         self.roots.append(root)
@@ -710,28 +730,30 @@ class _Files:
           if path.endswith('.ipynb'):
             self.notebooks[index] = _notebook.Notebook(source)
             source = self.notebooks[index].module.encode('utf-8')
+          else:  # what Python would refuse, migrate refuses too
+            self._texts[index] = _source.read(source).text
         except Exception as e:  # pylint: disable=broad-except
           self.sources.append(e.with_traceback(None))  # (see ``_parse``)
         else:
           self.sources.append(source)
     self.index_of = {shown: i for i, shown in enumerate(self.shown)}
+    # The directories that could not be listed (``unreadable_errors``).
+    self.unreadable: list[_tree.Unreadable] = walk.unreadable
+
+  def unreadable_errors(self) -> list:
+    return [unreadable_error(u) for u in self.unreadable]
 
   def other_texts(self) -> list:
     """``[(shown path, bytes)]`` of the other text files under the scanned
     paths (``OTHER_TEXT_SUFFIXES``, the start of each); one that cannot be
     read names nothing."""
     found = []
-    for root in self.scanned:
-      if os.path.isfile(root):
+    for path in self._other_paths:
+      try:
+        with open(path, 'rb') as f:
+          found.append((path.replace(os.sep, '/'), f.read(_OTHER_TEXT_BYTES)))
+      except OSError:
         continue
-      for path in iter_python_files([root], self.exclude,
-                                    OTHER_TEXT_SUFFIXES):
-        try:
-          with open(path, 'rb') as f:
-            found.append((path.replace(os.sep, '/'),
-                          f.read(_OTHER_TEXT_BYTES)))
-        except OSError:
-          continue
     return found
 
   def tree(self, index: int, keep: bool = True) -> ast.Module:
@@ -877,7 +899,7 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
       parsed.append((shown, files.sources[index], files.tree(index)))
     except Exception as e:  # pylint: disable=broad-except
       errors.append(failure(shown, e))
-  errors += across.errors
+  errors += across.errors + files.unreadable_errors()
   reexports = across.reexports
   exported: dict[str, set[str]] = {}
   for shown, source, tree in parsed:
@@ -898,7 +920,7 @@ def parse_project(paths: Iterable[str], exclude=()) -> Project:
   notebooks = {files.shown[i]: notebook
                for i, notebook in files.notebooks.items()}
   return Project(parsed, errors, reexports, exported, notebooks,
-                 across.model)
+                 across.model, files.unreadable_errors())
 
 
 def in_file_lines(findings: list, notebook) -> list:
@@ -1044,7 +1066,8 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
         _scan_share, _ShareInputs(files, across.reexports, across.model,
                                   chosen),
         count, min(jobs, count // _FILES_PER_JOB))
-    findings, errors = [], list(across.errors)
+    findings = []
+    errors = list(across.errors) + files.unreadable_errors()
     for share_findings, share_errors in results:
       findings += share_findings
       errors += share_errors
@@ -1084,15 +1107,13 @@ def format_table(result: ScanResult) -> str:
   w2 = max(len(r[2]) for r in rows)
   lines = [f'{r[0]:<{w0}}  {r[1]:<6}  {r[2]:<{w2}}  {r[3]}  [{r[4]}]'
            for r in rows] if result.findings else []
-  lines += [f'{e.path}:{e.line or "?"}  not scanned: {e.message}'
-            for e in result.errors]
   likely = sum(f.confidence == 'likely' for f in result.findings)
   lines.append(
       f'{len(result.findings)} flax.optim usage(s) in {result.files_scanned} '
       f'file(s) scanned' + (f' ({likely} marked ? are likely, judged by '
                             'names)' if likely else '') +
-      (f'; {len(result.errors)} file(s) could not be read, parsed or '
-       'analysed (listed above)'
+      (f'; {len(result.errors)} file(s) or directories could not be read, '
+       'parsed or analysed (named on stderr)'
        if result.errors else '') + f'. See {rep.GUIDE}.')
   return '\n'.join(lines)
 
@@ -1179,7 +1200,7 @@ pre-commit (.pre-commit-config.yaml):
 SCAN_EXIT = """
 exit status: 0 nothing found (after selection and # noqa), 1 findings,
 2 bad arguments or configuration, 3 nothing found but some files could not
-be parsed (listed)."""
+be read or parsed, or some directories listed (named)."""
 
 
 def _add_noqa(result: ScanResult) -> int:
@@ -1263,6 +1284,9 @@ def main(argv=None) -> int:
     print(format_statistics(result))
   else:
     print(format_table(result))
+  for error in result.errors:  # in every format, as migrate does
+    print(f'{error.path}:{error.line or "?"}  not scanned: {error.message}',
+          file=sys.stderr)
   if result.findings:
     return EXIT_FOUND
   return EXIT_UNPARSEABLE if result.errors else EXIT_CLEAN
