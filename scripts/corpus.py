@@ -10,8 +10,11 @@ into ``--into`` (default: a temporary directory), never committed:
   or ``owner+name/repo/.git``): ``git archive COMMIT PATHS | tar -x``;
 - else by ``git clone`` from github.com and ``git checkout COMMIT``.
 
-A repository that cannot be got is named as such and the run exits 2 after
-the table. For each repository that was got it prints one row:
+A repository the mirrors do not hold at its commit is named "not
+available" below the table and is no failure (a repository added to the
+table is mirrored later); one that cannot be cloned from github.com is named
+"NOT GOT" and the run exits 2 after the table. For each repository that was
+got it prints one row:
 
 usages    the INDEPENDENT count (``count_usages``, a plain AST pass that
           shares no code with ``scan``): each import of flax.optim (one per
@@ -44,9 +47,18 @@ legacy    files of the output that still use flax.optim (the independent
 original's under the shim, the shim's imports blocked, and prints a line
 each below the table: bit-identical over how many steps, or why not.
 
+The figures of each row (usages, found, rewritten, left, broken) are
+compared with those recorded in ``tests/corpus/figures.toml`` (a table per
+row): usages, found and rewritten below their recorded floor, left or broken
+above their recorded ceiling, or a row with no recorded figures, is a
+failure naming the row and the figure (``scenic: rewritten 23 < recorded
+24``); a figure that got better is printed, to be recorded in that file in
+the same commit as the change that improved it.
+
 ``--json FILE`` writes the same figures. Exit status: 2 when a repository
-could not be got, else 1 when a migrated program has a broken link or a
-train step compared differs or fails, else 0.
+could not be cloned, else 1 when a migrated program has a broken link, a
+train step compared differs or fails, or a figure is worse than recorded,
+else 0.
 """
 
 import argparse
@@ -67,14 +79,20 @@ from typing import NamedTuple, Optional
 from compat.codemod import migrate
 from compat.codemod import scan
 
-try:  # Python 3.11+; the table is read only by the corpus run itself
+try:  # Python 3.11+
   import tomllib
-except ModuleNotFoundError:  # Python 3.10: the checks below still import
-  tomllib = None
+except ModuleNotFoundError:  # Python 3.10: tomli (install_requires has it)
+  import tomli as tomllib
 
 TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
                      'tests')
 TABLE = os.path.join(TESTS, 'corpus', 'repos.toml')
+FIGURES_FILE = 'tests/corpus/figures.toml'  # as the messages name it
+FIGURES = os.path.join(TESTS, os.pardir, *FIGURES_FILE.split('/'))
+# The recorded figures of a row: more is better for the first, less for the
+# second.
+FLOOR_FIGURES = ('usages', 'found', 'rewritten')
+CEILING_FIGURES = ('left', 'broken')
 MIRRORS_ENV = 'FLAX_OPTIM_CORPUS_MIRRORS'
 LEGACY_MODULE = 'flax.optim'
 # What migrated code must not import (tests/_legacy_imports.py's list).
@@ -101,8 +119,6 @@ class Repo(NamedTuple):
 
 
 def load_table(path: str = TABLE) -> list:
-  if tomllib is None:
-    raise RuntimeError(f'reading {path} needs Python 3.11 or later (tomllib)')
   with open(path, 'rb') as f:
     rows = tomllib.load(f)['repo']
   return [Repo(r['name'], r['repo'], r['commit'], tuple(r.get('paths', ())),
@@ -111,6 +127,10 @@ def load_table(path: str = TABLE) -> list:
 
 # ---------------------------------------------------------------------------
 # Getting a repository at its commit.
+
+
+class NotMirrored(OSError):
+  """The mirrors hold no copy of a repository at its pinned commit."""
 
 
 def _mirror_git_dir(mirrors: str, repo: str) -> Optional[str]:
@@ -152,8 +172,12 @@ def get_repo(entry: Repo, into: str, mirrors: Optional[str]) -> str:
   os.makedirs(target)
   git_dir = mirrors and _mirror_git_dir(mirrors, entry.repo)
   if mirrors and not git_dir:
-    raise OSError(f'no mirror of {entry.repo} under {mirrors}')
+    raise NotMirrored(f'no mirror of {entry.repo} under {mirrors}')
   if git_dir:
+    if subprocess.run(['git', '--git-dir', git_dir, 'cat-file', '-e',
+                       f'{entry.commit}^{{commit}}'],
+                      capture_output=True, check=False).returncode:
+      raise NotMirrored(f'the mirror {git_dir} lacks commit {entry.commit}')
     archive = subprocess.run(
         ['git', '--git-dir', git_dir, 'archive', '--format=tar',
          entry.commit, '--', *_mirrored_files(git_dir, entry)],
@@ -594,7 +618,7 @@ def _percent(part: int, whole: int) -> str:
   return f'{100 * part / whole:.0f}%' if whole else '-'
 
 
-def format_table(rows: list, missing: list) -> str:
+def format_table(rows: list, missing: list, unavailable=()) -> str:
   header = (f'{"repository":10} {"files":>5} {"usages":>6} {"found":>6} '
             f'{"rewritten":>9} {"left":>5} {"broken":>6} '
             f'{"legacy files":>12}')
@@ -633,9 +657,65 @@ def format_table(rows: list, missing: list) -> str:
     lines.append('\ntrain steps, migrated beside the original (the shim\'s '
                  'imports blocked; tests/_corpus_train.py):')
     lines += [f'  {r.name}: {r.trains}' for r in trained]
+  for name, why in unavailable:
+    lines.append(f'\nnot available: {name}: {why} (not analysed; no '
+                 'failure)')
   for name, why in missing:
     lines.append(f'\nNOT GOT: {name}: {why}')
   return '\n'.join(lines)
+
+
+# ---------------------------------------------------------------------------
+# The recorded figures (tests/corpus/figures.toml).
+
+
+def row_figures(row: Row) -> dict:
+  """The figures of ``row`` that are recorded: ``{figure: int}``."""
+  return {'usages': row.usages, 'found': row.found,
+          'rewritten': row.rewritten, 'left': row.left,
+          'broken': len(row.broken)}
+
+
+def load_figures(path: str = FIGURES) -> dict:
+  """``{row: {figure: int}}`` as recorded; a ``ValueError`` names a row
+  whose figures are not exactly the recorded ones, as integers."""
+  with open(path, 'rb') as f:
+    recorded = tomllib.load(f)
+  expected = set(FLOOR_FIGURES + CEILING_FIGURES)
+  for name, figures in recorded.items():
+    if not isinstance(figures, dict) or set(figures) != expected or not all(
+        type(v) is int for v in figures.values()):
+      raise ValueError(
+          f'{path}: [{name}] must give exactly {sorted(expected)} as '
+          f'integers, found {figures!r}')
+  return recorded
+
+
+def compare_figures(measured: dict, recorded: dict) -> tuple:
+  """``(failures, improvements)``, one line each, for the rows of
+  ``measured`` (``{row: {figure: int}}``) against ``recorded`` (the same,
+  from ``FIGURES``): a floor figure below its record, a ceiling figure
+  above it, or a row with no record fails; any other change improved."""
+  failures, improvements = [], []
+  for name, figures in measured.items():
+    if name not in recorded:
+      failures.append(f'{name}: no recorded figures in {FIGURES_FILE}; '
+                      f'record [{name}] {figures}')
+      continue
+    for figure, now in figures.items():
+      then = recorded[name][figure]
+      rising = figure in FLOOR_FIGURES
+      if now == then:
+        continue
+      if (now < then) == rising:
+        failures.append(f'{name}: {figure} {now} {"<" if rising else ">"} '
+                        f'recorded {then}')
+      else:
+        improvements.append(
+            f'{name}: {figure} {now} {">" if rising else "<"} recorded '
+            f'{then}: {"raise the floor" if rising else "lower the ceiling"}'
+            f' in {FIGURES_FILE} (in the commit that changed it)')
+  return failures, improvements
 
 
 def train_comparison(name: str, root: str) -> Optional[str]:
@@ -676,11 +756,15 @@ def main(argv=None) -> int:
   into = args.into or tempfile.mkdtemp(prefix='flax-optim-corpus-')
   where = f'mirrors in {mirrors}' if mirrors else 'github.com'
   print(f'corpus: {len(table)} repositories from {where}, into {into}')
-  rows, missing = [], []
+  recorded = load_figures()  # before the long part: a bad file fails now
+  rows, missing, unavailable = [], [], []
   try:
     for entry in table:
       try:
         root = get_repo(entry, into, mirrors)
+      except NotMirrored as e:
+        unavailable.append((entry.name, str(e)))
+        continue
       except OSError as e:
         missing.append((entry.name, str(e)))
         continue
@@ -688,18 +772,25 @@ def main(argv=None) -> int:
       if args.train:
         row = row._replace(trains=train_comparison(entry.name, root))
       rows.append(row)
-    print(format_table(rows, missing))
+    print(format_table(rows, missing, unavailable))
   finally:
     if not args.into:
       shutil.rmtree(into, ignore_errors=True)
+  worse, better = compare_figures({r.name: row_figures(r) for r in rows},
+                                  recorded)
+  for line in better:
+    print(f'\nbetter than recorded: {line}')
+  for line in worse:
+    print(f'\nWORSE THAN RECORDED: {line}')
   if args.json:
     with open(args.json, 'w', encoding='utf-8') as f:
       json.dump({'rows': [r._asdict() for r in rows],
-                 'missing': missing}, f, indent=1, default=list)
+                 'missing': missing, 'unavailable': unavailable}, f,
+                indent=1, default=list)
   if missing:
     return 2
-  return 1 if any(r.broken or (r.trains or '').startswith('FAILS')
-                  for r in rows) else 0
+  return 1 if worse or any(r.broken or (r.trains or '').startswith('FAILS')
+                           for r in rows) else 0
 
 
 if __name__ == '__main__':

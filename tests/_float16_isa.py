@@ -33,8 +33,13 @@ def native_float16() -> bool:
   """True where jitted float16 ``p - lr * g`` is fused (one rounding)."""
   param = jnp.asarray([_PROBE['param']], jnp.float16)
   grad = jnp.asarray([_PROBE['grad']], jnp.float16)
-  found = np.asarray(jax.jit(
-      lambda p, g: p - _PROBE['learning_rate'] * g)(param, grad))[0]
+  return is_fused(np.asarray(jax.jit(
+      lambda p, g: p - _PROBE['learning_rate'] * g)(param, grad))[0])
+
+
+def is_fused(found: np.float16) -> bool:
+  """Which rounding the probe's result ``found`` shows (apart so that each
+  outcome is tested on any machine)."""
   if found == _PER_OP_ROUNDING:
     return False
   if found == _FUSED:

@@ -111,7 +111,9 @@ def _assert_identical_up_to_float16(expected, found, what, magnitudes,
   if not _float16_isa.native_float16():
     fx.assert_identical(expected, found, what)
     return
-  is_half = lambda x: isinstance(x, np.ndarray) and x.dtype == np.float16
+  # Either side may hold NumPy or jax arrays (the oracle's file, our state
+  # dict): a float16 leaf is anything whose dtype is float16.
+  is_half = lambda x: getattr(x, 'dtype', None) == np.float16
   others = lambda tree: jax.tree_util.tree_map(
       lambda x: None if is_half(x) else x, tree, is_leaf=is_half)
   fx.assert_identical(others(expected), others(found), what)
@@ -120,13 +122,82 @@ def _assert_identical_up_to_float16(expected, found, what, magnitudes,
   for path, e in jax.tree_util.tree_flatten_with_path(expected)[0]:
     if not is_half(e):
       continue
-    e64, g64 = e.astype(np.float64), np.asarray(flat_found[path], np.float64)
+    e64, g64 = np.asarray(e, np.float64), np.asarray(flat_found[path],
+                                                     np.float64)
     slack = _float16_isa.float16_slack(flat_magnitudes[path], steps)
     assert np.array_equal(np.isfinite(e64), np.isfinite(g64)) and np.all(
         np.abs(g64 - e64)[np.isfinite(e64)] <= slack[np.isfinite(e64)]), (
             f'{what}{jax.tree_util.keystr(path)}: expected {e!r}, found '
             f'{flat_found[path]!r} (float16 computed natively here: allowed '
             f'{slack.max():.3g} for {steps} step(s))')
+
+
+# Both branches of _assert_identical_up_to_float16 on every machine: which one
+# the checkpoint tests take depends on the CPU (_float16_isa), so each is
+# driven here with the predicate set and synthetic trees. As in the real
+# comparison, the expected side holds NumPy arrays (the oracle's file) and the
+# found side jax Arrays (a state dict of ours).
+
+
+def _float16_trees(half_found):
+  """(expected, found, magnitudes): a float16 leaf 'h' whose found value is
+  ``half_found``, and an identical float32 leaf 'f'."""
+  expected = {'h': np.asarray([1.5, -0.25], np.float16),
+              'f': np.asarray([0.1, 2.0], np.float32)}
+  found = {'h': jnp.asarray(half_found, jnp.float16),
+           'f': jnp.asarray(expected['f'])}
+  return expected, found, _abs_tree(expected)
+
+
+def _ulps_up(value, n):
+  for _ in range(n):
+    value = np.nextafter(value, np.float16(np.inf))
+  return value
+
+
+@pytest.mark.parametrize('native', [False, True], ids=['per_op', 'fused'])
+def test_float16_comparison_passes_identical_trees(monkeypatch, native):
+  monkeypatch.setattr(_float16_isa, 'native_float16', lambda: native)
+  expected, found, magnitudes = _float16_trees([1.5, -0.25])
+  _assert_identical_up_to_float16(expected, found, 'tree', magnitudes, 1)
+
+
+def test_float16_comparison_per_op_demands_the_same_bits(monkeypatch):
+  monkeypatch.setattr(_float16_isa, 'native_float16', lambda: False)
+  expected, found, magnitudes = _float16_trees(
+      [_ulps_up(np.float16(1.5), 1), -0.25])
+  with pytest.raises(AssertionError, match=r"tree\['h'\]"):
+    _assert_identical_up_to_float16(expected, found, 'tree', magnitudes, 1)
+
+
+def test_float16_comparison_fused_allows_one_rounding_per_step(monkeypatch):
+  monkeypatch.setattr(_float16_isa, 'native_float16', lambda: True)
+  one_ulp, two_ulps = (_ulps_up(np.float16(1.5), n) for n in (1, 2))
+  expected, found, magnitudes = _float16_trees([one_ulp, -0.25])
+  _assert_identical_up_to_float16(expected, found, 'tree', magnitudes, 1)
+  expected, found, magnitudes = _float16_trees([two_ulps, -0.25])
+  _assert_identical_up_to_float16(expected, found, 'tree', magnitudes, 2)
+  with pytest.raises(AssertionError, match=r"tree\['h'\].*1 step"):
+    _assert_identical_up_to_float16(expected, found, 'tree', magnitudes, 1)
+
+
+@pytest.mark.parametrize('native', [False, True], ids=['per_op', 'fused'])
+@pytest.mark.parametrize('change', ['float32 bits', 'float16 nan', 'dtype'])
+def test_float16_comparison_fails_whatever_the_isa(monkeypatch, native,
+                                                    change):
+  """What fused float16 arithmetic cannot explain fails on both branches:
+  another float32 value, a nan where flax 0.5.3 had a number, a leaf that
+  is float32 where flax 0.5.3's was float16."""
+  monkeypatch.setattr(_float16_isa, 'native_float16', lambda: native)
+  expected, found, magnitudes = _float16_trees([1.5, -0.25])
+  if change == 'float32 bits':
+    found['f'] = jnp.asarray([0.1, 2.5], jnp.float32)
+  elif change == 'float16 nan':
+    found['h'] = jnp.asarray([np.nan, -0.25], jnp.float16)
+  else:
+    found['h'] = jnp.asarray([1.5, -0.25], jnp.float32)
+  with pytest.raises(AssertionError):
+    _assert_identical_up_to_float16(expected, found, 'tree', magnitudes, 1)
 
 
 @pytest.mark.parametrize('name', fx.CASES)

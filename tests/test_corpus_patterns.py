@@ -15,8 +15,10 @@ import ast
 import importlib.util
 import json
 import os
+import subprocess
 
 import numpy as np
+import pytest
 
 from compat.codemod import migrate
 from compat.codemod import scan
@@ -178,6 +180,92 @@ def test_the_table_has_a_line_per_train_step_compared():
       'blocked; tests/_corpus_train.py):',
       '  a: bit-identical over 5 steps', '  c: FAILS: why']
   assert 'train steps' not in corpus.format_table([row('b', None)], [])
+
+
+# ---------------------------------------------------------------------------
+# The recorded figures (tests/corpus/figures.toml): a row worse than its
+# record fails, naming the row and the figure.
+
+_RECORDED = {'scenic': {'usages': 30, 'found': 29, 'rewritten': 24,
+                        'left': 6, 'broken': 0}}
+
+
+def _changed(figure, by):
+  figures = dict(_RECORDED['scenic'])
+  figures[figure] += by
+  return {'scenic': figures}
+
+
+def test_figures_as_recorded_neither_fail_nor_improve():
+  assert corpus.compare_figures(_changed('usages', 0), _RECORDED) == ([], [])
+
+
+@pytest.mark.parametrize('figure, by, sign', [
+    ('usages', -1, '<'), ('found', -1, '<'), ('rewritten', -1, '<'),
+    ('left', 1, '>'), ('broken', 1, '>')])
+def test_a_figure_worse_than_recorded_fails_naming_row_and_figure(
+    figure, by, sign):
+  worse, better = corpus.compare_figures(_changed(figure, by), _RECORDED)
+  then = _RECORDED['scenic'][figure]
+  assert worse == [f'scenic: {figure} {then + by} {sign} recorded {then}']
+  assert better == []
+
+
+@pytest.mark.parametrize('figure, by', [
+    ('usages', 1), ('found', 1), ('rewritten', 1), ('left', -1),
+    ('broken', -1)])
+def test_a_figure_better_than_recorded_is_printed_not_failed(figure, by):
+  worse, better = corpus.compare_figures(_changed(figure, by), _RECORDED)
+  assert worse == []
+  assert len(better) == 1
+  assert better[0].startswith(f'scenic: {figure} ')
+  assert 'tests/corpus/figures.toml' in better[0]
+
+
+def test_a_row_with_no_recorded_figures_fails():
+  worse, _ = corpus.compare_figures(
+      {'newrow': _RECORDED['scenic']}, _RECORDED)
+  assert len(worse) == 1
+  assert worse[0].startswith('newrow: no recorded figures in '
+                             'tests/corpus/figures.toml')
+
+
+def test_the_figures_compared_are_the_rows_figures():
+  row = corpus.Row('a', 9, 8, 7, 5, 3, [('x.py', 1, 'why')] * 2, [], {}, [])
+  assert corpus.row_figures(row) == {'usages': 8, 'found': 7, 'rewritten': 5,
+                                     'left': 3, 'broken': 2}
+
+
+def test_a_figures_file_missing_a_figure_is_refused_naming_the_row(tmp_path):
+  path = tmp_path / 'figures.toml'
+  path.write_text('[vit]\nusages = 1\nfound = 1\nrewritten = 1\n'
+                  'left = 0\n')
+  with pytest.raises(ValueError, match=r'\[vit\] must give exactly'):
+    corpus.load_figures(str(path))
+
+
+def test_every_row_of_the_corpus_has_recorded_figures():
+  assert set(corpus.load_figures()) == {e.name for e in corpus.load_table()}
+
+
+@pytest.mark.parametrize('mirrored', [False, True],
+                         ids=['no_mirror', 'mirror_without_the_commit'])
+def test_a_row_the_mirrors_lack_is_not_available_and_no_failure(
+    tmp_path, monkeypatch, capsys, mirrored):
+  mirrors = tmp_path / 'mirrors'
+  mirrors.mkdir()
+  git_dir = mirrors / 'google-research+vision_transformer'
+  if mirrored:  # a mirror, empty: an older turn's, say
+    subprocess.run(['git', 'init', '--quiet', '--bare', str(git_dir)],
+                   check=True)
+  monkeypatch.setenv(corpus.MIRRORS_ENV, str(mirrors))
+  assert corpus.main(['--only', 'vit', '--into', str(tmp_path / 'got')]) == 0
+  out = capsys.readouterr().out
+  commit = next(e.commit for e in corpus.load_table() if e.name == 'vit')
+  why = (f'the mirror {git_dir} lacks commit {commit}' if mirrored else
+         f'no mirror of google-research/vision_transformer under {mirrors}')
+  assert f'not available: vit: {why}' in out
+  assert 'NOT GOT' not in out
 
 
 # ---------------------------------------------------------------------------

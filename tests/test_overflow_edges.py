@@ -197,3 +197,84 @@ def test_to_optax_steps_match_flax_053(case):
   _, params, _ = _oracle(case)
   _assert_like_flax(case['name'], 'to_optax() params', params,
                     _optax_params(case), FLOORS[case['name']]['params'])
+
+
+# Both branches of _assert_like_flax on every machine: which one the grid
+# takes depends on the CPU (_float16_isa), so each is driven here with the
+# predicate set and synthetic flat dicts (float16 param 'h' and float32 param
+# 'f' after steps 1 and 2, and a float16 state leaf 's').
+_INITIAL = {'h': np.asarray([1.5, -0.25], np.float16),
+            'f': np.asarray([0.1, 2.0], np.float32)}
+_FLOORS = {'step1/h': 0, 'step1/f': 0, 'step2/h': 0, 'step2/f': 0, 's': 0}
+
+
+def _ulps_up(values, n):
+  for _ in range(n):
+    values = np.nextafter(values, np.asarray(np.inf, values.dtype))
+  return values
+
+
+def _edge_outputs():
+  """(expected, found): identical copies."""
+  expected = {f'step{t}/{leaf}': value.copy() for t in (1, 2)
+              for leaf, value in _INITIAL.items()}
+  expected['s'] = np.asarray([3.0, 4.0], np.float16)
+  return expected, {path: value.copy() for path, value in expected.items()}
+
+
+@pytest.fixture
+def synthetic_inputs(monkeypatch):
+  monkeypatch.setattr(runner, 'edge_initial_params', lambda: dict(_INITIAL))
+
+
+@pytest.mark.parametrize('native', [False, True], ids=['per_op', 'fused'])
+def test_like_flax_passes_identical_leaves(monkeypatch, synthetic_inputs,
+                                           native):
+  monkeypatch.setattr(_float16_isa, 'native_float16', lambda: native)
+  expected, found = _edge_outputs()
+  _assert_like_flax('synthetic', 'params', expected, found, _FLOORS)
+
+
+@pytest.mark.parametrize('native', [False, True], ids=['per_op', 'fused'])
+@pytest.mark.parametrize('path', ['step1/h', 'step2/h', 's'])
+def test_like_flax_float16_one_ulp(monkeypatch, synthetic_inputs, native,
+                                   path):
+  """Per op, a floor of 0 demands the same bits; fused, a float16 param may
+  be one rounding per step away, a float16 state leaf anything finite."""
+  monkeypatch.setattr(_float16_isa, 'native_float16', lambda: native)
+  expected, found = _edge_outputs()
+  found[path] = _ulps_up(found[path], 1)
+  if native:
+    _assert_like_flax('synthetic', 'params', expected, found, _FLOORS)
+  else:
+    with pytest.raises(AssertionError, match=f'{path}: 1 ulp'):
+      _assert_like_flax('synthetic', 'params', expected, found, _FLOORS)
+
+
+def test_like_flax_fused_slack_grows_one_rounding_per_step(
+    monkeypatch, synthetic_inputs):
+  monkeypatch.setattr(_float16_isa, 'native_float16', lambda: True)
+  expected, found = _edge_outputs()
+  found['step2/h'] = _ulps_up(found['step2/h'], 2)
+  _assert_like_flax('synthetic', 'params', expected, found, _FLOORS)
+  found['step1/h'] = _ulps_up(found['step1/h'], 2)
+  with pytest.raises(AssertionError, match='step1/h: 2 ulp'):
+    _assert_like_flax('synthetic', 'params', expected, found, _FLOORS)
+
+
+@pytest.mark.parametrize('native', [False, True], ids=['per_op', 'fused'])
+@pytest.mark.parametrize('change', ['float32 ulp', 'float16 nan', 'state inf'])
+def test_like_flax_fails_whatever_the_isa(monkeypatch, synthetic_inputs,
+                                          native, change):
+  """What fused float16 arithmetic cannot explain fails on both branches."""
+  monkeypatch.setattr(_float16_isa, 'native_float16', lambda: native)
+  expected, found = _edge_outputs()
+  path = {'float32 ulp': 'step1/f', 'float16 nan': 'step2/h',
+          'state inf': 's'}[change]
+  if change == 'float32 ulp':
+    found[path] = _ulps_up(found[path], 1)
+  else:
+    found[path] = found[path].copy()
+    found[path][0] = np.nan if change == 'float16 nan' else np.inf
+  with pytest.raises(AssertionError, match=path):
+    _assert_like_flax('synthetic', 'params', expected, found, _FLOORS)
