@@ -84,6 +84,30 @@ def train(params, batches, workdir, resume):
                               overwrite=True)
   return state.optimizer, state.step
 ''',
+    # nerfies: restored where it is made, then rebound by a step the flow
+    # does not follow (what the name holds at the restore decides).
+    'restored_where_made': '''@flax.struct.dataclass
+class TrainState:
+  optimizer: optim.Optimizer
+
+
+def train_step(state, batch):
+  return state.replace(optimizer=step(state.optimizer, batch)), None
+
+
+STEP_FUNCTIONS = {'train': train_step}
+
+
+def train(params, batches, workdir, resume):
+  state = TrainState(optimizer=optim.Adam(0.1, beta2=0.99).create(params))
+  if resume:
+    state = checkpoints.restore_checkpoint(workdir, state)
+  for batch in batches:
+    state, _ = STEP_FUNCTIONS['train'](state, batch)
+  checkpoints.save_checkpoint(workdir, state,
+                              int(state.optimizer.state.step), overwrite=True)
+  return state.optimizer, state.optimizer.state.step
+''',
     # vit: a tuple of the optimizer and the step, keywords kept.
     'tuple_with_the_step': '''def train(params, batches, workdir, resume):
   optimizer = optim.Adam(0.1, beta2=0.99).create(params)
@@ -167,6 +191,8 @@ _REWRITTEN = {
     'struct_dataclass': 'flax_optim_rules.from_either_layout(state, '
                         'checkpoints.restore_checkpoint(workdir, '
                         'target=None))',
+    'restored_where_made': 'flax_optim_rules.from_either_layout(state, '
+                           'checkpoints.restore_checkpoint(workdir, None))',
     'tuple_with_the_step': (
         'flax_optim_rules.from_either_layout((optimizer, initial_step), '
         'checkpoints.restore_checkpoint(\n        workdir, None, '

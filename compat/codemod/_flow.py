@@ -31,6 +31,9 @@ from compat.codemod import _state_layout
 from compat.codemod import _walk
 
 _ANY = object()  # an element of a returned tuple that is not an optimizer
+# Statements binding a name no stored ``ast.Name`` shows (a def, class or
+# handler binds its ``name``).
+_OTHER_BINDINGS = (ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom)
 # Wrappers (also as decorators, also through functools.partial) whose
 # result takes the function's arguments and returns its values, pytree
 # classes kept.
@@ -1067,10 +1070,14 @@ class OptimizerFlow:
       return True
     if isinstance(node, ast.Name):
       binding = self._binding_scope(scope, node.id)
-      return binding is not None and self._asking(
-          (binding, node.id), lambda: all(
-              self._binding_holds_optimizer(binding, value)
-              for value in binding.bindings[node.id]))
+      if binding is None:
+        return False
+      reaching = self._reaching_value(node, binding)
+      if reaching is not None:
+        return self.holds_optimizer(reaching, binding)
+      return self._asking((binding, node.id), lambda: all(
+          self._binding_holds_optimizer(binding, value)
+          for value in binding.bindings[node.id]))
     if not isinstance(node, ast.Call):
       return False
     func = node.func
@@ -1100,6 +1107,53 @@ class OptimizerFlow:
   def runs_module_function(self, call) -> bool:
     """``call`` runs a function of this module (by name or an alias)."""
     return self._callee(call, self.scope_of(call)) is not None
+
+  def _reaching_value(self, read, binding) -> Optional[ast.AST]:
+    """The value the name ``read`` has where it is read, where one
+    assignment gives it there: ``name = value`` earlier in the block of
+    the read's statement or of a statement holding it (an ``if``, a
+    ``with``, a ``try``'s body: not a loop, where a later binding may
+    reach it), in its
+    function, and nothing between binds the name (``state =
+    TrainState(...); ...; restore(d, state)``, whatever the name holds
+    later). None otherwise."""
+    statement = _legacy_trees.statement_of(self._parents, read)
+    if statement is None or self._scope_of.get(statement) is not binding:
+      return None  # (the name is bound in another function than read)
+    while True:
+      block = self._parents.get(statement)
+      field = next((f for f in ('body', 'orelse') if statement in getattr(
+          block, f, ())), None)
+      if field is None:
+        return None
+      body = getattr(block, field)
+      for earlier in reversed(body[:body.index(statement)]):
+        if isinstance(earlier, ast.Assign) and len(earlier.targets) == 1 and (
+            isinstance(earlier.targets[0], ast.Name)) and (
+                earlier.targets[0].id == read.id):
+          return earlier.value
+        if self._may_bind(earlier, read.id):
+          return None  # bound (or possibly bound) between
+      # Up to the statement holding the block, where nothing of it ran
+      # before: an ``if``'s test, a ``with``'s items, a ``try``'s body.
+      if isinstance(block, ast.If):
+        ran_before = [block.test]
+      elif isinstance(block, (ast.With, ast.AsyncWith)):
+        ran_before = block.items
+      elif isinstance(block, ast.Try) and field == 'body':
+        ran_before = []
+      else:
+        return None  # a loop's body, a function's, the module's
+      if any(self._may_bind(node, read.id) for node in ran_before):
+        return None
+      statement = block
+
+  def _may_bind(self, statement, name) -> bool:
+    """``statement`` (or one nested in it) may bind ``name``."""
+    return any((isinstance(n, ast.Name) and n.id == name and not isinstance(
+        n.ctx, ast.Load)) or getattr(n, 'name', None) == name or (
+            isinstance(n, _OTHER_BINDINGS) and name in self._bound_names(n))
+               for n in ast.walk(statement))
 
   def _asking(self, key, question) -> bool:
     """``question()``, or True where it is being asked already (a value

@@ -488,7 +488,7 @@ def assigned_names(parents, read) -> list:
   return [target.elts[index] for target in parents[parent].targets]
 
 
-def _statement_of(parents, node):
+def statement_of(parents, node):
   while node is not None and not isinstance(node, ast.stmt):
     node = parents.get(node)
   return node
@@ -502,8 +502,8 @@ def _template_problem(uses, value, dict_node, read) -> Optional[str]:
       root in _bound_names(n) for n in uses.own):
     return None
   parents = uses.parents
-  first, last = (_statement_of(parents, dict_node),
-                 _statement_of(parents, read))
+  first, last = (statement_of(parents, dict_node),
+                 statement_of(parents, read))
   block = parents.get(first)
   siblings = [getattr(block, f, None) for f in ('body', 'orelse',
                                                 'finalbody')]
