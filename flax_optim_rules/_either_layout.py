@@ -25,9 +25,11 @@ import jax
 from flax_optim_rules import _legacy_layout
 from flax_optim_rules import _legacy_tree
 
-# The two layouts a TrainState's checkpoint may hold.
-_OWN_KEYS = ('opt_state', 'params', 'step')
-_LEGACY_KEYS = ('state', 'target')
+# What a TrainState's checkpoint may hold at its place, as the errors say.
+_AS_OWN = (f" of a TrainState (or {sorted(_legacy_layout.OPTIMIZER_KEYS)} of "
+           "flax.optim's Optimizer)")
+_AS_OPTIMIZER = (f" of flax.optim's Optimizer (or "
+                 f'{sorted(_legacy_layout.TRAIN_STATE_KEYS)} of a TrainState)')
 
 
 class _TrainStateSlot:
@@ -36,13 +38,6 @@ class _TrainStateSlot:
 
   def __init__(self, train_state):
     self.train_state = train_state
-
-
-def is_train_state(node) -> bool:
-  """An optax TrainState (``flax.training.train_state.TrainState`` or any
-  object with its fields), not the tree flax.optim's Optimizer was."""
-  return all(hasattr(node, name)
-             for name in ('step', 'params', 'opt_state', 'tx', 'replace'))
 
 
 def _serialization():
@@ -79,12 +74,17 @@ def from_either_layout(template, restored):
   Raises:
     ValueError: ``restored`` fits neither layout somewhere: the message
       names the path, the keys expected there and the missing and
-      unexpected ones. Nothing is restored partially.
+      unexpected ones. Or it holds flax.optim's layout where the template's
+      TrainState has none (the state of one ``flax_optim_rules`` transform,
+      or stock ``optax.sgd``, optionally injected, or a ``multi_optimizer``
+      of them has it; ``weight_norm`` and other stock rules have not): the
+      message names the path and why. Nothing is restored partially.
   """
   if restored is None:
     return template
   _legacy_tree._register_with_flax()  # a template may hold its trees.
   serialization = _serialization()
+  is_train_state = _legacy_layout.is_train_state
   skeleton = jax.tree_util.tree_map(
       lambda node: _TrainStateSlot(node) if is_train_state(node) else node,
       template, is_leaf=is_train_state)
@@ -169,8 +169,8 @@ def _check_keys(expected: Mapping, found, path: tuple, what: str = ''):
 
 
 def _is_legacy_layout(found) -> bool:
-  return isinstance(found, Mapping) and 'params' not in found and (
-      'target' in found or 'state' in found)
+  return isinstance(found, Mapping) and 'params' not in found and any(
+      key in found for key in _legacy_layout.OPTIMIZER_KEYS)
 
 
 def _train_state_values(train_state, found, path: tuple):
@@ -179,9 +179,7 @@ def _train_state_values(train_state, found, path: tuple):
   found = _as_mapping(found)
   if not _is_legacy_layout(found):
     own = _serialization().to_state_dict(train_state)
-    _check_keys(own, found, path, what=(
-        f" of a TrainState (or {list(_LEGACY_KEYS)} of flax.optim's "
-        'Optimizer)'))
+    _check_keys(own, found, path, what=_AS_OWN)
     return _matched(own, found, path)
   try:
     legacy = _legacy_layout.state_dict(train_state)
@@ -189,8 +187,7 @@ def _train_state_values(train_state, found, path: tuple):
     raise ValueError(
         f"{_path_text(path)}: the checkpoint holds flax.optim's Optimizer "
         f'layout, which this TrainState has none of: {e}') from None
-  _check_keys(legacy, found, path, what=(
-      f" of flax.optim's Optimizer (or {list(_OWN_KEYS)} of a TrainState)"))
+  _check_keys(legacy, found, path, what=_AS_OPTIMIZER)
   values = _matched(legacy, found, path)
   return _serialization().to_state_dict(
       _legacy_layout.restore_state(train_state, values))

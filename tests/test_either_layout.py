@@ -13,6 +13,7 @@ Expected values come from the legacy optimizer that wrote the file (its own
 """
 
 import pathlib
+import subprocess
 import sys
 from typing import Any
 import warnings
@@ -25,8 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import pytest
 
+import compat
 import flax_optim_rules
 import legacy_optim
 
@@ -138,7 +141,16 @@ def _save_msgpack(tmp_path, tree):
   return serialization.msgpack_restore(serialization.to_bytes(tree))
 
 
-ROUTES = {'orbax': _save_orbax, 'msgpack': _save_msgpack}
+def _save_orbax_pytree(tmp_path, tree):
+  """``tree`` written by Orbax itself, read back without a target (it gives
+  lists for tuples, None for empty nodes)."""
+  checkpointer = ocp.PyTreeCheckpointer()
+  checkpointer.save(tmp_path / 'tree', tree)
+  return checkpointer.restore(tmp_path / 'tree')
+
+
+ROUTES = {'orbax': _save_orbax, 'msgpack': _save_msgpack,
+          'orbax_pytree': _save_orbax_pytree}
 
 
 def test_original_adam_checkpoint_resumes_in_a_train_state(tmp_path):
@@ -202,8 +214,9 @@ def test_no_checkpoint_gives_the_template(tmp_path):
 # ---------------------------------------------- what Orbax restores today
 
 
+@pytest.mark.parametrize('route', ROUTES)
 @pytest.mark.parametrize('layout', ['original', 'migrated'])
-def test_empty_optax_states_orbax_drops_are_read(layout, tmp_path):
+def test_empty_optax_states_orbax_drops_are_read(layout, route, tmp_path):
   """An EmptyState in a chain (restored by Orbax as None) and
   GradientDescent's empty per-parameter states."""
   tx = optax.chain(optax.clip_by_global_norm(1.0), flax_optim_rules.sgd(0.1))
@@ -215,7 +228,7 @@ def test_empty_optax_states_orbax_drops_are_read(layout, tmp_path):
     expected_params, expected_step = saved.params, saved.step
   restored = flax_optim_rules.from_either_layout(
       {'optimizer': _fresh_train_state(tx)},
-      _save_orbax(tmp_path, {'optimizer': saved}))['optimizer']
+      ROUTES[route](tmp_path, {'optimizer': saved}))['optimizer']
   assert int(restored.step) == int(expected_step) == STEPS
   assert int(restored.opt_state[1].count) == STEPS
   _assert_same_leaves(expected_params, restored.params)
@@ -251,6 +264,93 @@ def test_legacy_tree_nodes_of_the_template_are_restored():
       _fresh_train_state(), restored['opt']))
 
 
+# ------------------------------------------- MultiOptimizer (nested, l2p)
+
+
+def _weight_decay_split(optim):
+  """nested-transformer's and l2p's optimizer: no weight decay on some
+  params, a frozen rest here too (no traversal selects them)."""
+  decayed = optim.ModelParamTraversal(lambda path, _: 'kernel' in path)
+  kept = optim.ModelParamTraversal(lambda path, _: path.endswith('bias'))
+  return decayed, kept
+
+
+def _multi_legacy(optim):
+  decayed, kept = _weight_decay_split(optim)
+  return optim.MultiOptimizer((decayed, optim.Adam(0.1, weight_decay=0.01)),
+                              (kept, optim.Adam(0.1)))
+
+
+def _multi_tx():
+  decayed, kept = _weight_decay_split(flax_optim_rules)
+  return flax_optim_rules.multi_optimizer(
+      (decayed, flax_optim_rules.adam(0.1, weight_decay=0.01)),
+      (kept, flax_optim_rules.adam(0.1)))
+
+
+def _multi_params():
+  return {**_params(), 'pos_embedding': jnp.ones((2, 2), jnp.float32)}
+
+
+@pytest.mark.parametrize('route', ROUTES)
+def test_original_multi_optimizer_resumes_in_its_partition(route, tmp_path):
+  optimizer = _multi_legacy(legacy_optim).create(_multi_params())
+  for step in range(STEPS):
+    optimizer = optimizer.apply_gradient(jax.tree_util.tree_map(
+        lambda p, step=step: jnp.sin(p + step), _multi_params()))
+  template = {'optimizer': train_state.TrainState.create(
+      apply_fn=None, params=jax.tree_util.tree_map(jnp.zeros_like,
+                                                   _multi_params()),
+      tx=_multi_tx())}
+  state = flax_optim_rules.from_either_layout(
+      template, ROUTES[route](tmp_path, {'optimizer': optimizer})
+  )['optimizer']
+  assert int(state.step) == STEPS
+  _assert_same_leaves(optimizer.target, state.params)
+  inner = state.opt_state.inner_states
+  for label, path in (('0', 'kernel'), ('1', 'bias')):
+    sub = inner[label].inner_state
+    assert int(sub.count) == STEPS
+    legacy = optimizer.state.param_states['dense'][path]
+    _assert_same_leaves((legacy.grad_ema, legacy.grad_sq_ema),
+                        (sub.grad_ema['dense'][path],
+                         sub.grad_sq_ema['dense'][path]))
+  assert optimizer.state.param_states['pos_embedding'] is None  # frozen
+
+
+@pytest.mark.parametrize('route', ROUTES)
+def test_migrated_multi_optimizer_reads_back(route, tmp_path):
+  saved = train_state.TrainState.create(apply_fn=None, params=_multi_params(),
+                                        tx=_multi_tx())
+  for step in range(STEPS):
+    saved = saved.apply_gradients(grads=jax.tree_util.tree_map(
+        lambda p, step=step: jnp.sin(p + step), _multi_params()))
+  template = train_state.TrainState.create(
+      apply_fn=None, params=jax.tree_util.tree_map(jnp.zeros_like,
+                                                   _multi_params()),
+      tx=_multi_tx())
+  restored = flax_optim_rules.from_either_layout(
+      template, ROUTES[route](tmp_path, saved))
+  _assert_same_leaves(serialization.to_state_dict(saved),
+                      serialization.to_state_dict(restored))
+
+
+def test_multi_optimizer_state_that_hides_its_params_is_named():
+  """A sub-optimizer without per-parameter state (plain SGD) beside frozen
+  params: the state does not say which leaves are whose."""
+  decayed, kept = _weight_decay_split(flax_optim_rules)
+  tx = flax_optim_rules.multi_optimizer((decayed, flax_optim_rules.sgd(0.1)),
+                                        (kept, flax_optim_rules.adam(0.1)))
+  template = {'opt': train_state.TrainState.create(
+      apply_fn=None, params=_multi_params(), tx=tx)}
+  optimizer = _multi_legacy(legacy_optim).create(_multi_params())
+  with pytest.raises(ValueError, match=(
+      r"^opt: the checkpoint holds flax.optim's Optimizer layout, which this "
+      r'TrainState has none of: .*sub-optimizer 0 keeps no per-parameter')):
+    flax_optim_rules.from_either_layout(
+        template, {'opt': serialization.to_state_dict(optimizer)})
+
+
 # ----------------------------------------- files flax 0.5.3 itself wrote
 
 
@@ -278,7 +378,7 @@ def _lookup(tree, path):
 
 
 @pytest.mark.parametrize('name', fx.one_rule_cases() + [
-    'dict_container', 'tuple_ema', 'train_state'])
+    'multi', 'dict_container', 'tuple_ema', 'train_state'])
 def test_flax_053_checkpoints_resume_in_train_states(name):
   written = serialization.msgpack_restore(fx.checkpoint_bytes(name))
   restored = flax_optim_rules.from_either_layout(
@@ -296,7 +396,8 @@ def test_flax_053_checkpoints_resume_in_train_states(name):
       _assert_same_leaves(value, everything[key])
 
 
-@pytest.mark.parametrize('name', ['adam', 'momentum', 'rmsprop', 'sgd'])
+@pytest.mark.parametrize('name', ['adam', 'momentum', 'rmsprop', 'sgd',
+                                  'multi_adam_on_kernels'])
 def test_flax_053_classes_orbax_checkpoints_resume(name):
   """Orbax files flax 0.5.3's own classes wrote on today's flax."""
   tx = orbax_053.CASES[name](legacy_optim).to_optax()
@@ -372,3 +473,48 @@ def test_an_original_checkpoint_for_a_state_without_its_layout_is_named():
     flax_optim_rules.from_either_layout(
         _fresh_train_state(tx),
         serialization.to_state_dict(_trained_optimizer()))
+
+
+# --------------------------------------- the shim's strict restore, too
+
+
+def test_compat_restore_checkpoint_reads_the_original_into_a_train_state(
+    tmp_path):
+  optimizer = _trained_optimizer()
+  checkpoints.save_checkpoint(str(tmp_path), {'opt': optimizer}, STEPS)
+  restored = compat.restore_checkpoint(tmp_path,
+                                       {'opt': _fresh_train_state()})
+  _assert_resumes_adam(optimizer, restored['opt'])
+
+
+def test_compat_restore_checkpoint_names_what_fits_neither_layout(tmp_path):
+  checkpoints.save_checkpoint(
+      str(tmp_path),
+      {'opt': _trained_optimizer(lambda optim: optim.Momentum(0.1))}, STEPS)
+  with pytest.raises(ValueError) as raised:
+    compat.restore_checkpoint(tmp_path, {'opt': _fresh_train_state()})
+  message = str(raised.value)
+  assert 'opt/params: expected a dict with keys {dense}, found no entry' in (
+      message)  # the differences, as before; and why neither layout fits:
+  assert ("opt/state/param_states/dense/bias: expected the keys "
+          "['grad_ema', 'grad_sq_ema']; missing ['grad_ema', 'grad_sq_ema'], "
+          "unexpected ['momentum']") in message
+
+
+def test_without_flax_plain_containers_are_restored():
+  """Code that never loaded flax (an Orbax-only program) gets flax's
+  plain-container layout from this package itself."""
+  script = (
+      'import sys\n'
+      'import numpy as np\n'
+      'import flax_optim_rules\n'
+      'restored = flax_optim_rules.from_either_layout(\n'
+      "    {'w': [np.zeros(2), None], 'n': (0,)}, {'w': [np.ones(2)],\n"
+      "                                            'n': [3]})\n"
+      "assert 'flax' not in sys.modules, 'flax was imported'\n"
+      "assert isinstance(restored['n'], tuple) and restored['n'] == (3,)\n"
+      "assert restored['w'][1] is None\n"
+      "assert restored['w'][0].tolist() == [1, 1]\n"
+  )
+  subprocess.run([sys.executable, '-c', script], check=True,
+                 cwd=HERE.parent, timeout=120)
