@@ -108,6 +108,29 @@ def train(params, batches, workdir, resume):
                               int(state.optimizer.state.step), overwrite=True)
   return state.optimizer, state.optimizer.state.step
 ''',
+    # scenic: a MultiOptimizer of two rules in a dataclass.
+    'multi_optimizer': '''@flax.struct.dataclass
+class TrainState:
+  global_step: int
+  optimizer: optim.Optimizer
+
+
+def train(params, batches, workdir, resume):
+  weights = optim.ModelParamTraversal(lambda path, _: path.endswith('w'))
+  biases = optim.ModelParamTraversal(lambda path, _: path.endswith('b'))
+  optimizer = optim.MultiOptimizer(
+      (weights, optim.Adam(0.1, beta2=0.99)),
+      (biases, optim.Momentum(0.1, beta=0.9))).create(params)
+  state = TrainState(global_step=0, optimizer=optimizer)
+  if resume:
+    state = checkpoints.restore_checkpoint(workdir, state)
+  for batch in batches:
+    state = state.replace(global_step=state.global_step + 1,
+                          optimizer=step(state.optimizer, batch))
+  checkpoints.save_checkpoint(workdir, state, int(state.global_step),
+                              overwrite=True)
+  return state.optimizer, state.global_step
+''',
     # vit: a tuple of the optimizer and the step, keywords kept.
     'tuple_with_the_step': '''def train(params, batches, workdir, resume):
   optimizer = optim.Adam(0.1, beta2=0.99).create(params)
@@ -191,6 +214,8 @@ _REWRITTEN = {
     'struct_dataclass': 'flax_optim_rules.from_either_layout(state, '
                         'checkpoints.restore_checkpoint(workdir, '
                         'target=None))',
+    'multi_optimizer': 'flax_optim_rules.from_either_layout(state, '
+                       'checkpoints.restore_checkpoint(workdir, None))',
     'restored_where_made': 'flax_optim_rules.from_either_layout(state, '
                            'checkpoints.restore_checkpoint(workdir, None))',
     'tuple_with_the_step': (

@@ -47,6 +47,9 @@ _OTHER_KEYWORDS = {
     _FROM_BYTES: ('encoded_bytes',),
     _FROM_STATE_DICT: ('state',),
 }
+# What from_either_layout reads flax.optim's layout of besides one rule's
+# transform (flax.optim's MultiOptimizer state; not WeightNorm's).
+_EITHER_LAYOUT_COVERS = ('multi_optimizer',)
 # Names of calls of other libraries that restore a template given to them
 # (clu's Checkpoint.restore_or_initialize, Orbax's restore, a loader of
 # the user's own that is not part of the scanned project).
@@ -128,7 +131,8 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
       return None  # a raw restore (target=None): no template to fill
     return (f'migrate cannot tell whether `{planner.text(restore.target)[:60]}'
             '` holds an optimizer it migrates')
-  why = _state_layout.unsupported(planner) or _arguments_problem(restore)
+  why = _state_layout.unsupported(
+      planner, covered=_EITHER_LAYOUT_COVERS) or _arguments_problem(restore)
   if why:
     return why
   planner.imports.append((rules, None, None))

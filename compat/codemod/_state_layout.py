@@ -58,14 +58,17 @@ def param_state_classes() -> dict:
 _NOT_LAID_OUT = ('multi_optimizer', 'weight_norm')
 
 
-def unsupported(planner) -> Optional[str]:
-  """Why this module's optimizers have no view of flax.optim's layout."""
+def unsupported(planner, covered=()) -> Optional[str]:
+  """Why this module's optimizers have no view of flax.optim's layout
+  (``covered``: the definitions the caller's function lays out besides
+  one rule's transform)."""
   if planner.tier != 'exact':
     return ("--tier stock writes stock Optax rules, whose states "
             "flax_optim_rules' view of flax.optim's layout does not cover "
             '(the exact tier keeps the layout)')
   found = sorted({f.construct for f in planner.findings
-                  if f.construct in _NOT_LAID_OUT})
+                  if f.construct in _NOT_LAID_OUT and
+                  f.construct not in covered})
   if found:
     return (f'this module builds {" and ".join(found)} definitions, whose '
             "Optax state flax_optim_rules' view of flax.optim's layout does "
