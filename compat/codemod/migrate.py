@@ -44,12 +44,14 @@ from libcst.codemod import visitors
 from compat import _atomic
 from compat.codemod import _codes
 from compat.codemod import _config
+from compat.codemod import _line_match
 from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
 from compat.codemod import _project
 from compat.codemod import _rewrite_plan
 from compat.codemod import _self_check
+from compat.codemod import _skeleton
 from compat.codemod import _user_rules
 from compat.codemod import scan
 
@@ -81,6 +83,23 @@ class Pin(NamedTuple):
 
 
 def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
+  skeleton = _skeleton.Skeleton(code, _names_bound_by(plan.removed_imports))
+  fixed = skeleton.restore(_libcst_fix_imports(skeleton.code, plan))
+  if fixed is None:  # not expected: LibCST changed a placeholder
+    fixed = _libcst_fix_imports(code, plan)
+  return _drop_dotted_imports(fixed, plan.removed_imports)
+
+
+def _names_bound_by(imports) -> set:
+  """The names ``(module, obj, asname)`` imports bind (and ``obj``)."""
+  names = set()
+  for module, obj, asname in imports:
+    names.add(asname or obj or module.partition('.')[0])
+    names.add(obj or module.partition('.')[0])
+  return names
+
+
+def _libcst_fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
   module = libcst.parse_module(code)
   context = codemod.CodemodContext()
   for module_name, obj, asname in plan.imports:
@@ -90,8 +109,7 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
     visitors.RemoveImportsVisitor.remove_unused_import(context, module_name,
                                                        obj, asname)
   module = visitors.AddImportsVisitor(context).transform_module(module)
-  module = visitors.RemoveImportsVisitor(context).transform_module(module)
-  return _drop_dotted_imports(module.code, plan.removed_imports)
+  return visitors.RemoveImportsVisitor(context).transform_module(module).code
 
 
 def _drop_dotted_imports(code: str, removed) -> str:
@@ -327,11 +345,10 @@ _PLAN_CONSTRUCT = {'optimizer_def': 'algorithm', 'weight_norm': 'algorithm',
 
 def _old_lines_of_new(old: bytes, new: bytes) -> dict:
   """Line of ``new`` -> its line in ``old``, for the lines the rewrite kept."""
-  matcher = difflib.SequenceMatcher(
-      a=old.decode('utf-8', 'replace').splitlines(),
-      b=new.decode('utf-8', 'replace').splitlines(), autojunk=False)
   kept = {}
-  for tag, i1, _, j1, j2 in matcher.get_opcodes():
+  for tag, i1, _, j1, j2 in _line_match.opcodes(
+      old.decode('utf-8', 'replace').splitlines(),
+      new.decode('utf-8', 'replace').splitlines()):
     if tag == 'equal':
       kept.update({j + 1: i1 + (j - j1) + 1 for j in range(j1, j2)})
   return kept
@@ -724,8 +741,7 @@ def write_tree(paths, out: str, results) -> None:
 def _changed_lines(result: FileResult):
   old = result.old.decode('utf-8', 'replace').splitlines()
   new = result.new.decode('utf-8', 'replace').splitlines()
-  matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-  for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+  for tag, i1, i2, j1, j2 in _line_match.opcodes(old, new):
     if tag != 'equal':
       yield i1 + 1, old[i1:i2], new[j1:j2]
 
