@@ -53,6 +53,7 @@ from compat.codemod import _rewrite_plan
 from compat.codemod import _self_check
 from compat.codemod import _skeleton
 from compat.codemod import _user_rules
+from compat.codemod import _walk
 from compat.codemod import scan
 
 EXIT_CLEAN, EXIT_LEFT, EXIT_USAGE = 0, 1, 2
@@ -193,7 +194,7 @@ def migrate_source(source: bytes, path: str = '<string>',
       'so the flow could not be rewritten whole')
               for edit in dropped
               if edit.construct in _rewrite_plan.FLOW_CONSTRUCTS]
-  problems = problems or _self_check.problems(source, new, path)
+  problems = problems or _self_check.problems(source, new, path, tree)
   if problems:
     return source, rolled_back(source, plan, problems)
   return new, plan
@@ -360,10 +361,10 @@ def references(tree: ast.Module, reexports=None, kernel=None) -> list:
   ``kernel``: a notebook's (``_names.kernel_bindings``)."""
   names = _names.ModuleNames(tree, reexports, kernel=(
       _names.Kernel(kernel, tree) if kernel else None))
-  inner = {id(n.value) for n in ast.walk(tree)
+  inner = {id(n.value) for n in _walk.nodes(tree)
            if isinstance(n, ast.Attribute)}
   found = []
-  for node in ast.walk(tree):
+  for node in _walk.nodes(tree):
     if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in (
         inner) and isinstance(node.ctx, ast.Load):
       path = names.resolve(node)
