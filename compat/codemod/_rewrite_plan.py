@@ -194,9 +194,6 @@ class Planner:
     self.rate_set_elsewhere = rate_set_elsewhere
     self.exported = frozenset(exported)  # names other modules import
     self.flow = _flow.OptimizerFlow(tree, names)
-    # Which optimizers are ReplicatedOptimizers (made by .replicate()).
-    self.replicated = _flow.OptimizerFlow(tree, names,
-                                               replicated_of=self.flow)
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
     self.edits, self.leftovers, self.notes = [], [], []
@@ -218,6 +215,13 @@ class Planner:
     start = self._offsets[node.lineno - 1] + node.col_offset
     end = self._offsets[node.end_lineno - 1] + node.end_col_offset
     return start, end
+
+  @functools.cached_property
+  def replicated(self) -> _flow.OptimizerFlow:
+    """Which optimizers are ReplicatedOptimizers (made by .replicate()):
+    asked only in a module that replicates one (most do not, and a flow
+    costs about a walk of the module)."""
+    return _flow.OptimizerFlow(self.tree, self.names, replicated_of=self.flow)
 
   @functools.cached_property
   def checkpoint_lines(self) -> frozenset:

@@ -11,6 +11,7 @@ Stdlib only.
 """
 
 import ast
+import re
 from typing import NamedTuple, Optional
 
 from compat.codemod import _names
@@ -42,8 +43,9 @@ def dangling_names(old_tree: ast.Module, new_tree: ast.Module,
   hold is used nowhere, and the module is not walked for it."""
   old = _import_bindings(old_tree)
   removed = set(old) - set(_import_bindings(new_tree))
-  if new_text is not None:
-    removed = {name for name in removed if name in new_text}
+  if new_text is not None:  # a Name is a word of the text
+    removed = {name for name in removed
+               if re.search(rf'\b{re.escape(name)}\b', new_text)}
   if removed:
     removed -= _names.bindings_of(new_tree).assigned
   found = {}
