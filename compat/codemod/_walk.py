@@ -63,7 +63,8 @@ def scope_nodes(node: ast.AST) -> Iterator[ast.AST]:
 # The nodes and parents of the last few trees walked: migrate's passes walk
 # one module a dozen times over (the planner, the project's links, the
 # self-check...), each walk costing about what parsing it does. A tree is
-# never changed once parsed, so one walk serves them all.
+# never changed once parsed, so one walk serves them all; ``forget`` lets
+# them go once a run is over.
 _KEPT = 4
 _walked: collections.OrderedDict = collections.OrderedDict()
 
@@ -94,3 +95,8 @@ def parents(tree: ast.AST) -> dict:
     memo['parents'] = {child: node for node in nodes(tree)
                        for child in ast.iter_child_nodes(node)}
   return memo['parents']
+
+
+def forget() -> None:
+  """Drops the trees kept (the end of a scan or migrate run)."""
+  _walked.clear()

@@ -455,6 +455,13 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   is migrated again with its optimizer flow kept as it was, and the report
   lists each link with its file, line and reason.
   """
+  # As scan's: the project's trees stay while each file is migrated, and
+  # every collection walked them all again (40% of migrate's time).
+  with scan.without_cycle_collection():
+    return _migrate_paths(paths, tier, exclude, chosen)
+
+
+def _migrate_paths(paths, tier, exclude, chosen):
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)

@@ -87,6 +87,7 @@ from compat.codemod import _prefilter
 from compat.codemod import _project
 from compat.codemod import _removals
 from compat.codemod import _state_layout
+from compat.codemod import _walk
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
 
@@ -967,7 +968,7 @@ _FILES_PER_JOB = 32
 
 
 @contextlib.contextmanager
-def _without_cycle_collection():
+def without_cycle_collection():
   """Pauses the cyclic garbage collector. Parsing a tree allocates a node
   per token and the tables across modules keep some trees: each
   collection then walks all of them again, which doubled a scan's time.
@@ -978,6 +979,9 @@ def _without_cycle_collection():
   try:
     yield
   finally:
+    # The trees kept for the run go before the collector comes back (its
+    # first collections would walk them all).
+    _walk.forget()
     if enabled:
       gc.enable()
 
@@ -1035,7 +1039,7 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
   parse only the modules they read (and keep those trees); every other
   tree is dropped as soon as its file is scanned.
   """
-  with _without_cycle_collection():
+  with without_cycle_collection():
     files = _Files(paths, exclude)
     across = _across_modules(files, links=False)
     count = len(files.shown)
