@@ -282,6 +282,8 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
   definition for: they come from another module (ppo's ``models.py``
   creates, ``ppo_lib.py`` sets the rate)."""
   for shown, source, tree in project.parsed:
+    if b'apply_gradient' not in source:
+      continue  # no call to override hyper-parameters in: not scanned
     try:
       found = scan.scan_source(source, shown, project.reexports, tree)
     except Exception:  # pylint: disable=broad-except
