@@ -4,7 +4,8 @@ Finds the usages with ``scan`` (one list), plans the edits with
 ``_rewrite_plan`` and applies them: only the rewritten expressions
 change, every other byte of the file stays as it was (comments and formatting
 included); imports are added and the now unused ``flax.optim`` ones dropped
-with LibCST, which also checks that the result parses.
+with LibCST, on the module's import skeleton (``_skeleton``: what its
+visitors read, so that the cost stays linear in the file).
 
 Modes (one at most; without one, a summary and the exit status only):
 
