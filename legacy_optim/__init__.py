@@ -13,41 +13,45 @@ import importlib
 
 import _flax_optim_compat_hook
 from legacy_optim import catalogue
-from legacy_optim import traverse_util
-from legacy_optim.base import LegacyRuleState
-from legacy_optim.base import Optimizer
-from legacy_optim.base import OptimizerDef
-from legacy_optim.base import OptimizerState
-from legacy_optim.deprecation import LegacyOptimDeprecationWarning
-from legacy_optim.deprecation import usage_report
-from legacy_optim.dynamic_scale import DynamicScale
-from legacy_optim.multi import MultiOptimizer
-from legacy_optim.replicated import ReplicatedOptimizer
-from legacy_optim.traverse_util import ModelParamTraversal
 
 __version__ = '0.1.0'
 
-__all__: tuple[str, ...] = (
-    'DynamicScale',
-    'LegacyOptimDeprecationWarning',
-    'LegacyRuleState',
-    'ModelParamTraversal',
-    'MultiOptimizer',
-    'Optimizer',
-    'OptimizerDef',
-    'OptimizerState',
-    'ReplicatedOptimizer',
-    'traverse_util',
-    'usage_report',
-)
-
+# Name -> the module that defines it, imported at the name's first use:
+# ``import legacy_optim.deprecation`` (stdlib only) must not import flax, as
+# the legacy jax layer warns through it in programs that never import flax.
+_DEFINED_IN = {
+    'DynamicScale': 'legacy_optim.dynamic_scale',
+    'LegacyOptimDeprecationWarning': 'legacy_optim.deprecation',
+    'LegacyRuleState': 'legacy_optim.base',
+    'ModelParamTraversal': 'legacy_optim.traverse_util',
+    'MultiOptimizer': 'legacy_optim.multi',
+    'Optimizer': 'legacy_optim.base',
+    'OptimizerDef': 'legacy_optim.base',
+    'OptimizerState': 'legacy_optim.base',
+    'ReplicatedOptimizer': 'legacy_optim.replicated',
+    'traverse_util': 'legacy_optim.traverse_util',  # the module itself
+    'usage_report': 'legacy_optim.deprecation',
+}
 # The built-in algorithms (one module each), as the catalogue lists them.
-for _algorithm in catalogue.BUILT_INS:
-  globals()[_algorithm.name] = getattr(
-      importlib.import_module(f'legacy_optim.{_algorithm.module}'),
-      _algorithm.name)
-  __all__ += (_algorithm.name,)
-del _algorithm
+_DEFINED_IN.update({algorithm.name: f'legacy_optim.{algorithm.module}'
+                    for algorithm in catalogue.BUILT_INS})
+
+__all__: tuple[str, ...] = tuple(_DEFINED_IN)
+
+
+def __getattr__(name: str):
+  if name not in _DEFINED_IN:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  module = importlib.import_module(_DEFINED_IN[name])
+  value = module if module.__name__ == f'{__name__}.{name}' else getattr(
+      module, name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__))
+
 
 # `import legacy_optim` also serves `flax.optim` (unless switched off with
 # LEGACY_OPTIM_IMPORT_HOOK=0); see compat.importer.

@@ -13,6 +13,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import _oracle
 from flax import core
@@ -596,6 +597,50 @@ def test_cli_prints_what_it_converted(tmp_path, capsys):
   assert 'step 3, 3 params (31 values)' in out
   assert f'read {fx.case("sgd")["bytes"]} bytes' in out
   assert f'wrote {checkpoints.disk_size(dst)} bytes' in out
+
+
+def _sgd_with_nonfinite(tmp_path) -> pathlib.Path:
+  """The sgd fixture with two NaNs and an Inf written into its params."""
+  state_dict = serialization.msgpack_restore(fx.checkpoint_bytes('sgd'))
+  params = state_dict['target']
+  params['dense']['kernel'] = params['dense']['kernel'].copy()
+  params['dense']['kernel'][0, :2] = np.nan
+  params['embed']['embedding'] = params['embed']['embedding'].copy()
+  params['embed']['embedding'][4, 2] = -np.inf
+  path = tmp_path / 'checkpoint_3'
+  path.write_bytes(serialization.msgpack_serialize(state_dict, in_place=True))
+  return path
+
+
+def test_convert_warns_naming_the_leaves_with_nan_or_inf(tmp_path):
+  src = _sgd_with_nonfinite(tmp_path)
+  with pytest.warns(checkpoints.NonFiniteStateWarning) as caught:
+    checkpoints.convert_checkpoint(src, tmp_path / 'out', 'optax')
+  message = str(caught[0].message)
+  assert '3 NaN or Inf value(s) in 2 leaf(s)' in message, message
+  assert '/target/dense/kernel (2), /target/embed/embedding (1)' in message
+  assert (tmp_path / 'out').is_dir()  # converted as it is
+  with pytest.warns(checkpoints.NonFiniteStateWarning, match=(
+      '/target/dense/kernel')):  # and back
+    checkpoints.convert_checkpoint(tmp_path / 'out', tmp_path / 'back',
+                                   'legacy')
+
+
+def test_cli_convert_says_on_stderr_which_leaves_hold_nan_or_inf(tmp_path,
+                                                                 capsys):
+  src = _sgd_with_nonfinite(tmp_path)
+  assert checkpoints.main([str(src), str(tmp_path / 'out'), '--to',
+                           'optax']) == 0
+  err = capsys.readouterr().err
+  assert err.startswith('warning: ') and '/target/dense/kernel (2)' in err, (
+      err)
+
+
+def test_a_finite_checkpoint_converts_without_that_warning(tmp_path):
+  with warnings.catch_warnings():
+    warnings.simplefilter('error', checkpoints.NonFiniteStateWarning)
+    checkpoints.convert_checkpoint(fx.checkpoint_path('sgd'),
+                                   tmp_path / 'out', 'optax')
 
 
 def test_cli_info_lists_state_fields_and_candidates(capsys):

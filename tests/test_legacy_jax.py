@@ -328,3 +328,27 @@ def test_run_command_runs_a_module_as_python_m_would(tmp_path):
   assert run.returncode == 0, run.stderr
   assert run.stdout == "['x'] __main__ [3]\n"
   assert 'old_module.py:2: RemovedJaxApiWarning' in run.stderr
+
+
+@pytest.mark.parametrize('line, warned', [
+    ('jax.numpy.ones(2).sum()', ''),
+    ('jax.tree_map(abs, [-1])', 'jax.tree_map'),  # the layer warns: no flax
+])
+def test_run_imports_no_flax_for_a_script_that_imports_none(
+    tmp_path, line, warned):
+  # The layer's warning went through legacy_optim, which imported flax; the
+  # FrozenDict rows then warned about a program that has no FrozenDict.
+  script = tmp_path / 'jax_only.py'
+  script.write_text(f'import sys, jax, jax.numpy\n{line}\n'
+                    "print('flax' in sys.modules)\n")
+  environ = dict(os.environ, JAX_PLATFORMS='cpu')
+  environ.pop(deprecation.STRICT_ENV_VAR, None)
+  run = subprocess.run([sys.executable, '-W', 'default', '-m',
+                        'flax_optim_compat', 'run', str(script)], env=environ,
+                       capture_output=True, text=True, timeout=300,
+                       check=False)
+  assert run.returncode == 0, run.stderr
+  assert run.stdout == 'False\n'
+  warnings_shown = [l for l in run.stderr.splitlines() if 'Warning' in l]
+  assert [warned in l for l in warnings_shown] == ([True] if warned else []), (
+      run.stderr)

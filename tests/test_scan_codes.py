@@ -119,6 +119,34 @@ def test_each_finding_has_its_code(tmp_path, source, expected):
   assert rules(path) == expected
 
 
+@pytest.mark.parametrize('source', [
+    # jax's primitive rules: ``**params`` is a dict whose value is a pair.
+    "def rule(*tracers, **params):\n  fun, jvp = params.pop('subfuns')\n",
+    "def rule(params):\n  new = dict(params)\n"
+    "  fun, jvp = new.pop('subfuns')\n",
+    "def rule(params: dict):\n  fun, jvp = params.pop('subfuns')\n",
+    "params = {'subfuns': (f, g)}\nfun, jvp = params.pop('subfuns')\n",
+    "fun, jvp = dict(params).pop('subfuns')\n",
+])
+def test_a_plain_dicts_pop_is_no_frozendict_pop(tmp_path, source):
+  path = write(str(tmp_path), 'm.py', source)
+  assert rules(path) == []
+
+
+@pytest.mark.parametrize('source, line', [
+    # What may be a FrozenDict (init's result, a parameter, a name bound
+    # otherwise too) stays a finding.
+    ("def f(model, x):\n  rest, params = model.init(x).pop('params')\n", 2),
+    ("def f(variables):\n  rest, params = variables.pop('params')\n", 2),
+    ("def f(v, **kw):\n  kw = v\n  rest, params = kw.pop('params')\n", 3),
+    ("def f(model, x):\n  v = model.init(x)\n"
+     "  rest, params = v.pop('params')\n", 3),
+])
+def test_a_pop_of_what_may_be_a_frozendict_is_found(tmp_path, source, line):
+  path = write(str(tmp_path), 'm.py', source)
+  assert rules(path) == [(line, 'FOC208')]
+
+
 def test_a_removal_no_group_lists_gets_the_catch_all_code():
   assert _codes.code_of('removed_api', 'jax.some_future_removal') == 'FOC200'
   assert _codes.code_of('removed_api', 'jax.tree_map') == 'FOC201'

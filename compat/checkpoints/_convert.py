@@ -32,6 +32,50 @@ _VALUE = 'value'  # How an nnx Variable's array is stored by Orbax.
 STATE_ITEM, EXTRAS_ITEM, META_ITEM = 'state', 'extras', 'conversion'
 
 
+class NonFiniteStateWarning(UserWarning):
+  """A converted checkpoint's state holds NaN or Inf (a diverged run, or
+  bytes flipped inside array data): converted as it is, but said."""
+
+
+_ARRAYS = (np.ndarray, np.generic, float, complex, jax.Array)
+
+
+def nonfinite_leaves(state_dict, path: str = '') -> list:
+  """``(path, count)`` of each array leaf of ``state_dict`` (nested dicts,
+  lists and tuples) holding NaN or Inf, in the tree's order."""
+  if isinstance(state_dict, dict):
+    items = state_dict.items()
+  elif isinstance(state_dict, (list, tuple)):
+    items = enumerate(state_dict)
+  else:
+    if not isinstance(state_dict, _ARRAYS):
+      return []
+    array = np.asarray(state_dict)
+    if array.dtype.kind in 'biuOSUM':  # no NaN: bools, ints, strings...
+      return []
+    try:
+      finite = np.isfinite(array)
+    except TypeError:  # a record dtype: no number to be NaN
+      return []
+    count = int(np.size(array) - np.count_nonzero(finite))
+    return [(path or '/', count)] if count else []
+  return [found for key, value in items
+          for found in nonfinite_leaves(value, f'{path}/{key}')]
+
+
+def warn_nonfinite(state_dict, source) -> None:
+  """A ``NonFiniteStateWarning`` naming each leaf with NaN or Inf."""
+  found = nonfinite_leaves(state_dict)
+  if found:
+    total = sum(count for _, count in found)
+    leaves = ', '.join(f'{path} ({count})' for path, count in found)
+    warnings.warn(
+        f'{source}: the converted state holds {total} NaN or Inf value(s) in '
+        f'{len(found)} leaf(s): {leaves}. A diverged run or corrupted array '
+        'data (a msgpack file has no checksum); it was converted as it is.',
+        NonFiniteStateWarning, stacklevel=2)
+
+
 @dataclasses.dataclass(frozen=True)
 class ConversionReport:
   """What ``convert_checkpoint`` did (also printed by the CLI)."""
@@ -383,6 +427,7 @@ def _to_legacy(src, dst, dst_is_dir, optimizer, force, bar):
     state_dict = _file_skeleton.rebuild(meta['layout'], opt_sd, extras)
   else:
     state_dict = opt_sd
+  warn_nonfinite(state_dict, src)
   data = _safe_msgpack.encode(state_dict)
   bar.phase('write', len(data))
   dst_file = dst / f'checkpoint_{step}' if dst_is_dir else dst

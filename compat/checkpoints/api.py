@@ -60,6 +60,7 @@ MODERN = ('train_state', 'optax', 'nnx')
 TARGETS = MODERN + ('params', 'legacy')
 # What convert_checkpoint returns, and a helper its callers use.
 ConversionReport = _convert.ConversionReport
+NonFiniteStateWarning = _convert.NonFiniteStateWarning
 disk_size = _convert.disk_size
 _READ_CHUNK = 8 << 20
 
@@ -588,6 +589,7 @@ def _convert_one(src, dst, *, to, optimizer, model, path_map, stock, closest,
                  progress) -> ConversionReport:
   """Writes the conversion of the legacy checkpoint ``src`` at ``dst``."""
   ckpt = load_legacy_checkpoint(src, progress=progress)
+  _convert.warn_nonfinite(ckpt.state_dict, src)
   if path_map is not None and to != 'nnx':
     ckpt = _renamed(ckpt, path_map)
     path_map = None
@@ -760,13 +762,21 @@ def _main(argv=None) -> int:
         parser.error('--path-map takes OLD=NEW.')
       path_map = dict(entry.split('=', 1) for entry in args.path_map)
     to = args.to or _default_target(pathlib.Path(args.src))
-    report = convert_checkpoint(args.src, args.dst, to,
-                                optimizer=args.optimizer, force=args.force,
-                                path_map=path_map, stock=args.stock,
-                                closest=args.closest, progress=args.progress)
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter('always', NonFiniteStateWarning)
+      report = convert_checkpoint(args.src, args.dst, to,
+                                  optimizer=args.optimizer, force=args.force,
+                                  path_map=path_map, stock=args.stock,
+                                  closest=args.closest, progress=args.progress)
   except (OSError, ValueError, TypeError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
+  for warning in caught:
+    if issubclass(warning.category, NonFiniteStateWarning):
+      print(f'warning: {warning.message}', file=sys.stderr)
+    else:  # as they would have been shown without the recording
+      warnings.showwarning(warning.message, warning.category,
+                           warning.filename, warning.lineno)
   print(report)
   return 0
 

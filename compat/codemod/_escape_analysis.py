@@ -41,6 +41,7 @@ from typing import Optional
 from compat.codemod import _flow
 from compat.codemod import _legacy_trees
 from compat.codemod import _names
+from compat.codemod import _walk
 
 # Calls that only show a value (its text differs once it is a TrainState;
 # nothing reads an attribute of it).
@@ -52,7 +53,7 @@ def escapes(planner) -> list:
   """``[(node, why)]``: each place of the planner's module where a value
   its flow proves an optimizer goes on to code migrate cannot follow."""
   found = []
-  for node in ast.walk(planner.tree):
+  for node in _walk.nodes(planner.tree):
     if isinstance(node, ast.Call):
       found += _unproven_to_foreign_step(planner, node)
     if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)) or (

@@ -10,6 +10,7 @@ from ``legacy_optim``'s source without importing it (no jax).
 """
 
 import ast
+import collections
 import functools
 import importlib.util
 import os
@@ -228,7 +229,7 @@ def used_reexports(tree: ast.Module, reexports: dict) -> set:
   names = ModuleNames(tree, reexports, collect=False)
   for local in names.bindings:
     names.resolve(ast.Name(id=local))
-  for node in ast.walk(tree):
+  for node in _walk.nodes(tree):
     if isinstance(node, (ast.Name, ast.Attribute)):
       names.resolve(node)
   return names.used_reexports
@@ -867,14 +868,13 @@ def references(tree, names):
   """``(node, parent, dotted)`` for each outermost name or attribute chain
   of ``tree`` that ``names`` resolves (``a.b.c`` once, not ``a`` and
   ``a.b`` too); ``parent``: the node holding it."""
-  parents = {}
-  for node in ast.walk(tree):
-    for child in ast.iter_child_nodes(node):
-      parents[child] = node
-  for node in ast.walk(tree):
+  todo = collections.deque([(tree, None)])  # ast.walk's order, and parents
+  while todo:
+    node, parent = todo.popleft()
+    todo.extend((child, node) for child in ast.iter_child_nodes(node))
     if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(
-        parents.get(node), ast.Attribute):
+        parent, ast.Attribute):
       continue
     dotted = names.resolve(node)
     if dotted:
-      yield node, parents.get(node), dotted
+      yield node, parent, dotted

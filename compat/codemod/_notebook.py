@@ -15,10 +15,11 @@ the file means (a file it rejects is not a notebook).
 """
 
 import ast
-import difflib
 import json
 import re
 from typing import NamedTuple, Optional
+
+from compat.codemod import _line_match
 
 _MAGIC = re.compile(r'^\s*[%!?]')
 CELL_MARKER = '__flax_optim_compat_cell__'
@@ -297,8 +298,7 @@ class Notebook:
       opener, closer, separator = '[', ']', ', '
     old = [l.value for l in literals]
     pieces: list[tuple[Optional[int], str]] = []  # (old index or None, text)
-    matcher = difflib.SequenceMatcher(a=old, b=lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in _line_match.opcodes(old, lines):
       if tag == 'equal':
         pieces += [(i, text[literals[i].start:literals[i].end])
                    for i in range(i1, i2)]

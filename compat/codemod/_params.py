@@ -41,6 +41,7 @@ from typing import NamedTuple, Optional
 
 from compat.codemod import _flow
 from compat.codemod import _names
+from compat.codemod import _walk
 
 # Rounds of the fixpoint before it gives up. Verdicts only turn False, but
 # each round recomputes the functions that return an optimizer from them,
@@ -93,7 +94,7 @@ def callee_modules(model) -> set:
              for dotted in dotteds}
   found = set()
   for path, names in list(model.names.items()):
-    for node in ast.walk(model.trees[path]):
+    for node in _walk.nodes(model.trees[path]):
       if isinstance(node, ast.Call):
         dotted = names.resolve(node.func)
         callee = path_of.get(dotted.rpartition('.')[0]) if dotted else None

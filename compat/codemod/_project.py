@@ -549,7 +549,7 @@ class Model:
     if not functions:
       return
     names = self.names[path]
-    for node in ast.walk(tree):
+    for node in _walk.nodes(tree):
       if not isinstance(node, ast.Call):
         continue
       function = self.callee(node, names)
@@ -941,14 +941,11 @@ class Model:
     """A link per call of a project factory whose definitions are made in
     another module; what the call's result meets decides the consumer."""
     names = self.names[path]
-    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-             and self.returns_def(node, names)]
+    calls = [node for node in _walk.nodes(tree) if isinstance(
+        node, ast.Call) and self.returns_def(node, names)]
     if not calls:
       return
-    parents = {}
-    for node in ast.walk(tree):
-      for child in ast.iter_child_nodes(node):
-        parents[child] = node
+    parents = _walk.parents(tree)
     for node in calls:
       function = self.callee(node, names)
       self._called.update(
@@ -995,7 +992,7 @@ class Model:
     something else (``return self.given``): what the call gives is not
     known, so the definitions stay (a link with no consumer)."""
     names = self.names[path]
-    for node in ast.walk(tree):
+    for node in _walk.nodes(tree):
       if not isinstance(node, ast.Call) or names.resolve(node.func):
         continue
       candidates = self._method_candidates(node)
@@ -1292,8 +1289,7 @@ class Model:
     names = self.names.get(path)
     flow = None if names is None else _flow.OptimizerFlow(tree, names)
     own = _own_members(tree, fields)
-    parents = {child: node for node in ast.walk(tree)
-               for child in ast.iter_child_nodes(node)}
+    parents = _walk.parents(tree)
     found: dict = {}
     for node in parents:
       used = []
@@ -1424,8 +1420,7 @@ def _holder_touches(tree, holders) -> list:
   to be compared with one, is no optimizer's (``config.optimizer =
   'adam'`` in a config module; ``if config.optimizer == 'adam':``)."""
   first = {}
-  parents = {child: node for node in ast.walk(tree)
-             for child in ast.iter_child_nodes(node)}
+  parents = _walk.parents(tree)
   for node in parents:
     touched = []
     if isinstance(node, ast.Call):
@@ -1484,9 +1479,8 @@ def _positional_reads(tree, holders) -> list:
   tuple at a holder's optimizer field position (a name unpacked by an
   assignment or a loop in one function, or ``t[k]``) and uses it as a
   flax.optim Optimizer."""
-  parents = {child: node for node in ast.walk(tree)
-             for child in ast.iter_child_nodes(node)}
-  scopes = [tree] + [n for n in ast.walk(tree) if isinstance(
+  parents = _walk.parents(tree)
+  scopes = [tree] + [n for n in _walk.nodes(tree) if isinstance(
       n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
   found = []
   for scope in scopes:

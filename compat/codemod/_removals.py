@@ -11,6 +11,8 @@ alias and its rewrite are one fact. Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _walk
+
 # Removed attribute -> its replacement, relative to the same module object
 # (``jax.tree_map`` -> ``jax.tree_util.tree_map``: the rewrite keeps however
 # the user spelled ``jax``).
@@ -362,11 +364,74 @@ def _match_pop_unpacking(node: ast.Assign, names) -> Optional[Removal]:
           not value.keywords and isinstance(value.args[0], ast.Constant) and
           isinstance(value.args[0].value, str)):
     return None
-  del names  # any receiver: flax.core.pop takes dicts and FrozenDicts
+  if _plain_dict(value.func.value, node, names.tree):
+    return None  # a dict's pop gives the value: no FrozenDict was popped
   receiver = _source_of(value.func.value)
   rewrite = (_literal(f'flax.core.pop({receiver}, {value.args[0].value!r})')
              if receiver else None)
   return Removal('removed_api', _POP_UNPACKING, _POP_UNPACKING_FIX, rewrite)
+
+
+def _plain_dict(receiver: ast.expr, statement: ast.stmt,
+                tree: ast.Module) -> bool:
+  """Whether ``receiver`` is a plain dict where ``statement`` reads it:
+  made by ``dict(...)`` or a display, or a name its scope binds only so
+  (``**params``, ``params = dict(...)``, ``params: dict``). Anything else
+  (``variables``, ``model.init(x)``, a parameter) may be a FrozenDict."""
+  if _makes_plain_dict(receiver):
+    return True
+  if not isinstance(receiver, ast.Name):
+    return False
+  scope = _scope_of(statement, tree)
+  plain = []  # one per binding of the name in its scope
+  if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    arguments = scope.args
+    plain += [True for a in (arguments.kwarg,) if a and a.arg == receiver.id]
+    plain += [_annotates_dict(a.annotation) for a in (
+        *arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+        arguments.vararg) if a and a.arg == receiver.id]
+  counted = set()  # the targets of the assignments judged above
+  for node in _walk.scope_nodes(scope):
+    targets = [t for t in (node.targets if isinstance(node, ast.Assign) else
+                           [node.target] if isinstance(node, ast.AnnAssign)
+                           else []) if isinstance(t, ast.Name) and
+               t.id == receiver.id]
+    if targets and isinstance(node, ast.Assign):
+      plain.append(_makes_plain_dict(node.value))
+    elif targets:
+      plain.append(_annotates_dict(node.annotation))
+    elif isinstance(node, ast.Name) and node.id == receiver.id and (
+        isinstance(node.ctx, ast.Store)) and id(node) not in counted:
+      plain.append(False)  # bound by a loop, a with, an unpacking...
+    counted.update(map(id, targets))
+  return bool(plain) and all(plain)
+
+
+def _makes_plain_dict(value: ast.expr) -> bool:
+  return isinstance(value, (ast.Dict, ast.DictComp)) or (
+      isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and
+      value.func.id == 'dict')
+
+
+def _annotates_dict(annotation: Optional[ast.expr]) -> bool:
+  if isinstance(annotation, ast.Subscript):
+    annotation = annotation.value
+  return isinstance(annotation, (ast.Name, ast.Attribute)) and (
+      _source_of(annotation) in ('dict', 'Dict', 'typing.Dict'))
+
+
+def _scope_of(statement: ast.stmt, tree: ast.Module) -> ast.AST:
+  """The function or class whose body holds ``statement`` (or the module);
+  statements only are walked, and a pop like this one is rare."""
+  todo = [(tree, tree)]
+  while todo:
+    node, scope = todo.pop()
+    for child in _walk.statement_children(node):
+      if child is statement:
+        return scope
+      todo.append((child, child if isinstance(child, (
+          ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else scope))
+  return tree
 
 
 def _match_positional_mask(node: ast.Call, names) -> Optional[Removal]:

@@ -109,7 +109,7 @@ def layout_key_reads(tree: ast.Module) -> list:
   """``(node, key)`` of each read of a nested dict by one of flax.optim's
   checkpoint keys (``state['optimizer']['target']``): one level below
   another subscript, so that ``batch['target']`` is not one."""
-  return [(node, node.slice.value) for node in ast.walk(tree)
+  return [(node, node.slice.value) for node in _walk.nodes(tree)
           if isinstance(node, ast.Subscript) and
           isinstance(node.value, ast.Subscript) and
           isinstance(node.slice, ast.Constant) and
@@ -195,9 +195,6 @@ class Planner:
     self.rate_set_elsewhere = rate_set_elsewhere
     self.exported = frozenset(exported)  # names other modules import
     self.flow = _flow.OptimizerFlow(tree, names)
-    # Which optimizers are ReplicatedOptimizers (made by .replicate()).
-    self.replicated = _flow.OptimizerFlow(tree, names,
-                                               replicated_of=self.flow)
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
     self.edits, self.leftovers, self.notes = [], [], []
@@ -211,14 +208,11 @@ class Planner:
     # noted where the flow migrates.
     self.restores_left: list = []
     self.imports, self.removed = [], []
-    self._parents = {}
-    for node in ast.walk(tree):
-      for child in ast.iter_child_nodes(node):
-        self._parents[child] = node
-    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    bound |= {n.name for n in ast.walk(tree) if isinstance(
+    self._parents = _walk.parents(tree)
+    bound = {n.id for n in _walk.nodes(tree) if isinstance(n, ast.Name)}
+    bound |= {n.name for n in _walk.nodes(tree) if isinstance(
         n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    bound |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    bound |= {a.arg for a in _walk.nodes(tree) if isinstance(a, ast.arg)}
     self._taken = bound
 
   # ------------------------------------------------------------- helpers
@@ -226,6 +220,13 @@ class Planner:
     start = self._offsets[node.lineno - 1] + node.col_offset
     end = self._offsets[node.end_lineno - 1] + node.end_col_offset
     return start, end
+
+  @functools.cached_property
+  def replicated(self) -> _flow.OptimizerFlow:
+    """Which optimizers are ReplicatedOptimizers (made by .replicate()):
+    asked only in a module that replicates one (most do not, and a flow
+    costs about a walk of the module)."""
+    return _flow.OptimizerFlow(self.tree, self.names, replicated_of=self.flow)
 
   @functools.cached_property
   def checkpoint_lines(self) -> frozenset:
@@ -335,7 +336,7 @@ class Planner:
     return notes
 
   def _plan_import_removals(self):
-    for node in ast.walk(self.tree):
+    for node in _walk.nodes(self.tree):
       if isinstance(node, ast.Import):
         for alias in node.names:
           if alias.name in ('flax.optim', 'legacy_optim'):
@@ -366,7 +367,7 @@ class Planner:
   def _reexport_leftovers(self) -> list:
     """Imports that reach flax.optim through another module's re-export."""
     leftovers = []
-    for node in ast.walk(self.tree):
+    for node in _walk.nodes(self.tree):
       if not isinstance(node, (ast.Import, ast.ImportFrom)):
         continue
       for alias in node.names:
@@ -394,7 +395,7 @@ class Planner:
                 model is not None and model.names_rate_setter(
                     self.tree, self.names, self.names.path))
     handled = set()
-    for node in ast.walk(self.tree):
+    for node in _walk.nodes(self.tree):
       if isinstance(node, ast.ClassDef) and (
           node.name in self.names.user_defs):
         reason = _user_rules.plan_class(self, node, RULES_MODULE)
@@ -523,7 +524,7 @@ class Planner:
     model = self.names.model
     holders = model.holders if model is not None else (
         _project.holders_in(None, self.tree, self.names))
-    return [store for node in ast.walk(self.tree)
+    return [store for node in _walk.nodes(self.tree)
             if isinstance(node, ast.Call)
             for store in _project.field_stores(node, holders)] + (
                 _project.attribute_stores(self.tree, holders))
@@ -572,7 +573,7 @@ class Planner:
                self.flow.binding_scope_of(read, read.id) is scope)
 
   def _replicate_calls(self):
-    return [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and
+    return [n for n in _walk.nodes(self.tree) if isinstance(n, ast.Call) and
             isinstance(n.func, ast.Attribute) and n.func.attr == 'replicate'
             and self.flow.is_optimizer(n.func.value)]
 
@@ -1049,7 +1050,7 @@ class Planner:
   def _plan_class_references(self):
     """``optim.Optimizer`` / ``optim.DynamicScale`` anywhere (annotations)."""
     flow_ok = not any(l.construct in FLOW_CONSTRUCTS for l in self.leftovers)
-    for node in ast.walk(self.tree):
+    for node in _walk.nodes(self.tree):
       if not isinstance(node, (ast.Name, ast.Attribute)) or not (
           isinstance(node.ctx, ast.Load)):
         continue  # an alias's own name (``Optimizer = ...``) stays
@@ -1083,7 +1084,7 @@ class Planner:
 
   def _plan_removals(self):
     """Neighbouring removals (``jax.tree_map``...): the mechanical ones."""
-    for node in ast.walk(self.tree):
+    for node in _walk.nodes(self.tree):
       removal = _removals.match(node, self.names)
       if removal is None:
         continue

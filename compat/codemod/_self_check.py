@@ -11,9 +11,11 @@ Stdlib only.
 """
 
 import ast
-from typing import NamedTuple
+import re
+from typing import NamedTuple, Optional
 
 from compat.codemod import _names
+from compat.codemod import _walk
 
 
 class Problem(NamedTuple):
@@ -24,7 +26,7 @@ class Problem(NamedTuple):
 def _import_bindings(tree: ast.Module) -> dict:
   """Local name -> line of the first import statement binding it."""
   bound: dict[str, int] = {}
-  for node in ast.walk(tree):
+  for node in _walk.statements(tree):  # imports are statements
     if isinstance(node, (ast.Import, ast.ImportFrom)):
       for alias in node.names:
         if alias.name == '*':
@@ -34,13 +36,20 @@ def _import_bindings(tree: ast.Module) -> dict:
   return bound
 
 
-def dangling_names(old_tree: ast.Module, new_tree: ast.Module) -> list:
-  """Uses, in the new module, of names only a removed import bound."""
+def dangling_names(old_tree: ast.Module, new_tree: ast.Module,
+                   new_text: Optional[str] = None) -> list:
+  """Uses, in the new module, of names only a removed import bound.
+  ``new_text``: the new module's source, where given: a name it does not
+  hold is used nowhere, and the module is not walked for it."""
   old = _import_bindings(old_tree)
-  removed = (set(old) - set(_import_bindings(new_tree)) -
-             _names.bindings_of(new_tree).assigned)
+  removed = set(old) - set(_import_bindings(new_tree))
+  if new_text is not None:  # a Name is a word of the text
+    removed = {name for name in removed
+               if re.search(rf'\b{re.escape(name)}\b', new_text)}
+  if removed:
+    removed -= _names.bindings_of(new_tree).assigned
   found = {}
-  for node in ast.walk(new_tree):
+  for node in _walk.nodes(new_tree) if removed else ():
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
         node.id in removed):
       found.setdefault(node.id, node.lineno)
@@ -49,11 +58,14 @@ def dangling_names(old_tree: ast.Module, new_tree: ast.Module) -> list:
           for name, line in sorted(found.items())]
 
 
-def problems(old: bytes, new: bytes, path: str = '<string>') -> list:
-  """Why ``new`` (the rewrite of ``old``) must not be written; [] if fine."""
+def problems(old: bytes, new: bytes, path: str = '<string>',
+             old_tree: Optional[ast.Module] = None) -> list:
+  """Why ``new`` (the rewrite of ``old``) must not be written; [] if fine.
+  ``old_tree``: ``old`` parsed, where the caller has it."""
   try:
     new_tree = ast.parse(new, filename=path)
   except SyntaxError as e:
     return [Problem(1, f'the rewritten file does not parse (its line '
                     f'{e.lineno}: {e.msg})')]
-  return dangling_names(ast.parse(old, filename=path), new_tree)
+  return dangling_names(old_tree or ast.parse(old, filename=path), new_tree,
+                        new.decode('utf-8', 'replace'))

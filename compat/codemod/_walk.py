@@ -58,3 +58,45 @@ def scope_nodes(node: ast.AST) -> Iterator[ast.AST]:
     if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
                               ast.Lambda, ast.ClassDef)):
       stack.extend(ast.iter_child_nodes(child))
+
+
+# The nodes and parents of the last few trees walked: migrate's passes walk
+# one module a dozen times over (the planner, the project's links, the
+# self-check...), each walk costing about what parsing it does. A tree is
+# never changed once parsed, so one walk serves them all; ``forget`` lets
+# them go once a run is over.
+_KEPT = 4
+_walked: collections.OrderedDict = collections.OrderedDict()
+
+
+def _memo(tree: ast.AST) -> dict:
+  entry = _walked.get(id(tree))
+  if entry is None or entry[0] is not tree:
+    entry = _walked[id(tree)] = (tree, {})
+    while len(_walked) > _KEPT:
+      _walked.popitem(last=False)
+  _walked.move_to_end(id(tree))
+  return entry[1]
+
+
+def nodes(tree: ast.AST) -> tuple:
+  """Every node of ``tree``, in ``ast.walk``'s order (walked once)."""
+  memo = _memo(tree)
+  if 'nodes' not in memo:
+    memo['nodes'] = tuple(ast.walk(tree))
+  return memo['nodes']
+
+
+def parents(tree: ast.AST) -> dict:
+  """Each node of ``tree`` below it -> the node holding it, in
+  ``ast.walk``'s order (computed once; not to be changed)."""
+  memo = _memo(tree)
+  if 'parents' not in memo:
+    memo['parents'] = {child: node for node in nodes(tree)
+                       for child in ast.iter_child_nodes(node)}
+  return memo['parents']
+
+
+def forget() -> None:
+  """Drops the trees kept (the end of a scan or migrate run)."""
+  _walked.clear()

@@ -90,6 +90,7 @@ from compat.codemod import _removals
 from compat.codemod import _source
 from compat.codemod import _state_layout
 from compat.codemod import _tree
+from compat.codemod import _walk
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
 
@@ -990,7 +991,7 @@ _FILES_PER_JOB = 32
 
 
 @contextlib.contextmanager
-def _without_cycle_collection():
+def without_cycle_collection():
   """Pauses the cyclic garbage collector. Parsing a tree allocates a node
   per token and the tables across modules keep some trees: each
   collection then walks all of them again, which doubled a scan's time.
@@ -1001,6 +1002,9 @@ def _without_cycle_collection():
   try:
     yield
   finally:
+    # The trees kept for the run go before the collector comes back (its
+    # first collections would walk them all).
+    _walk.forget()
     if enabled:
       gc.enable()
 
@@ -1058,7 +1062,7 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
   parse only the modules they read (and keep those trees); every other
   tree is dropped as soon as its file is scanned.
   """
-  with _without_cycle_collection():
+  with without_cycle_collection():
     files = _Files(paths, exclude)
     across = _across_modules(files, links=False)
     count = len(files.shown)
