@@ -10,6 +10,7 @@ that its updates run through.
 """
 
 import importlib
+import sys
 
 import _flax_optim_compat_hook
 from legacy_optim import catalogue
@@ -39,9 +40,24 @@ _DEFINED_IN.update({algorithm.name: f'legacy_optim.{algorithm.module}'
 __all__: tuple[str, ...] = tuple(_DEFINED_IN)
 
 
+# What ``Optimizer`` looks up when it wraps a definition (``replicate()``,
+# ``create(focus=...)``): they register with ``base`` when imported, so they
+# load with the first name that needs flax.
+_WRAPPER_MODULES = ('legacy_optim.multi', 'legacy_optim.replicated')
+# Stdlib only: the legacy jax layer warns through it without flax.
+_WITHOUT_FLAX = frozenset({'legacy_optim.deprecation'})
+
+
+def _load_wrappers() -> None:
+  for wrapper in _WRAPPER_MODULES:
+    importlib.import_module(wrapper)
+
+
 def __getattr__(name: str):
   if name not in _DEFINED_IN:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  if _DEFINED_IN[name] not in _WITHOUT_FLAX:
+    _load_wrappers()
   module = importlib.import_module(_DEFINED_IN[name])
   value = module if module.__name__ == f'{__name__}.{name}' else getattr(
       module, name)
@@ -52,6 +68,12 @@ def __getattr__(name: str):
 def __dir__():
   return sorted(set(globals()) | set(__all__))
 
+
+# A program reaching this package through flax.optim has imported flax:
+# its direct submodule imports (``from flax.optim import adam``) find the
+# wrappers registered too.
+if 'flax' in sys.modules:
+  _load_wrappers()
 
 # `import legacy_optim` also serves `flax.optim` (unless switched off with
 # LEGACY_OPTIM_IMPORT_HOOK=0); see compat.importer.
