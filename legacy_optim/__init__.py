@@ -6,7 +6,9 @@ loading, and every optimizer converts to Optax, ``TrainState`` and
 ``nnx.Optimizer`` with the same numbers (see ``compat``).
 
 Every ``OptimizerDef`` has ``to_optax()``, the ``optax.GradientTransformation``
-that its updates run through.
+that its updates run through; the other way round, ``OptaxOptimizerDef(tx)``
+is any Optax transform as an ``OptimizerDef`` (for code whose API is the
+``Optimizer``).
 """
 
 import importlib
@@ -22,6 +24,7 @@ from legacy_optim.deprecation import LegacyOptimDeprecationWarning
 from legacy_optim.deprecation import usage_report
 from legacy_optim.dynamic_scale import DynamicScale
 from legacy_optim.multi import MultiOptimizer
+from legacy_optim.optax_adapter import OptaxOptimizerDef
 from legacy_optim.replicated import ReplicatedOptimizer
 from legacy_optim.traverse_util import ModelParamTraversal
 
@@ -33,6 +36,7 @@ __all__: tuple[str, ...] = (
     'LegacyRuleState',
     'ModelParamTraversal',
     'MultiOptimizer',
+    'OptaxOptimizerDef',
     'Optimizer',
     'OptimizerDef',
     'OptimizerState',
