@@ -22,9 +22,10 @@ dict keyed ``'0'``, ``'1'``, ... and a state without fields
 (``optax.EmptyState``) an empty dict.
 
 Hyper-parameter overrides (``apply_gradient(grads, learning_rate=lr)``) need
-a transform built with ``optax.inject_hyperparams``: its state holds the
-hyper-parameters, and an override sets one there for that step only (the
-state keeps the value it had, as flax.optim's overrides applied to one step).
+a transform built with ``optax.inject_hyperparams`` (alone or inside a chain,
+once): its state holds the hyper-parameters, and an override sets one there
+for that step only (the state keeps the value it had, as flax.optim's
+overrides applied to one step).
 A hyper-parameter the transform computes from a schedule cannot be
 overridden; any other name is refused naming the ones that can.
 """
@@ -40,35 +41,44 @@ from legacy_optim import base
 from legacy_optim import deprecation
 
 
-def _injected(opt_state) -> Optional[Any]:
-  """The ``optax.inject_hyperparams`` state at the top of ``opt_state``."""
-  hyperparams = getattr(opt_state, 'hyperparams', None)
-  if isinstance(opt_state, tuple) and isinstance(hyperparams, dict):
-    return opt_state
-  return None
+def _is_injected(node) -> bool:
+  """An ``optax.inject_hyperparams`` state (a NamedTuple with hyperparams)."""
+  return (isinstance(node, tuple) and
+          isinstance(getattr(node, 'hyperparams', None), dict))
 
 
-def _overridable_names(tx) -> tuple[tuple[str, ...], tuple[str, ...]]:
-  """(names an override may set, names a schedule sets) in ``tx``'s state.
+def _injected_states(opt_state) -> list[Any]:
+  """The ``optax.inject_hyperparams`` states anywhere in ``opt_state``."""
+  return [node for node in jax.tree_util.tree_leaves(
+      opt_state, is_leaf=_is_injected) if _is_injected(node)]
 
-  Read from the state ``tx`` builds for no params; a transform that cannot
-  build one has nothing to override.
+
+def _overridable_names(tx) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
+  """(number of injected states, names an override may set, names a
+  schedule sets) in ``tx``'s state, read from the state ``tx`` builds for no
+  params (a transform that cannot build one has nothing to override). Only
+  a single injected state can be overridden: names in two are ambiguous.
   """
   try:
     with jax.ensure_compile_time_eval():
       state = tx.init({})
   except Exception:  # pylint: disable=broad-except  # Any transform's error.
-    return (), ()
-  injected = _injected(state)
-  if injected is None:
-    return (), ()
-  scheduled = tuple(sorted(getattr(injected, 'hyperparams_states', {})))
-  settable = tuple(sorted(set(injected.hyperparams) - set(scheduled)))
-  return settable, scheduled
+    return 0, (), ()
+  injected = _injected_states(state)
+  if len(injected) != 1:
+    return len(injected), (), ()
+  scheduled = tuple(sorted(getattr(injected[0], 'hyperparams_states', {})))
+  settable = tuple(sorted(set(injected[0].hyperparams) - set(scheduled)))
+  return 1, settable, scheduled
 
 
 def _with_hyperparams(opt_state, values: Mapping[str, Any]):
-  return opt_state._replace(hyperparams={**opt_state.hyperparams, **values})
+  """``opt_state`` with ``values`` in its injected hyper-parameters."""
+  def replaced(node):
+    if not _is_injected(node):
+      return node
+    return node._replace(hyperparams={**node.hyperparams, **values})
+  return jax.tree_util.tree_map(replaced, opt_state, is_leaf=_is_injected)
 
 
 def _counted(tx, overrides: Mapping[str, Any]) -> optax.GradientTransformation:
@@ -88,8 +98,9 @@ def _counted(tx, overrides: Mapping[str, Any]) -> optax.GradientTransformation:
       inner = _with_hyperparams(inner, overrides)
     updates, new_inner = tx.update(grads, inner, params)
     if overrides:
-      new_inner = _with_hyperparams(new_inner, {
-          name: state.param_states.hyperparams[name] for name in overrides})
+      held = _injected_states(state.param_states)[0].hyperparams
+      new_inner = _with_hyperparams(
+          new_inner, {name: held[name] for name in overrides})
     return updates, base.OptimizerState(state.step + 1, new_inner)
 
   return optax.GradientTransformation(init_fn, update_fn)
@@ -135,7 +146,7 @@ class OptaxOptimizerDef(base.OptimizerDef):
           'OptaxOptimizerDef(tx): tx must be an optax.GradientTransformation '
           f'(e.g. optax.adam(1e-3)), got {type(tx).__name__}.')
     self.tx = tx
-    settable, self._scheduled = _overridable_names(tx)
+    self._injected, settable, self._scheduled = _overridable_names(tx)
     # Not base.OptimizerDef.__init__: its deprecation warning would tell the
     # user to replace this definition by to_optax(), which it already is.
     self.hyper_params = {name: None for name in settable}
@@ -159,6 +170,10 @@ class OptaxOptimizerDef(base.OptimizerDef):
               'step (an override would be ignored).')
     if self.hyper_params:
       return f'{head}; expected one of {", ".join(self.hyper_params)}.'
+    if self._injected > 1:
+      return (f'{head}: the transform keeps {self._injected} '
+              'optax.inject_hyperparams states, and an override cannot say '
+              'which one it sets (set it in optimizer.state.param_states).')
     return (f'{head}: the transform keeps no hyper-parameters in its state. '
             'Build it with optax.inject_hyperparams, e.g. '
             f'optax.inject_hyperparams(optax.adam)({name}=1e-3), to set '

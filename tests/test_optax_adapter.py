@@ -139,29 +139,40 @@ def test_create_holds_the_transforms_initial_state():
 
 LEARNING_RATES = (0.1, None, 0.02, 0.05)  # None: no override that step.
 
+# Transforms with one inject_hyperparams state, and where their state has it.
+INJECTED = {
+    'injected': (TRANSFORMS['injected'], lambda opt_state: opt_state),
+    'injected_in_a_chain': (
+        lambda: optax.chain(optax.clip_by_global_norm(0.5),
+                            optax.inject_hyperparams(optax.sgd)(
+                                learning_rate=1e-2, momentum=0.9)),
+        lambda opt_state: opt_state[1]),
+}
 
-def _optax_run_with_learning_rates(tx):
+
+def _optax_run_with_learning_rates(tx, injected_state):
   """Each override set in the injected state for its step, then the value
   the state held put back: what an override means (one step)."""
   step = jax.jit(_optax_step(tx))
   params = _params()
   opt_state = tx.init(params)
   for i, lr in enumerate(LEARNING_RATES):
-    held = opt_state.hyperparams['learning_rate']
+    hyperparams = injected_state(opt_state).hyperparams
+    held = hyperparams['learning_rate']
     if lr is not None:
-      opt_state.hyperparams['learning_rate'] = lr
+      hyperparams['learning_rate'] = lr
     params, opt_state = step(params, opt_state, _grads(i))
-    opt_state.hyperparams['learning_rate'] = held
+    injected_state(opt_state).hyperparams['learning_rate'] = held
   return params, opt_state
 
 
+@pytest.mark.parametrize('name', INJECTED)
 @pytest.mark.parametrize('jit', [False, True], ids=['eager', 'jit'])
-def test_learning_rate_override_sets_the_injected_one_for_one_step(jit):
-  tx = TRANSFORMS['injected']()
-  opt_def = legacy_optim.OptaxOptimizerDef(tx)
-  assert opt_def.hyper_params == {
-      'b1': None, 'b2': None, 'eps': None, 'eps_root': None,
-      'learning_rate': None}
+def test_learning_rate_override_sets_the_injected_one_for_one_step(jit, name):
+  make_tx, injected_state = INJECTED[name]
+  opt_def = legacy_optim.OptaxOptimizerDef(make_tx())
+  assert 'learning_rate' in opt_def.hyper_params
+  assert set(opt_def.hyper_params.values()) == {None}
 
   def apply(optimizer, grads, lr):
     overrides = {} if lr is None else {'learning_rate': jnp.float32(lr)}
@@ -171,11 +182,22 @@ def test_learning_rate_override_sets_the_injected_one_for_one_step(jit):
   optimizer = opt_def.create(_params())
   for i, lr in enumerate(LEARNING_RATES):
     optimizer = apply(optimizer, _grads(i), lr)
-  params, opt_state = _optax_run_with_learning_rates(tx)
+  params, opt_state = _optax_run_with_learning_rates(make_tx(),
+                                                     injected_state)
   assert_run_is(optimizer, params, opt_state, len(LEARNING_RATES))
   # The state keeps the transform's own value.
-  assert float(optimizer.state.param_states.hyperparams['learning_rate']) == (
-      np.float32(1e-2))
+  assert float(injected_state(optimizer.state.param_states).hyperparams[
+      'learning_rate']) == np.float32(1e-2)
+
+
+def test_override_with_two_injected_states_is_refused():
+  tx = optax.chain(optax.inject_hyperparams(optax.add_decayed_weights)(
+      weight_decay=1e-4), optax.inject_hyperparams(optax.sgd)(
+          learning_rate=0.1))
+  optimizer = legacy_optim.OptaxOptimizerDef(tx).create(_params())
+  with pytest.raises(ValueError, match='keeps 2 optax.inject_hyperparams '
+                     'states'):
+    optimizer.apply_gradient(_grads(0), learning_rate=0.1)
 
 
 def test_override_of_a_transform_without_injected_hyperparams_is_refused():
