@@ -25,6 +25,7 @@ import pytest
 import compat
 import legacy_optim
 from legacy_optim import _eager
+from legacy_optim import optax_adapter
 from legacy_optim._restore import RestoreMismatchError
 
 pytestmark = pytest.mark.filterwarnings('ignore::DeprecationWarning')
@@ -125,6 +126,11 @@ def test_uncompiled_steps_equal_optax_run_op_by_op(name, monkeypatch):
   tx = TRANSFORMS[name]()
   optimizer = _legacy_run(legacy_optim.OptaxOptimizerDef(tx), STEPS)
   assert_run_is(optimizer, *_optax_run(name, STEPS, jit=False), STEPS)
+
+
+def test_exported_from_the_package():
+  assert 'OptaxOptimizerDef' in legacy_optim.__all__
+  assert legacy_optim.OptaxOptimizerDef is optax_adapter.OptaxOptimizerDef
 
 
 def test_create_holds_the_transforms_initial_state():
@@ -245,6 +251,18 @@ def test_to_optax_is_the_transform_and_its_state_continues_in_optax():
   # And back: the step is the transform's count.
   back = compat.from_optax(opt_def, params, opt_state)
   assert_run_is(back, *expected, STEPS)
+
+
+def test_to_train_state_continues_as_the_optax_run():
+  optimizer = _legacy_run(
+      legacy_optim.OptaxOptimizerDef(TRANSFORMS['adamw']()), 2)
+  state = compat.to_train_state(optimizer, apply_fn=None)
+  assert int(state.step) == 2
+  step = jax.jit(lambda state, grads: state.apply_gradients(grads=grads))
+  for i in range(2, STEPS):
+    state = step(state, _grads(i))
+  assert_bit_identical((state.params, state.opt_state),
+                       _optax_run('adamw', STEPS))
 
 
 def test_from_optax_state_without_a_count_needs_the_step():
