@@ -6,7 +6,9 @@ loading, and every optimizer converts to Optax, ``TrainState`` and
 ``nnx.Optimizer`` with the same numbers (see ``compat``).
 
 Every ``OptimizerDef`` has ``to_optax()``, the ``optax.GradientTransformation``
-that its updates run through.
+that its updates run through; the other way round, ``OptaxOptimizerDef(tx)``
+is any Optax transform as an ``OptimizerDef`` (for code whose API is the
+``Optimizer``).
 """
 
 import importlib
@@ -26,6 +28,7 @@ _DEFINED_IN = {
     'LegacyRuleState': 'legacy_optim.base',
     'ModelParamTraversal': 'legacy_optim.traverse_util',
     'MultiOptimizer': 'legacy_optim.multi',
+    'OptaxOptimizerDef': 'legacy_optim.optax_adapter',
     'Optimizer': 'legacy_optim.base',
     'OptimizerDef': 'legacy_optim.base',
     'OptimizerState': 'legacy_optim.base',

@@ -162,7 +162,9 @@ def _decomposition(opt_def) -> str:
     return any(_picks_rule_by_label(i) or nested_labels(i)
                for i in d._inner_defs())
 
-  if nested_labels(opt_def):
+  # A state that is no tree of per-leaf states (OptaxOptimizerDef's) cannot
+  # be split by leaves either.
+  if nested_labels(opt_def) or opt_def._whole_tree_state:
     return 'tree'
   return 'labels' if _picks_rule_by_label(opt_def) else 'leaves'
 

@@ -73,6 +73,15 @@ def register_wrapper(cls: type) -> type:
   return cls
 
 
+def require_per_parameter_state(opt_def, wrapper: str) -> None:
+  """Raises TypeError if ``wrapper`` cannot split ``opt_def``'s state."""
+  if opt_def._whole_tree_state:
+    raise TypeError(
+        f'{wrapper} needs one state per parameter, but {opt_def._name} keeps '
+        'one Optax state for all params: build the split into the transform '
+        '(optax.partition, optax.masked) instead.')
+
+
 def _library_class(cls) -> type:
   """The nearest class of ``cls``'s MRO defined in this package."""
   package = __name__.partition('.')[0]
@@ -154,6 +163,9 @@ class OptimizerDef:
   # flax.optim's rule cast new params back to their dtype (integers too);
   # other rules promoted integer params to float.
   _keeps_integer_params: bool = False
+  # True: the state is one tree for all params (an Optax transform's), not
+  # one state per parameter; wrappers that split it per parameter refuse it.
+  _whole_tree_state: bool = False
 
   def __init__(self, hyper_params):
     self.hyper_params = hyper_params
@@ -286,6 +298,15 @@ class OptimizerDef:
       return OptimizerState(opt_state.count, opt_state.param_states)
     return self._from_native_state(opt_state, params)
 
+  # The state of ``_transform``'s transform, which wrappers
+  # (ReplicatedOptimizer) compose: ``to_optax()``'s, except for a def whose
+  # ``to_optax()`` is a transform given to it (OptaxOptimizerDef).
+  def _transform_state(self, state: OptimizerState, params) -> Any:
+    return self.to_optax_state(state, params)
+
+  def _state_from_transform(self, opt_state, params) -> OptimizerState:
+    return self.from_optax_state(opt_state, params)
+
   def _to_native_state(self, state: OptimizerState, params) -> Any:
     """Legacy ``OptimizerState`` -> the state of ``_native_transform``."""
     fields = _legacy_layout.split_param_states(
@@ -365,7 +386,9 @@ class OptimizerDef:
     _restore.check_state_dict(opt_target, opt_state, state_dict,
                               template=self._name)
     opt_target = serialization.from_state_dict(opt_target, state_dict['target'])
-    opt_state = serialization.from_state_dict(opt_state, state_dict['state'])
+    opt_state = serialization.from_state_dict(
+        opt_state, _restore.with_empty_nodes(
+            serialization.to_state_dict(opt_state), state_dict['state']))
     return opt_target, opt_state
 
 

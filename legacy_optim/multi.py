@@ -179,6 +179,8 @@ class MultiOptimizer(base.OptimizerDef):
             f'MultiOptimizer argument {i} must be a (traversal, OptimizerDef) '
             f'pair, got {pair!r}.')
     traversals, sub_optimizers = zip(*traversals_and_optimizers)
+    for sub_optimizer in sub_optimizers:
+      base.require_per_parameter_state(sub_optimizer, 'MultiOptimizer')
     self.traversals = traversals
     self.sub_optimizers = sub_optimizers
     super().__init__([opt.hyper_params for opt in sub_optimizers])

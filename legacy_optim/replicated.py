@@ -54,10 +54,10 @@ class ReplicatedOptimizer(base.OptimizerDef):
 
   def _to_native_state(self, state, params):
     return (optax.EmptyState(),
-            self.optimizer_def.to_optax_state(state, params))
+            self.optimizer_def._transform_state(state, params))
 
   def _from_native_state(self, opt_state, params):
-    return self.optimizer_def.from_optax_state(opt_state[1], params)
+    return self.optimizer_def._state_from_transform(opt_state[1], params)
 
   def state_dict(self, target, state):
     state_dict = self.optimizer_def.state_dict(target, state)

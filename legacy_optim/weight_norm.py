@@ -123,6 +123,7 @@ class WeightNorm(base.OptimizerDef):
     if not isinstance(wrapped_optimizer, base.OptimizerDef):
       raise TypeError('WeightNorm: wrapped_optimizer must be an OptimizerDef, '
                       f'got {type(wrapped_optimizer).__name__}.')
+    base.require_per_parameter_state(wrapped_optimizer, 'WeightNorm')
     super().__init__(_WeightNormHyperParams(
         wrapped_optimizer.hyper_params, wn_decay, wn_eps))
     self.wrapped_optimizer = wrapped_optimizer
