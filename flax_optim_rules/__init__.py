@@ -28,7 +28,9 @@ keeps its methods on ``RuleDef`` and is injected the same way::
 A TrainState of one of these transforms also reads and writes flax.optim's
 state layout (``optimizer_state``, ``state_dict``, ``restore_state``) and
 its pytree (``legacy_tree``: what a checkpoint that flattened the Optimizer
-held, leaf for leaf; ``from_legacy_tree`` reads it back).
+held, leaf for leaf; ``from_legacy_tree`` reads it back). A migrated
+program resumes from checkpoints of either layout, its original's or its
+own, with ``from_either_layout(state, raw_restore)``.
 
 ``learning_rate`` may also be a schedule (a callable of the step count):
 ``flax_optim_rules.lr_schedule`` holds flax 0.5.3's removed
@@ -47,6 +49,7 @@ from flax_optim_rules import _adadelta
 from flax_optim_rules import _adafactor
 from flax_optim_rules import _adagrad
 from flax_optim_rules import _adam
+from flax_optim_rules import _either_layout
 from flax_optim_rules import _lamb
 from flax_optim_rules import _lars
 from flax_optim_rules import _legacy_layout
@@ -89,6 +92,7 @@ adadelta = _adadelta.adadelta
 adafactor = _adafactor.adafactor
 adagrad = _adagrad.adagrad
 adam = _adam.adam
+from_either_layout = _either_layout.from_either_layout
 from_legacy_tree = _legacy_tree.from_legacy_tree
 lamb = _lamb.lamb
 lars = _lars.lars
@@ -205,6 +209,7 @@ __all__ = (
     'adafactor',
     'adagrad',
     'adam',
+    'from_either_layout',
     'from_legacy_tree',
     'inject_learning_rate',
     'lamb',

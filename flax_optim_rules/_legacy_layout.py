@@ -18,7 +18,9 @@ reading old checkpoints and writing checkpoints old code reads, without
 
 ``train_state`` is anything with ``step``, ``params``, ``opt_state`` and
 ``replace(**fields)`` (``flax.training.train_state.TrainState``). The Optax
-state may be wrapped by ``inject_learning_rate`` (``optax.inject_hyperparams``).
+state may be wrapped by ``inject_learning_rate`` (``optax.inject_hyperparams``),
+and a ``multi_optimizer`` of such transforms has flax.optim's MultiOptimizer
+layout (None for the params no traversal selects).
 
 ``LAYOUTS`` is the one table saying which Optax states hold which
 per-parameter class and under which attribute each legacy field lives;
@@ -40,6 +42,7 @@ from flax_optim_rules import _adafactor
 from flax_optim_rules import _adagrad
 from flax_optim_rules import _adam
 from flax_optim_rules import _lars
+from flax_optim_rules import _multi
 from flax_optim_rules import _rmsprop
 from flax_optim_rules import _rule_def
 
@@ -254,8 +257,9 @@ def _layout_of_state(opt_state) -> Optional[Layout]:
   raise TypeError(
       f'no flax.optim layout for an Optax state holding {names}: the legacy '
       'view covers one flax_optim_rules transform (or stock optax.sgd), '
-      'optionally inside inject_learning_rate; multi_optimizer, weight_norm '
-      'and stock Optax rules other than sgd are not supported')
+      'optionally inside inject_learning_rate, or a multi_optimizer of '
+      'them; weight_norm and stock Optax rules other than sgd are not '
+      'supported')
 
 
 def to_legacy_state(step, params, opt_state) -> OptimizerState:
@@ -266,6 +270,8 @@ def to_legacy_state(step, params, opt_state) -> OptimizerState:
   ``step``; stock ``optax.sgd`` holds no count of its own).
   """
   inner = _uninjected(opt_state)
+  if isinstance(inner, optax.PartitionState):
+    return _multi_to_legacy_state(step, params, inner)
   layout = _layout_of_state(inner)
   if layout is None:
     return OptimizerState(step, inner.param_states)
@@ -305,6 +311,9 @@ def from_legacy_state(state: OptimizerState, params, opt_state):
   ``to_legacy_state``): its per-parameter fields, and its step in every
   ``count`` (flax.optim had one step; Optax keeps one per state)."""
   inner = _uninjected(opt_state)
+  if isinstance(inner, optax.PartitionState):
+    return _replace_inner(opt_state,
+                          _multi_from_legacy_state(state, params, inner))
   layout = _layout_of_state(inner)
   if layout is None:
     new_inner = inner._replace(param_states=state.param_states)
@@ -315,6 +324,128 @@ def from_legacy_state(state: OptimizerState, params, opt_state):
         layout.optax_names.get(name, name): tree
         for name, tree in fields.items()})
   return _with_counts(_replace_inner(opt_state, new_inner), state.step)
+
+
+# ----------------------------------------------------------------------------
+# multi_optimizer: flax.optim's MultiOptimizer kept each leaf's state in the
+# one ``param_states`` tree (None for a leaf no traversal selects); the
+# ``optax.partition`` state keeps one masked state per sub-optimizer, with
+# ``optax.MaskedNode()`` where another one (or none) steps the params (one
+# MaskedNode may hide a whole subtree: a list flax.optim's traversals saw as
+# one leaf).
+
+def _is_masked(node) -> bool:
+  return isinstance(node, optax.MaskedNode)
+
+
+def _sub_states(state) -> list[tuple[str, Any]]:
+  """(label, state) of each sub-optimizer of a ``multi_optimizer`` state,
+  in the order of its traversals."""
+  labels = set(state.inner_states) - {_multi.FROZEN_LABEL}
+  if not all(label.isdigit() for label in labels):
+    raise TypeError(
+        'no flax.optim layout for an optax.partition state labelled '
+        f'{sorted(labels)}: only multi_optimizer\'s (one label per '
+        'traversal) is flax.optim\'s MultiOptimizer')
+  return [(label, state.inner_states[label].inner_state)
+          for label in sorted(labels, key=int)]
+
+
+class _Mask(NamedTuple):
+  """Which params one sub-optimizer steps, as its state's trees say."""
+  treedef: Any  # params' structure down to the MaskedNodes.
+  hidden: list  # per leaf of ``treedef``: a MaskedNode there.
+
+  def apply(self, tree):
+    """``tree`` (params-shaped) with the hidden parts MaskedNodes."""
+    return self.treedef.unflatten([
+        optax.MaskedNode() if hidden else value
+        for hidden, value in zip(self.hidden, self.treedef.flatten_up_to(tree))
+    ])
+
+  def expand(self, masked, params, fill):
+    """``masked`` (shaped as ``apply`` makes it) with ``fill`` at every
+    param leaf a MaskedNode hides: params' structure down to its leaves."""
+    return self.treedef.unflatten([
+        jax.tree_util.tree_map(lambda _: fill, part) if hidden else value
+        for hidden, value, part in zip(
+            self.hidden, self.treedef.flatten_up_to(masked),
+            self.treedef.flatten_up_to(params))])
+
+
+def _is_leaf_of(tree) -> bool:
+  return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(tree))
+
+
+def _mask_of(sub_state, params) -> Optional[_Mask]:
+  """The mask of a sub-optimizer's per-parameter trees; None where it keeps
+  no per-parameter value (plain SGD)."""
+  for value in optax_state_values(_uninjected(sub_state)).values():
+    treedef = jax.tree_util.tree_structure(value, is_leaf=_is_masked)
+    try:
+      parts = treedef.flatten_up_to(params)
+    except (ValueError, TypeError):
+      continue
+    hidden = [_is_masked(v) for v in treedef.flatten_up_to(value)]
+    # A count is no per-parameter tree: the whole params sit at its leaf.
+    if all(is_hidden or _is_leaf_of(part)
+           for is_hidden, part in zip(hidden, parts)):
+      return _Mask(treedef, hidden)
+  return None
+
+
+# Where a sub-optimizer does not step a param.
+_NOT_STEPPED = object()
+
+
+def _masks(state, params) -> list[tuple[str, Any, Optional[_Mask]]]:
+  """(label, state, mask) of each sub-optimizer.
+
+  Raises:
+    TypeError: a sub-optimizer without per-parameter state leaves open which
+      params it steps and which none does.
+  """
+  subs = [(label, sub_state, _mask_of(sub_state, params))
+          for label, sub_state in _sub_states(state)]
+  stateless = [label for label, _, mask in subs if mask is None]
+  stepped = [mask.expand(mask.apply(params), params, _NOT_STEPPED)
+             for _, _, mask in subs if mask is not None]
+  unclaimed = any(all(leaf is _NOT_STEPPED for leaf in leaves)
+                  for leaves in zip(*map(jax.tree_util.tree_leaves, stepped)))
+  if stateless and (unclaimed or not stepped):
+    raise TypeError(
+        f'no flax.optim layout for this multi_optimizer state: sub-optimizer '
+        f'{", ".join(stateless)} keeps no per-parameter state, so the state '
+        'does not say which params it steps and which none does')
+  return subs
+
+
+def _multi_to_legacy_state(step, params, state) -> OptimizerState:
+  treedef = jax.tree_util.tree_structure(params)
+  flat_states = [None] * treedef.num_leaves
+  for _, sub_state, mask in _masks(state, params):
+    if mask is None:
+      continue  # it steps no param (_masks says so).
+    sub = to_legacy_state(step, mask.apply(params), sub_state)
+    per_leaf = treedef.flatten_up_to(
+        mask.expand(sub.param_states, params, _NOT_STEPPED))
+    for i, value in enumerate(per_leaf):
+      if value is not _NOT_STEPPED:
+        flat_states[i] = value
+  return OptimizerState(step, treedef.unflatten(flat_states))
+
+
+def _multi_from_legacy_state(state: OptimizerState, params, partition):
+  inner_states = dict(partition.inner_states)
+  for label, sub_state, mask in _masks(partition, params):
+    if mask is None:
+      new_sub = _with_counts(sub_state, state.step)
+    else:
+      new_sub = from_legacy_state(
+          OptimizerState(state.step, mask.apply(state.param_states)),
+          mask.apply(params), sub_state)
+    inner_states[label] = inner_states[label]._replace(inner_state=new_sub)
+  return partition._replace(inner_states=inner_states)
 
 
 # ----------------------------------------------------------------------------
@@ -357,8 +488,16 @@ def optimizer_state_dict(target, state: OptimizerState) -> dict:
                     'param_states': to_state_dict(state.param_states)}}
 
 
-# A TrainState's own state dict (what ``flax.serialization`` writes of it).
-_TRAIN_STATE_KEYS = ('step', 'params', 'opt_state')
+# A TrainState's own state dict (what ``flax.serialization`` writes of it)
+# and flax.optim's Optimizer's: the keys at their top.
+TRAIN_STATE_KEYS = ('step', 'params', 'opt_state')
+OPTIMIZER_KEYS = ('target', 'state')
+
+
+def is_train_state(node) -> bool:
+  """An optax TrainState: ``flax.training.train_state.TrainState``, a
+  subclass, or anything with its ``step``, ``params`` and ``opt_state``."""
+  return all(hasattr(node, name) for name in TRAIN_STATE_KEYS)
 
 
 def restore_state(train_state, state_dict: Mapping):
@@ -374,7 +513,7 @@ def restore_state(train_state, state_dict: Mapping):
   missing or unexpected key raises ``ValueError`` naming it.
   """
   if isinstance(state_dict, Mapping) and set(state_dict) == set(
-      _TRAIN_STATE_KEYS):
+      TRAIN_STATE_KEYS):
     return train_state.replace(
         step=state_dict['step'],
         params=from_state_dict(train_state.params, state_dict['params'],
@@ -382,7 +521,7 @@ def restore_state(train_state, state_dict: Mapping):
         opt_state=from_state_dict(train_state.opt_state,
                                    state_dict['opt_state'], 'opt_state'))
   template = optimizer_state(train_state)
-  _require_keys(state_dict, ('target', 'state'), '')
+  _require_keys(state_dict, OPTIMIZER_KEYS, '')
   _require_keys(state_dict['state'], ('step', 'param_states'), 'state/')
   params = from_state_dict(train_state.params, state_dict['target'],
                             'target')

@@ -85,7 +85,7 @@ def legacy_tree(train_state) -> LegacyOptimizerTree:
 
   ``train_state``: anything with ``step``, ``params`` and ``opt_state`` of one
   ``flax_optim_rules`` transform (or stock ``optax.sgd``), optionally inside
-  ``inject_learning_rate``.
+  ``inject_learning_rate``, or of a ``multi_optimizer`` of them.
   """
   _register_with_flax()
   state = _legacy_layout.optimizer_state(train_state)
@@ -113,7 +113,7 @@ def from_legacy_tree(train_state, tree):
         train_state.replace(params=tree.target), tree.state)
   if isinstance(tree, Mapping):
     return _legacy_layout.restore_state(train_state, tree)
-  if all(hasattr(tree, name) for name in ('step', 'params', 'opt_state')):
+  if _legacy_layout.is_train_state(tree):
     return tree
   raise ValueError(
       f'from_legacy_tree: expected a LegacyOptimizerTree, a state dict in '

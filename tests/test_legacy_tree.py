@@ -194,9 +194,8 @@ def test_from_legacy_tree_names_what_it_got():
 def test_a_rule_without_flax_optims_layout_is_refused_by_name():
   state = train_state.TrainState.create(
       apply_fn=None, params={'w': jnp.ones(2)},
-      tx=flax_optim_rules.multi_optimizer(
-          (flax_optim_rules.ModelParamTraversal(lambda path, _: True),
-           flax_optim_rules.adam(learning_rate=0.1))))
+      tx=flax_optim_rules.weight_norm(
+          flax_optim_rules.adam(learning_rate=0.1)))
   with pytest.raises(TypeError, match='no flax.optim layout'):
     flax_optim_rules.legacy_tree(state)
 
@@ -212,3 +211,41 @@ def test_tree_pickles_and_bytes_round_trip():
   unpickled = pickle.loads(pickle.dumps(tree))
   assert type(unpickled) is flax_optim_rules.LegacyOptimizerTree
   chex.assert_trees_all_equal(unpickled, tree)
+
+
+def _multi_rule(case):
+  """``flax_optim_rules.multi_optimizer`` of a MultiOptimizer case whose
+  traversals select paths containing given texts."""
+  pairs = []
+  for selector, spec in case['optimizer']['parts']:
+    assert selector['kind'] == 'path_contains', selector
+    traversal = flax_optim_rules.ModelParamTraversal(
+        lambda path, _, texts=tuple(selector['texts']): any(
+            text in path for text in texts))
+    pairs.append((traversal, flax_optim_rules.rule_named(spec['algo'])(
+        **spec['kwargs'])))
+  return flax_optim_rules.multi_optimizer(*pairs)
+
+
+def test_multi_optimizer_tree_is_flax_053s_and_loads_back():
+  """A multi_optimizer's TrainState has MultiOptimizer's pytree (a leaf no
+  traversal selects has None), and flax 0.5.3's leaves load back into it."""
+  case = object_cases.CASES_BY_NAME['multi_adam_momentum']
+  template = train_state.TrainState.create(
+      apply_fn=None, params=_as_jax(object_cases.params(case)),
+      tx=_multi_rule(case))
+  stepped = template.apply_gradients(
+      grads=_as_jax(object_cases.grads(case, 0)))
+  tree = flax_optim_rules.legacy_tree(stepped)
+  objects.assert_same_form(
+      _without_node_types(objects._recorded(case)['structure']),
+      _without_node_types(objects.neutral(tree)))
+  flax_leaves = objects._arrays(case, 'stepped')
+  chex.assert_trees_all_close(jax.tree_util.tree_leaves(tree), flax_leaves,
+                              rtol=objects.RTOL, atol=objects.ATOL)
+  loaded = flax_optim_rules.from_legacy_tree(
+      template, jax.tree_util.tree_structure(tree).unflatten(flax_leaves))
+  chex.assert_trees_all_equal(
+      jax.tree_util.tree_leaves(flax_optim_rules.legacy_tree(loaded)),
+      flax_leaves)
+  chex.assert_trees_all_equal_structs(loaded.opt_state, stepped.opt_state)

@@ -50,6 +50,8 @@ from compat.checkpoints import _file_skeleton
 from compat.checkpoints import _infer
 from compat.checkpoints import _safe_msgpack
 from compat.checkpoints import _spec
+from flax_optim_rules import _either_layout
+from flax_optim_rules import _legacy_layout
 from legacy_optim import _restore
 
 FORMAT = 'flax-optim-compat/converted-checkpoint/1'
@@ -443,7 +445,10 @@ def restore_checkpoint(path: PathLike, target, *, step=None,
   Reads the checkpoint without a template (``read_checkpoint``), compares
   every path, shape and dtype with ``target`` and restores only an exact
   match; Orbax checkpoints of an earlier flax-optim-compat, which held the
-  optimizer state column-wise, are converted to flax.optim's layout first.
+  optimizer state column-wise, are converted to flax.optim's layout first,
+  and where ``target`` holds an optax TrainState the checkpoint may hold
+  it in flax.optim's Optimizer layout (the original program's checkpoint of
+  a program moved to TrainState: ``flax_optim_rules.from_either_layout``).
   Use it instead of flax's ``restore_checkpoint``, whose Orbax backend fills
   what the checkpoint lacks from the target and casts dtypes to the target's.
 
@@ -466,14 +471,37 @@ def restore_checkpoint(path: PathLike, target, *, step=None,
   expected = serialization.to_state_dict(target)
   found = _with_per_leaf_states(
       read_checkpoint(path, step=step, prefix=prefix), expected)
+  found, layout_hint = _in_train_state_layout(target, found)
   listed = _restore.find_differences(expected, found, exact_dtypes=True)
   if listed:
     name = type(getattr(target, 'optimizer_def', target)).__name__
     raise _restore.RestoreMismatchError(listed, name, '\n'.join(filter(None, (
-        _restore.mismatch_hint(_infer.lookup(expected, p + ('state',)),
-                               _infer.lookup(found, p + ('state',)), name)
-        for p in _optimizer_paths(expected)))))
+        *(_restore.mismatch_hint(_infer.lookup(expected, p + ('state',)),
+                                 _infer.lookup(found, p + ('state',)), name)
+          for p in _optimizer_paths(expected)), layout_hint))))
   return serialization.from_state_dict(target, found)
+
+
+def _in_train_state_layout(target, found):
+  """(``found`` with each TrainState of ``target`` in its own layout, a
+  hint saying why that failed or '').
+
+  A program moved off flax.optim keeps a TrainState where its original
+  kept an Optimizer, so its original's checkpoints hold flax.optim's
+  layout there (``flax_optim_rules.from_either_layout`` reads both).
+  Where neither layout fits, ``found`` is compared as it is, and the hint
+  names the first path that fits neither.
+  """
+  if not any(map(_legacy_layout.is_train_state, jax.tree_util.tree_leaves(
+      target, is_leaf=_legacy_layout.is_train_state))):
+    return found, ''
+  try:
+    return serialization.to_state_dict(
+        _either_layout.from_either_layout(target, found)), ''
+  except ValueError as e:
+    return found, (
+        'Read as a TrainState in its own layout or in flax.optim\'s '
+        f'Optimizer layout (a checkpoint its original program wrote): {e}')
 
 
 # ----------------------------------------------------------- conversions

@@ -21,11 +21,11 @@ one):
 * the dict, and what is made from it, is only taken apart and rebuilt as a
   tree: passed to jax's tree functions (not given ``is_leaf``, whose
   function may receive the tree's nodes), ``jax.device_get``, ``replicate``,
-  flax's serialization, a treedef's ``unflatten``, or to a parameter of a
-  project function (also through ``pool.apply_async(f, (args,))``) that
-  does only this with it (returning what it made is allowed there); tested
-  for truth; given other entries, or read by another constant key (also
-  with ``.get``);
+  flax's serialization and checkpoints, a treedef's ``unflatten``, or to
+  a parameter of a project function (also through ``pool.apply_async(f,
+  (args,))``) that does only this with it (returning what it made is
+  allowed there); tested for truth; given other entries, or read by
+  another constant key (also with ``.get``);
 * the optimizer's entry of any of them is read only as ``.target`` or
   ``.state`` (the tree has both), or assigned to a name the flow proves an
   optimizer, where the template is still the same value (a parameter, or
@@ -59,14 +59,17 @@ _GIVE_TREE = _with_removed(
     'jax.tree.map_with_path', 'jax.device_get', 'jax.device_put',
     'flax.jax_utils.replicate', 'flax.jax_utils.unreplicate',
     'flax.serialization.from_state_dict', 'flax.serialization.from_bytes',
-    'copy.copy', 'copy.deepcopy')
+    'flax.training.checkpoints.restore_checkpoint', 'copy.copy',
+    'copy.deepcopy')
 _GIVE_LEAVES_AND_TREEDEF = _with_removed(
     'jax.tree_util.tree_flatten', 'jax.tree_util.tree_flatten_with_path',
     'jax.tree.flatten', 'jax.tree.flatten_with_path')
 _GIVE_LEAVES = _with_removed(
     'jax.tree_util.tree_leaves', 'jax.tree_util.tree_leaves_with_path',
     'jax.tree.leaves', 'jax.tree.leaves_with_path',
-    'flax.serialization.to_state_dict', 'flax.serialization.to_bytes')
+    'flax.serialization.to_state_dict', 'flax.serialization.to_bytes',
+    'flax.training.checkpoints.save_checkpoint',
+    'flax.training.checkpoints.save_checkpoint_multiprocess')
 _TREE_CALLS = _GIVE_TREE | _GIVE_LEAVES_AND_TREEDEF | _GIVE_LEAVES
 _TREE, _FREE = 'tree', 'free'
 # A treedef's method that rebuilds a tree of its structure.
@@ -485,7 +488,7 @@ def assigned_names(parents, read) -> list:
   return [target.elts[index] for target in parents[parent].targets]
 
 
-def _statement_of(parents, node):
+def statement_of(parents, node):
   while node is not None and not isinstance(node, ast.stmt):
     node = parents.get(node)
   return node
@@ -499,8 +502,8 @@ def _template_problem(uses, value, dict_node, read) -> Optional[str]:
       root in _bound_names(n) for n in uses.own):
     return None
   parents = uses.parents
-  first, last = (_statement_of(parents, dict_node),
-                 _statement_of(parents, read))
+  first, last = (statement_of(parents, dict_node),
+                 statement_of(parents, read))
   block = parents.get(first)
   siblings = [getattr(block, f, None) for f in ('body', 'orelse',
                                                 'finalbody')]

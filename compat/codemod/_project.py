@@ -334,6 +334,10 @@ class Model:
     # (``called_elsewhere``, ``used_otherwise_elsewhere``).
     self.reference_candidates: set = set()
     self.referenced_elsewhere: dict = {}  # id(FunctionDef) -> [_Reference]
+    # The flows asked what holds an optimizer across modules (built once
+    # each), and the questions open (a value flowing back: True).
+    self._holding_flows: dict = {}
+    self._holding_open: set = set()
     self.param_why: dict = {}  # the same keys -> why a verdict is False
     # (FunctionDef, parameter) -> the StepSignature of the factory's step
     # every call passes there; the step factories whose calls elsewhere
@@ -1105,6 +1109,53 @@ class Model:
       self._mentions[key] = self._first_mention(
           node, path, elsewhere=True, notebooks=is_notebook(path))
     return self._mentions[key]
+
+  def _holding_flow(self, path) -> _flow.OptimizerFlow:
+    if path not in self._holding_flows:
+      self._holding_flows[path] = _flow.OptimizerFlow(self.trees[path],
+                                                      self.names[path])
+    return self._holding_flows[path]
+
+  def passes_holding(self, node, path, parameter) -> Optional[bool]:
+    """Whether every call of the module function ``node`` of ``path`` from
+    another module passes a value holding an optimizer as ``parameter``
+    (``OptimizerFlow.holds_optimizer`` in the caller's module); None where
+    no other module refers to it, False where one does otherwise than by
+    a call, or its callers are not known."""
+    mine = self._model_ids(node, path)
+    if not mine or not mine <= self.reference_candidates:
+      return None if self.called_elsewhere(node, path) is None else False
+    references = [reference for key in mine
+                  for reference in self.referenced_elsewhere.get(key, ())]
+    if not references:
+      return None
+    key = (path, node.lineno, parameter)
+    if key in self._holding_open:
+      return True  # its other callers decide
+    self._holding_open.add(key)
+    try:
+      for reference in references:
+        argument = None if reference.call is None else _names.argument_for(
+            node, parameter, reference.call)
+        if argument is None or reference.path not in self.trees or not (
+            self._holding_flow(reference.path).holds_optimizer(argument)):
+          return False
+      return True
+    finally:
+      self._holding_open.discard(key)
+
+  def returns_holding(self, call, names, index=None) -> bool:
+    """Every return of the project's module function ``call`` runs (in
+    another module) holds an optimizer (``index``: its element of the
+    tuple returned)."""
+    function = self.callee(call, names)
+    if function is None or function.is_method or (
+        function.path not in self.trees):
+      return False
+    flow = self._holding_flow(function.path)
+    if flow.functions.get(function.node.name) is not function.node:
+      return False
+    return flow.function_returns_holding(function.node, index)
 
   def passes_linked(self, call, argument, names) -> bool:
     """``call`` passes ``argument`` to another module's function whose flow

@@ -53,6 +53,7 @@ from compat.codemod import _names
 from compat.codemod import _params
 from compat.codemod import _project
 from compat.codemod import _removals
+from compat.codemod import _restores
 from compat.codemod import _state_layout
 from compat.codemod import _user_rules
 from compat.codemod import _walk
@@ -203,8 +204,12 @@ class Planner:
     # ids of nodes a user rule's rewrite edits (its base, OptimizerState).
     self.claimed: set[int] = set()
     self.kept_rules: list = []  # the user's classes moved onto RuleDef
-    # Lines whose checkpoint call keeps flax.optim's layout (``_state_layout``).
+    # Lines whose checkpoint call keeps or reads flax.optim's layout
+    # (``_state_layout``, ``_restores``): no checkpoint note there.
     self.legacy_layout_lines: set[int] = set()
+    # (call, why) of each restore of the flow left as it is (``_restores``):
+    # noted where the flow migrates.
+    self.restores_left: list = []
     self.imports, self.removed = [], []
     self._parents = {}
     for node in ast.walk(tree):
@@ -285,6 +290,12 @@ class Planner:
                      for node in self.kept_rules]
       if flow_edits:
         self.notes += self._called_nowhere_notes()
+      if flow_edits:
+        self.notes += [Leftover(
+            node.lineno, 'checkpoint', self._line(node.lineno),
+            _restores.note(self, why))
+                       for node, why in self.restores_left
+                       if node.lineno not in self.checkpoint_lines]
       if flow_edits:  # old checkpoints read by key meet new ones
         self.notes += [Leftover(node.lineno, 'checkpoint',
                                 self._line(node.lineno),
@@ -431,6 +442,8 @@ class Planner:
             leftovers.append(self._leftover(node, 'create', reason))
         elif _state_layout.plan_serialization(self, node, RULES_MODULE):
           self.legacy_layout_lines.add(node.lineno)
+        elif self._planned_restore(node):
+          pass  # (a restore into a template: rewritten or noted)
         elif self.names.resolve(node.func) in _flow.OPTIMIZER_CLASSES:
           # Built from a definition, a state and a target: a TrainState of
           # the definition's transform holding that state.
@@ -486,6 +499,21 @@ class Planner:
             'shows' + (f': {callers}' if callers else '') + '); ' +
             finding.replacement))
     return self.edits[before:], leftovers
+
+  def _planned_restore(self, call) -> bool:
+    """Whether ``call`` is a restore into a template (``_restores``):
+    rewritten to read both layouts where the template holds an optimizer
+    of the flow, else kept with the reason (noted where the flow
+    migrates)."""
+    restore = _restores.restore_of(self, call)
+    if restore is None:
+      return False
+    why = _restores.plan_restore(self, restore, RULES_MODULE)
+    if why:
+      self.restores_left.append((call, why))
+    else:
+      self.legacy_layout_lines.add(call.lineno)
+    return True
 
   @functools.cached_property
   def field_stores(self) -> list:
@@ -964,6 +992,12 @@ class Planner:
     self.imports.append((RULES_MODULE, None, None))
     self.edit(node, f'{RULES_MODULE}.legacy_tree({{value}})', 'checkpoint',
               value=node)
+    # A checkpoint call given the dict keeps flax.optim's layout: no note.
+    around = self.parents.get(entry[0])
+    while isinstance(around, (ast.expr, ast.keyword)):
+      if isinstance(around, ast.Call):
+        self.legacy_layout_lines.add(around.lineno)
+      around = self.parents.get(around)
     template = _escape(ast.unparse(verdict.display.value))
     for read in verdict.display.loaded_back:
       self.edit(read, f'{RULES_MODULE}.from_legacy_tree({template}, '

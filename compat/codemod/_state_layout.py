@@ -58,14 +58,17 @@ def param_state_classes() -> dict:
 _NOT_LAID_OUT = ('multi_optimizer', 'weight_norm')
 
 
-def _unsupported(planner) -> Optional[str]:
-  """Why this module's optimizers have no view of flax.optim's layout."""
+def unsupported(planner, covered=()) -> Optional[str]:
+  """Why this module's optimizers have no view of flax.optim's layout
+  (``covered``: the definitions the caller's function lays out besides
+  one rule's transform)."""
   if planner.tier != 'exact':
     return ("--tier stock writes stock Optax rules, whose states "
             "flax_optim_rules' view of flax.optim's layout does not cover "
             '(the exact tier keeps the layout)')
   found = sorted({f.construct for f in planner.findings
-                  if f.construct in _NOT_LAID_OUT})
+                  if f.construct in _NOT_LAID_OUT and
+                  f.construct not in covered})
   if found:
     return (f'this module builds {" and ".join(found)} definitions, whose '
             "Optax state flax_optim_rules' view of flax.optim's layout does "
@@ -79,7 +82,7 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
   called = isinstance(parent, ast.Call) and parent.func is node
   if node.attr != 'replace' or any(
       k.arg == 'state' for k in getattr(parent, 'keywords', ())):
-    why = _unsupported(planner)
+    why = unsupported(planner)
     if why:
       return why
   if node.attr == 'state':
@@ -142,7 +145,7 @@ def plan_serialization(planner, call, rules: str) -> bool:
     return False
   arity = 1 if path == _TO_STATE_DICT else 2
   if len(call.args) != arity or not planner.flow.is_optimizer(
-      call.args[0]) or _unsupported(planner):
+      call.args[0]) or unsupported(planner):
     return False
   planner.imports.append((rules, None, None))
   if path == _TO_STATE_DICT:
@@ -185,7 +188,7 @@ def plan_hand_built(planner, call, train_state_name,
   if not planner.flow.is_def(given['optimizer_def']):
     return ('its definition is not provably a flax.optim OptimizerDef here, '
             'so it is not rewritten to a transform')
-  why = _unsupported(planner)
+  why = unsupported(planner)
   if why:
     return why
   planner.imports.append((rules, None, None))

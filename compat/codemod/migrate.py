@@ -799,6 +799,12 @@ def format_summary(results, pins) -> str:
     for left in r.left:
       out.append(f'{r.path}:{left.line}: left ({left.construct}): '
                  f'{left.reason}')
+    # What a checkpoint written before migrating needs (converting) is
+    # said here too where the flow migrated: the report is optional, old
+    # files are the user's.
+    if _rewrite_plan.flow_migrated(r.plan):
+      out += [f'{r.path}:{note.line}: note (checkpoint): {note.reason}'
+              for note in r.plan.notes if note.construct == 'checkpoint']
   out += [f'{p.path}:{p.line}: pin kept for flax.optim: {p.text}'
           for p in pins]
   return '\n'.join(out)

@@ -1,0 +1,179 @@
+"""Restores of state that held a migrated optimizer read both layouts.
+
+A program migrated part way through an experiment resumes from checkpoints
+its original wrote: flax.optim's layout (``{'target', 'state': {'step',
+'param_states'}}``, alone or nested in the user's state), where the
+migrated state holds a TrainState. flax's ``restore_checkpoint`` given a
+template of another structure gives the template back, silently (step 0,
+zero moments). So each restore whose target holds an optimizer the flow
+migrates (``OptimizerFlow.holds_optimizer``) reads the file raw and fills
+the template with ``flax_optim_rules.from_either_layout``, which takes
+either layout and raises naming what fits neither:
+
+  checkpoints.restore_checkpoint(d, state, step=s)
+      -> flax_optim_rules.from_either_layout(
+             state, checkpoints.restore_checkpoint(d, None, step=s))
+  serialization.from_bytes(state, data)
+      -> flax_optim_rules.from_either_layout(
+             state, serialization.msgpack_restore(data))
+  serialization.from_state_dict(state, d)
+      -> flax_optim_rules.from_either_layout(state, d)
+
+(``from_state_dict`` of a bare optimizer is ``_state_layout``'s
+``restore_state``, which reads both layouts too.) A restore this module
+cannot rewrite, or whose target it cannot tell, is reported where the
+flow migrates (``RESTORE_NOTE``), with the ``convert`` command that turns
+the old files into the new layout. Stdlib only.
+"""
+
+import ast
+from typing import NamedTuple, Optional
+
+from compat.codemod import _state_layout
+
+_RESTORE_CHECKPOINT = 'flax.training.checkpoints.restore_checkpoint'
+_FROM_BYTES = 'flax.serialization.from_bytes'
+_FROM_STATE_DICT = 'flax.serialization.from_state_dict'
+# Each route migrate rewrites -> its target's position and keyword.
+ROUTES = {
+    _RESTORE_CHECKPOINT: (1, 'target'),
+    _FROM_BYTES: (0, 'target'),
+    _FROM_STATE_DICT: (0, 'target'),
+}
+# The keywords each route may be given besides its target, kept as they
+# are (what restore_checkpoint reads: which file, how).
+_OTHER_KEYWORDS = {
+    _RESTORE_CHECKPOINT: ('ckpt_dir', 'step', 'prefix', 'parallel'),
+    _FROM_BYTES: ('encoded_bytes',),
+    _FROM_STATE_DICT: ('state',),
+}
+# What from_either_layout reads flax.optim's layout of besides one rule's
+# transform (flax.optim's MultiOptimizer state; not WeightNorm's).
+_EITHER_LAYOUT_COVERS = ('multi_optimizer',)
+# Names of calls of other libraries that restore a template given to them
+# (clu's Checkpoint.restore_or_initialize, Orbax's restore, a loader of
+# the user's own that is not part of the scanned project).
+_RESTORING_WORDS = ('restore', 'load')
+
+RESTORE_NOTE = (
+    'this restore is not rewritten to read both checkpoint layouts: {why}. '
+    "A checkpoint written before migrating holds flax.optim's layout, which "
+    'it does not read (flax gives the template back unchanged: step 0, '
+    'zero moments): convert such files first with `flax-optim-compat '
+    'convert SRC DST --to train_state{stock}`')
+
+
+def note(planner, why: str) -> str:
+  """The report's note on a restore left as it is, for ``why``."""
+  # --tier stock writes stock Optax states: the converted files must too.
+  return RESTORE_NOTE.format(why=why, stock=' --stock' if (
+      planner.tier == 'stock') else '')
+
+
+class Restore(NamedTuple):
+  """A restore into a template: the call, its route (None: another
+  library's), the template."""
+  call: ast.Call
+  route: Optional[str]
+  target: ast.AST
+
+
+def _hidden(call) -> bool:
+  return any(isinstance(a, ast.Starred) for a in call.args) or any(
+      k.arg is None for k in call.keywords)
+
+
+def target_of(call, route) -> Optional[ast.AST]:
+  """The template ``call``, a restore of ``ROUTES``' ``route``, fills
+  (None where none is given or ``*`` hides it)."""
+  position, keyword = ROUTES[route]
+  target = next((k.value for k in call.keywords if k.arg == keyword), None)
+  if target is None and not _hidden(call) and position < len(call.args):
+    target = call.args[position]
+  return target
+
+
+def restore_of(planner, call) -> Optional[Restore]:
+  """``call`` as a restore into a template, or None: a route of
+  ``ROUTES``, or a call of another library named like a restore and
+  given an argument that may hold an optimizer the flow migrates."""
+  route = planner.names.resolve(call.func)
+  if route in ROUTES:
+    target = target_of(call, route)
+    return None if target is None else Restore(call, route, target)
+  name = call.func.attr if isinstance(call.func, ast.Attribute) else (
+      call.func.id if isinstance(call.func, ast.Name) else '')
+  if not any(word in name.lower() for word in _RESTORING_WORDS) or (
+      _project_function(planner, call)):
+    return None  # a function of the project: its own module's restore
+  for argument in [*call.args, *(k.value for k in call.keywords)]:
+    if planner.flow.may_hold_optimizer(argument):
+      return Restore(call, None, argument)
+  return None
+
+
+def _project_function(planner, call) -> bool:
+  model = planner.names.model
+  return planner.flow.runs_module_function(call) or (
+      model is not None and model.callee(call, planner.names) is not None)
+
+
+def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
+  """Rewrites ``restore`` to read both layouts where its target holds an
+  optimizer the flow migrates; returns why not (None: rewritten, or
+  nothing of the flow is restored there)."""
+  if restore.route is None:
+    return (f'`{planner.text(restore.call.func)[:60]}` is not a restore '
+            'migrate rewrites (flax.training.checkpoints.restore_checkpoint, '
+            'flax.serialization.from_bytes and from_state_dict are)')
+  if not planner.flow.holds_optimizer(restore.target):
+    if isinstance(restore.target, ast.Constant):
+      return None  # a raw restore (target=None): no template to fill
+    return (f'migrate cannot tell whether `{planner.text(restore.target)[:60]}'
+            '` holds an optimizer it migrates')
+  why = _state_layout.unsupported(
+      planner, covered=_EITHER_LAYOUT_COVERS) or _arguments_problem(restore)
+  if why:
+    return why
+  planner.imports.append((rules, None, None))
+  call, target = restore.call, restore.target
+  if restore.route == _FROM_STATE_DICT:
+    state = _argument(call, 1, 'state')
+    planner.edit(call, f'{rules}.from_either_layout({{target}}, {{state}})',
+                 'checkpoint', target=target, state=state)
+  elif restore.route == _FROM_BYTES:
+    data = _argument(call, 1, 'encoded_bytes')
+    planner.edit(call, f'{rules}.from_either_layout({{target}}, '
+                 '{module}.msgpack_restore({data}))', 'checkpoint',
+                 target=target, module=call.func.value, data=data)
+  else:  # the raw restore: the same call given no template
+    start, end = planner.span(call)
+    target_start, target_end = planner.span(target)
+    planner.edit(call, f'{rules}.from_either_layout({{target}}, '
+                 '{head}None{tail})', 'checkpoint', target=target,
+                 head=(start, target_start), tail=(target_end, end))
+  return None
+
+
+def _argument(call, position, keyword):
+  given = next((k.value for k in call.keywords if k.arg == keyword), None)
+  return given if given is not None else call.args[position]
+
+
+def _arguments_problem(restore: Restore) -> Optional[str]:
+  call, route = restore.call, restore.route
+  if _hidden(call):
+    return 'arguments passed with * or ** cannot be mapped with certainty'
+  known = ('target', *_OTHER_KEYWORDS[route])
+  unknown = [k.arg for k in call.keywords if k.arg not in known]
+  if unknown:
+    return (f'it is given {", ".join(unknown)}, which the raw restore '
+            'of both layouts does not take')
+  if route == _FROM_BYTES and not isinstance(call.func, ast.Attribute):
+    return ('from_bytes is called by its bare name: its module\'s '
+            'msgpack_restore has no spelling here')
+  binds = len(call.args) <= 5 if route == _RESTORE_CHECKPOINT else (
+      len(call.args) + len(call.keywords) == 2)
+  if not binds:
+    return "its arguments do not bind as flax's signature has them"
+  return None
