@@ -258,12 +258,16 @@ def _mipnerf_resume(mode, directory):
   its replication); then ``STEPS`` steps more. The harness's own loop
   variables (the batches' generator, the dropout keys) go in a pickle beside
   the checkpoint; the program's state only through its checkpoint."""
+  from flax import io as flax_io  # noqa: PLC0415
   from flax import jax_utils  # noqa: PLC0415
   import gin  # noqa: PLC0415
   import jax  # noqa: PLC0415 - after the stand-ins are installed
   train = importlib.import_module('train')
   models = importlib.import_module('internal.models')
   utils = importlib.import_module('internal.utils')
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
   gin.parse_config([
       'MipNerfModel.num_samples = 4', 'MipNerfModel.max_deg_point = 2',
       'MipNerfModel.deg_view = 1', 'MLP.net_depth = 2', 'MLP.net_width = 8',
