@@ -298,11 +298,13 @@ def _mipnerf_resume(mode, directory):
       train, 'main', 'optimizer', 'train_pstep', model=model,
       variables=variables, config=config)
   flags = types.SimpleNamespace(train_dir=directory)
-  first = 'restore_checkpoint' if mode == 'restore' else 'jax_utils.replicate'
+  # A new run: main's statements from init_step (after its restore); a
+  # resumed one: from its restore statement.
+  first, containing = (('state', 'restore_checkpoint') if mode == 'restore'
+                       else ('init_step', ''))
   resumed = _v033_driver.example_statements(
-      train, 'main', 'state' if mode == 'restore' else 'init_step', 'state',
-      containing=first if mode == 'restore' else '', state=created['state'],
-      FLAGS=flags)
+      train, 'main', first, 'state', containing=containing,
+      state=created['state'], FLAGS=flags)
   state, init_step = resumed['state'], int(resumed['init_step'])
 
   def steps(count):
