@@ -45,7 +45,11 @@ legacy    files of the output that still use flax.optim (the independent
 ``--train`` also runs, for each repository with a recipe
 (tests/_corpus_train.py), the migrated copy's own train step beside the
 original's under the shim, the shim's imports blocked, and prints a line
-each below the table: bit-identical over how many steps, or why not.
+each below the table: bit-identical over how many steps, or why not; for
+the repositories with a resume recipe (``_corpus_train.RESUMES``) the same
+line says whether the migrated copy, restoring the original's checkpoint
+with its own migrated restore code, trains on bit-identically (params,
+step, optimizer moments) to the original's uninterrupted run.
 
 The figures of each row (usages, found, rewritten, left, broken) are
 compared with those recorded in ``tests/corpus/figures.toml`` (a table per
@@ -718,6 +722,15 @@ def compare_figures(measured: dict, recorded: dict) -> tuple:
   return failures, improvements
 
 
+def _failure(error: Exception) -> str:
+  """'FAILS: ...': the first line says which run or check; the last, a
+  run's error."""
+  why = [line for line in str(error).splitlines() if line.strip()] or [
+      type(error).__name__]
+  return 'FAILS: ' + ' ... '.join(dict.fromkeys((why[0][:200],
+                                                 why[-1][:200])))
+
+
 def train_comparison(name: str, root: str) -> Optional[str]:
   """``name``'s migrated train step beside the original's (the recipe of
   tests/_corpus_train.py): the line for the table, None without a
@@ -733,12 +746,24 @@ def train_comparison(name: str, root: str) -> Optional[str]:
     try:
       steps = _corpus_train.compare(name, root, pathlib.Path(tmp))
     except (AssertionError, subprocess.TimeoutExpired) as e:
-      # The first line says which run or check; the last, a run's error.
-      why = [line for line in str(e).splitlines() if line.strip()] or [
-          type(e).__name__]
-      return 'FAILS: ' + ' ... '.join(dict.fromkeys((why[0][:200],
-                                                     why[-1][:200])))
-  return f'bit-identical over {steps} steps'
+      return _failure(e)
+  line = f'bit-identical over {steps} steps'
+  if name in _corpus_train.RESUMES:
+    line += '; resumed from the original\'s checkpoint: ' + _resume_line(
+        _corpus_train, name, root)
+  return line
+
+
+def _resume_line(corpus_train, name: str, root: str) -> str:
+  """The migrated copy resuming the original's checkpoint
+  (``_corpus_train.compare_resume``): the part of the train line."""
+  with tempfile.TemporaryDirectory(prefix=f'corpus-resume-{name}-') as tmp:
+    try:
+      steps = corpus_train.compare_resume(name, root, pathlib.Path(tmp))
+    except (AssertionError, subprocess.TimeoutExpired) as e:
+      return _failure(e)
+  return (f'bit-identical over {steps}+{steps} steps (params, step, '
+          'moments)')
 
 
 def main(argv=None) -> int:
@@ -789,7 +814,7 @@ def main(argv=None) -> int:
                 indent=1, default=list)
   if missing:
     return 2
-  return 1 if worse or any(r.broken or (r.trains or '').startswith('FAILS')
+  return 1 if worse or any(r.broken or 'FAILS' in (r.trains or '')
                            for r in rows) else 0
 
 

@@ -252,6 +252,85 @@ def _mipnerf():
            {'lr': lr, 'stats': jax_utils.unreplicate(stats)})
 
 
+def _mipnerf_resume(mode, directory):
+  """mipnerf's own save (its training loop's save block) after ``STEPS``
+  steps, or its own restore (main's ``restore_checkpoint`` statement through
+  its replication); then ``STEPS`` steps more. The harness's own loop
+  variables (the batches' generator, the dropout keys) go in a pickle beside
+  the checkpoint; the program's state only through its checkpoint."""
+  from flax import io as flax_io  # noqa: PLC0415
+  from flax import jax_utils  # noqa: PLC0415
+  import gin  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train')
+  models = importlib.import_module('internal.models')
+  utils = importlib.import_module('internal.utils')
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  gin.parse_config([
+      'MipNerfModel.num_samples = 4', 'MipNerfModel.max_deg_point = 2',
+      'MipNerfModel.deg_view = 1', 'MLP.net_depth = 2', 'MLP.net_width = 8',
+      'MLP.net_width_condition = 4', 'MLP.skip_layer = 1'])
+  config = utils.Config(lr_init=1e-2, lr_final=1e-3, lr_delay_steps=2,
+                        max_steps=10, grad_max_norm=1.)
+  carry = {'rng': np.random.RandomState(0),
+           'keys': jax.random.split(jax.random.PRNGKey(1), 1)}
+  rays = 4
+
+  def batch():
+    rng = carry['rng']
+    directions = rng.randn(1, rays, 3).astype(np.float32)
+    return {'rays': utils.Rays(
+        origins=rng.randn(1, rays, 3).astype(np.float32),
+        directions=directions,
+        viewdirs=directions / np.linalg.norm(directions, axis=-1,
+                                             keepdims=True),
+        radii=rng.rand(1, rays, 1).astype(np.float32) * 0.01,
+        lossmult=np.ones((1, rays, 1), np.float32),
+        near=np.full((1, rays, 1), config.near, np.float32),
+        far=np.full((1, rays, 1), config.far, np.float32)),
+            'pixels': rng.rand(1, rays, 3).astype(np.float32)}
+
+  model, variables = models.construct_mipnerf(jax.random.PRNGKey(0),
+                                              batch())
+  created = _v033_driver.example_statements(
+      train, 'main', 'optimizer', 'train_pstep', model=model,
+      variables=variables, config=config)
+  flags = types.SimpleNamespace(train_dir=directory)
+  # A new run: main's statements from init_step (after its restore); a
+  # resumed one: from its restore statement.
+  first, containing = (('state', 'restore_checkpoint') if mode == 'restore'
+                       else ('init_step', ''))
+  resumed = _v033_driver.example_statements(
+      train, 'main', first, 'state', containing=containing,
+      state=created['state'], FLAGS=flags)
+  state, init_step = resumed['state'], int(resumed['init_step'])
+
+  def steps(count):
+    nonlocal state
+    for step in range(init_step, init_step + count):
+      lr = created['learning_rate_fn'](step)
+      state, stats, carry['keys'] = created['train_pstep'](
+          carry['keys'], state, batch(), lr)
+      yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+             {'lr': lr, 'stats': jax_utils.unreplicate(stats)})
+
+  if mode == 'save':
+    for _ in steps(STEPS):
+      pass
+    _v033_driver.example_block(train, 'main', 'state_to_save =', state=state,
+                               step=init_step + STEPS - 1, FLAGS=flags)
+    _v033_driver.save_carry(carry, directory)
+    init_step += STEPS
+  else:
+    carry.update(_v033_driver.load_carry(directory))
+  yield from steps(STEPS)
+  yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
+
+
+RESUME = {'mipnerf': _mipnerf_resume}
+
 RECIPES = {
     'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
                      'clu', 'flaxformer', 'pandas', 'tqdm', 'einops'),
@@ -278,6 +357,10 @@ def main(argv):
   for path in reversed(paths):
     sys.path.insert(0, os.path.abspath(os.path.join(directory, path)))
   os.chdir(directory)
+  if '--resume' in argv[4:]:
+    mode, checkpoints = argv[argv.index('--resume') + 1:][:2]
+    _v033_driver.record(RESUME[name](mode, os.path.abspath(checkpoints)), out)
+    return 0
   _v033_driver.record(recipe(), out)
   return 0
 

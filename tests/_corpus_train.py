@@ -20,6 +20,8 @@ import numpy as np
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
+# Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
+RESUMES = ('mipnerf',)
 RUNS = {'mipnerf': '', 'nerfies': '', 'nested': '', 'vit': 'vit_jax/'}
 
 
@@ -52,3 +54,46 @@ def compare(name, repository, tmp_path) -> int:
   new = train(migrated, name, tmp_path / 'migrated.npz', shim=False)
   _migrated_copies.assert_bit_identical(old, new)
   return len({key.split('/')[0] for key in old})
+
+
+def _resume_run(directory, name, out, checkpoints, mode, shim) -> dict:
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  command = [sys.executable, DRIVER, str(directory), name, str(out),
+             '--resume', mode, str(checkpoints)]
+  if not shim:
+    env['LEGACY_OPTIM_IMPORT_HOOK'] = '0'
+    command.append('--no-shim')
+  run = subprocess.run(command, env=env, capture_output=True, text=True,
+                       timeout=900, check=False)
+  assert run.returncode == 0, (
+      f'{mode} run ({"original" if shim else "migrated"}) failed:\n'
+      f'{run.stderr[-4000:]}')
+  with np.load(out) as arrays:
+    return {key: arrays[key] for key in arrays.files}
+
+
+def compare_resume(name, repository, tmp_path) -> int:
+  """The original (through the shim) trains N steps, saves with its own
+  save code, trains N more; the migrated copy, the shim blocked, restores
+  that checkpoint with its own (migrated) restore code and trains the same
+  N steps. Each of those steps' params and metrics, and the final step,
+  params and optimizer moments must be bit-identical. Returns N."""
+  original, migrated, problems = _migrated_copies.copies(repository,
+                                                         tmp_path)
+  blocking = [p for p in problems if p.startswith(RUNS[name])]
+  assert not blocking, blocking
+  checkpoints = tmp_path / 'checkpoints'
+  checkpoints.mkdir()
+  old = _resume_run(original, name, tmp_path / 'original.npz', checkpoints,
+                    'save', shim=True)
+  new = _resume_run(migrated, name, tmp_path / 'resumed.npz', checkpoints,
+                    'restore', shim=False)
+  assert sorted(old) == sorted(new), (sorted(set(old) ^ set(new)))
+  assert any(k.startswith('final/moments/') for k in old), sorted(old)
+  for key in sorted(old):
+    a, b = old[key], new[key]
+    assert a.dtype == b.dtype and a.shape == b.shape, (key, a, b)
+    assert a.tobytes() == b.tobytes(), (
+        f'the resumed migrated run differs at {key}: original {a}, '
+        f'resumed {b}')
+  return len({k.split('/')[0] for k in old if k.startswith('step')})

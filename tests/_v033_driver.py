@@ -25,6 +25,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import pickle
 import sys
 import types
 from unittest import mock
@@ -72,16 +73,19 @@ class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def example_statements(module, function: str, first: str, last: str,
-                       **local_values):
+                       containing: str = '', **local_values):
   """Runs the statements of ``module.function`` from the first one that
   assigns ``first`` to the next one after it that assigns ``last``, with
   ``local_values`` as the function's locals; returns the locals after.
 
   migrate rewrites expressions, never adds or removes statements, so the
   same targets pick the same statements in the original and migrated copy.
+  ``containing``: the first statement is the first assigning ``first`` whose
+  source holds this text (a restore call, say).
   """
   with open(module.__file__, encoding='utf-8') as f:
-    tree = ast.parse(f.read(), module.__file__)
+    source = f.read()
+  tree = ast.parse(source, module.__file__)
   body = next(node.body for node in tree.body
               if isinstance(node, ast.FunctionDef) and node.name == function)
 
@@ -89,10 +93,35 @@ def example_statements(module, function: str, first: str, last: str,
     return isinstance(statement, ast.Assign) and any(
         isinstance(t, ast.Name) and t.id == name for t in statement.targets)
 
-  start = next(i for i, s in enumerate(body) if assigns(s, first))
+  start = next(i for i, s in enumerate(body) if assigns(s, first) and
+               containing in ast.get_source_segment(source, s))
   stop = next(i for i, s in enumerate(body) if i > start and assigns(s, last))
   code = compile(ast.Module(body=body[start:stop + 1], type_ignores=[]),
                  module.__file__, 'exec')
+  namespace = dict(vars(module), **local_values)
+  exec(code, namespace)  # noqa: S102 - the example's own statements
+  return namespace
+
+
+def example_block(module, function: str, containing: str, **local_values):
+  """Runs the statement list (a block at any depth of ``module.function``)
+  holding the first statement whose source holds ``containing``, with
+  ``local_values`` as the function's locals; returns the locals after."""
+  with open(module.__file__, encoding='utf-8') as f:
+    source = f.read()
+  tree = ast.parse(source, module.__file__)
+  function_node = next(node for node in tree.body if isinstance(
+      node, ast.FunctionDef) and node.name == function)
+  block = next(
+      body for node in ast.walk(function_node)
+      for body in (getattr(node, field, None) for field in ('body', 'orelse'))
+      if isinstance(body, list) and any(
+          isinstance(s, ast.stmt) and not isinstance(s, ast.FunctionDef) and
+          containing in ast.get_source_segment(source, s) and not any(
+              isinstance(c, ast.stmt) for c in ast.walk(s) if c is not s)
+          for s in body))
+  code = compile(ast.Module(body=block, type_ignores=[]), module.__file__,
+                 'exec')
   namespace = dict(vars(module), **local_values)
   exec(code, namespace)  # noqa: S102 - the example's own statements
   return namespace
@@ -378,12 +407,54 @@ RECIPES = {'mnist': _mnist, 'vae': _vae, 'imagenet': _imagenet,
            'nlp_seq': _nlp_seq}
 
 
+# A resume recipe's last item: (FINAL, the optimizer or TrainState trained).
+FINAL = 'final'
+
+
+def save_carry(carry: dict, directory: str) -> None:
+  """The harness's own loop variables (batch generator, keys), beside a
+  checkpoint: what a resumed run needs besides the program's state."""
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  with open(os.path.join(directory, 'harness_carry.pkl'), 'wb') as f:
+    pickle.dump(jax.device_get(carry), f)
+
+
+def load_carry(directory: str) -> dict:
+  with open(os.path.join(directory, 'harness_carry.pkl'), 'rb') as f:
+    return pickle.load(f)  # noqa: S301 - written by save_carry above
+
+
+def final_arrays(trained) -> dict:
+  """A legacy Optimizer's or a TrainState's step, params and optimizer
+  moments (every array leaf of its optimizer state but scalars, as a
+  sorted list: the two layouts name them differently)."""
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  if hasattr(trained, 'target'):
+    step, params = trained.state.step, trained.target
+    moments = trained.state.param_states
+  else:
+    step, params, moments = trained.step, trained.params, trained.opt_state
+  arrays = {'final/step': np.asarray(int(step))}
+  for key, leaf in enumerate(jax.tree_util.tree_leaves(params)):
+    arrays[f'final/params/{key}'] = np.asarray(leaf)
+  leaves = sorted((np.asarray(m) for m in jax.tree_util.tree_leaves(moments)
+                   if np.ndim(m) > 0),
+                  key=lambda a: (str(a.dtype), a.shape, a.tobytes()))
+  for key, leaf in enumerate(leaves):
+    arrays[f'final/moments/{key}'] = leaf
+  return arrays
+
+
 def record(steps, out: str) -> None:
-  """Saves each ``(params, metrics)`` of ``steps`` to the npz ``out``."""
+  """Saves each ``(params, metrics)`` of ``steps`` to the npz ``out`` (and a
+  resume recipe's ``(FINAL, trained)``: ``final_arrays``)."""
   import jax  # noqa: PLC0415 - after the stand-ins are installed
 
   arrays = {}
   for step, (params, metrics) in enumerate(steps):
+    if isinstance(params, str) and params == FINAL:
+      arrays.update(final_arrays(metrics))
+      continue
     for key, leaf in enumerate(jax.tree_util.tree_leaves(params)):
       arrays[f'step{step}/params/{key}'] = np.asarray(leaf)
     for key, value in jax.tree_util.tree_flatten_with_path(metrics)[0]:

@@ -21,3 +21,9 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.parametrize('name', sorted(_corpus_train.RUNS))
 def test_migrated_repository_trains_bit_identically(name, tmp_path):
   _corpus_train.compare(name, os.path.join(CORPUS, name), tmp_path)
+
+
+@pytest.mark.parametrize('name', _corpus_train.RESUMES)
+def test_migrated_repository_resumes_the_originals_checkpoint(name,
+                                                              tmp_path):
+  _corpus_train.compare_resume(name, os.path.join(CORPUS, name), tmp_path)
