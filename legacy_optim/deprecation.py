@@ -86,7 +86,8 @@ def _apply_dropped_options() -> None:
     if not action or not (lineno or '0').isdigit():
       continue  # Python reports a malformed option; nothing to apply
     warnings.filterwarnings(
-        action, re.escape(message), _CATEGORY_NAMES[category],
+        action,  # type: ignore[arg-type]  # one of _ACTIONS, checked above
+        re.escape(message), _CATEGORY_NAMES[category],
         re.escape(module) + r'\Z' if module else '', int(lineno or 0))
 
 

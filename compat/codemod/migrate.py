@@ -959,7 +959,8 @@ def rank_holding_links(results) -> list:
   credited with the usages its file's flow keeps (any one of a file's
   links holds all of them); a link across modules, with those of every
   module it holds."""
-  held, order = {}, {}
+  held: dict[str, int] = {}
+  order: dict[str, tuple] = {}
   for result in results:
     links = holding_links(result)
     count = _held_usages(result, links)
@@ -1208,8 +1209,11 @@ def _main(argv=None) -> int:
       return EXIT_USAGE
     proof = format_proof(proven, lines, args.prove, args.rtol)
   if args.write and to_change and (proven or args.unproven):
+    journal = write_journal(to_change[0][0])
+    if journal is None:  # unwritable_files refused a file outside git above
+      raise RuntimeError(f'no git directory for {to_change[0][0]}')
     _atomic.rewrite_together({path: result.new for path, result in to_change},
-                             write_journal(to_change[0][0]))
+                             journal)
     for line in write_port_tests(args.paths, sources, results):
       print(line)
   not_copied = []
