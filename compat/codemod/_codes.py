@@ -77,6 +77,9 @@ CODES = (
     Code('FOC117', 'reference', 'another reference to a flax.optim name '
          '(OptimizerState(...), an alias, a class used as a value)',
          _C.SECTION_LOOP),
+    Code('FOC118', _members.OPTIMIZER_USE, 'a member of a flax.optim '
+         'Optimizer read (optimizer.target, optimizer.state.step, '
+         '.replace(target=...))', _C.SECTION_LOOP),
     Code('FOC200', 'removed_api', 'another removed jax/flax API',
          _C.SECTION_FIND),
     Code('FOC201', 'removed_api', 'jax.tree_* moved to jax.tree_util',

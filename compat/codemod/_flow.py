@@ -1061,6 +1061,20 @@ class OptimizerFlow:
     return all(isinstance(value, ast.Dict) or self._binding_holds(
         scope, node.id, value) for value in scope.bindings[node.id])
 
+  def member_use(self, node: ast.Attribute, called: bool) -> Optional[str]:
+    """The construct of the attribute ``node`` where it reads a legacy
+    object this flow proves (``called``: it is a call's callee): a member
+    of an Optimizer (``optimizer_use``), of a definition (``optimizer_def``)
+    or a definition's ``create`` passed as a value (``create``); None for
+    anything else. scan reports each; migrate rewrites or leaves each."""
+    if self.is_optimizer(node.value):
+      return _members.OPTIMIZER_USE
+    if not self.is_def(node.value):
+      return None
+    if node.attr != _members.CREATE:
+      return _members.OPTIMIZER_DEF
+    return None if called else _members.CREATE
+
   def is_def(self, node, scope=None) -> bool:
     """True when ``node`` is a flax.optim OptimizerDef on every path."""
     scope = self.scope_of(node) if scope is None else scope

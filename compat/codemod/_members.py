@@ -30,6 +30,13 @@ REPLICATE = 'replicate'
 UNREPLICATE = 'unreplicate'
 RESTORE_STATE = 'restore_state'
 STATE_DICT = 'state_dict'
+# Its struct's field and method shared with many other objects (told apart
+# by the optimizer flow alone, never by name).
+STATE = 'state'
+REPLACE = 'replace'
+# A read of a member of an optimizer the flow proves: the construct of
+# scan's finding and of migrate's edit or leftover.
+OPTIMIZER_USE = 'optimizer_use'
 # flax.training.checkpoints' and flax.serialization's parameter for the tree
 # a checkpoint is read into or written from: where that tree is an
 # Optimizer, its ``target`` keyword names it.
@@ -131,6 +138,22 @@ STEP_METHODS = (APPLY_GRADIENT, COMPUTE_GRADIENT, COMPUTE_GRADIENTS, OPTIMIZE,
 # The hooks an OptimizerDef subclass overrides (flax.optim.base's names).
 DEF_HOOKS = (HYPER_PARAMS, INIT_PARAM_STATE, APPLY_PARAM_GRADIENT, INIT_STATE,
              APPLY_GRADIENT, UPDATE_HYPER_PARAMS)
+
+# What replaces the Optimizer's two common-word members.
+_COMMON_WORD_REPLACEMENTS = {
+    STATE: 'state.step and state.opt_state (flax.optim\'s layout: '
+           'flax_optim_rules.optimizer_state(state))',
+    REPLACE: 'state.replace(params=...)',
+}
+# The attribute names whose read scan asks the optimizer flow about.
+READS = NAMES | set(_COMMON_WORD_REPLACEMENTS)
+
+
+def replacement(name: str) -> str:
+  """What replaces the member ``name`` of an Optimizer or definition."""
+  return next((m.replacement for m in MEMBERS if m.name == name),
+              _COMMON_WORD_REPLACEMENTS.get(
+                  name, f'the TrainState counterpart of .{name}'))
 
 
 def no_counterpart(name: str) -> Optional[str]:

@@ -451,14 +451,14 @@ class Planner:
       if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
           node.ctx, ast.Load):
         self._plan_tree_entry(node)
-      if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
-          node.value):
+      use = self.flow.member_use(node, False) if isinstance(
+          node, ast.Attribute) else None
+      if use == _members.OPTIMIZER_USE:
         handled.add(node.lineno)
         reason = self._plan_use(node)
         if reason:
           leftovers.append(self._leftover(node, 'optimizer_use', reason))
-      elif isinstance(node, ast.Attribute) and (
-          node.attr != _members.CREATE) and self.flow.is_def(node.value):
+      elif use == _members.OPTIMIZER_DEF:
         # The transform written for the definition has no such attribute.
         handled.add(node.lineno)
         leftovers.append(self._leftover(node, _members.OPTIMIZER_DEF, (

@@ -317,7 +317,20 @@ class _Visitor(ast.NodeVisitor):
     if id(node) not in self._inner:  # only whole chains
       self._check_reference(node)
     self._inner.add(id(node.value))
+    self._check_member_use(node)
     self.generic_visit(node)
+
+  def _check_member_use(self, node):
+    """A member of a legacy object the optimizer flow proves, read where
+    no other finding names it: what migrate rewrites or leaves there."""
+    called = id(node) in self._called
+    if node.attr not in _members.READS or (
+        called and node.attr in _members.STEP_METHODS):
+      return  # (a step method's call is a finding of its own)
+    construct = self.flow.member_use(node, called)
+    if construct is not None:
+      self.add(node, construct, _members.replacement(node.attr),
+               _codes.BY_CODE[_codes.code_of(construct)].section)
 
   def visit_Name(self, node):
     if node.id in self._roots and id(node) not in self._inner:
