@@ -766,6 +766,65 @@ def _resume_line(corpus_train, name: str, root: str) -> str:
           'moments)')
 
 
+def _statement_spans(tree: ast.AST, removed_imports) -> list:
+  """``(first, last)`` line of each statement: a compound statement's span
+  is its header (up to its first body statement), so a line of its body is
+  the body statement's. An import of modules migrate removes nothing from
+  has none: migrate only adds names to it (``import ..., train_state``)."""
+  dropped = {module for module, _, _ in removed_imports}
+  spans = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module not in dropped or (
+        isinstance(node, ast.Import) and
+        not {a.name for a in node.names} & dropped):
+      continue
+    if isinstance(node, ast.stmt):
+      body = getattr(node, 'body', None)
+      last = node.end_lineno
+      if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+        first_inner = min([body[0].lineno] + [
+            d.lineno for d in getattr(node, 'decorator_list', ())])
+        last = max(node.lineno, first_inner - 1)
+      spans.append((node.lineno, last))
+  return spans
+
+
+def _statement_of(spans: list, line: int) -> Optional[tuple]:
+  """The narrowest statement span holding ``line``."""
+  holding = [s for s in spans if s[0] <= line <= s[1]]
+  return min(holding, key=lambda s: s[1] - s[0]) if holding else None
+
+
+def unreported_statements(paths) -> tuple:
+  """``(touched, unreported)``: how many statements of the Python files
+  under ``paths`` migrate changes or leaves (a leftover), and those of them
+  (path, first line, text) on whose lines scan reports nothing. Lines
+  migrate only adds (imports) have no old statement and are not counted;
+  notebooks are left out (their findings carry the notebook's lines)."""
+  sources, results = migrate.migrate_paths(paths, 'exact')
+  scanned = scan.scan_paths(paths)
+  reported = collections.defaultdict(set)
+  for finding in scanned.findings:
+    reported[os.path.abspath(finding.path)].add(finding.line)
+  touched, unreported = 0, []
+  for path, result in zip(sources, results):
+    if result.plan is None or path.endswith('.ipynb'):
+      continue
+    old = result.old.decode('utf-8', 'replace')
+    spans = _statement_spans(ast.parse(old), result.plan.removed_imports)
+    lines = {line for first, old_lines, _ in migrate._changed_lines(result)
+             for line in range(first, first + len(old_lines))}
+    lines |= {leftover.line for leftover in result.plan.leftovers}
+    statements = {_statement_of(spans, line) for line in lines} - {None}
+    touched += len(statements)
+    found = reported[os.path.abspath(path)]
+    text = old.splitlines()
+    for first, last in sorted(statements):
+      if not any(first <= line <= last for line in found):
+        unreported.append((path, first, text[first - 1].strip()))
+  return touched, unreported
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--into', help='where the repositories are put (kept; '

@@ -133,7 +133,7 @@ def test_table_lists_location_construct_replacement_and_section():
   assert ('optax.adamw(FLAGS.learning_rate, b1=0.9, b2=0.98, eps=1e-09, '
           'weight_decay=FLAGS.weight_decay)') in row
   assert '[Step 2: Swap each optimizer definition' in row
-  assert out.splitlines()[-1].startswith('6 flax.optim usage(s) in 1 file')
+  assert out.splitlines()[-1].startswith('9 flax.optim usage(s) in 1 file')
 
 
 @pytest.mark.parametrize('source,construct,replacement_part', [

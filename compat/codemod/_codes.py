@@ -17,6 +17,7 @@ import re
 from typing import NamedTuple, Optional
 
 from compat import _lazy
+from compat.codemod import _members
 
 _catalogue = _lazy.module_without_package('legacy_optim', 'catalogue')
 
@@ -45,7 +46,7 @@ CODES = (
          _C.SECTION_ALGORITHMS),
     Code('FOC102', 'shim', 'a flax-optim-compat bridge or the legacy_optim '
          'shim is used', _C.SECTION_STRICT),
-    Code('FOC103', 'optimizer_def', 'a flax.optim optimizer definition '
+    Code('FOC103', _members.OPTIMIZER_DEF, 'a flax.optim optimizer definition '
          '(optim.Adam(...))', _C.SECTION_ALGORITHMS),
     Code('FOC104', 'optimizer_def_subclass', 'a user subclass of '
          'flax.optim.OptimizerDef', _C.SECTION_ALGORITHMS),
@@ -55,16 +56,17 @@ CODES = (
          ' focus=)', _C.SECTION_TRAVERSALS),
     Code('FOC107', 'weight_norm', 'flax.optim.WeightNorm',
          _C.SECTION_WEIGHT_NORM),
-    Code('FOC108', 'create', 'OptimizerDef.create(params)', _C.SECTION_LOOP),
-    Code('FOC109', 'apply_gradient', 'Optimizer.apply_gradient(grads)',
+    Code('FOC108', _members.CREATE, 'OptimizerDef.create(params)',
+         _C.SECTION_LOOP),
+    Code('FOC109', _members.APPLY_GRADIENT, 'Optimizer.apply_gradient(grads)',
          _C.SECTION_LOOP),
     Code('FOC110', 'apply_gradient_overrides', 'apply_gradient with per-step '
          'hyper-parameter overrides', _C.SECTION_OVERRIDES),
-    Code('FOC111', 'compute_gradient', 'Optimizer.compute_gradient(loss_fn)',
+    Code('FOC111', _members.COMPUTE_GRADIENT,
+         'Optimizer.compute_gradient(loss_fn)', _C.SECTION_LOOP),
+    Code('FOC112', _members.OPTIMIZE, 'Optimizer.optimize(loss_fn)',
          _C.SECTION_LOOP),
-    Code('FOC112', 'optimize', 'Optimizer.optimize(loss_fn)',
-         _C.SECTION_LOOP),
-    Code('FOC113', 'replicate', 'Optimizer.replicate() or '
+    Code('FOC113', _members.REPLICATE, 'Optimizer.replicate() or '
          'ReplicatedOptimizer', _C.SECTION_REPLICATION),
     Code('FOC114', 'checkpoint', 'a flax.optim Optimizer saved or restored '
          'as a checkpoint', _C.SECTION_CHECKPOINTS),
@@ -75,6 +77,9 @@ CODES = (
     Code('FOC117', 'reference', 'another reference to a flax.optim name '
          '(OptimizerState(...), an alias, a class used as a value)',
          _C.SECTION_LOOP),
+    Code('FOC118', _members.OPTIMIZER_USE, 'a member of a flax.optim '
+         'Optimizer read (optimizer.target, optimizer.state.step, '
+         '.replace(target=...))', _C.SECTION_LOOP),
     Code('FOC200', 'removed_api', 'another removed jax/flax API',
          _C.SECTION_FIND),
     Code('FOC201', 'removed_api', 'jax.tree_* moved to jax.tree_util',

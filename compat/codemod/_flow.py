@@ -24,6 +24,7 @@ import collections
 from typing import NamedTuple, Optional
 
 from compat.codemod import _legacy_trees
+from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _removals
 from compat.codemod import _restores
@@ -48,8 +49,9 @@ _SAME_KIND = {
     'jax.device_put': (0, 'x'),
     'flax.jax_utils.replicate': (0, 'tree'),
     'flax.jax_utils.unreplicate': (0, 'tree'),
-    'flax.training.checkpoints.restore_checkpoint': (1, 'target'),
-    'flax.serialization.from_state_dict': (0, 'target'),
+    'flax.training.checkpoints.restore_checkpoint': (
+        1, _members.CHECKPOINT_TARGET),
+    'flax.serialization.from_state_dict': (0, _members.CHECKPOINT_TARGET),
     # A leaf-wise map keeps its first tree's structure and classes
     # (``jnp.where(is_finite, new, old)`` over two optimizers).
     'jax.tree_util.tree_map': (1, 'tree'),
@@ -91,7 +93,7 @@ def jitted_create(call, names) -> Optional[ast.Attribute]:
                                for k in jit.keywords):
     return None
   create = jit.args[0]
-  if not (isinstance(create, ast.Attribute) and create.attr == 'create'):
+  if not (isinstance(create, ast.Attribute) and create.attr == _members.CREATE):
     return None
   if call.keywords or len(call.args) != 1 or isinstance(call.args[0],
                                                          ast.Starred):
@@ -106,12 +108,12 @@ def create_arguments(call) -> Optional[dict]:
   if any(isinstance(a, ast.Starred) for a in call.args) or len(
       call.args) > 2:
     return None
-  given = dict(zip(('target', 'focus'), call.args))
+  given = dict(zip((_members.TARGET, 'focus'), call.args))
   for keyword in call.keywords:
-    if keyword.arg not in ('target', 'focus') or keyword.arg in given:
+    if keyword.arg not in (_members.TARGET, 'focus') or keyword.arg in given:
       return None
     given[keyword.arg] = keyword.value
-  return given if 'target' in given else None
+  return given if _members.TARGET in given else None
 
 
 def is_none(value) -> bool:
@@ -149,8 +151,8 @@ def sets_hyper_params(node) -> bool:
   """``node`` is a step overriding hyper-parameters
   (``opt.apply_gradient(g, learning_rate=lr)``)."""
   return isinstance(node, ast.Call) and isinstance(
-      node.func, ast.Attribute) and node.func.attr == 'apply_gradient' and (
-          bool(node.keywords))
+      node.func, ast.Attribute) and (
+          node.func.attr == _members.APPLY_GRADIENT) and bool(node.keywords)
 
 
 def _simple_name_bindings(target, value, out):
@@ -771,19 +773,19 @@ class OptimizerFlow:
         # optim.Optimizer(opt_def, state, target): one, if opt_def is.
         given = _state_layout.hand_built_parts(value)
         return True if given is not None and self.is_def(
-            given['optimizer_def'], scope) else None
-      if isinstance(func, ast.Attribute) and func.attr == 'create':
+            given[_members.OPTIMIZER_DEF], scope) else None
+      if isinstance(func, ast.Attribute) and func.attr == _members.CREATE:
         return True if self.base is None and self.is_def(
             func.value, scope) and creates_whole(value) else None
-      if isinstance(func, ast.Attribute) and func.attr in ('replicate',
-                                                           'unreplicate'):
+      if isinstance(func, ast.Attribute) and func.attr in (_members.REPLICATE,
+                                                           _members.UNREPLICATE):
         # Both give an Optimizer; only .replicate() a replicated one.
         plain = (self.base or self).is_optimizer(func.value)
-        if self.base is not None and func.attr == 'unreplicate':
+        if self.base is not None and func.attr == _members.UNREPLICATE:
           return None
         return True if plain else None
       if isinstance(func, ast.Attribute) and func.attr in (
-          'apply_gradient', 'replace', 'restore_state'):
+          _members.APPLY_GRADIENT, 'replace', _members.RESTORE_STATE):
         # A step, a struct's copy with fields replaced, or one restored
         # from a state dict: an Optimizer.
         return True if self.is_optimizer(func.value, scope) else None
@@ -1263,6 +1265,20 @@ class OptimizerFlow:
       return False
     return all(isinstance(value, ast.Dict) or self._binding_holds(
         scope, node.id, value) for value in scope.bindings[node.id])
+
+  def member_use(self, node: ast.Attribute, called: bool) -> Optional[str]:
+    """The construct of the attribute ``node`` where it reads a legacy
+    object this flow proves (``called``: it is a call's callee): a member
+    of an Optimizer (``optimizer_use``), of a definition (``optimizer_def``)
+    or a definition's ``create`` passed as a value (``create``); None for
+    anything else. scan reports each; migrate rewrites or leaves each."""
+    if self.is_optimizer(node.value):
+      return _members.OPTIMIZER_USE
+    if not self.is_def(node.value):
+      return None
+    if node.attr != _members.CREATE:
+      return _members.OPTIMIZER_DEF
+    return None if called else _members.CREATE
 
   def is_def(self, node, scope=None) -> bool:
     """True when ``node`` is a flax.optim OptimizerDef on every path."""

@@ -38,6 +38,7 @@ its entry read otherwise) keeps the flow, with the reason. Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _removals
 from compat.codemod import _walk
@@ -75,7 +76,7 @@ _TREE, _FREE = 'tree', 'free'
 # A treedef's method that rebuilds a tree of its structure.
 _TREEDEF_METHODS = ('unflatten',)
 # The fields a tree shares with flax.optim's Optimizer.
-_TREE_FIELDS = ('target', 'state')
+_TREE_FIELDS = (_members.TARGET, 'state')
 # How deep project functions are followed from the dict's function.
 _DEPTH = 4
 

@@ -28,6 +28,8 @@ the definition's, as they did. Stdlib only.
 import ast
 from typing import Optional
 
+from compat.codemod import _members
+
 MULTI_OPTIMIZER = 'MultiOptimizer'
 PARAM_TRAVERSAL = 'ModelParamTraversal'
 
@@ -172,9 +174,10 @@ def plan_traversal(planner, node, rules_module) -> Optional[str]:
 
 def _hyper_params_of_optimizer(planner, value) -> bool:
   """``value`` is ``<optimizer>.optimizer_def.hyper_params``."""
-  return (isinstance(value, ast.Attribute) and value.attr == 'hyper_params'
-          and isinstance(value.value, ast.Attribute) and
-          value.value.attr == 'optimizer_def' and
+  return (isinstance(value, ast.Attribute) and
+          value.attr == _members.HYPER_PARAMS and
+          isinstance(value.value, ast.Attribute) and
+          value.value.attr == _members.OPTIMIZER_DEF and
           planner.flow.is_optimizer(value.value.value))
 
 
@@ -247,7 +250,7 @@ def _in_override_list(planner, part, position, parts) -> Optional[ast.AST]:
   keyword = planner.parents.get(listed)
   if not (isinstance(listed, (ast.List, ast.Tuple)) and
           isinstance(keyword, ast.keyword) and
-          keyword.arg == 'hyper_params' and
+          keyword.arg == _members.HYPER_PARAMS and
           _rate_of(element) is not None and
           parts in (None, len(listed.elts)) and
           listed.elts.index(element) == position):
@@ -296,7 +299,7 @@ def hyper_params_unpacking(planner, node) -> Optional[ast.Assign]:
   value = planner.parents.get(node)
   assign = planner.parents.get(value)
   if not (isinstance(value, ast.Attribute) and
-          value.attr == 'hyper_params' and isinstance(assign, ast.Assign)
+          value.attr == _members.HYPER_PARAMS and isinstance(assign, ast.Assign)
           and assign.value is value and len(assign.targets) == 1):
     return None
   target = assign.targets[0]

@@ -18,6 +18,7 @@ import re
 from typing import Callable, NamedTuple, Optional
 
 from compat import _lazy
+from compat.codemod import _members
 from compat.codemod import _walk
 
 ALGORITHMS = _lazy.module_without_package('legacy_optim',
@@ -827,9 +828,10 @@ class ModuleNames:
     if isinstance(node, ast.Call):
       func = node.func
       if isinstance(func, ast.Attribute):
-        if func.attr == 'create' and self.is_def(func.value):
+        if func.attr == _members.CREATE and self.is_def(func.value):
           return 'certain'
-        if func.attr in ('apply_gradient', 'replicate', 'unreplicate'):
+        if func.attr in (_members.APPLY_GRADIENT, _members.REPLICATE,
+                         _members.UNREPLICATE):
           return self.optimizer_confidence(func.value)
       if self.resolve(func) in ('flax.jax_utils.replicate',
                                 'flax.jax_utils.unreplicate') and node.args:

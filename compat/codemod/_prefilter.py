@@ -18,6 +18,7 @@ import functools
 import re
 from typing import Iterator, NamedTuple
 
+from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _removals
 
@@ -44,15 +45,13 @@ _CALLED_WITH = {
 _SCAN_WORDS = (
     'traverse_util',  # flax.traverse_util traversals
     'compat',  # the bridges
-    'apply_gradient', 'compute_gradient', 'compute_gradients', 'optimize',
-    'replicate',
+    *_members.STEP_METHODS,
 )
 # Words whose findings read them only as an attribute's name (the legacy
 # methods, ``x.copy({...})``, ``rest, params = v.pop('params')``: the
 # matchers test ``node.func.attr``): ``copy`` in a licence header, or a
 # local ``pop``, is not one. A word the tables also give stays plain.
-_METHOD_WORDS = ('copy', 'pop', 'apply_gradient', 'compute_gradient',
-                 'compute_gradients', 'optimize', 'replicate')
+_METHOD_WORDS = ('copy', 'pop', *_members.STEP_METHODS)
 
 
 def _last(path: str) -> str:

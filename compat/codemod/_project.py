@@ -56,6 +56,7 @@ import re
 from typing import Callable, NamedTuple, Optional
 
 from compat.codemod import _flow
+from compat.codemod import _members
 from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _params
@@ -63,7 +64,7 @@ from compat.codemod import _step_values
 from compat.codemod import _walk
 
 # What a factory's result meets at a call site that migrate can follow.
-_CREATE = 'create'
+_CREATE = _members.CREATE
 _CREATED_HERE = 'its `.create(...)` is here'
 # A user rule class's call or subclass in another module: it moves onto
 # flax_optim_rules.RuleDef only together with the class.
@@ -88,14 +89,16 @@ KEPT_WITH_FLOW = ('kept as it was with its whole flow across modules (a '
 HELD_IN_FIELD = 'optimizer_field'
 # A module function can return an optimizer only where its module spells
 # one of these: what makes one, steps one, or types one.
-_GIVES_OPTIMIZER_WORDS = (b'create', b'apply_gradient', b'Optimizer',
-                          b'replicate', b'restore_checkpoint')
+_GIVES_OPTIMIZER_WORDS = tuple(word.encode() for word in (
+    _members.CREATE, _members.APPLY_GRADIENT, 'Optimizer', _members.REPLICATE,
+    'restore_checkpoint'))
 # What only a flax.optim Optimizer has, not the TrainState that replaces it:
 # a name used so (``opt.target``, ``opt.state.step``) takes an optimizer.
-_OPTIMIZER_ONLY = ('target', 'apply_gradient', 'optimizer_def',
-                   'compute_gradient', 'optimize', 'restore_state',
-                   'replicate', 'unreplicate')
-_OPTIMIZER_STATE_ONLY = ('step', 'param_states')  # of ``opt.state``
+_OPTIMIZER_ONLY = (_members.TARGET, _members.APPLY_GRADIENT,
+                   _members.OPTIMIZER_DEF, _members.COMPUTE_GRADIENT,
+                   _members.OPTIMIZE, _members.RESTORE_STATE,
+                   _members.REPLICATE, _members.UNREPLICATE)
+_OPTIMIZER_STATE_ONLY = ('step', _members.PARAM_STATES)  # of ``opt.state``
 # Decorators that leave who calls a method as it was.
 _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 
@@ -1615,7 +1618,7 @@ def flow_violations(links, rewritten) -> list:
     if link.consumer_line is None:
       used = False
     elif link.reason == _CREATED_HERE:
-      used = rewritten(link.consumer_path, link.consumer_line, 'create')
+      used = rewritten(link.consumer_path, link.consumer_line, _members.CREATE)
     elif link.reason in (_RULE_USED_HERE, _multi.IN_MULTI_OPTIMIZER):
       # A rule's use, a definition in a MultiOptimizer: rewritten with it.
       used = rewritten(link.consumer_path, link.consumer_line, 'algorithm')
@@ -1695,5 +1698,6 @@ def _blocked_here(links, component, path, file_line=None) -> list:
     if link.consumer_path == path:
       blocked.append((link.consumer_line or link.call_line,
                       'multi_optimizer' if link.reason == (
-                          _multi.IN_MULTI_OPTIMIZER) else 'create', reason))
+                          _multi.IN_MULTI_OPTIMIZER) else _members.CREATE,
+                      reason))
   return blocked

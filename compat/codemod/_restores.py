@@ -29,6 +29,7 @@ the old files into the new layout. Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _members
 from compat.codemod import _state_layout
 
 _RESTORE_CHECKPOINT = 'flax.training.checkpoints.restore_checkpoint'
@@ -36,9 +37,9 @@ _FROM_BYTES = 'flax.serialization.from_bytes'
 _FROM_STATE_DICT = 'flax.serialization.from_state_dict'
 # Each route migrate rewrites -> its target's position and keyword.
 ROUTES = {
-    _RESTORE_CHECKPOINT: (1, 'target'),
-    _FROM_BYTES: (0, 'target'),
-    _FROM_STATE_DICT: (0, 'target'),
+    _RESTORE_CHECKPOINT: (1, _members.CHECKPOINT_TARGET),
+    _FROM_BYTES: (0, _members.CHECKPOINT_TARGET),
+    _FROM_STATE_DICT: (0, _members.CHECKPOINT_TARGET),
 }
 # The keywords each route may be given besides its target, kept as they
 # are (what restore_checkpoint reads: which file, how).
@@ -164,7 +165,7 @@ def _arguments_problem(restore: Restore) -> Optional[str]:
   call, route = restore.call, restore.route
   if _hidden(call):
     return 'arguments passed with * or ** cannot be mapped with certainty'
-  known = ('target', *_OTHER_KEYWORDS[route])
+  known = (_members.CHECKPOINT_TARGET, *_OTHER_KEYWORDS[route])
   unknown = [k.arg for k in call.keywords if k.arg not in known]
   if unknown:
     return (f'it is given {", ".join(unknown)}, which the raw restore '

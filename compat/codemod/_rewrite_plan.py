@@ -48,6 +48,7 @@ from compat.codemod import _codes
 from compat.codemod import _escape_analysis
 from compat.codemod import _flow
 from compat.codemod import _legacy_trees
+from compat.codemod import _members
 from compat.codemod import _multi
 from compat.codemod import _names
 from compat.codemod import _params
@@ -63,10 +64,11 @@ from compat.codemod import _walk
 ESCAPE = 'optimizer_escape'
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
 FLOW_CONSTRUCTS = frozenset((
-    'algorithm', 'create', 'apply_gradient', 'apply_gradient_overrides',
-    'compute_gradient', 'optimize', 'replicate', 'multi_optimizer',
+    'algorithm', _members.CREATE, _members.APPLY_GRADIENT,
+    'apply_gradient_overrides', _members.COMPUTE_GRADIENT, _members.OPTIMIZE,
+    _members.REPLICATE, 'multi_optimizer',
     'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
-    'optimizer_def', 'reexport', _project.HELD_IN_FIELD, ESCAPE))
+    _members.OPTIMIZER_DEF, 'reexport', _project.HELD_IN_FIELD, ESCAPE))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
 HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
@@ -95,7 +97,7 @@ CALLED_NOWHERE_NOTE = (
     'flax.optim OptimizerDef. Code outside the scanned tree '
     'that calls it must be migrated with it (scan them together)')
 # flax.optim's checkpoint keys (``Optimizer.state_dict()``'s layout).
-LAYOUT_KEYS = ('target', 'param_states')
+LAYOUT_KEYS = (_members.TARGET, _members.PARAM_STATES)
 LAYOUT_KEY_NOTE = (
     "reads flax.optim's checkpoint layout by key ({key!r}): checkpoints "
     'written before migrating hold it, ones the migrated code writes hold a '
@@ -390,7 +392,7 @@ class Planner:
                  if f.construct == 'apply_gradient_overrides']
     model = self.names.model
     self.inject = bool(overrides) or (self.rate_set_elsewhere and not any(
-        f.construct == 'apply_gradient' for f in self.findings)) or any(
+        f.construct == _members.APPLY_GRADIENT for f in self.findings)) or any(
             step.overrides for step in self.flow.foreign_steps.values()) or (
                 model is not None and model.names_rate_setter(
                     self.tree, self.names, self.names.path))
@@ -431,16 +433,17 @@ class Planner:
           if reason:
             leftovers.append(self._leftover(node, 'traversal', reason))
         elif isinstance(node.func, ast.Attribute) and (
-            node.func.attr == 'create' and self.flow.is_def(node.func.value)):
+            node.func.attr == _members.CREATE and
+            self.flow.is_def(node.func.value)):
           handled.add(node.lineno)
           reason = self._plan_create(node)
           if reason:
-            leftovers.append(self._leftover(node, 'create', reason))
+            leftovers.append(self._leftover(node, _members.CREATE, reason))
         elif self._jitted_def_create(node) is not None:
           handled.add(node.lineno)
           reason = self._plan_jitted_create(node)
           if reason:
-            leftovers.append(self._leftover(node, 'create', reason))
+            leftovers.append(self._leftover(node, _members.CREATE, reason))
         elif _state_layout.plan_serialization(self, node, RULES_MODULE):
           self.legacy_layout_lines.add(node.lineno)
         elif self._planned_restore(node):
@@ -455,24 +458,24 @@ class Planner:
           if why is not None or parts is None:
             # One the flow proves an optimizer holds the flow with it.
             proven = parts is not None and self.flow.is_def(
-                parts['optimizer_def'])
+                parts[_members.OPTIMIZER_DEF])
             leftovers.append(self._leftover(
-                node, 'create' if proven else 'reference',
+                node, _members.CREATE if proven else 'reference',
                 'not rewritten: ' + (why or _names.HAND_BUILT)))
       if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
           node.ctx, ast.Load):
         self._plan_tree_entry(node)
-      if isinstance(node, ast.Attribute) and self.flow.is_optimizer(
-          node.value):
+      use = self.flow.member_use(node, False) if isinstance(
+          node, ast.Attribute) else None
+      if use == _members.OPTIMIZER_USE:
         handled.add(node.lineno)
         reason = self._plan_use(node)
         if reason:
           leftovers.append(self._leftover(node, 'optimizer_use', reason))
-      elif isinstance(node, ast.Attribute) and node.attr != 'create' and (
-          self.flow.is_def(node.value)):
+      elif use == _members.OPTIMIZER_DEF:
         # The transform written for the definition has no such attribute.
         handled.add(node.lineno)
-        leftovers.append(self._leftover(node, 'optimizer_def', (
+        leftovers.append(self._leftover(node, _members.OPTIMIZER_DEF, (
             f'.{node.attr} of a flax.optim definition has no counterpart on '
             'the Optax transform migrate writes for it (its hyper-parameters '
             'live in the transform\'s state once injected: '
@@ -574,8 +577,9 @@ class Planner:
 
   def _replicate_calls(self):
     return [n for n in _walk.nodes(self.tree) if isinstance(n, ast.Call) and
-            isinstance(n.func, ast.Attribute) and n.func.attr == 'replicate'
-            and self.flow.is_optimizer(n.func.value)]
+            isinstance(n.func, ast.Attribute) and
+            n.func.attr == _members.REPLICATE and
+            self.flow.is_optimizer(n.func.value)]
 
   def _replica_axis(self):
     """(axis name of this module's ``.replicate()`` calls, or None; why not).
@@ -622,15 +626,15 @@ class Planner:
       return (f'.replicate(): {self.replicate_problem}; a ReplicatedOptimizer '
               'averages the gradients over the pmap axis inside '
               'apply_gradient (psum(g) / psum(1)), by hand: '
-              f'{_CATALOGUE.REPLACEMENTS["replicate"].text}')
+              f'{_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text}')
     given = dict(zip(('devices', 'axis_name'), call.args))
     given.update({k.arg: k.value for k in call.keywords})
     name = self._jax_utils_name()
     if given.get('devices') is not None:
       self.edit(call, f'{name}.replicate({{receiver}}, devices={{devices}})',
-                'replicate', receiver=receiver, devices=given['devices'])
+                _members.REPLICATE, receiver=receiver, devices=given['devices'])
     else:
-      self.edit(call, f'{name}.replicate({{receiver}})', 'replicate',
+      self.edit(call, f'{name}.replicate({{receiver}})', _members.REPLICATE,
                 receiver=receiver)
     return None
 
@@ -889,8 +893,8 @@ class Planner:
       return held
     name = self._train_state_name()
     self.edit(node, f'{name}.TrainState.create(apply_fn=None, '
-              'params={params}, tx={tx})', 'create', params=given['target'],
-              tx=node.func.value)
+              'params={params}, tx={tx})', _members.CREATE,
+              params=given[_members.TARGET], tx=node.func.value)
     return None
 
   def _jitted_def_create(self, node) -> Optional[ast.Attribute]:
@@ -913,7 +917,7 @@ class Planner:
     name = self._train_state_name()
     self.edit(create, 'lambda params, tx={tx}: '
               f'{name}.TrainState.create(apply_fn=None, params=params, '
-              'tx=tx)', 'create', tx=create.value)
+              'tx=tx)', _members.CREATE, tx=create.value)
     return None
 
   def _unproven_holder(self, create) -> Optional[str]:
@@ -935,7 +939,7 @@ class Planner:
     """``optimizer.<attr>`` where ``optimizer`` is certainly an Optimizer."""
     parent = self._parents.get(node)
     receiver = node.value
-    if node.attr == 'target':
+    if node.attr == _members.TARGET:
       self.edit(node, '{receiver}.params', 'optimizer_use',
                 receiver=receiver)
       return None
@@ -943,25 +947,25 @@ class Planner:
         parent.attr == 'step'):
       self.edit(parent, '{receiver}.step', 'optimizer_use', receiver=receiver)
       return None
-    if node.attr == 'apply_gradient' and isinstance(parent, ast.Call) and (
-        parent.func is node):
+    if node.attr == _members.APPLY_GRADIENT and isinstance(
+        parent, ast.Call) and parent.func is node:
       return self._plan_apply_gradient(parent, receiver)
     if node.attr == 'replace' and isinstance(parent, ast.Call) and all(
-        k.arg == 'target' for k in parent.keywords) and not parent.args:
+        k.arg == _members.TARGET for k in parent.keywords) and not parent.args:
       self.edit(parent, '{receiver}.replace(params={value})', 'optimizer_use',
                 receiver=receiver, value=parent.keywords[0].value)
       return None
-    if node.attr == 'replicate' and isinstance(parent, ast.Call) and (
+    if node.attr == _members.REPLICATE and isinstance(parent, ast.Call) and (
         parent.func is node):
       return self._plan_replicate(node, parent, receiver)
-    if node.attr == 'unreplicate' and isinstance(parent, ast.Call) and (
+    if node.attr == _members.UNREPLICATE and isinstance(parent, ast.Call) and (
         parent.func is node) and not parent.args and not parent.keywords and (
             self.replica_axis is not None) and self.replicated.is_optimizer(
                 receiver):
       self.edit(parent, f'{self._jax_utils_name()}.unreplicate({{receiver}})',
-                'replicate', receiver=receiver)
+                _members.REPLICATE, receiver=receiver)
       return None
-    if node.attr == 'optimizer_def':
+    if node.attr == _members.OPTIMIZER_DEF:
       unpacking = _multi.hyper_params_unpacking(self, node)
       if unpacking is not None:  # (hp0, hp1) = opt.optimizer_def.hyper_params
         self.delete_statement(unpacking, 'optimizer_use', node.lineno)
@@ -969,13 +973,13 @@ class Planner:
     if node.attr in _state_layout.LINKS:
       return _state_layout.plan_use(self, node, parent, receiver,
                                     RULES_MODULE)
-    if node.attr in ('replicate', 'unreplicate'):
+    if node.attr in (_members.REPLICATE, _members.UNREPLICATE):
       return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
               'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
               'so the step that receives it needs a pmean the rewrite would '
               'have to insert; which steps do is not proven here (by hand: '
-              f'{_CATALOGUE.REPLACEMENTS["replicate"].text})')
-    why = _NO_COUNTERPART.get(node.attr)
+              f'{_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text})')
+    why = _members.no_counterpart(node.attr)
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
             'TrainState counterpart here' + (f': {why}' if why else ''))
 
@@ -1028,15 +1032,15 @@ class Planner:
               'own rate for this step')
     if not extra:
       self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
-                'apply_gradient', receiver=receiver, grads=call.args[0])
+                _members.APPLY_GRADIENT, receiver=receiver, grads=call.args[0])
       return None
-    if extra not in (['learning_rate'], ['hyper_params']):
+    if extra not in (['learning_rate'], [_members.HYPER_PARAMS]):
       return (f'overrides {", ".join(str(e) for e in extra)}: only '
               'learning_rate is injected mechanically')
     if not _is_pure(receiver):
       return ('the optimizer expression is evaluated twice by the rewrite; '
               'bind it to a name first')
-    if extra == ['hyper_params']:  # a rate per MultiOptimizer part
+    if extra == [_members.HYPER_PARAMS]:  # a rate per MultiOptimizer part
       return _multi.plan_hyper_params(self, call, receiver, grads,
                                       RULES_MODULE)
     self._require_tx_imports()
@@ -1060,17 +1064,19 @@ class Planner:
       path = self.names.resolve(node)
       if self.flow_held:
         continue  # the file keeps flax.optim: its classes stay named
-      if path in ('flax.optim.DynamicScale',
-                  'flax.optim.dynamic_scale.DynamicScale'):
+      if path in _members.DYNAMIC_SCALE_PATHS:
+        package, module, cls = _members.counterpart_path(
+            'DynamicScale').rsplit('.', 2)
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
-        self.imports.append(('flax.training', 'dynamic_scale', name))
-        self.edit(node, f'{name}.DynamicScale', 'dynamic_scale')
+        self.imports.append((package, module, name))
+        self.edit(node, f'{name}.{cls}', 'dynamic_scale')
       elif path in _DEF_CLASSES and flow_ok and not (
           isinstance(self._parents.get(node), ast.Call) and
           self._parents[node].func is node):  # a MultiOptimizer(...) call
         # A factory's return annotation: what the rewritten definition is.
-        self.imports.append(('optax', None, None))
-        self.edit(node, 'optax.GradientTransformation', 'annotation')
+        transform = _members.counterpart_path('OptimizerDef')
+        self.imports.append((transform.split('.', 1)[0], None, None))
+        self.edit(node, transform, 'annotation')
       elif flow_ok and (
           _state_layout.plan_reference(self, node, path, RULES_MODULE)):
         continue  # flax.optim's layout, built by hand or annotated
@@ -1135,14 +1141,6 @@ class Planner:
       return
     self.edits.append(Edit(line_start, line_end, '', (), node.lineno,
                            construct))
-
-
-# Why an Optimizer's attribute stays: what the TrainState would give instead.
-_NO_COUNTERPART = {
-    'optimizer_def': 'a TrainState holds `tx`, an Optax transform: no '
-                     'hyper_params to read or override, no OptimizerDef '
-                     'class to name',
-}
 
 
 def _literal_dict_keys(node, tree) -> Optional[set]:

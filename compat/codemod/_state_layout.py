@@ -32,11 +32,13 @@ import ast
 from typing import Optional
 
 from compat import _lazy
+from compat.codemod import _members
 
 _CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
 
 # The Optimizer attributes this module rewrites.
-LINKS = frozenset(('state', 'replace', 'state_dict', 'restore_state'))
+LINKS = frozenset(('state', 'replace', _members.STATE_DICT,
+                   _members.RESTORE_STATE))
 STATE_CLASSES = ('flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
 _TO_STATE_DICT = 'flax.serialization.to_state_dict'
 _FROM_STATE_DICT = 'flax.serialization.from_state_dict'
@@ -100,12 +102,13 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
     return 'arguments passed with * or ** cannot be mapped with certainty'
   if node.attr == 'replace':
     return _plan_replace(planner, parent, receiver, rules)
-  if node.attr == 'state_dict' and not parent.args and not parent.keywords:
+  if node.attr == _members.STATE_DICT and not parent.args and (
+      not parent.keywords):
     planner.imports.append((rules, None, None))
     planner.edit(parent, f'{rules}.state_dict({{receiver}})', 'optimizer_use',
                  receiver=receiver)
     return None
-  if node.attr == 'restore_state' and len(parent.args) == 1 and not (
+  if node.attr == _members.RESTORE_STATE and len(parent.args) == 1 and not (
       parent.keywords):
     planner.imports.append((rules, None, None))
     planner.edit(parent, f'{rules}.restore_state({{receiver}}, {{value}})',
@@ -117,16 +120,17 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
 
 def _plan_replace(planner, call, receiver, rules) -> Optional[str]:
   given = {k.arg: k.value for k in call.keywords}
-  if call.args or 'state' not in given or set(given) - {'state', 'target'}:
+  if call.args or 'state' not in given or (
+      set(given) - {'state', _members.TARGET}):
     return ("only replace(target=...) and replace(state=...) map (to "
             "replace(params=...) and flax_optim_rules.replace_optimizer_state"
             '); a TrainState holds `tx`, an Optax transform, no '
             'optimizer_def')
   planner.imports.append((rules, None, None))
-  if 'target' in given:
+  if _members.TARGET in given:
     planner.edit(call, f'{rules}.replace_optimizer_state({{receiver}}.replace('
                  'params={target}), {state})', 'optimizer_use',
-                 receiver=receiver, target=given['target'],
+                 receiver=receiver, target=given[_members.TARGET],
                  state=given['state'])
   else:
     planner.edit(call, f'{rules}.replace_optimizer_state({{receiver}}, '
@@ -158,7 +162,7 @@ def plan_serialization(planner, call, rules: str) -> bool:
 
 
 # flax.optim's ``Optimizer`` fields, in their order.
-_OPTIMIZER_FIELDS = ('optimizer_def', 'state', 'target')
+_OPTIMIZER_FIELDS = (_members.OPTIMIZER_DEF, 'state', _members.TARGET)
 
 
 def hand_built_parts(call) -> Optional[dict]:
@@ -185,7 +189,7 @@ def plan_hand_built(planner, call, train_state_name,
   given = hand_built_parts(call)
   if given is None:
     return None
-  if not planner.flow.is_def(given['optimizer_def']):
+  if not planner.flow.is_def(given[_members.OPTIMIZER_DEF]):
     return ('its definition is not provably a flax.optim OptimizerDef here, '
             'so it is not rewritten to a transform')
   why = unsupported(planner)
@@ -194,8 +198,9 @@ def plan_hand_built(planner, call, train_state_name,
   planner.imports.append((rules, None, None))
   planner.edit(call, f'{rules}.replace_optimizer_state({train_state_name()}.'
                'TrainState.create(apply_fn=None, params={target}, '
-               'tx={tx}), {state})', 'create', target=given['target'],
-               tx=given['optimizer_def'], state=given['state'])
+               'tx={tx}), {state})', _members.CREATE,
+               target=given[_members.TARGET],
+               tx=given[_members.OPTIMIZER_DEF], state=given['state'])
   return None
 
 

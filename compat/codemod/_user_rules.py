@@ -25,6 +25,7 @@ import ast
 import os
 from typing import Optional
 
+from compat.codemod import _members
 from compat.codemod import _multi
 from compat.codemod import _names
 
@@ -33,8 +34,7 @@ RULE_BASE = 'RuleDef'
 RULE_STATE = 'RuleState'
 # What a subclass may ask ``self``/``super()`` for besides its own names.
 RULE_DEF_API = frozenset((
-    '__init__', 'hyper_params', 'init_param_state', 'apply_param_gradient',
-    'init_state', 'apply_gradient', 'update_hyper_params', 'to_optax',
+    '__init__', *_members.DEF_HOOKS, 'to_optax',
     'learning_rate_factory', '__class__', '__dict__'))
 _DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
 # A MultiOptimizer subclass moves onto flax_optim_rules.MultiRuleDef, which
@@ -44,11 +44,12 @@ _DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
 # them). What they get from ``self.traversals`` must be a filter only:
 # a read named like flax.optim's Traversal API keeps the class.
 MULTI_BASE = 'MultiRuleDef'
-MULTI_BASE_API = frozenset(('__init__', 'traversals', 'init_state',
+MULTI_BASE_API = frozenset(('__init__', 'traversals', _members.INIT_STATE,
                             'to_optax', '__class__', '__dict__'))
 _MULTI_UNRUN_HOOKS = frozenset((
-    '__init__', 'init_param_state', 'apply_param_gradient', 'apply_gradient',
-    'update_hyper_params', 'create', 'hyper_params', 'sub_optimizers',
+    '__init__', _members.INIT_PARAM_STATE, _members.APPLY_PARAM_GRADIENT,
+    _members.APPLY_GRADIENT, _members.UPDATE_HYPER_PARAMS, _members.CREATE,
+    _members.HYPER_PARAMS, 'sub_optimizers',
     'traversals'))
 _TRAVERSAL_API = frozenset(('iterate', 'update', 'set', 'merge', 'compose'))
 _STATE_CLASSES = ('flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
@@ -126,7 +127,7 @@ def _why_not_multi(names, node: ast.ClassDef) -> Optional[str]:
             f'selects leaves only; {by_hand})')
   for method in node.body:
     if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-        method.name == 'init_state') and not _returns_base_state(method):
+        method.name == _members.INIT_STATE) and not _returns_base_state(method):
       return (f'{node.name}.init_state builds or reads a state itself: '
               f'flax.optim\'s OptimizerState and the {MULTI_BASE} state '
               f'(Optax\'s) differ ({by_hand})')
@@ -138,7 +139,7 @@ def _returns_base_state(method) -> bool:
   and ``super().init_state`` is read nowhere else in it."""
   returns = [n for n in ast.walk(method) if isinstance(n, ast.Return)]
   supers = [n for n in ast.walk(method) if isinstance(n, ast.Attribute) and
-            n.attr == 'init_state' and isinstance(n.value, ast.Call) and
+            n.attr == _members.INIT_STATE and isinstance(n.value, ast.Call) and
             isinstance(n.value.func, ast.Name) and
             n.value.func.id == 'super']
   returned = [r.value.func for r in returns if isinstance(

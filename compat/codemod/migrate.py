@@ -53,6 +53,7 @@ from compat import _atomic
 from compat.codemod import _codes
 from compat.codemod import _config
 from compat.codemod import _line_match
+from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
@@ -294,7 +295,7 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
   definition for: they come from another module (ppo's ``models.py``
   creates, ``ppo_lib.py`` sets the rate)."""
   for shown, source, tree in project.parsed:
-    if b'apply_gradient' not in source:
+    if _members.APPLY_GRADIENT.encode() not in source:
       continue  # no call to override hyper-parameters in: not scanned
     try:
       found = scan.scan_source(source, shown, project.reexports, tree)
@@ -302,7 +303,7 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
       continue  # migrate_file reports the file
     constructs = {f.construct for f in found}
     if 'apply_gradient_overrides' in constructs and not constructs & {
-        'create', 'optimizer_def'}:
+        _members.CREATE, _members.OPTIMIZER_DEF}:
       return True
   return False
 
@@ -354,8 +355,8 @@ def migrate_file(path: str, tier: str = 'exact',
 # Imports: they stay while other usages or references in the file do.
 _KEPT_FOR_OTHERS = frozenset(('import', 'shim'))
 # Scan's construct -> the plan's, where they name one usage differently.
-_PLAN_CONSTRUCT = {'optimizer_def': 'algorithm', 'weight_norm': 'algorithm',
-                   'multi_optimizer': 'algorithm'}
+_PLAN_CONSTRUCT = {_members.OPTIMIZER_DEF: 'algorithm',
+                   'weight_norm': 'algorithm', 'multi_optimizer': 'algorithm'}
 
 
 def _old_lines_of_new(old: bytes, new: bytes) -> dict:

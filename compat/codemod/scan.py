@@ -80,6 +80,7 @@ from compat.codemod import _codes
 from compat.codemod import _config
 from compat.codemod import _flow
 from compat.codemod import _formats
+from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
@@ -98,14 +99,15 @@ BRIDGES = ('to_optax', 'from_optax', 'traversal_labels', 'to_train_state',
            'to_nnx_optimizer', 'load_legacy_checkpoint', 'convert_checkpoint',
            'state_shardings')
 SKIP_DIRS = ('__pycache__', 'site-packages', 'node_modules')
+_TREE = _members.CHECKPOINT_TARGET
 _CHECKPOINT_FUNCS = {
-    'flax.training.checkpoints.save_checkpoint': ('target', 1),
-    'flax.training.checkpoints.save_checkpoint_multiprocess': ('target', 1),
-    'flax.training.checkpoints.restore_checkpoint': ('target', 1),
-    'flax.serialization.to_state_dict': ('target', 0),
-    'flax.serialization.from_state_dict': ('target', 0),
-    'flax.serialization.to_bytes': ('target', 0),
-    'flax.serialization.from_bytes': ('target', 0),
+    'flax.training.checkpoints.save_checkpoint': (_TREE, 1),
+    'flax.training.checkpoints.save_checkpoint_multiprocess': (_TREE, 1),
+    'flax.training.checkpoints.restore_checkpoint': (_TREE, 1),
+    'flax.serialization.to_state_dict': (_TREE, 0),
+    'flax.serialization.from_state_dict': (_TREE, 0),
+    'flax.serialization.to_bytes': (_TREE, 0),
+    'flax.serialization.from_bytes': (_TREE, 0),
     # A pickled optimizer is a checkpoint too (research scripts wrote them).
     'pickle.dump': ('obj', 0),
     'pickle.dumps': ('obj', 0),
@@ -173,17 +175,6 @@ _BY_NAME_REPLACEMENT = (
 
 
 # What a flax.optim class named in an annotation or elsewhere becomes.
-_COUNTERPARTS = {
-    'Optimizer': 'flax.training.train_state.TrainState',
-    'DynamicScale': 'flax.training.dynamic_scale.DynamicScale',
-    'OptimizerDef': 'optax.GradientTransformation',
-    'MultiOptimizer': 'optax.GradientTransformation (optax.partition of '
-                      'one transform per traversal)',
-    'OptimizerState': 'flax_optim_rules.OptimizerState: flax.optim\'s '
-                      'layout of a TrainState\'s step and Optax state '
-                      '(flax_optim_rules.optimizer_state(state), '
-                      'replace_optimizer_state(state, s))',
-}
 # The classes whose call is a finding of its own (``_check_call``).
 _CALLED_CLASSES = frozenset(_names.ALGORITHMS) | frozenset(
     _names.TRAVERSALS) | {'MultiOptimizer', 'WeightNorm',
@@ -196,7 +187,8 @@ def _counterpart(path: str) -> str:
   param_state = _state_layout.param_state_classes().get(path)
   if param_state:  # flax.optim.adam._AdamParamState
     return f'{rep.RULES_MODULE}.{param_state} (the same fields)'
-  return _COUNTERPARTS.get(name, f'the Optax counterpart of {name}')
+  return _members.CLASS_COUNTERPARTS.get(
+      name, f'the Optax counterpart of {name}')
 
 
 # Nodes without children (other than leaves) that no visit_ method handles
@@ -326,7 +318,20 @@ class _Visitor(ast.NodeVisitor):
     if id(node) not in self._inner:  # only whole chains
       self._check_reference(node)
     self._inner.add(id(node.value))
+    self._check_member_use(node)
     self.generic_visit(node)
+
+  def _check_member_use(self, node):
+    """A member of a legacy object the optimizer flow proves, read where
+    no other finding names it: what migrate rewrites or leaves there."""
+    called = id(node) in self._called
+    if node.attr not in _members.READS or (
+        called and node.attr in _members.STEP_METHODS):
+      return  # (a step method's call is a finding of its own)
+    construct = self.flow.member_use(node, called)
+    if construct is not None:
+      self.add(node, construct, _members.replacement(node.attr),
+               _codes.BY_CODE[_codes.code_of(construct)].section)
 
   def visit_Name(self, node):
     if node.id in self._roots and id(node) not in self._inner:
@@ -434,11 +439,11 @@ class _Visitor(ast.NodeVisitor):
     if isinstance(node.func, ast.Call) and name is not None:
       self._explain(node.func.args[0])  # getattr(flax.optim, name)
     if name == _names.RULE_BY_NAME:
-      self.add(node, 'optimizer_def', _BY_NAME_REPLACEMENT,
+      self.add(node, _members.OPTIMIZER_DEF, _BY_NAME_REPLACEMENT,
                rep.SECTION_ALGORITHMS)
       return
     if name in _names.ALGORITHMS:
-      self.add(node, 'optimizer_def', _algorithm_replacement(name, node),
+      self.add(node, _members.OPTIMIZER_DEF, _algorithm_replacement(name, node),
                rep.SECTION_ALGORITHMS)
       return
     if name in ('MultiOptimizer', 'WeightNorm'):
@@ -446,7 +451,7 @@ class _Visitor(ast.NodeVisitor):
                'weight_norm')
       return
     if name == 'ReplicatedOptimizer':
-      self.add(node, 'replicate')
+      self.add(node, _members.REPLICATE)
       return
     if name in _names.TRAVERSALS:  # flax.optim.ModelParamTraversal
       self.add(node, 'traversal')
@@ -470,30 +475,30 @@ class _Visitor(ast.NodeVisitor):
 
   def _check_method(self, node, method, receiver):
     module = self.module
-    if method == 'create' and module.is_def(receiver):
-      self.add(node, 'create')
+    if method == _members.CREATE and module.is_def(receiver):
+      self.add(node, _members.CREATE)
       if any(k.arg == 'focus' for k in node.keywords) or len(node.args) > 1:
         self.add(node, 'traversal')
       return
-    if method not in ('apply_gradient', 'compute_gradient',
-                      'compute_gradients', 'optimize', 'replicate'):
+    if method not in _members.STEP_METHODS:
       return
-    if method == 'replicate' and module.resolve(receiver) is not None:
+    if method == _members.REPLICATE and module.resolve(receiver) is not None:
       return  # jax_utils.replicate(...) and other module functions
     confidence = ('certain' if self.flow.is_optimizer(receiver) else
                   module.optimizer_confidence(receiver))
-    if method == 'apply_gradient' and confidence is None:
+    if method == _members.APPLY_GRADIENT and confidence is None:
       confidence = 'likely'  # the method name is flax.optim's alone
     if confidence is None:
       return
-    if method == 'apply_gradient' and node.keywords:
+    if method == _members.APPLY_GRADIENT and node.keywords:
       names = ', '.join(k.arg or '**' for k in node.keywords)
       text, section = _FIXED['apply_gradient_overrides']
       self.add(node, 'apply_gradient_overrides', f'({names}) -> {text}',
                section, confidence)
     else:
-      self.add(node, 'compute_gradient' if method == 'compute_gradients'
-               else method, confidence=confidence)
+      self.add(node, _members.COMPUTE_GRADIENT if (
+          method == _members.COMPUTE_GRADIENTS) else method,
+               confidence=confidence)
 
   def _check_checkpoint(self, node, path):
     keyword, position = _CHECKPOINT_FUNCS[path]
