@@ -113,20 +113,27 @@ def test_scan_reads_notebooks_at_the_notebook_files_lines():
   found = {(os.path.basename(f.path), f.line, f.construct)
            for f in result.findings}
   # Lines of the JSON files holding `from flax import optim`, the
-  # definition with its .create, and .apply_gradient.
+  # definition with its .create, .apply_gradient and the two reads of
+  # optimizer.target (FOC118, which migrate rewrites).
   assert found == {
       ('colab_like.ipynb', 32, 'import'),
       ('colab_like.ipynb', 53, 'optimizer_def'),
       ('colab_like.ipynb', 53, 'create'),
       ('colab_like.ipynb', 57, 'apply_gradient'),
+      ('colab_like.ipynb', 71, 'optimizer_use'),
+      ('colab_like.ipynb', 102, 'optimizer_use'),
       ('ascii_sorted_like.ipynb', 31, 'import'),
       ('ascii_sorted_like.ipynb', 44, 'optimizer_def'),
       ('ascii_sorted_like.ipynb', 44, 'create'),
       ('ascii_sorted_like.ipynb', 48, 'apply_gradient'),
+      ('ascii_sorted_like.ipynb', 83, 'optimizer_use'),
+      ('ascii_sorted_like.ipynb', 93, 'optimizer_use'),
   }
   lines = read('colab_like.ipynb').decode().splitlines()
   assert 'from flax import optim' in lines[32 - 1]
   assert 'apply_gradient(grads)' in lines[57 - 1]
+  assert 'optimizer.target' in lines[71 - 1]
+  assert 'optimizer.target' in lines[102 - 1]
 
 
 def test_leftovers_in_a_notebook_are_reported_at_its_lines(tmp_path):
