@@ -108,7 +108,7 @@ def with_empty_nodes(expected, found):
 
 
 def _compare(expected, found, path: str, out: list[Difference],
-             exact_dtypes: bool) -> None:
+             exact_dtypes: bool, empty_as_none: bool = False) -> None:
   """Appends to ``out`` every difference between two state dicts.
 
   ``exact_dtypes``: arrays must have the expected dtype, not only the same
@@ -116,7 +116,7 @@ def _compare(expected, found, path: str, out: list[Difference],
   template's dtype, as Orbax does, must not narrow them silently).
   """
   here = path or '<root>'
-  if _orbax_empty_node(expected, found):
+  if empty_as_none and _orbax_empty_node(expected, found):
     return
   if isinstance(expected, dict):
     if not isinstance(found, dict):
@@ -127,7 +127,8 @@ def _compare(expected, found, path: str, out: list[Difference],
       if key not in found:
         out.append(Difference(sub, _describe(expected[key]), 'no entry'))
       else:
-        _compare(expected[key], found[key], sub, out, exact_dtypes)
+        _compare(expected[key], found[key], sub, out, exact_dtypes,
+                 empty_as_none)
     for key in found:
       if key not in expected:
         sub = f'{path}/{key}' if path else str(key)
@@ -199,7 +200,8 @@ def _algorithm_hint(expected_states, found_states, template: str) -> str:
 
 
 def check_state_dict(opt_target, opt_state, state_dict, *,
-                     template: str = 'the template optimizer') -> None:
+                     template: str = 'the template optimizer',
+                     empty_as_none: bool = False) -> None:
   """Raises RestoreMismatchError unless ``state_dict`` fits the template.
 
   Args:
@@ -214,7 +216,8 @@ def check_state_dict(opt_target, opt_state, state_dict, *,
   # First the file: what flax's Orbax route passes on is already filled in.
   _check_flax_restore_call(expected, template)
   differences: list[Difference] = []
-  _compare(expected, state_dict, '', differences, exact_dtypes=False)
+  _compare(expected, state_dict, '', differences, exact_dtypes=False,
+           empty_as_none=empty_as_none)
   hint = ''
   if isinstance(state_dict, dict) and isinstance(state_dict.get('state'), dict):
     step = state_dict['state'].get('step')
@@ -274,10 +277,12 @@ def mismatch_hint(expected_state, found_state, template: str) -> str:
 
 
 def find_differences(expected, found, path: str = '', *,
-                     exact_dtypes: bool = False) -> list[Difference]:
-  """Every path where state dict ``found`` does not fit ``expected``."""
+                     exact_dtypes: bool = False,
+                     empty_as_none: bool = False) -> list[Difference]:
+  """Every path where state dict ``found`` does not fit ``expected``
+  (``empty_as_none``: an empty node may be None, as Orbax writes it)."""
   out: list[Difference] = []
-  _compare(expected, found, path, out, exact_dtypes)
+  _compare(expected, found, path, out, exact_dtypes, empty_as_none)
   return out
 
 
@@ -391,8 +396,10 @@ def _check_flax_restore_call(expected, template: str) -> None:
   if found is MISSING:
     listed = [Difference(where, _describe(expected), 'no entry')]
   else:
-    # Orbax casts the file's values to the target's dtypes: exact dtypes.
-    listed = find_differences(expected, found, where, exact_dtypes=True)
+    # Orbax casts the file's values to the target's dtypes: exact dtypes;
+    # and it writes an empty node as None.
+    listed = find_differences(expected, found, where, exact_dtypes=True,
+                              empty_as_none=True)
   if listed:
     state = found.get('state') if isinstance(found, dict) else None
     raise RestoreMismatchError(listed, template, '\n'.join(filter(None, (

@@ -166,6 +166,10 @@ class OptimizerDef:
   # True: the state is one tree for all params (an Optax transform's), not
   # one state per parameter; wrappers that split it per parameter refuse it.
   _whole_tree_state: bool = False
+  # An empty node of the state (an Optax ``EmptyState``) may come back from
+  # Orbax as None; a legacy state dict has none there, so elsewhere a None is
+  # a mismatch, as flax 0.5.3's restore found it.
+  empty_nodes_as_none: bool = False
 
   def __init__(self, hyper_params):
     self.hyper_params = hyper_params
@@ -384,11 +388,14 @@ class OptimizerDef:
     structure, shape or dtype differs from the template.
     """
     _restore.check_state_dict(opt_target, opt_state, state_dict,
-                              template=self._name)
+                              template=self._name,
+                              empty_as_none=self.empty_nodes_as_none)
     opt_target = serialization.from_state_dict(opt_target, state_dict['target'])
-    opt_state = serialization.from_state_dict(
-        opt_state, _restore.with_empty_nodes(
-            serialization.to_state_dict(opt_state), state_dict['state']))
+    found_state = state_dict['state']
+    if self.empty_nodes_as_none:
+      found_state = _restore.with_empty_nodes(
+          serialization.to_state_dict(opt_state), found_state)
+    opt_state = serialization.from_state_dict(opt_state, found_state)
     return opt_target, opt_state
 
 

@@ -134,6 +134,7 @@ class OptaxOptimizerDef(base.OptimizerDef):
   # compiles as one program (see _eager), and MultiOptimizer and WeightNorm,
   # which split the state per parameter, refuse it.
   _whole_tree_state = True
+  empty_nodes_as_none = True
   # optax.apply_updates casts every new param to its param's dtype.
   _keeps_integer_params = True
 

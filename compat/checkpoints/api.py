@@ -474,7 +474,10 @@ def restore_checkpoint(path: PathLike, target, *, step=None,
   found = _with_per_leaf_states(
       read_checkpoint(path, step=step, prefix=prefix), expected)
   found, layout_hint = _in_train_state_layout(target, found)
-  listed = _restore.find_differences(expected, found, exact_dtypes=True)
+  # Orbax cannot hold an empty dict: it writes an empty state node as None.
+  from_orbax = _checkpoint_entry(path, step, prefix).is_dir()
+  listed = _restore.find_differences(expected, found, exact_dtypes=True,
+                                     empty_as_none=from_orbax)
   if listed:
     name = type(getattr(target, 'optimizer_def', target)).__name__
     raise _restore.RestoreMismatchError(listed, name, '\n'.join(filter(None, (
