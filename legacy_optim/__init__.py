@@ -72,11 +72,14 @@ def __dir__():
   return sorted(set(globals()) | set(__all__))
 
 
-# A program reaching this package through flax.optim has imported flax:
-# its direct submodule imports (``from flax.optim import adam``) find the
-# wrappers registered too.
+# A program reaching this package through flax.optim has imported flax, so
+# nothing is saved by waiting: every name loads now, as flax.optim's did, and
+# the alias serves each submodule under flax.optim's name too
+# (``from flax.optim import dynamic_scale``).
 if 'flax' in sys.modules:
-  _load_wrappers()
+  for _name in __all__:
+    __getattr__(_name)
+  del _name
 
 # `import legacy_optim` also serves `flax.optim` (unless switched off with
 # LEGACY_OPTIM_IMPORT_HOOK=0); see compat.importer.
