@@ -726,16 +726,9 @@ class OptimizerFlow:
     sites = self._sites(function.name)
     if sites is None or (not sites and not elsewhere):
       return False
-    position = self.scopes[function].params[name]
-    positional = len(function.args.posonlyargs) + len(function.args.args)
-    for site in sites:
-      passed = site.keywords.get(name)
-      if passed is None and position < positional and position < len(
-          site.args):
-        passed = site.args[position]
-      if passed is None or not self._value_holds(*passed):
-        return False
-    return True
+    return _every_site_passes(sites, function, name,
+                              self.scopes[function].params[name],
+                              self._value_holds)
 
   def _value_holds(self, value, scope) -> bool:
     if isinstance(value, tuple) and value[0] == 'item':
@@ -1236,16 +1229,8 @@ class OptimizerFlow:
     sites = self._sites(function.name)
     if elsewhere is False or sites is None or (not sites and not elsewhere):
       return False
-    position = binding.params[name]
-    positional = len(function.args.posonlyargs) + len(function.args.args)
-    for site in sites:
-      passed = site.keywords.get(name)
-      if passed is None and position < positional and position < len(
-          site.args):
-        passed = site.args[position]
-      if passed is None or not self.holds_optimizer(*passed):
-        return False
-    return True
+    return _every_site_passes(sites, function, name, binding.params[name],
+                              self.holds_optimizer)
 
   def optimizer_or_dict(self, node) -> bool:
     """``node`` is an optimizer or a dict display on every path (a name:
@@ -1315,3 +1300,19 @@ class OptimizerFlow:
           for r in returns)
     finally:
       self._factories_open.discard(function)
+
+
+def _every_site_passes(sites, function, name: str, position: int,
+                       holds) -> bool:
+  """Each call in ``sites`` passes ``function``'s parameter ``name`` (at
+  ``position``), by keyword or by position, a value ``holds(value, scope)``
+  accepts."""
+  positional = len(function.args.posonlyargs) + len(function.args.args)
+  for site in sites:
+    passed = site.keywords.get(name)
+    if passed is None and position < positional and position < len(
+        site.args):
+      passed = site.args[position]
+    if passed is None or not holds(*passed):
+      return False
+  return True
