@@ -25,19 +25,24 @@ RESUMES = ('mipnerf',)
 RUNS = {'mipnerf': '', 'nerfies': '', 'nested': '', 'vit': 'vit_jax/'}
 
 
-def train(directory, name, out, shim) -> dict:
+def train(directory, name, out, shim, resume=None) -> dict:
   """The driver's run of recipe ``name`` on ``directory``: ``stepN/...`` ->
-  array."""
+  array. ``resume``: ``(mode, checkpoints)``, the driver's ``--resume``
+  (``save`` or ``restore`` in that directory)."""
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   command = [sys.executable, DRIVER, str(directory), name, str(out)]
+  side = 'original' if shim else 'migrated'
+  what = f'{side} run'
+  if resume is not None:
+    mode, checkpoints = resume
+    command += ['--resume', mode, str(checkpoints)]
+    what = f'{mode} run ({side})'
   if not shim:
     env['LEGACY_OPTIM_IMPORT_HOOK'] = '0'
     command.append('--no-shim')
   run = subprocess.run(command, env=env, capture_output=True, text=True,
                        timeout=900, check=False)
-  assert run.returncode == 0, (
-      f'{"original" if shim else "migrated"} run failed:\n'
-      f'{run.stderr[-4000:]}')
+  assert run.returncode == 0, f'{what} failed:\n{run.stderr[-4000:]}'
   with np.load(out) as arrays:
     return {key: arrays[key] for key in arrays.files}
 
@@ -56,22 +61,6 @@ def compare(name, repository, tmp_path) -> int:
   return len({key.split('/')[0] for key in old})
 
 
-def _resume_run(directory, name, out, checkpoints, mode, shim) -> dict:
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
-  command = [sys.executable, DRIVER, str(directory), name, str(out),
-             '--resume', mode, str(checkpoints)]
-  if not shim:
-    env['LEGACY_OPTIM_IMPORT_HOOK'] = '0'
-    command.append('--no-shim')
-  run = subprocess.run(command, env=env, capture_output=True, text=True,
-                       timeout=900, check=False)
-  assert run.returncode == 0, (
-      f'{mode} run ({"original" if shim else "migrated"}) failed:\n'
-      f'{run.stderr[-4000:]}')
-  with np.load(out) as arrays:
-    return {key: arrays[key] for key in arrays.files}
-
-
 def compare_resume(name, repository, tmp_path) -> int:
   """The original (through the shim) trains N steps, saves with its own
   save code, trains N more; the migrated copy, the shim blocked, restores
@@ -84,10 +73,10 @@ def compare_resume(name, repository, tmp_path) -> int:
   assert not blocking, blocking
   checkpoints = tmp_path / 'checkpoints'
   checkpoints.mkdir()
-  old = _resume_run(original, name, tmp_path / 'original.npz', checkpoints,
-                    'save', shim=True)
-  new = _resume_run(migrated, name, tmp_path / 'resumed.npz', checkpoints,
-                    'restore', shim=False)
+  old = train(original, name, tmp_path / 'original.npz', shim=True,
+              resume=('save', checkpoints))
+  new = train(migrated, name, tmp_path / 'resumed.npz', shim=False,
+              resume=('restore', checkpoints))
   assert sorted(old) == sorted(new), (sorted(set(old) ^ set(new)))
   assert any(k.startswith('final/moments/') for k in old), sorted(old)
   for key in sorted(old):
