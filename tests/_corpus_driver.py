@@ -201,8 +201,10 @@ def _nerfies_steps():
            jax_utils.unreplicate(stats))
 
 
-def _mipnerf():
-  from flax import jax_utils  # noqa: PLC0415
+def _mipnerf_setup(rng_of):
+  """mipnerf's ``train`` module, a batch maker drawing from the random
+  state ``rng_of()`` gives, and ``main``'s statements up to ``train_pstep``
+  for a small model."""
   import gin  # noqa: PLC0415
   import jax  # noqa: PLC0415 - after the stand-ins are installed
   train = importlib.import_module('train')
@@ -217,10 +219,10 @@ def _mipnerf():
   # The schedule warms up over 2 steps and decays over 10.
   config = utils.Config(lr_init=1e-2, lr_final=1e-3, lr_delay_steps=2,
                         max_steps=10, grad_max_norm=1.)
-  rng = np.random.RandomState(0)
   rays = 4  # per device
 
   def batch():
+    rng = rng_of()
     directions = rng.randn(1, rays, 3).astype(np.float32)
     return {'rays': utils.Rays(
         origins=rng.randn(1, rays, 3).astype(np.float32),
@@ -238,6 +240,14 @@ def _mipnerf():
   created = _v033_driver.example_statements(
       train, 'main', 'optimizer', 'train_pstep', model=model,
       variables=variables, config=config)
+  return train, batch, created
+
+
+def _mipnerf():
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  rng = np.random.RandomState(0)
+  train, batch, created = _mipnerf_setup(lambda: rng)
   created = _v033_driver.example_statements(
       train, 'main', 'init_step', 'state', state=created['state'],
       learning_rate_fn=created['learning_rate_fn'],
@@ -260,43 +270,13 @@ def _mipnerf_resume(mode, directory):
   the checkpoint; the program's state only through its checkpoint."""
   from flax import io as flax_io  # noqa: PLC0415
   from flax import jax_utils  # noqa: PLC0415
-  import gin  # noqa: PLC0415
   import jax  # noqa: PLC0415 - after the stand-ins are installed
-  train = importlib.import_module('train')
-  models = importlib.import_module('internal.models')
-  utils = importlib.import_module('internal.utils')
   # flax.io took the tensorflow stand-in for gfile: back to Python's files,
   # where the checkpoints are.
   flax_io.set_mode(flax_io.BackendMode.DEFAULT)
-  gin.parse_config([
-      'MipNerfModel.num_samples = 4', 'MipNerfModel.max_deg_point = 2',
-      'MipNerfModel.deg_view = 1', 'MLP.net_depth = 2', 'MLP.net_width = 8',
-      'MLP.net_width_condition = 4', 'MLP.skip_layer = 1'])
-  config = utils.Config(lr_init=1e-2, lr_final=1e-3, lr_delay_steps=2,
-                        max_steps=10, grad_max_norm=1.)
   carry = {'rng': np.random.RandomState(0),
            'keys': jax.random.split(jax.random.PRNGKey(1), 1)}
-  rays = 4
-
-  def batch():
-    rng = carry['rng']
-    directions = rng.randn(1, rays, 3).astype(np.float32)
-    return {'rays': utils.Rays(
-        origins=rng.randn(1, rays, 3).astype(np.float32),
-        directions=directions,
-        viewdirs=directions / np.linalg.norm(directions, axis=-1,
-                                             keepdims=True),
-        radii=rng.rand(1, rays, 1).astype(np.float32) * 0.01,
-        lossmult=np.ones((1, rays, 1), np.float32),
-        near=np.full((1, rays, 1), config.near, np.float32),
-        far=np.full((1, rays, 1), config.far, np.float32)),
-            'pixels': rng.rand(1, rays, 3).astype(np.float32)}
-
-  model, variables = models.construct_mipnerf(jax.random.PRNGKey(0),
-                                              batch())
-  created = _v033_driver.example_statements(
-      train, 'main', 'optimizer', 'train_pstep', model=model,
-      variables=variables, config=config)
+  train, batch, created = _mipnerf_setup(lambda: carry['rng'])
   flags = types.SimpleNamespace(train_dir=directory)
   # A new run: main's statements from init_step (after its restore); a
   # resumed one: from its restore statement.
