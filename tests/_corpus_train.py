@@ -21,8 +21,22 @@ DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
-RESUMES = ('mipnerf',)
-RUNS = {'mipnerf': '', 'nerfies': '', 'nested': '', 'vit': 'vit_jax/'}
+RESUMES = ('mipnerf', 'scenic')
+RUNS = {'mipnerf': '', 'nerfies': '', 'nested': '',
+        'scenic': 'scenic/train_lib/', 'vit': 'vit_jax/'}
+# Repository -> removed APIs next to flax.optim (as migrate's report names
+# them) that migrate leaves in its RUNS subdirectory and that its recipe
+# serves to both copies alike (tests/_corpus_driver.py says how): those
+# leftovers do not block. Its flax.optim code must still all migrate.
+SERVED = {'scenic': ('flax.core.pop(variables, key)',)}
+
+
+def blocking(name, problems) -> list:
+  """The ``problems`` (``_migrated_copies.copies``) that keep the files
+  recipe ``name`` runs from running without the shim."""
+  served = tuple(f': removed_api: {api}:' for api in SERVED.get(name, ()))
+  return [p for p in problems if p.startswith(RUNS[name]) and
+          not any(mark in p for mark in served)]
 
 
 def train(directory, name, out, shim, resume=None) -> dict:
@@ -54,8 +68,8 @@ def compare(name, repository, tmp_path) -> int:
   original, migrated, problems = _migrated_copies.copies(repository,
                                                          tmp_path)
   old = train(original, name, tmp_path / 'original.npz', shim=True)
-  blocking = [p for p in problems if p.startswith(RUNS[name])]
-  assert not blocking, blocking
+  left = blocking(name, problems)
+  assert not left, left
   new = train(migrated, name, tmp_path / 'migrated.npz', shim=False)
   _migrated_copies.assert_bit_identical(old, new)
   return len({key.split('/')[0] for key in old})
@@ -69,8 +83,8 @@ def compare_resume(name, repository, tmp_path) -> int:
   params and optimizer moments must be bit-identical. Returns N."""
   original, migrated, problems = _migrated_copies.copies(repository,
                                                          tmp_path)
-  blocking = [p for p in problems if p.startswith(RUNS[name])]
-  assert not blocking, blocking
+  left = blocking(name, problems)
+  assert not left, left
   checkpoints = tmp_path / 'checkpoints'
   checkpoints.mkdir()
   old = train(original, name, tmp_path / 'original.npz', shim=True,
