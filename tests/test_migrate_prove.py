@@ -13,11 +13,17 @@ import subprocess
 import sys
 import tempfile
 
+from flax.training import train_state
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compat import testing
 from compat.codemod import migrate
 from compat.testing import _prove
+import flax_optim_rules
+import legacy_optim
 
 # Five Adam steps, then a flax checkpoint of the optimizer. The data are
 # chosen so that stock optax.adam rounds some values otherwise than
@@ -134,3 +140,123 @@ def test_flax_optim_and_train_state_layouts_are_read_alike():
   renamed = _prove.in_stock_names(old, _prove.canonical_leaves(stock))
   assert [p for p, _ in renamed] == [
       p for p, _ in _prove.canonical_leaves(stock)]
+
+
+
+def test_a_transform_without_a_count_is_compared_by_its_step():
+  # flax.optim's Momentum, and optax.sgd's in a TrainState (what migrate
+  # writes for it): a trace and no count, only the TrainState's step.
+  w = np.arange(4.0).reshape(2, 2)
+  legacy = {'target': {'w': w}, 'state': {
+      'step': np.int32(3), 'param_states': {'w': {'momentum': w * 2}}}}
+  stock = {'step': np.int64(3), 'params': {'w': w},
+           'opt_state': [{'trace': {'w': w * 2}}, None]}
+  new = _prove.canonical_leaves(stock)
+  old = _prove.in_stock_names(_prove.canonical_leaves(legacy), new)
+  kept = _prove.without_uncounted_steps(old, new)
+  assert [p for p, _ in kept] == [p for p, _ in new] == [
+      'params/w', 'step', 'opt_state/trace/w']
+  # A count that is more than the step stays, to be named as a difference.
+  counted = {'step': np.int64(3), 'params': {'w': w},
+             'opt_state': {'count': np.int32(2), 'trace': {'w': w * 2}}}
+  assert 'opt_state/count' in dict(_prove.without_uncounted_steps(
+      _prove.canonical_leaves(counted), new))
+
+# ---------------------------------------------------------------------------
+# Trajectories a program records with compat.testing, compared step by step
+# (in process: the two runs' work directories written here).
+
+
+def _grads(steps=5):
+  rng = np.random.default_rng(3)
+  return [{'w': rng.normal(size=(3, 4)).astype(np.float32),
+           'b': rng.normal(size=4).astype(np.float32)}
+          for _ in range(steps)]
+
+
+def _record_legacy_adam(workdir, grads, values_at='all'):
+  """The original program: flax.optim's Adam (through the shim)."""
+  params = {'w': np.ones((3, 4), np.float32), 'b': np.zeros(4, np.float32)}
+  optimizer = legacy_optim.Adam(learning_rate=0.01).create(params)
+  step = jax.jit(lambda opt, g: opt.apply_gradient(g))
+  testing.record_trajectory(step, optimizer, grads, len(grads),
+                            os.path.join(workdir, 'adam.traj'),
+                            values_at=values_at)
+
+
+def _record_train_state(workdir, grads, learning_rate, values_at='all'):
+  """The migrated program: a TrainState of flax.optim's Adam rule."""
+  params = {'w': np.ones((3, 4), np.float32), 'b': np.zeros(4, np.float32)}
+  state = train_state.TrainState.create(
+      apply_fn=None, params=params,
+      tx=flax_optim_rules.adam(learning_rate=learning_rate))
+  step = jax.jit(lambda s, g: s.apply_gradients(grads=g))
+  testing.record_trajectory(step, state, grads, len(grads),
+                            os.path.join(workdir, 'adam.traj'),
+                            values_at=values_at)
+
+
+def _doubled_from_update(k):
+  """0.01, then 0.02 from the k-th update on (count k - 1): a migration
+  that changed the learning rate there."""
+  return lambda count: jnp.where(count < k - 1, 0.01, 0.02)
+
+
+@pytest.fixture
+def workdirs(tmp_path):
+  original, migrated = tmp_path / 'original', tmp_path / 'migrated'
+  original.mkdir()
+  migrated.mkdir()
+  return str(original), str(migrated)
+
+
+def test_recorded_trajectories_that_agree_are_proven(workdirs):
+  original, migrated = workdirs
+  _record_legacy_adam(original, _grads())
+  _record_train_state(migrated, _grads(), 0.01)
+  proven, lines = _prove.compare_workdirs(original, migrated)
+  assert proven, lines
+  assert lines == ['adam.traj (trajectory): params at steps 0 to 5 '
+                   'bit-identical']
+
+
+@pytest.mark.parametrize('values_at, how', [
+    # Values: how many, by how much; digests only: that they differ.
+    ('all', '4 of 4 elements differ; max |original - migrated| = '),
+    ('none', 'its digests differ (only digests were recorded'),
+])
+def test_the_first_differing_step_of_a_trajectory_is_named(workdirs,
+                                                           values_at, how):
+  original, migrated = workdirs
+  _record_legacy_adam(original, _grads(), values_at)
+  _record_train_state(migrated, _grads(), _doubled_from_update(3), values_at)
+  proven, lines = _prove.compare_workdirs(original, migrated)
+  assert not proven
+  # Updates 1 and 2 are flax.optim's to the bit; update 3 is not: the file,
+  # the step, the first leaf (params in jax's order: b before w).
+  assert len(lines) == 1, lines
+  assert lines[0].startswith(
+      "adam.traj (trajectory, step 3 of 5): leaf params['b']: "), lines
+  assert how in lines[0], lines
+  assert "1 more leaves differ at this step" in lines[0], lines
+
+
+def test_a_trajectory_on_other_batches_is_an_input_difference(workdirs):
+  original, migrated = workdirs
+  grads = _grads()
+  _record_legacy_adam(original, grads)
+  grads[1] = {k: v + 1 for k, v in grads[1].items()}
+  _record_train_state(migrated, grads, 0.01)
+  proven, lines = _prove.compare_workdirs(original, migrated)
+  assert not proven
+  assert lines == ['adam.traj (trajectory): batch 2 differs between the '
+                   'runs: the program fed them other data, so their params '
+                   'cannot be compared']
+
+
+def test_a_trajectory_left_by_one_run_only_is_named(workdirs):
+  original, migrated = workdirs
+  _record_legacy_adam(original, _grads())
+  proven, lines = _prove.compare_workdirs(original, migrated)
+  assert (proven, lines) == (False, ['adam.traj: only the original run left '
+                                     'it'])

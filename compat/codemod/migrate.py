@@ -889,8 +889,9 @@ def prove(paths, results, command: str, rtol: float = 0.0):
 
 def format_proof(proven: bool, lines, command: str, rtol: float) -> list:
   how = f'within rtol={rtol!r}' if rtol else 'bit-identical'
-  head = (f'proven ({how}): `{command}` left the same checkpoints on the '
-          'original tree (under the shim) and on the migrated one'
+  head = (f'proven ({how}): `{command}` left the same checkpoints and '
+          'trajectories on the original tree (under the shim) and on the '
+          'migrated one'
           if proven else f'not proven ({how} required): `{command}` on the '
           'original tree (under the shim) and on the migrated one')
   return [head] + [f'  {l}' for l in lines]
