@@ -370,6 +370,7 @@ def _manager_steps(path: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
 def _read_orbax(path: pathlib.Path):
   """An Orbax checkpoint as a state dict of numpy arrays, no template."""
   import orbax.checkpoint as ocp
+  path = path.absolute()  # Orbax reads arrays by absolute paths only
   checkpointer = ocp.PyTreeCheckpointer()
   on_disk = checkpointer.metadata(path)
   on_disk = getattr(on_disk, 'item_metadata', on_disk)

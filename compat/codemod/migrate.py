@@ -828,18 +828,18 @@ WORKDIR = '{workdir}'
 _SHOWN_OUTPUT = 20  # lines of a failed run's output shown
 
 
-def _side_env(side: str, tree: str) -> dict:
-  """The environment ``CMD`` runs in on one side: the tree first on
-  ``sys.path``; the original under the shim as flax ran it (op by op: the
-  shim's eager kernel cache fuses differently from an un-jitted TrainState
-  step, in the last bit), strict mode off."""
+def _side_env(tree: str) -> dict:
+  """The environment ``CMD`` runs in on either side: the tree first on
+  ``sys.path``; the shim as flax ran it (op by op: the shim's eager kernel
+  cache fuses differently from an un-jitted TrainState step, in the last
+  bit), strict mode off. The same on both sides: what migrate leaves on the
+  migrated tree runs through the shim as on the original."""
   env = dict(os.environ)
   env['PYTHONPATH'] = os.pathsep.join(
       p for p in (tree, env.get('PYTHONPATH')) if p)
-  if side == 'original':
-    for name in ('LEGACY_OPTIM_STRICT', 'LEGACY_OPTIM_IMPORT_HOOK'):
-      env.pop(name, None)
-    env['LEGACY_OPTIM_EAGER_JIT'] = '0'
+  for name in ('LEGACY_OPTIM_STRICT', 'LEGACY_OPTIM_IMPORT_HOOK'):
+    env.pop(name, None)
+  env['LEGACY_OPTIM_EAGER_JIT'] = '0'
   return env
 
 
@@ -852,7 +852,7 @@ def _run_side(side: str, paths, results, command: str, base: str):
   os.mkdir(workdir)
   shown = command.replace(WORKDIR, shlex.quote(workdir))
   done = subprocess.run(shown, shell=True, cwd=tree,
-                        env=_side_env(side, tree), capture_output=True,
+                        env=_side_env(tree), capture_output=True,
                         text=True, check=False)
   if done.returncode == 0:
     return workdir, []
@@ -889,8 +889,9 @@ def prove(paths, results, command: str, rtol: float = 0.0):
 
 def format_proof(proven: bool, lines, command: str, rtol: float) -> list:
   how = f'within rtol={rtol!r}' if rtol else 'bit-identical'
-  head = (f'proven ({how}): `{command}` left the same checkpoints on the '
-          'original tree (under the shim) and on the migrated one'
+  head = (f'proven ({how}): `{command}` left the same checkpoints and '
+          'trajectories on the original tree (under the shim) and on the '
+          'migrated one'
           if proven else f'not proven ({how} required): `{command}` on the '
           'original tree (under the shim) and on the migrated one')
   return [head] + [f'  {l}' for l in lines]

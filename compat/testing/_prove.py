@@ -1,13 +1,21 @@
-"""What ``migrate --prove`` compares: the checkpoints two runs left behind.
+"""What ``migrate --prove`` compares: what two runs left behind.
 
-``python -m compat.testing._prove ORIGINAL MIGRATED [--rtol R]`` reads every
-checkpoint under the two work directories (a file or directory named
-``<prefix>_<step>`` or ``<step>``, as flax's ``save_checkpoint`` and Orbax's
-managers name them, read through ``compat.read_checkpoint``), pairs them by
-their path relative to their work directory, and compares them leaf by leaf
-with ``compat.testing``'s rules (``_compare``: bit-identical by default).
-It prints one line per checkpoint and exits 0 when all agree, 1 at the
-first difference (named: file, step, leaf, how many values, by how much).
+``python -m compat.testing._prove ORIGINAL MIGRATED [--rtol R]`` reads, under
+the two work directories, every trajectory file ``compat.testing`` recorded
+(``record_trajectory``: any name, told by its first bytes) and every
+checkpoint (a file or directory named ``<prefix>_<step>`` or ``<step>``, as
+flax's ``save_checkpoint`` and Orbax's managers name them, read through
+``compat.read_checkpoint``), pairs them by their path relative to their work
+directory, and compares them leaf by leaf with ``compat.testing``'s rules
+(``_compare``: bit-identical by default). Trajectories come first: they
+hold every step, so their first difference is the earliest one. It prints
+one line per file and exits 0 when all agree, 1 at the first difference
+(named: file, step, leaf, how many values, by how much).
+
+A trajectory holds the params after every update (step 0: the initial
+ones) and digests of the batches; both runs must have fed the same batches
+(else the program, not the optimizer, differs). Steps recorded as digests
+only are compared by digest (bit-identity), and skipped within a tolerance.
 
 The two sides store the same numbers in different layouts: flax.optim's
 ``Optimizer`` (``target``, ``state.step``, ``state.param_states`` with the
@@ -32,6 +40,7 @@ import numpy as np
 
 from compat.checkpoints import api as checkpoints
 from compat.testing import _compare
+from compat.testing import _record_core as trajectories
 from legacy_optim import catalogue
 
 LABELS = ('original', 'migrated')
@@ -48,10 +57,22 @@ def find_checkpoints(workdir: str) -> dict:
   for root, dirs, files in os.walk(workdir):
     for name in sorted(dirs + files):
       match = _ENTRY.fullmatch(name)
-      if match:
-        found[os.path.relpath(os.path.join(root, name), workdir)] = int(
-            match.group(1))
+      path = os.path.join(root, name)
+      if match and not trajectories.is_trajectory_file(path):
+        found[os.path.relpath(path, workdir)] = int(match.group(1))
     dirs[:] = [d for d in dirs if not _ENTRY.fullmatch(d)]
+  return found
+
+
+def find_trajectories(workdir: str) -> list:
+  """Paths relative to ``workdir`` of the trajectory files in it (none
+  inside a checkpoint entry)."""
+  found = []
+  for root, dirs, files in os.walk(workdir):
+    dirs[:] = sorted(d for d in dirs if not _ENTRY.fullmatch(d))
+    found += [os.path.relpath(os.path.join(root, name), workdir)
+              for name in sorted(files)
+              if trajectories.is_trajectory_file(os.path.join(root, name))]
   return found
 
 
@@ -166,13 +187,32 @@ def in_stock_names(old, new):
   return None
 
 
+_COUNT = 'opt_state/count'
+
+
+def without_uncounted_steps(old, new):
+  """``old`` without the counts that only repeat its step where ``new``
+  has no count there: flax.optim's step is also its rule's count (read
+  twice, ``_optimizer_leaves``), and a transform that does not count
+  (``optax.sgd``'s trace) keeps only the TrainState's step."""
+  names, values = {p for p, _ in new}, dict(old)
+
+  def repeats_step(path, value):
+    step = values.get(path[:-len(_COUNT)] + 'step')
+    return step is not None and np.array_equal(step, value)
+
+  return [(p, v) for p, v in old
+          if not (p.endswith(_COUNT) and p not in names and
+                  repeats_step(p, v))]
+
+
 def compare_checkpoint(original: str, migrated: str, shown: str, step: int,
                        rtol: float):
   """None if the two agree, else the first difference as a sentence."""
   old = canonical_leaves(checkpoints.read_checkpoint(original))
   new = canonical_leaves(checkpoints.read_checkpoint(migrated))
   where = f'{shown} (step {step})'
-  old = in_stock_names(old, new) or old
+  old = without_uncounted_steps(in_stock_names(old, new) or old, new)
   problem = _compare.structure_diff([p for p, _ in old], [p for p, _ in new],
                                     LABELS)
   # The values of the leaves both have first (params lead): a stock
@@ -188,29 +228,126 @@ def compare_checkpoint(original: str, migrated: str, shown: str, step: int,
   return f'{where}: the leaves differ: {problem}' if problem else None
 
 
+# ------------------------------------------------------------ trajectories
+
+
+def _tolerance(rtol: float) -> str:
+  return f'within rtol={rtol!r}' if rtol else 'bit-identical'
+
+
+def _digest_diffs(old, new, k: int) -> list:
+  return [_compare.LeafDiff(path, 'digest', 'its digests differ (only '
+                            'digests were recorded at this step: no numbers)')
+          for path, a, b in zip(old.paths, old.digests[k], new.digests[k])
+          if a != b]
+
+
+def _step_diffs(old, new, k: int, rtol: float):
+  """The leaves that differ at step ``k``, or None where it cannot be
+  compared (only digests recorded, and a tolerance allowed)."""
+  if old.values[k] is not None and new.values[k] is not None:
+    return _compare.compare_leaves(
+        list(zip(old.paths, old.values[k])),
+        list(zip(new.paths, new.values[k])), rtol, 0.0, LABELS)
+  return None if rtol else _digest_diffs(old, new, k)
+
+
+def _first_batch_difference(old, new):
+  return next((k for k, (a, b) in enumerate(
+      zip(old.batch_digests, new.batch_digests), 1) if a != b), None)
+
+
+def _trajectory_input_problem(old, new):
+  """What keeps two trajectories from being compared step by step."""
+  if old.steps != new.steps:
+    return (f'the original run recorded {old.steps} updates, the migrated '
+            f'one {new.steps}')
+  batch = _first_batch_difference(old, new)
+  if batch is not None:
+    return (f'batch {batch} differs between the runs: the program fed them '
+            'other data, so their params cannot be compared')
+  problem = _compare.structure_diff(old.paths, new.paths, LABELS)
+  return f'the params have other leaves: {problem}' if problem else None
+
+
+def compare_trajectory(original: str, migrated: str, shown: str,
+                       rtol: float):
+  """``(problem, line)``: the first difference of two trajectory files as
+  a sentence (None if they agree), and what was compared."""
+  old = trajectories.read_trajectory(original)
+  new = trajectories.read_trajectory(migrated)
+  problem = _trajectory_input_problem(old, new)
+  if problem:
+    return f'{shown} (trajectory): {problem}', None
+  skipped = []
+  for k in range(old.steps + 1):
+    diffs = _step_diffs(old, new, k, rtol)
+    if diffs is None:
+      skipped.append(k)
+    elif diffs:
+      more = (f'; {len(diffs) - 1} more leaves differ at this step'
+              if len(diffs) > 1 else '')
+      return (f'{shown} (trajectory, step {k} of {old.steps}): leaf '
+              f'params{diffs[0].path}: {diffs[0].detail}{more}'), None
+  unseen = (f' (steps {", ".join(map(str, skipped))} recorded as digests '
+            'only: not compared within a tolerance)' if skipped else '')
+  return None, (f'{shown} (trajectory): params at steps 0 to {old.steps} '
+                f'{_tolerance(rtol)}{unseen}')
+
+
+# ---------------------------------------------------------------- both runs
+
+
+def _only_one_side(old, new) -> list:
+  return [f'{shown}: only the {side} run left it'
+          for shown, side in [(p, LABELS[0]) for p in old if p not in new] +
+          [(p, LABELS[1]) for p in new if p not in old]]
+
+
+def _compare_each(shown_paths, compare):
+  """``(problem, lines)``: ``compare(shown)`` -> ``(problem, line)`` for
+  each path in turn, up to the first problem (an unreadable file is one)."""
+  lines = []
+  for shown in shown_paths:
+    try:
+      problem, line = compare(shown)
+    except (OSError, ValueError) as e:  # TrajectoryFileError included
+      return f'{shown}: could not be read: {e}', lines
+    if problem:
+      return problem, lines
+    lines.append(line)
+  return None, lines
+
+
 def compare_workdirs(original: str, migrated: str, rtol: float = 0.0):
-  """``(proven, lines)``: every checkpoint of the two runs compared."""
+  """``(proven, lines)``: every trajectory and checkpoint of the two runs
+  compared, trajectories first."""
+  old_runs = find_trajectories(original)
+  new_runs = find_trajectories(migrated)
   old, new = find_checkpoints(original), find_checkpoints(migrated)
-  if not old and not new:
-    return False, [f'nothing to compare: the command left no checkpoint in '
-                   f'{original} or {migrated}']
-  lines = [f'{shown}: only the {side} run left it'
-           for shown, side in [(p, LABELS[0]) for p in old if p not in new] +
-           [(p, LABELS[1]) for p in new if p not in old]]
+  if not (old or new or old_runs or new_runs):
+    return False, [f'nothing to compare: the command left no checkpoint or '
+                   f'trajectory in {original} or {migrated}']
+  lines = _only_one_side(old_runs, new_runs) + _only_one_side(old, new)
   if lines:
     return False, lines
-  tolerance = f'within rtol={rtol!r}' if rtol else 'bit-identical'
-  for shown, step in old.items():
-    try:
-      problem = compare_checkpoint(os.path.join(original, shown),
-                                   os.path.join(migrated, shown), shown, step,
-                                   rtol)
-    except (OSError, ValueError) as e:
-      return False, [f'{shown}: could not be read: {e}']
+
+  def trajectory(shown):
+    return compare_trajectory(os.path.join(original, shown),
+                              os.path.join(migrated, shown), shown, rtol)
+
+  def checkpoint(shown):
+    step = old[shown]
+    return compare_checkpoint(
+        os.path.join(original, shown), os.path.join(migrated, shown), shown,
+        step, rtol), (f'{shown} (step {step}): params, step and optimizer '
+                      f'state {_tolerance(rtol)}')
+
+  for shown_paths, compare in ((old_runs, trajectory), (old, checkpoint)):
+    problem, compared = _compare_each(shown_paths, compare)
     if problem:
       return False, [problem]
-    lines.append(f'{shown} (step {step}): params, step and optimizer state '
-                 f'{tolerance}')
+    lines += compared
   return True, lines
 
 

@@ -255,6 +255,18 @@ def write_payload(path: str, payload: dict) -> None:
 # ----------------------------------------------------------------- reading
 
 
+def is_trajectory_file(path: str) -> bool:
+  """Whether ``path`` begins as ``write_payload`` begins a file: the
+  envelope's ``format`` entry comes first, so its first bytes tell a
+  trajectory from any other file without reading the rest."""
+  tag = msgpack.packb(FORMAT, use_bin_type=True)
+  try:
+    with open(path, 'rb') as f:
+      return tag in f.read(len(tag) + 16)
+  except OSError:
+    return False
+
+
 class Trajectory(NamedTuple):
   """A decoded trajectory file."""
   steps: int
