@@ -142,7 +142,8 @@ def _project_function(planner, call) -> bool:
 def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
   """Rewrites ``restore`` to read both layouts where its target holds an
   optimizer the flow migrates; returns why not (None: rewritten, or
-  nothing of the flow is restored there)."""
+  nothing of the flow is restored there). A rewrite that refuses some old
+  files is noted (a ``Refuses`` in ``planner.restores_left``)."""
   if restore.route is None:
     return (f'`{planner.text(restore.call.func)[:60]}` is not a restore '
             'migrate rewrites (flax.training.checkpoints.restore_checkpoint, '
