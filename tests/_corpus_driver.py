@@ -23,6 +23,7 @@ import contextlib
 import importlib
 import importlib.abc
 import os
+import pathlib
 import sys
 import types
 from unittest import mock
@@ -139,18 +140,43 @@ def _broadcast_to_takes_lists():
 
 
 def _nerfies():
-  with _broadcast_to_takes_lists():
-    yield from _nerfies_steps()
+  return _nerfies_run('train', os.path.abspath('no-checkpoints'))
 
 
-def _nerfies_steps():
+def _nerfies_run(mode, directory):
+  return _nerf_training(mode, directory, _nerfies_start,
+                        ('warp_alpha', 'time_alpha'))
+
+
+def _hypernerf():
+  return _hypernerf_run('train', os.path.abspath('no-checkpoints'))
+
+
+def _hypernerf_run(mode, directory):
+  return _nerf_training(mode, directory, _hypernerf_start,
+                        ('nerf_alpha', 'warp_alpha', 'hyper_alpha',
+                         'hyper_sheet_alpha'))
+
+
+def _nerf_train_module():
+  """The repository's ``train`` module, flax.io back on Python's files."""
   from flax import io as flax_io  # noqa: PLC0415
-  from flax import jax_utils  # noqa: PLC0415
   import jax  # noqa: PLC0415 - after the stand-ins are installed
-  # train.py parses the command line's jax flags at import, which validates
-  # its required flags (--base_folder); the recipe has no command line.
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  # nerfies' train.py parses the command line's jax flags at import, which
+  # validates its required flags (--base_folder); the recipe has none.
   with mock.patch.object(jax.config, 'parse_flags_with_absl', lambda: None):
-    train = importlib.import_module('train')
+    return importlib.import_module('train')
+
+
+def _nerfies_start(directory):
+  """nerfies' ``train`` and main's statements from its schedules to the
+  dropout keys (a small model's creation, its optimizer's and the restore
+  from ``directory`` among them)."""
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = _nerf_train_module()
   configs = importlib.import_module('nerfies.configs')
   # A small NeRF with the deformation field (nerfies' own warp) on, its
   # coarse and fine levels. The schedules are tuples: schedules.from_config
@@ -166,39 +192,125 @@ def _nerfies_steps():
       warp_alpha_schedule=('linear', 0., 2., 10))
   datasource = types.SimpleNamespace(appearance_ids=[0, 1], camera_ids=[0],
                                      warp_ids=[0, 1], near=0.5, far=2.)
-  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
-  # where restore_checkpoint finds no checkpoint directory (a new run).
-  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
-  created = _v033_driver.example_statements(
+  return train, _v033_driver.example_statements(
       train, 'main', 'learning_rate_sched', 'keys', model_config=model_config,
       train_config=train_config, datasource=datasource,
       devices=jax.local_devices(), rng=jax.random.PRNGKey(0),
-      checkpoint_dir=os.path.abspath('no-checkpoints'),
-      summary_dir='unused', config_str='')
-  state, scalar_params, keys = (created[k] for k in
-                                ('state', 'scalar_params', 'keys'))
-  rng = np.random.RandomState(0)
-  shape = (1, train_config.batch_size)  # (devices, rays)
-  # main's training loop body, without its logging and checkpoints.
-  for step in range(int(created['init_step']),
-                    int(created['init_step']) + STEPS):
-    batch = {
-        'origins': rng.randn(*shape, 3).astype(np.float32),
-        'directions': rng.randn(*shape, 3).astype(np.float32),
-        'rgb': rng.rand(*shape, 3).astype(np.float32),
-        'metadata': {key: rng.randint(0, 2, (*shape, 1)).astype(np.uint32)
-                     for key in ('warp', 'camera', 'appearance')},
-    }
-    scalar_params = scalar_params.replace(
-        learning_rate=created['learning_rate_sched'](step),
-        elastic_loss_weight=created['elastic_loss_weight_sched'](step))
-    state = state.replace(
-        warp_alpha=jax_utils.replicate(created['warp_alpha_sched'](step)),
-        time_alpha=jax_utils.replicate(created['time_alpha_sched'](step)))
-    state, stats, keys = created['ptrain_step'](keys, state, batch,
-                                                scalar_params)
-    yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
-           jax_utils.unreplicate(stats))
+      checkpoint_dir=directory, summary_dir='unused', config_str='')
+
+
+def _hypernerf_start(directory):
+  """hypernerf's ``train`` and main's statements from its schedules to the
+  dropout keys (its optimizer's creation and the restore from
+  ``directory`` among them) for a small model made by its own
+  ``construct_nerf``."""
+  import gin  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = _nerf_train_module()
+  # A small HyperNeRF through its own gin bindings: both levels, the SE(3)
+  # warp field with its embeddings, a narrow MLP with its skip connection.
+  gin.parse_config([
+      'NerfModel.nerf_trunk_depth = 2', 'NerfModel.nerf_trunk_width = 8',
+      'NerfModel.nerf_rgb_branch_width = 8', 'NerfModel.nerf_skips = (1,)',
+      'NerfModel.num_coarse_samples = 4', 'NerfModel.num_fine_samples = 4',
+      'NerfModel.spatial_point_max_deg = 2', 'NerfModel.viewdir_max_deg = 1',
+      'NerfModel.use_warp = True', 'SE3Field.trunk_depth = 2',
+      'SE3Field.trunk_width = 8', 'SE3Field.max_deg = 2'])
+  train_config = train.configs.TrainConfig(
+      batch_size=4, lr_schedule=('exponential', 0.01, 0.001, 10),
+      warp_alpha_schedule=('linear', 0., 2., 10), use_warp_reg_loss=True,
+      warp_reg_loss_weight=0.001)
+  # The ids as tuples: jit hashes the model (static in train_step's
+  # jitted parts), with them.
+  datasource = types.SimpleNamespace(
+      embeddings_dict={'warp': (0, 1), 'appearance': (0, 1),
+                       'camera': (0,)}, near=0.5, far=2.)
+  params = {}
+  model, params['model'] = train.models.construct_nerf(
+      jax.random.PRNGKey(1), batch_size=train_config.batch_size,
+      embeddings_dict=datasource.embeddings_dict, near=datasource.near,
+      far=datasource.far)
+  return train, _v033_driver.example_statements(
+      train, 'main', 'learning_rate_sched', 'keys', train_config=train_config,
+      datasource=datasource, model=model, params=params,
+      devices=jax.local_devices(), rng=jax.random.PRNGKey(0),
+      # main writes its gin config into exp_dir: the copy's own directory.
+      checkpoint_dir=directory, exp_dir=pathlib.Path(os.getcwd()),
+      summary_dir='unused')
+
+
+def _nerf_training(mode, directory, start, alphas):
+  """nerfies' or hypernerf's training (``_train_save_resume``'s ``mode``):
+  ``start(directory)``'s statements of main (its restore from
+  ``directory`` among them), its training loop's body (the state's
+  ``alphas`` from their schedules each step), its own save (the loop's
+  ``training.save_checkpoint``) into ``directory``."""
+  with _broadcast_to_takes_lists():
+    yield from _nerf_steps(mode, directory, start, alphas)
+
+
+def _nerf_steps(mode, directory, start, alphas):
+  from flax import jax_utils  # noqa: PLC0415
+  train, created = start(directory)
+  state, scalar_params = created['state'], created['scalar_params']
+  step = int(created['init_step'])
+  carry = {'rng': np.random.RandomState(0), 'keys': created['keys']}
+  shape = (1, int(created['train_config'].batch_size))  # (devices, rays)
+
+  def steps(count):
+    nonlocal state, scalar_params, step
+    # main's training loop body, without its logging and checkpoints.
+    for _ in range(count):
+      rng = carry['rng']
+      batch = {
+          'origins': rng.randn(*shape, 3).astype(np.float32),
+          'directions': rng.randn(*shape, 3).astype(np.float32),
+          'rgb': rng.rand(*shape, 3).astype(np.float32),
+          'metadata': {key: rng.randint(0, 2, (*shape, 1)).astype(np.uint32)
+                       for key in ('warp', 'camera', 'appearance')},
+      }
+      scalar_params = scalar_params.replace(
+          learning_rate=created['learning_rate_sched'](step),
+          elastic_loss_weight=created['elastic_loss_weight_sched'](step))
+      state = state.replace(**{
+          alpha: jax_utils.replicate(created[f'{alpha}_sched'](step))
+          for alpha in alphas})
+      state, stats, carry['keys'] = created['ptrain_step'](
+          carry['keys'], state, batch, scalar_params)[:3]
+      step += 1
+      yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+             jax_utils.unreplicate(stats))
+
+  def save():
+    _v033_driver.example_block(
+        train, 'main', 'training.save_checkpoint(checkpoint_dir, state',
+        checkpoint_dir=directory, state=state)
+
+  yield from _train_save_resume(
+      mode, steps, save, carry, directory,
+      lambda: jax_utils.unreplicate(state).optimizer)
+
+
+def _train_save_resume(mode, steps, save, carry, directory, trained):
+  """A recipe's run of ``mode`` from its program's state after its start
+  (a new one, or its own restore from ``directory``): ``train``: ``STEPS``
+  steps; ``save``: ``STEPS`` steps not compared, the program's own save
+  (``save()``) into ``directory``, ``STEPS`` steps more; ``restore``:
+  ``STEPS`` steps. ``steps(count)`` yields each step's (params, metrics).
+  The harness's own loop variables (``carry``: the batches' generator, the
+  dropout keys) go in a pickle beside the checkpoint; the program's state
+  only through its checkpoint. A resumed run ends with ``(FINAL,
+  trained())``."""
+  if mode == 'save':
+    for _ in steps(STEPS):
+      pass
+    save()
+    _v033_driver.save_carry(carry, directory)
+  elif mode == 'restore':
+    carry.update(_v033_driver.load_carry(directory))
+  yield from steps(STEPS)
+  if mode != 'train':
+    yield _v033_driver.FINAL, trained()
 
 
 def _mipnerf_setup(rng_of):
@@ -263,11 +375,9 @@ def _mipnerf():
 
 
 def _mipnerf_resume(mode, directory):
-  """mipnerf's own save (its training loop's save block) after ``STEPS``
-  steps, or its own restore (main's ``restore_checkpoint`` statement through
-  its replication); then ``STEPS`` steps more. The harness's own loop
-  variables (the batches' generator, the dropout keys) go in a pickle beside
-  the checkpoint; the program's state only through its checkpoint."""
+  """mipnerf's training (``_train_save_resume``'s ``save`` or ``restore``):
+  its own save (its training loop's save block), or its own restore
+  (main's ``restore_checkpoint`` statement through its replication)."""
   from flax import io as flax_io  # noqa: PLC0415
   from flax import jax_utils  # noqa: PLC0415
   import jax  # noqa: PLC0415 - after the stand-ins are installed
@@ -285,28 +395,25 @@ def _mipnerf_resume(mode, directory):
   resumed = _v033_driver.example_statements(
       train, 'main', first, 'state', containing=containing,
       state=created['state'], FLAGS=flags)
-  state, init_step = resumed['state'], int(resumed['init_step'])
+  state, step = resumed['state'], int(resumed['init_step'])
 
   def steps(count):
-    nonlocal state
-    for step in range(init_step, init_step + count):
+    nonlocal state, step
+    for _ in range(count):
       lr = created['learning_rate_fn'](step)
       state, stats, carry['keys'] = created['train_pstep'](
           carry['keys'], state, batch(), lr)
+      step += 1
       yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
              {'lr': lr, 'stats': jax_utils.unreplicate(stats)})
 
-  if mode == 'save':
-    for _ in steps(STEPS):
-      pass
+  def save():  # the loop's save block, at its last step
     _v033_driver.example_block(train, 'main', 'state_to_save =', state=state,
-                               step=init_step + STEPS - 1, FLAGS=flags)
-    _v033_driver.save_carry(carry, directory)
-    init_step += STEPS
-  else:
-    carry.update(_v033_driver.load_carry(directory))
-  yield from steps(STEPS)
-  yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
+                               step=step - 1, FLAGS=flags)
+
+  yield from _train_save_resume(
+      mode, steps, save, carry, directory,
+      lambda: jax_utils.unreplicate(state).optimizer)
 
 
 def _scenic_setup(rng_of, workdir='', checkpoint=False):
@@ -419,7 +526,91 @@ def _scenic_resume(mode, directory):
   yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
 
 
-RESUME = {'mipnerf': _mipnerf_resume, 'scenic': _scenic_resume}
+def _score_sde_start(workdir):
+  """score_sde's ``run_lib``, a small DDPM's config and ``train``'s
+  statements from its first key to ``rng = state.rng`` (the optimizer's
+  creation and the restore from ``workdir``'s checkpoints-meta among them),
+  with the SDE and the pmapped train step ``train`` builds."""
+  from flax import io as flax_io  # noqa: PLC0415 - after the stand-ins
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  run_lib = importlib.import_module('run_lib')
+  # DDPM's own config, small: one resolution of 4x4 images (32 channels:
+  # flax's GroupNorm makes 32 groups), discrete VP-SDE training. Its
+  # warmup (State.step / warmup) ends within the steps, the preemption
+  # snapshot every step (its checkpoint is named by the step).
+  config = importlib.import_module('configs.vp.ddpm.cifar10').get_config()
+  config.training.update(batch_size=2, n_jitted_steps=1,
+                         snapshot_freq_for_preemption=1)
+  config.data.image_size = 4
+  config.model.update(nf=32, ch_mult=(1,), num_res_blocks=1,
+                      attn_resolutions=())
+  config.optim.warmup = STEPS + 2
+  created = _v033_driver.example_statements(
+      run_lib, 'train', 'rng', 'rng', config=config, workdir=workdir)
+  sde = _v033_driver.example_block(run_lib, 'train', 'sde_lib.VPSDE(',
+                                   config=config)['sde']
+  created.update(_v033_driver.example_statements(
+      run_lib, 'train', 'optimize_fn', 'p_train_step', config=config,
+      sde=sde, score_model=created['score_model']))
+  return run_lib, config, created
+
+
+def _score_sde_run(mode, directory):
+  """score_sde's training (``_train_save_resume``'s ``mode``): ``train``'s
+  statements to its restore from ``directory``; its own save (the block of
+  its preemption snapshot) there. The loop's key goes through the
+  checkpoint (``saved_state.replace(rng=rng)``, ``rng = state.rng``)."""
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  import jax.numpy as jnp  # noqa: PLC0415
+  run_lib, config, created = _score_sde_start(directory)
+  pstate = jax_utils.replicate(created['state'])
+  step, rng = int(created['initial_step']), created['rng']
+  if mode != 'restore':
+    # train's, after replicating; it folds a restored key again, where an
+    # uninterrupted run goes on with it: the harness goes on.
+    rng = jax.random.fold_in(rng, jax.process_index())
+  scaler = run_lib.datasets.get_data_scaler(config)
+  shape = (1, 1, 2, 4, 4, 3)  # (devices, jitted steps, batch, H, W, C)
+
+  def steps(count):
+    nonlocal pstate, rng, step
+    # train's loop body, without its logging, evaluation and snapshots.
+    for _ in range(count):
+      batch = {'image': scaler(np.random.RandomState(step).rand(*shape)
+                               .astype(np.float32))}
+      rng, *next_rng = jax.random.split(rng, num=jax.local_device_count() + 1)
+      (_, pstate), ploss = created['p_train_step'](
+          (jnp.asarray(next_rng), pstate), batch)
+      step += 1
+      state = jax_utils.unreplicate(pstate)
+      yield (_v033_driver.params_of(state.optimizer),
+             {'loss': jax_utils.unreplicate(ploss), 'step': state.step,
+              'params_ema': state.params_ema})
+
+  def save():  # the snapshot block, at the loop's last step
+    _v033_driver.example_block(
+        run_lib, 'train', 'checkpoints.save_checkpoint(checkpoint_meta_dir',
+        pstate=pstate, rng=rng, step=step - 1, config=config,
+        checkpoint_meta_dir=created['checkpoint_meta_dir'])
+
+  yield from _train_save_resume(
+      mode, steps, save, {}, directory,
+      lambda: jax_utils.unreplicate(pstate).optimizer)
+
+
+def _score_sde():
+  return _score_sde_run('train', os.path.abspath('no-checkpoints'))
+
+
+RESUME = {'hypernerf': _hypernerf_run, 'mipnerf': _mipnerf_resume,
+          'nerfies': _nerfies_run, 'scenic': _scenic_resume,
+          'score_sde': _score_sde_run}
+
+# nerfies' and hypernerf's data pipelines and visualisation.
+_NERF_STAND_INS = ('tensorflow', 'cv2', 'imageio', 'matplotlib', 'PIL', 'tqdm')
 
 RECIPES = {
     'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
@@ -430,13 +621,18 @@ RECIPES = {
                    'checkpoint', 'deterministic_data', 'metric_writers',
                    'parameter_overview', 'periodic_actions', 'platform')),
                _nested),
-    'nerfies': (('.',), ('tensorflow', 'cv2', 'imageio', 'matplotlib',
-                         'PIL', 'tqdm'),
-                ('flax.metrics.tensorboard',), _nerfies),
+    'nerfies': (('.',), _NERF_STAND_INS, ('flax.metrics.tensorboard',),
+                _nerfies),
+    'hypernerf': (('.',), _NERF_STAND_INS, ('flax.metrics.tensorboard',),
+                  _hypernerf),
     'mipnerf': (('.',), ('tensorflow', 'cv2', 'matplotlib', 'PIL'),
                 ('flax.metrics.tensorboard',), _mipnerf),
     'scenic': (('.',), ('tensorflow', 'tensorflow_datasets', 'clu'), (),
                _scenic),
+    # six: its evaluation module's (for Inception), not installed by tox.
+    'score_sde': (('.',), ('tensorflow', 'tensorflow_gan', 'tensorflow_hub',
+                           'tensorflow_datasets', 'PIL', 'six'),
+                  ('flax.metrics.tensorboard',), _score_sde),
 }
 
 

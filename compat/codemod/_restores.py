@@ -23,7 +23,10 @@ either layout and raises naming what fits neither:
 ``restore_state``, which reads both layouts too.) A restore this module
 cannot rewrite, or whose target it cannot tell, is reported where the
 flow migrates (``RESTORE_NOTE``), with the ``convert`` command that turns
-the old files into the new layout. Stdlib only.
+the old files into the new layout. A module that builds WeightNorm
+definitions, whose state in flax.optim's layout ``from_either_layout``
+refuses (with an error naming the path), still gets the rewrite, noted
+with that command (``REFUSES_NOTE``). Stdlib only.
 """
 
 import ast
@@ -51,6 +54,11 @@ _OTHER_KEYWORDS = {
 # What from_either_layout reads flax.optim's layout of besides one rule's
 # transform (flax.optim's MultiOptimizer state; not WeightNorm's).
 _EITHER_LAYOUT_COVERS = ('multi_optimizer',)
+# What it refuses in flax.optim's layout, with an error naming the path:
+# a module building one still gets the restore of both layouts (the
+# migrated program's own files, old files of its other optimizers; never
+# a silent template), noted with the convert command (``REFUSES_NOTE``).
+_EITHER_LAYOUT_REFUSES = ('weight_norm',)
 # Names of calls of other libraries that restore a template given to them
 # (clu's Checkpoint.restore_or_initialize, Orbax's restore, a loader of
 # the user's own that is not part of the scanned project).
@@ -63,12 +71,24 @@ RESTORE_NOTE = (
     'zero moments): convert such files first with `flax-optim-compat '
     'convert SRC DST --to train_state{stock}`')
 
+REFUSES_NOTE = (
+    'this restore is rewritten to read both checkpoint layouts, but {why}: '
+    "a checkpoint of flax.optim's layout written by such an optimizer is "
+    'refused with an error naming its path: convert such files first with '
+    '`flax-optim-compat convert SRC DST --to train_state{stock}`')
+
+
+class Refuses(str):
+  """The why of a restore rewritten to read both layouts that refuses
+  some files of flax.optim's layout (noted as ``REFUSES_NOTE``)."""
+
 
 def note(planner, why: str) -> str:
-  """The report's note on a restore left as it is, for ``why``."""
+  """The report's note on a restore left as it is, or rewritten but
+  refusing some old files (a ``Refuses``), for ``why``."""
   # --tier stock writes stock Optax states: the converted files must too.
-  return RESTORE_NOTE.format(why=why, stock=' --stock' if (
-      planner.tier == 'stock') else '')
+  return (REFUSES_NOTE if isinstance(why, Refuses) else RESTORE_NOTE).format(
+      why=why, stock=' --stock' if planner.tier == 'stock' else '')
 
 
 class Restore(NamedTuple):
@@ -122,7 +142,8 @@ def _project_function(planner, call) -> bool:
 def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
   """Rewrites ``restore`` to read both layouts where its target holds an
   optimizer the flow migrates; returns why not (None: rewritten, or
-  nothing of the flow is restored there)."""
+  nothing of the flow is restored there). A rewrite that refuses some old
+  files is noted (a ``Refuses`` in ``planner.restores_left``)."""
   if restore.route is None:
     return (f'`{planner.text(restore.call.func)[:60]}` is not a restore '
             'migrate rewrites (flax.training.checkpoints.restore_checkpoint, '
@@ -133,9 +154,13 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
     return (f'migrate cannot tell whether `{planner.text(restore.target)[:60]}'
             '` holds an optimizer it migrates')
   why = _state_layout.unsupported(
-      planner, covered=_EITHER_LAYOUT_COVERS) or _arguments_problem(restore)
+      planner, covered=_EITHER_LAYOUT_COVERS + _EITHER_LAYOUT_REFUSES) or (
+          _arguments_problem(restore))
   if why:
     return why
+  refused = _state_layout.unsupported(planner, covered=_EITHER_LAYOUT_COVERS)
+  if refused:
+    planner.restores_left.append((restore.call, Refuses(refused)))
   planner.imports.append((rules, None, None))
   call, target = restore.call, restore.target
   if restore.route == _FROM_STATE_DICT:

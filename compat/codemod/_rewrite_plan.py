@@ -298,7 +298,8 @@ class Planner:
             node.lineno, 'checkpoint', self._line(node.lineno),
             _restores.note(self, why))
                        for node, why in self.restores_left
-                       if node.lineno not in self.checkpoint_lines]
+                       if node.lineno not in self.checkpoint_lines or
+                       isinstance(why, _restores.Refuses)]
       if flow_edits:  # old checkpoints read by key meet new ones
         self.notes += [Leftover(node.lineno, 'checkpoint',
                                 self._line(node.lineno),
