@@ -51,8 +51,10 @@ class _ShimBlocker(importlib.abc.MetaPathFinder):
 # stand-in modules, function yielding (params, metrics) after each step).
 
 
-def _vit():
-  from flax import jax_utils  # noqa: PLC0415
+def _vit_setup(rng_of):
+  """vit's ``train`` module, its replicated update function for a small
+  ViT, its params and config, and a batch maker drawing from the random
+  state ``rng_of()`` gives."""
   import jax  # noqa: PLC0415 - after the stand-ins are installed
   import ml_collections  # noqa: PLC0415
   train = importlib.import_module('vit_jax.train')
@@ -69,23 +71,82 @@ def _vit():
                       train=False)['params']
   config = ml_collections.ConfigDict(dict(optim_dtype='float32',
                                           grad_norm_clip=1.0))
-  opt = _v033_driver.example_statements(
-      train, 'train_and_evaluate', 'opt', 'initial_step', params=params,
-      config=config)['opt']
   lr_fn = utils.create_learning_rate_schedule(
       total_steps=10, base=0.03, decay_type='cosine', warmup_steps=2)
   update_fn_repl = train.make_update_fn(apply_fn=model.apply, accum_steps=1,
                                         lr_fn=lr_fn)
+
+  def batch():
+    rng = rng_of()
+    return {'image': rng.rand(1, 4, 8, 8, 3).astype(np.float32),
+            'label': np.eye(3, dtype=np.float32)[rng.randint(0, 3, (1, 4))]}
+
+  return train, update_fn_repl, params, config, batch
+
+
+def _vit():
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  rng = np.random.RandomState(1)
+  train, update_fn_repl, params, config, batch = _vit_setup(lambda: rng)
+  opt = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'opt', 'initial_step', params=params,
+      config=config)['opt']
   opt_repl = jax_utils.replicate(opt)
   rng_repl = jax_utils.replicate(jax.random.PRNGKey(0))
-  rng = np.random.RandomState(1)
   for step in range(1, STEPS + 1):
-    batch = {'image': rng.rand(1, 4, 8, 8, 3).astype(np.float32),
-             'label': np.eye(3, dtype=np.float32)[rng.randint(0, 3, (1, 4))]}
     opt_repl, loss_repl, rng_repl = update_fn_repl(
-        opt_repl, jax_utils.replicate(step), batch, rng_repl)
+        opt_repl, jax_utils.replicate(step), batch(), rng_repl)
     yield (_v033_driver.params_of(jax_utils.unreplicate(opt_repl)),
            {'loss': jax_utils.unreplicate(loss_repl)})
+
+
+def _vit_resume(mode, directory):
+  """vit's own save (its training loop's ``save_checkpoint`` statement)
+  after ``STEPS`` steps, or its own restore (train_and_evaluate's
+  statements from the optimizer's creation through its replication, the
+  restore among them, ``workdir`` the checkpoints' directory); then
+  ``STEPS`` steps more. vit saves the step just trained and its loop
+  resumes at the step restored: the original goes on at that step too, so
+  both runs see the same learning rates. The harness's loop variables go
+  in a pickle beside the checkpoint (see ``_mipnerf_resume``)."""
+  from flax import io as flax_io  # noqa: PLC0415
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  carry = {'rng': np.random.RandomState(1),
+           'rng_repl': jax_utils.replicate(jax.random.PRNGKey(0))}
+  train, update_fn_repl, params, config, batch = _vit_setup(
+      lambda: carry['rng'])
+  # A new run finds no checkpoint in the empty directory; a resumed one
+  # finds the original's.
+  created = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'opt', 'opt_repl', params=params,
+      config=config, workdir=directory)
+  opt_repl, initial_step = created['opt_repl'], int(created['initial_step'])
+
+  def steps(count):
+    nonlocal opt_repl
+    for step in range(initial_step, initial_step + count):
+      opt_repl, loss_repl, carry['rng_repl'] = update_fn_repl(
+          opt_repl, jax_utils.replicate(step), batch(), carry['rng_repl'])
+      yield (_v033_driver.params_of(jax_utils.unreplicate(opt_repl)),
+             {'loss': jax_utils.unreplicate(loss_repl)})
+
+  if mode == 'save':
+    for _ in steps(STEPS):
+      pass
+    initial_step += STEPS - 1  # the step saved: where vit resumes
+    _v033_driver.example_block(
+        train, 'train_and_evaluate', 'checkpoint_path =', opt_repl=opt_repl,
+        step=initial_step, workdir=directory)
+    _v033_driver.save_carry(carry, directory)
+  else:
+    carry.update(_v033_driver.load_carry(directory))
+  yield from steps(STEPS)
+  yield _v033_driver.FINAL, jax_utils.unreplicate(opt_repl)
 
 
 def _nested():
@@ -309,7 +370,7 @@ def _mipnerf_resume(mode, directory):
   yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
 
 
-RESUME = {'mipnerf': _mipnerf_resume}
+RESUME = {'mipnerf': _mipnerf_resume, 'vit': _vit_resume}
 
 RECIPES = {
     'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
