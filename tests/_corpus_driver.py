@@ -27,6 +27,7 @@ import sys
 import types
 from unittest import mock
 
+import _clu_files
 import _v033_driver
 import numpy as np
 
@@ -149,8 +150,9 @@ def _vit_resume(mode, directory):
   yield _v033_driver.FINAL, jax_utils.unreplicate(opt_repl)
 
 
-def _nested():
-  from flax import jax_utils  # noqa: PLC0415
+def _nested_setup():
+  """nested's ``train`` module, its config, a small model and its
+  ``TrainState``, and ``train_and_evaluate``'s learning-rate schedule."""
   import jax  # noqa: PLC0415 - after the stand-ins are installed
   train = importlib.import_module('train')
   config = importlib.import_module('configs.cifar_nest').get_config()
@@ -161,6 +163,25 @@ def _nested():
       train, 'train_and_evaluate', 'base_learning_rate', 'learning_rate_fn',
       config=config, global_batch_size=2, steps_per_epoch=10,
   )['learning_rate_fn']
+  return train, config, model, state, learning_rate_fn
+
+
+def _nested_step(p_train_step, state, rng, step):
+  """One call of nested's pmapped train step on a batch drawn from
+  ``rng``: the state, its params and metrics."""
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  batch = {'image': rng.rand(1, 2, 32, 32, 3).astype(np.float32),
+           'label': np.eye(10, dtype=np.float32)[rng.randint(0, 10, (1, 2))]}
+  state, metrics_update = p_train_step(
+      state=state, batch=batch,
+      rng=jax.random.split(jax.random.PRNGKey(step), 1))
+  return state, (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+                 jax_utils.unreplicate(metrics_update))
+
+
+def _nested():
+  train, config, model, state, learning_rate_fn = _nested_setup()
   p_train_step = _v033_driver.example_statements(
       train, 'train_and_evaluate', 'disable_l2_wd', 'p_train_step',
       config=config, model=model, state=state,
@@ -168,13 +189,45 @@ def _nested():
   state, p_train_step = p_train_step['state'], p_train_step['p_train_step']
   rng = np.random.RandomState(0)
   for step in range(STEPS):
-    batch = {'image': rng.rand(1, 2, 32, 32, 3).astype(np.float32),
-             'label': np.eye(10, dtype=np.float32)[rng.randint(0, 10, (1, 2))]}
-    state, metrics_update = p_train_step(
-        state=state, batch=batch,
-        rng=jax.random.split(jax.random.PRNGKey(step), 1))
-    yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
-           jax_utils.unreplicate(metrics_update))
+    state, trained = _nested_step(p_train_step, state, rng, step)
+    yield trained
+
+
+def _nested_resume(mode, directory):
+  """nested's own checkpoint code: clu's ``MultihostCheckpoint`` in
+  ``directory`` (tests/_clu_files.py: clu's module as installed, its
+  TensorFlow bookkeeping in files). ``train_and_evaluate``'s statements
+  from the checkpoint's directory to the pmapped step (its
+  ``restore_or_initialize`` among them: a new run writes the first
+  checkpoint, a resumed one restores the latest), ``STEPS`` steps and its
+  own save (``ckpt.save(...)``) on a new run; then ``STEPS`` steps more
+  from the step the state holds."""
+  from flax import jax_utils  # noqa: PLC0415
+  train, config, model, state, learning_rate_fn = _nested_setup()
+  _clu_files.use_files(train.checkpoint)
+  created = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'checkpoint_dir', 'p_train_step',
+      config=config, model=model, state=state,
+      learning_rate_fn=learning_rate_fn, workdir=directory)
+  state, p_train_step = created['state'], created['p_train_step']
+  carry = {'rng': np.random.RandomState(0)}
+
+  def steps(first):
+    nonlocal state
+    for step in range(first, first + STEPS):
+      state, trained = _nested_step(p_train_step, state, carry['rng'], step)
+      yield trained
+
+  if mode == 'save':
+    for _ in steps(created['initial_step']):
+      pass
+    _v033_driver.example_block(train, 'train_and_evaluate', 'ckpt.save(',
+                               ckpt=created['ckpt'], state=state)
+    _v033_driver.save_carry(carry, directory)
+  else:
+    carry.update(_v033_driver.load_carry(directory))
+  yield from steps(int(jax_utils.unreplicate(state).step) + 1)
+  yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
 
 
 @contextlib.contextmanager
@@ -370,15 +423,16 @@ def _mipnerf_resume(mode, directory):
   yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
 
 
-RESUME = {'mipnerf': _mipnerf_resume, 'vit': _vit_resume}
+RESUME = {'mipnerf': _mipnerf_resume, 'nested': _nested_resume,
+          'vit': _vit_resume}
 
 RECIPES = {
     'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
                      'clu', 'flaxformer', 'pandas', 'tqdm', 'einops'),
             (), _vit),
     'nested': (('.',), ('tensorflow', 'tensorflow_datasets', 'augment'),
-               tuple(f'clu.{m}' for m in (
-                   'checkpoint', 'deterministic_data', 'metric_writers',
+               tuple(f'clu.{m}' for m in (  # clu.checkpoint: _clu_files
+                   'deterministic_data', 'metric_writers',
                    'parameter_overview', 'periodic_actions', 'platform')),
                _nested),
     'nerfies': (('.',), ('tensorflow', 'cv2', 'imageio', 'matplotlib',

@@ -21,7 +21,7 @@ DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
-RESUMES = ('mipnerf', 'vit')
+RESUMES = ('mipnerf', 'nested', 'vit')
 RUNS = {'mipnerf': '', 'nerfies': '', 'nested': '', 'vit': 'vit_jax/'}
 
 
