@@ -1,6 +1,7 @@
 """Child process: train one corpus repository's own train step.
 
   python tests/_corpus_driver.py REPO_DIR NAME OUT_NPZ [--no-shim]
+      [--resume save|restore CHECKPOINTS]
 
 ``REPO_DIR`` holds the repository (tests/corpus/repos.toml, got by
 scripts/corpus.py) as written or as ``migrate --tier exact`` rewrote it. The
@@ -16,7 +17,9 @@ or ``flax_optim_compat`` raises ``ModuleNotFoundError``, so the migrated
 code runs on flax, Optax and ``flax_optim_rules`` alone.
 
 Modules used only by data pipelines, logging and checkpoint writers are
-stand-ins (tests/_v033_driver.py's ``StandInFinder``).
+stand-ins (tests/_v033_driver.py's ``StandInFinder``); ``--resume`` recipes
+(``RESUME``) save in or restore from ``CHECKPOINTS`` with the repository's
+own checkpoint code (clu's through tests/_clu_files.py).
 """
 
 import contextlib
