@@ -1,6 +1,7 @@
 """Child process: train one corpus repository's own train step.
 
   python tests/_corpus_driver.py REPO_DIR NAME OUT_NPZ [--no-shim]
+      [--resume save|restore CHECKPOINTS]
 
 ``REPO_DIR`` holds the repository (tests/corpus/repos.toml, got by
 scripts/corpus.py) as written or as ``migrate --tier exact`` rewrote it. The
@@ -16,7 +17,9 @@ or ``flax_optim_compat`` raises ``ModuleNotFoundError``, so the migrated
 code runs on flax, Optax and ``flax_optim_rules`` alone.
 
 Modules used only by data pipelines, logging and checkpoint writers are
-stand-ins (tests/_v033_driver.py's ``StandInFinder``).
+stand-ins (tests/_v033_driver.py's ``StandInFinder``); ``--resume`` recipes
+(``RESUME``) save in or restore from ``CHECKPOINTS`` with the repository's
+own checkpoint code (clu's through tests/_clu_files.py).
 """
 
 import contextlib
@@ -28,6 +31,7 @@ import sys
 import types
 from unittest import mock
 
+import _clu_files
 import _v033_driver
 import numpy as np
 
@@ -52,8 +56,10 @@ class _ShimBlocker(importlib.abc.MetaPathFinder):
 # stand-in modules, function yielding (params, metrics) after each step).
 
 
-def _vit():
-  from flax import jax_utils  # noqa: PLC0415
+def _vit_setup(rng_of):
+  """vit's ``train`` module, its replicated update function for a small
+  ViT, its params and config, and a batch maker drawing from the random
+  state ``rng_of()`` gives."""
   import jax  # noqa: PLC0415 - after the stand-ins are installed
   import ml_collections  # noqa: PLC0415
   train = importlib.import_module('vit_jax.train')
@@ -70,27 +76,87 @@ def _vit():
                       train=False)['params']
   config = ml_collections.ConfigDict(dict(optim_dtype='float32',
                                           grad_norm_clip=1.0))
-  opt = _v033_driver.example_statements(
-      train, 'train_and_evaluate', 'opt', 'initial_step', params=params,
-      config=config)['opt']
   lr_fn = utils.create_learning_rate_schedule(
       total_steps=10, base=0.03, decay_type='cosine', warmup_steps=2)
   update_fn_repl = train.make_update_fn(apply_fn=model.apply, accum_steps=1,
                                         lr_fn=lr_fn)
+
+  def batch():
+    rng = rng_of()
+    return {'image': rng.rand(1, 4, 8, 8, 3).astype(np.float32),
+            'label': np.eye(3, dtype=np.float32)[rng.randint(0, 3, (1, 4))]}
+
+  return train, update_fn_repl, params, config, batch
+
+
+def _vit():
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  rng = np.random.RandomState(1)
+  train, update_fn_repl, params, config, batch = _vit_setup(lambda: rng)
+  opt = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'opt', 'initial_step', params=params,
+      config=config)['opt']
   opt_repl = jax_utils.replicate(opt)
   rng_repl = jax_utils.replicate(jax.random.PRNGKey(0))
-  rng = np.random.RandomState(1)
   for step in range(1, STEPS + 1):
-    batch = {'image': rng.rand(1, 4, 8, 8, 3).astype(np.float32),
-             'label': np.eye(3, dtype=np.float32)[rng.randint(0, 3, (1, 4))]}
     opt_repl, loss_repl, rng_repl = update_fn_repl(
-        opt_repl, jax_utils.replicate(step), batch, rng_repl)
+        opt_repl, jax_utils.replicate(step), batch(), rng_repl)
     yield (_v033_driver.params_of(jax_utils.unreplicate(opt_repl)),
            {'loss': jax_utils.unreplicate(loss_repl)})
 
 
-def _nested():
+def _vit_resume(mode, directory):
+  """vit's own save (its training loop's ``save_checkpoint`` statement)
+  after ``STEPS`` steps, or its own restore (train_and_evaluate's
+  statements from the optimizer's creation through its replication, the
+  restore among them, ``workdir`` the checkpoints' directory); then
+  ``STEPS`` steps more. vit saves the step just trained and its loop
+  resumes at the step restored: the original goes on at that step too, so
+  both runs see the same learning rates. The harness's loop variables go
+  in a pickle beside the checkpoint (see ``_mipnerf_resume``)."""
+  from flax import io as flax_io  # noqa: PLC0415
   from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  carry = {'rng': np.random.RandomState(1),
+           'rng_repl': jax_utils.replicate(jax.random.PRNGKey(0))}
+  train, update_fn_repl, params, config, batch = _vit_setup(
+      lambda: carry['rng'])
+  # A new run finds no checkpoint in the empty directory; a resumed one
+  # finds the original's.
+  created = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'opt', 'opt_repl', params=params,
+      config=config, workdir=directory)
+  opt_repl, initial_step = created['opt_repl'], int(created['initial_step'])
+
+  def steps(count):
+    nonlocal opt_repl
+    for step in range(initial_step, initial_step + count):
+      opt_repl, loss_repl, carry['rng_repl'] = update_fn_repl(
+          opt_repl, jax_utils.replicate(step), batch(), carry['rng_repl'])
+      yield (_v033_driver.params_of(jax_utils.unreplicate(opt_repl)),
+             {'loss': jax_utils.unreplicate(loss_repl)})
+
+  if mode == 'save':
+    for _ in steps(STEPS):
+      pass
+    initial_step += STEPS - 1  # the step saved: where vit resumes
+    _v033_driver.example_block(
+        train, 'train_and_evaluate', 'checkpoint_path =', opt_repl=opt_repl,
+        step=initial_step, workdir=directory)
+    _v033_driver.save_carry(carry, directory)
+  else:
+    carry.update(_v033_driver.load_carry(directory))
+  yield from steps(STEPS)
+  yield _v033_driver.FINAL, jax_utils.unreplicate(opt_repl)
+
+
+def _nested_setup():
+  """nested's ``train`` module, its config, a small model and its
+  ``TrainState``, and ``train_and_evaluate``'s learning-rate schedule."""
   import jax  # noqa: PLC0415 - after the stand-ins are installed
   train = importlib.import_module('train')
   config = importlib.import_module('configs.cifar_nest').get_config()
@@ -101,6 +167,25 @@ def _nested():
       train, 'train_and_evaluate', 'base_learning_rate', 'learning_rate_fn',
       config=config, global_batch_size=2, steps_per_epoch=10,
   )['learning_rate_fn']
+  return train, config, model, state, learning_rate_fn
+
+
+def _nested_step(p_train_step, state, rng, step):
+  """One call of nested's pmapped train step on a batch drawn from
+  ``rng``: the state, its params and metrics."""
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  batch = {'image': rng.rand(1, 2, 32, 32, 3).astype(np.float32),
+           'label': np.eye(10, dtype=np.float32)[rng.randint(0, 10, (1, 2))]}
+  state, metrics_update = p_train_step(
+      state=state, batch=batch,
+      rng=jax.random.split(jax.random.PRNGKey(step), 1))
+  return state, (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+                 jax_utils.unreplicate(metrics_update))
+
+
+def _nested():
+  train, config, model, state, learning_rate_fn = _nested_setup()
   p_train_step = _v033_driver.example_statements(
       train, 'train_and_evaluate', 'disable_l2_wd', 'p_train_step',
       config=config, model=model, state=state,
@@ -108,13 +193,45 @@ def _nested():
   state, p_train_step = p_train_step['state'], p_train_step['p_train_step']
   rng = np.random.RandomState(0)
   for step in range(STEPS):
-    batch = {'image': rng.rand(1, 2, 32, 32, 3).astype(np.float32),
-             'label': np.eye(10, dtype=np.float32)[rng.randint(0, 10, (1, 2))]}
-    state, metrics_update = p_train_step(
-        state=state, batch=batch,
-        rng=jax.random.split(jax.random.PRNGKey(step), 1))
-    yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
-           jax_utils.unreplicate(metrics_update))
+    state, trained = _nested_step(p_train_step, state, rng, step)
+    yield trained
+
+
+def _nested_resume(mode, directory):
+  """nested's own checkpoint code: clu's ``MultihostCheckpoint`` in
+  ``directory`` (tests/_clu_files.py: clu's module as installed, its
+  TensorFlow bookkeeping in files). ``train_and_evaluate``'s statements
+  from the checkpoint's directory to the pmapped step (its
+  ``restore_or_initialize`` among them: a new run writes the first
+  checkpoint, a resumed one restores the latest), ``STEPS`` steps and its
+  own save (``ckpt.save(...)``) on a new run; then ``STEPS`` steps more
+  from the step the state holds."""
+  from flax import jax_utils  # noqa: PLC0415
+  train, config, model, state, learning_rate_fn = _nested_setup()
+  _clu_files.use_files(train.checkpoint)
+  created = _v033_driver.example_statements(
+      train, 'train_and_evaluate', 'checkpoint_dir', 'p_train_step',
+      config=config, model=model, state=state,
+      learning_rate_fn=learning_rate_fn, workdir=directory)
+  state, p_train_step = created['state'], created['p_train_step']
+  carry = {'rng': np.random.RandomState(0)}
+
+  def steps(first):
+    nonlocal state
+    for step in range(first, first + STEPS):
+      state, trained = _nested_step(p_train_step, state, carry['rng'], step)
+      yield trained
+
+  if mode == 'save':
+    for _ in steps(created['initial_step']):
+      pass
+    _v033_driver.example_block(train, 'train_and_evaluate', 'ckpt.save(',
+                               ckpt=created['ckpt'], state=state)
+    _v033_driver.save_carry(carry, directory)
+  else:
+    carry.update(_v033_driver.load_carry(directory))
+  yield from steps(int(jax_utils.unreplicate(state).step) + 1)
+  yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
 
 
 @contextlib.contextmanager
@@ -606,8 +723,9 @@ def _score_sde():
 
 
 RESUME = {'hypernerf': _hypernerf_run, 'mipnerf': _mipnerf_resume,
-          'nerfies': _nerfies_run, 'scenic': _scenic_resume,
-          'score_sde': _score_sde_run}
+          'nerfies': _nerfies_run, 'nested': _nested_resume,
+          'scenic': _scenic_resume, 'score_sde': _score_sde_run,
+          'vit': _vit_resume}
 
 # nerfies' and hypernerf's data pipelines and visualisation.
 _NERF_STAND_INS = ('tensorflow', 'cv2', 'imageio', 'matplotlib', 'PIL', 'tqdm')
@@ -617,8 +735,8 @@ RECIPES = {
                      'clu', 'flaxformer', 'pandas', 'tqdm', 'einops'),
             (), _vit),
     'nested': (('.',), ('tensorflow', 'tensorflow_datasets', 'augment'),
-               tuple(f'clu.{m}' for m in (
-                   'checkpoint', 'deterministic_data', 'metric_writers',
+               tuple(f'clu.{m}' for m in (  # clu.checkpoint: _clu_files
+                   'deterministic_data', 'metric_writers',
                    'parameter_overview', 'periodic_actions', 'platform')),
                _nested),
     'nerfies': (('.',), _NERF_STAND_INS, ('flax.metrics.tensorboard',),

@@ -19,7 +19,8 @@ import numpy as np
 
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
-RESUMES = ('hypernerf', 'mipnerf', 'nerfies', 'scenic', 'score_sde')
+RESUMES = ('hypernerf', 'mipnerf', 'nerfies', 'nested', 'scenic',
+           'score_sde', 'vit')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
 RUNS = {'hypernerf': '', 'mipnerf': '', 'nerfies': '', 'nested': '',

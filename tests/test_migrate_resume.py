@@ -4,12 +4,15 @@ A user migrates a long experiment part way through: the original program
 (under the shim) has written checkpoints with its own save code; the
 migrated program resumes with its own restore code. Each project here is
 written for the test in the shape of one restore route of real programs
-(flax's v0.3.3 lm1b/wmt, imagenet, mipnerf, score_sde, vit). It trains 3
+(flax's v0.3.3 lm1b/wmt, imagenet, mipnerf, score_sde, vit, nested). It trains 3
 steps under the shim and saves; the migrated copy resumes from that file
 and trains 3 more: params, step and every moment are the bits of the
 original's uninterrupted 6-step run.
 """
 
+import sys
+
+import _clu_files
 from flax import serialization
 import jax
 import numpy as np
@@ -208,6 +211,56 @@ def train(params, batches, workdir, resume):
                               int(state.optimizer.state.step), overwrite=True)
   return state.optimizer, state.optimizer.state.step
 ''',
+    # nested, l2p: clu's MultihostCheckpoint (flax's bytes of a dataclass),
+    # restored or, in a new run, initialized.
+    'clu_checkpoint': '''from clu import checkpoint as clu_checkpoint
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: int
+  optimizer: optim.Optimizer
+
+
+def train(params, batches, workdir, resume):
+  del resume  # (restore_or_initialize: the directory decides)
+  optimizer = optim.Adam(0.1, beta2=0.99).create(params)
+  state = TrainState(step=0, optimizer=optimizer)
+  ckpt = clu_checkpoint.MultihostCheckpoint(workdir + '/checkpoints')
+  state = ckpt.restore_or_initialize(state)
+  for batch in batches:
+    state = state.replace(step=state.step + 1,
+                          optimizer=step(state.optimizer, batch))
+  ckpt.save(state)
+  return state.optimizer, state.step
+''',
+    # l2p: the state reaches clu's restore through ``**kwargs`` (migrate
+    # cannot tell what it holds; clu's checkpoint holds the whole state).
+    'clu_checkpoint_of_kwargs': '''from clu import checkpoint as clu_checkpoint
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: int
+  optimizer: optim.Optimizer
+
+
+def resume_or_start(workdir, *, state):
+  ckpt = clu_checkpoint.MultihostCheckpoint(workdir + '/checkpoints')
+  return ckpt, ckpt.restore_or_initialize(state)
+
+
+def train(params, batches, workdir, resume):
+  del resume  # (restore_or_initialize: the directory decides)
+  optimizer = optim.Momentum(0.1, beta=0.9).create(params)
+  kwargs = {'state': TrainState(step=0, optimizer=optimizer)}
+  ckpt, state = resume_or_start(workdir, **kwargs)
+  for batch in batches:
+    state = state.replace(step=state.step + 1,
+                          optimizer=step(state.optimizer, batch))
+  ckpt.save(state)
+  return state.optimizer, state.step
+''',
     # A state dict read raw, then given to from_state_dict.
     'from_state_dict': '''@flax.struct.dataclass
 class State:
@@ -254,6 +307,14 @@ _REWRITTEN = {
     'weight_norm_in_the_module': 'flax_optim_rules.from_either_layout(state, '
                                  'checkpoints.restore_checkpoint(workdir, '
                                  'None))',
+    'clu_checkpoint': (
+        '(flax_optim_rules.from_either_layout(state, ckpt.restore(None)) if '
+        'ckpt.get_latest_checkpoint_to_restore_from() is not None else '
+        'ckpt.restore_or_initialize(state))'),
+    'clu_checkpoint_of_kwargs': (
+        'ckpt, (flax_optim_rules.from_either_layout(state, ckpt.restore(None))'
+        ' if ckpt.get_latest_checkpoint_to_restore_from() is not None else '
+        'ckpt.restore_or_initialize(state))'),
 }
 
 
@@ -283,7 +344,10 @@ def _assert_resumed_as_uninterrupted(old, new):
 
 @pytest.mark.parametrize('route', sorted(_ROUTES))
 def test_the_migrated_program_resumes_from_the_originals_checkpoint(
-    tmp_path, route):
+    tmp_path, route, monkeypatch):
+  # clu's checkpoint module (TensorFlow keeps its bookkeeping only).
+  monkeypatch.setitem(sys.modules, 'clu.checkpoint',
+                      _clu_files.clu_checkpoint_module())
   project, migrated, results = _migrated(
       tmp_path, {'train.py': _HEAD + _ROUTES[route]})
   _assert_fully_migrated(results)
@@ -321,8 +385,9 @@ def train(params, batches, workdir, ckpt):
 
 def test_a_restore_migrate_cannot_rewrite_is_noted_with_the_convert_command(
     tmp_path, capsys):
-  # clu's Checkpoint.restore_or_initialize is another library's restore,
-  # and the template another module makes is not seen: the flow migrates,
+  # A restore_or_initialize of a checkpoint given as a parameter is
+  # another library's restore (migrate cannot see it is clu's), and the
+  # template another module makes is not seen: the flow migrates,
   # and the report and the terminal say what old checkpoints need there.
   project = tmp_path / 'project'
   project.mkdir()

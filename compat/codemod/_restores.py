@@ -18,6 +18,7 @@ either layout and raises naming what fits neither:
              state, serialization.msgpack_restore(data))
   serialization.from_state_dict(state, d)
       -> flax_optim_rules.from_either_layout(state, d)
+  ckpt.restore_or_initialize(state)   (clu's Checkpoint: _clu_restores)
 
 (``from_state_dict`` of a bare optimizer is ``_state_layout``'s
 ``restore_state``, which reads both layouts too.) A restore this module
@@ -32,12 +33,16 @@ with that command (``REFUSES_NOTE``). Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _clu_restores
 from compat.codemod import _members
 from compat.codemod import _state_layout
 
 _RESTORE_CHECKPOINT = 'flax.training.checkpoints.restore_checkpoint'
 _FROM_BYTES = 'flax.serialization.from_bytes'
 _FROM_STATE_DICT = 'flax.serialization.from_state_dict'
+# clu's Checkpoint.restore_or_initialize (found by its receiver's binding,
+# not by an import: _clu_restores).
+_CLU_RESTORE = 'clu.checkpoint.Checkpoint.restore_or_initialize'
 # Each route migrate rewrites -> its target's position and keyword.
 ROUTES = {
     _RESTORE_CHECKPOINT: (1, _members.CHECKPOINT_TARGET),
@@ -122,6 +127,9 @@ def restore_of(planner, call) -> Optional[Restore]:
   if route in ROUTES:
     target = target_of(call, route)
     return None if target is None else Restore(call, route, target)
+  target = _clu_restores.target_of(planner, call)
+  if target is not None:  # (clu's checkpoint holds the program's state)
+    return Restore(call, _CLU_RESTORE, target)
   name = call.func.attr if isinstance(call.func, ast.Attribute) else (
       call.func.id if isinstance(call.func, ast.Name) else '')
   if not any(word in name.lower() for word in _RESTORING_WORDS) or (
@@ -148,7 +156,12 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
     return (f'`{planner.text(restore.call.func)[:60]}` is not a restore '
             'migrate rewrites (flax.training.checkpoints.restore_checkpoint, '
             'flax.serialization.from_bytes and from_state_dict are)')
-  if not planner.flow.holds_optimizer(restore.target):
+  if restore.route != _CLU_RESTORE and not planner.flow.holds_optimizer(
+      restore.target):
+    # (clu's restore is rewritten whatever migrate sees of its template,
+    # often the program's whole state, given from afar: where it holds no
+    # TrainState, from_either_layout restores what clu's from_bytes does,
+    # or raises naming the path)
     if isinstance(restore.target, ast.Constant):
       return None  # a raw restore (target=None): no template to fill
     return (f'migrate cannot tell whether `{planner.text(restore.target)[:60]}'
@@ -163,7 +176,9 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
     planner.restores_left.append((restore.call, Refuses(refused)))
   planner.imports.append((rules, None, None))
   call, target = restore.call, restore.target
-  if restore.route == _FROM_STATE_DICT:
+  if restore.route == _CLU_RESTORE:
+    _clu_restores.rewrite(planner, call, target, rules)
+  elif restore.route == _FROM_STATE_DICT:
     state = _argument(call, 1, 'state')
     planner.edit(call, f'{rules}.from_either_layout({{target}}, {{state}})',
                  'checkpoint', target=target, state=state)
@@ -188,6 +203,8 @@ def _argument(call, position, keyword):
 
 def _arguments_problem(restore: Restore) -> Optional[str]:
   call, route = restore.call, restore.route
+  if route == _CLU_RESTORE:
+    return None  # (_clu_restores.target_of takes only the template)
   if _hidden(call):
     return 'arguments passed with * or ** cannot be mapped with certainty'
   known = (_members.CHECKPOINT_TARGET, *_OTHER_KEYWORDS[route])
