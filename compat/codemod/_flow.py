@@ -17,6 +17,12 @@ A name bound once to ``jax.pmap(functools.partial(step, a, k=v), ...)`` (or
 ``jax.jit``, ``jax.pmap(step)``, nested partials) is an alias of ``step``:
 its calls are ``step``'s calls with the bound arguments put first, its
 results are ``step``'s results (these wrappers keep a pytree's classes).
+
+``OptimizerFlow`` is built from its phases, one module each:
+``_flow_scopes`` (collect the bindings), ``_flow_solve`` (the fixpoint),
+``_flow_queries`` (single expressions, dicts saved as trees, other modules'
+steps), ``_flow_holding`` (what holds an optimizer); ``_flow_values`` holds
+the calls and records they share.
 """
 
 import ast

@@ -13,7 +13,8 @@ from compat.codemod import _restores
 
 
 class FlowHolding(_flow_queries.FlowQueries):
-  """Questions about values that hold (not only are) an optimizer."""
+  """Questions about values that hold (not only are) an optimizer. Part of
+  ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
 
   # ------------------------------------------- what holds an optimizer
   def holds_optimizer(self, node, scope=None) -> bool:

@@ -11,7 +11,8 @@ from compat.codemod import _walk
 
 
 class FlowQueries(_flow_solve.FlowSolver):
-  """Questions about single expressions, once the fixpoint is solved."""
+  """Questions about single expressions, once the fixpoint is solved. Part of
+  ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
 
   # -------------------------------------------------------------- queries
   def scope_of(self, node) -> _flow_values.Scope:

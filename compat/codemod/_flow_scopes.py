@@ -11,7 +11,8 @@ from compat.codemod import _walk
 
 
 class FlowScopes:
-  """Collects each scope's bindings (``OptimizerFlow`` solves them)."""
+  """Collects each scope's bindings (``OptimizerFlow`` solves them). Part of
+  ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
 
   # -------------------------------------------------------------- collect
   def _collect(self, node, parent):

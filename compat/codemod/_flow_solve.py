@@ -14,7 +14,8 @@ from compat.codemod import _walk
 
 
 class FlowSolver(_flow_scopes.FlowScopes):
-  """Solves the greatest fixpoint over the collected bindings."""
+  """Solves the greatest fixpoint over the collected bindings. Part of
+  ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
 
   # ---------------------------------------------------------------- solve
   def _solve(self):

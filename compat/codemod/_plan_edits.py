@@ -2,14 +2,14 @@
 spans, the leftovers with their reasons, the imports it needs, the
 statements it deletes. Stdlib only."""
 
-
 import ast
 
 from compat.codemod import _plan_records
 
 
 class PlanEdits:
-  """The spans, edits, leftovers and imports a ``Planner`` records."""
+  """The spans, edits, leftovers and imports a ``Planner`` records. Part of
+  ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
 
   # ------------------------------------------------------------- helpers
   def span(self, node) -> tuple:

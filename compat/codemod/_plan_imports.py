@@ -2,7 +2,6 @@
 removed (or kept for modules that import them from here), its classes
 named, the removed jax spellings. Stdlib only."""
 
-
 import ast
 
 from compat.codemod import _codes
@@ -19,7 +18,8 @@ _RULES = _plan_records.RULES_MODULE  # the module migrated code imports
 
 
 class PlanImports(_plan_uses.PlanUses):
-  """Plans the imports, class references and removals."""
+  """Plans the imports, class references and removals. Part of
+  ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
 
   def _plan_import_removals(self):
     for node in _walk.nodes(self.tree):

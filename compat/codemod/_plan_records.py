@@ -1,7 +1,6 @@
 """The records a module's rewrite plan is made of (edits, leftovers, notes)
 and the texts its report gives for them. Stdlib only."""
 
-
 import ast
 from typing import NamedTuple, Optional
 

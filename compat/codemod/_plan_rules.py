@@ -2,7 +2,6 @@
 (``flax_optim_rules``, or stock Optax where measured bit-identical), or
 its nearest stock alias (``--tier stock``). Stdlib only."""
 
-
 import ast
 from typing import Optional
 
@@ -16,7 +15,8 @@ _CATALOGUE = _plan_records.CATALOGUE
 
 
 class PlanRules(_plan_edits.PlanEdits):
-  """Plans each ``optim.Adam(...)``-like definition."""
+  """Plans each ``optim.Adam(...)``-like definition. Part of
+  ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
 
   def _given_arguments(self, node, name):
     """``{parameter: value node}`` of a constructor call, or None where

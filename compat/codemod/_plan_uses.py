@@ -2,7 +2,6 @@
 ``.apply_gradient``, ``.replicate()``, its entries in dicts saved as
 trees. Stdlib only."""
 
-
 import ast
 from typing import Optional
 
@@ -20,7 +19,8 @@ _CATALOGUE = _plan_records.CATALOGUE
 
 
 class PlanUses(_plan_rules.PlanRules):
-  """Plans each use of an object the flow proves an optimizer."""
+  """Plans each use of an object the flow proves an optimizer. Part of
+  ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
 
   def _replicate_calls(self):
     return [n for n in _walk.nodes(self.tree) if isinstance(n, ast.Call) and

@@ -37,6 +37,12 @@ the object something change:
 A module is rewritten only as a whole: if one optimizer usage in it cannot be
 rewritten with certainty, none of its optimizer usages is (a half-migrated
 file would mix the two kinds of object) and all are listed.
+
+``Planner`` is built from its parts, one module each: ``_plan_edits`` (what
+a plan records), ``_plan_rules`` (the definitions), ``_plan_uses`` (the
+optimizer's uses), ``_plan_imports`` (imports, class references,
+removals); ``_plan_records`` holds the records and the report's texts, and
+``_module_model`` the facts of the module it and the analyses share.
 """
 
 import ast
