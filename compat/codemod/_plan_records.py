@@ -164,7 +164,7 @@ def literal_dict_keys(node, tree) -> Optional[set]:
   return {k.value for k in values[0].keys}
 
 
-def escape(text: str) -> str:
+def literal_template(text: str) -> str:
   """``text`` as a literal part of an ``Edit`` template."""
   return text.replace('{', '{{').replace('}', '}}')
 

@@ -75,7 +75,7 @@ class PlanRules(_plan_edits.PlanEdits):
     # decay is written as the literal it is (zero: no decay term).
     parts = {p: v for p, v in values.items() if isinstance(v, ast.AST)}
     texts = {p: 'None' if _flow.is_none(v) else '{%s}' % p if p in parts else
-             _plan_records.escape(str(v)) for p, v in values.items()}
+             _plan_records.literal_template(str(v)) for p, v in values.items()}
     if 'weight_decay' in texts:
       texts['weight_decay'] = repr(decay_literal)
     # A missing rate is set before every step (tree_set).
@@ -224,7 +224,7 @@ class PlanRules(_plan_edits.PlanEdits):
     # weight decay is no decay); expressions stay spans of the source, so
     # edits inside them still apply.
     values = {p: ('{%s}' % p if p in given and not isinstance(
-        given[p], ast.Constant) else _plan_records.escape(text))
+        given[p], ast.Constant) else _plan_records.literal_template(text))
               for p, text in texts.items()}
     stock = _CATALOGUE.stock_optax(name, texts, render=str)
     expression = _CATALOGUE.stock_optax(name, values, render=str).expression
@@ -241,6 +241,6 @@ class PlanRules(_plan_edits.PlanEdits):
         p: v for p, v in given.items() if not isinstance(v, ast.Constant)})
     line_start = self._offsets[statement.lineno - 1]
     self.edits.append(_plan_records.Edit(
-        line_start, line_start, _plan_records.escape(comment), (),
+        line_start, line_start, _plan_records.literal_template(comment), (),
         node.lineno, 'algorithm_stock'))
     return None

@@ -200,7 +200,8 @@ class PlanUses(_plan_rules.PlanRules):
       if isinstance(around, ast.Call):
         self.legacy_layout_lines.add(around.lineno)
       around = self.parents.get(around)
-    template = _plan_records.escape(ast.unparse(verdict.display.value))
+    template = _plan_records.literal_template(
+        ast.unparse(verdict.display.value))
     for read in verdict.display.loaded_back:
       self.edit(read, f'{_RULES}.from_legacy_tree({template}, '
                 '{read})', 'checkpoint', read=read)
