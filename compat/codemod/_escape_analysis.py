@@ -49,30 +49,31 @@ _SHOWN = ('print', 'repr', 'str')
 _SHOWN_PREFIXES = ('logging.', 'absl.logging.')
 
 
-def escapes(planner) -> list:
-  """``[(node, why)]``: each place of the planner's module where a value
-  its flow proves an optimizer goes on to code migrate cannot follow."""
+def escapes(module) -> list:
+  """``[(node, why)]``: each place of ``module`` (a
+  ``_module_model.ModuleModel``) where a value its flow proves an optimizer
+  goes on to code migrate cannot follow."""
   found = []
-  for node in _walk.nodes(planner.tree):
+  for node in _walk.nodes(module.tree):
     if isinstance(node, ast.Call):
-      found += _unproven_to_foreign_step(planner, node)
+      found += _unproven_to_foreign_step(module, node)
     if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)) or (
         not isinstance(getattr(node, 'ctx', ast.Load()), ast.Load)):
       continue
-    kind = _kind(planner, node)
+    kind = _kind(module, node)
     if kind is None:
       continue
-    why = _why_escapes(planner, node, kind)
+    why = _why_escapes(module, node, kind)
     if why:
       found.append((node, why))
   return found
 
 
-def _unproven_to_foreign_step(planner, call) -> list:
+def _unproven_to_foreign_step(module, call) -> list:
   """A step another module's factory returns migrates the parameters its
   module proves optimizers: what this module passes there must be one
   (the two modules are linked, so they migrate together or not at all)."""
-  step = planner.flow.foreign_step_of(call)
+  step = module.flow.foreign_step_of(call)
   if step is None:
     return []
   if any(isinstance(a, ast.Starred) for a in call.args) or any(
@@ -86,14 +87,14 @@ def _unproven_to_foreign_step(planner, call) -> list:
            f'optimizer and goes in as `{name}` of the step '
            f'{step.node.name}(), whose module migrates that parameter')
           for name, value in passed.items()
-          if name in step.proven and not planner.flow.is_optimizer(value)]
+          if name in step.proven and not module.flow.is_optimizer(value)]
 
 
-def _kind(planner, node):
+def _kind(module, node):
   """True: ``node`` is an optimizer (plain or replicated); a tuple: a call
   returning a tuple with one; None: neither."""
-  flow = planner.flow
-  if flow.is_optimizer(node) or planner.replicated.is_optimizer(node):
+  flow = module.flow
+  if flow.is_optimizer(node) or module.replicated.is_optimizer(node):
     return True
   if isinstance(node, ast.Call):
     kind = flow.tuple_kind(node)
@@ -102,13 +103,13 @@ def _kind(planner, node):
   return None
 
 
-def _why_escapes(planner, node, kind) -> Optional[str]:
-  parent = planner.parents.get(node)
+def _why_escapes(module, node, kind) -> Optional[str]:
+  parent = module.parents.get(node)
   text = ast.unparse(node)[:60]
-  verdict = planner.flow.tree_verdict(node) if kind is True and isinstance(
+  verdict = module.flow.tree_verdict(node) if kind is True and isinstance(
       node, (ast.Name, ast.Attribute)) else None
   if verdict is not None:
-    return _tree_problem(planner, verdict, text)
+    return _tree_problem(module, verdict, text)
   if isinstance(parent, ast.Attribute) and parent.value is node:
     return None if kind is True else (
         f'`{text}` gives a tuple holding an optimizer, read here by '
@@ -126,29 +127,29 @@ def _why_escapes(planner, node, kind) -> Optional[str]:
     return None  # neither an Optimizer nor a TrainState is indexed
   if isinstance(parent, (ast.Assign, ast.AnnAssign)) and (
       parent.value is node):
-    return _assigned(planner, parent, node, kind, text)
+    return _assigned(module, parent, node, kind, text)
   if isinstance(parent, ast.Tuple) and kind is True:
-    return _in_tuple(planner, parent, node, text)
+    return _in_tuple(module, parent, node, text)
   if isinstance(parent, ast.Return):
-    return _returned(planner, node, kind, text)
+    return _returned(module, node, kind, text)
   if kind is not True:
     return (f'`{text}` gives a tuple holding an optimizer, which goes into '
             f'`{ast.unparse(parent)[:60]}`, where migrate cannot follow it')
   if isinstance(parent, ast.keyword):
-    call = planner.parents.get(parent)
-    return _passed(planner, call, node, text)
+    call = module.parents.get(parent)
+    return _passed(module, call, node, text)
   if isinstance(parent, ast.Call) and node in parent.args:
-    return _passed(planner, parent, node, text)
+    return _passed(module, parent, node, text)
   if isinstance(parent, ast.Call) and parent.func is node:
     return None  # calling it fails alike
   return _goes_into(parent, text)
 
 
-def _tree_problem(planner, verdict, text) -> Optional[str]:
+def _tree_problem(module, verdict, text) -> Optional[str]:
   """A dict holding the optimizer: migrated where it is only saved or
   loaded as a tree (``_legacy_trees``), and what it is read back into is
   an optimizer of the flow."""
-  if verdict.why is None and not planner.flow.is_optimizer(
+  if verdict.why is None and not module.flow.is_optimizer(
       verdict.display.value):
     return (f'the replicated optimizer `{text}` goes into a dict saved or '
             'loaded as a tree: migrate writes flax.optim\'s tree of an '
@@ -160,8 +161,8 @@ def _tree_problem(planner, verdict, text) -> Optional[str]:
             'layout in it, and flax_optim_rules.from_legacy_tree reads it '
             'back)')
   for read in verdict.display.loaded_back:
-    for target in _legacy_trees.assigned_names(planner.parents, read):
-      if not planner.flow.is_optimizer(target):
+    for target in _legacy_trees.assigned_names(module.parents, read):
+      if not module.flow.is_optimizer(target):
         return (f'`{ast.unparse(target)[:40]}` takes the optimizer read back '
                 f'as `{ast.unparse(read)[:40]}` and is not provably one '
                 'where it is read')
@@ -174,22 +175,22 @@ def _goes_into(parent, text) -> str:
           'a TrainState')
 
 
-def _assigned(planner, assign, node, kind, text) -> Optional[str]:
+def _assigned(module, assign, node, kind, text) -> Optional[str]:
   targets = assign.targets if isinstance(assign, ast.Assign) else [
       assign.target]
   for target in targets:
-    why = _target_problem(planner, target, node, kind, text)
+    why = _target_problem(module, target, node, kind, text)
     if why:
       return why
   return None
 
 
-def _target_problem(planner, target, node, kind, text) -> Optional[str]:
-  flow = planner.flow
+def _target_problem(module, target, node, kind, text) -> Optional[str]:
+  flow = module.flow
   if isinstance(target, ast.Name):
     if kind is True and (flow.is_optimizer(target) or
-                         planner.replicated.is_optimizer(target) or
-                         planner.only_stored(target)):
+                         module.replicated.is_optimizer(target) or
+                         module.only_stored(target)):
       return None  # (or with a dict stand-in, only stored in a field)
     if kind is True:
       read = flow.tree_read_why(target)
@@ -219,16 +220,16 @@ def _target_problem(planner, target, node, kind, text) -> Optional[str]:
           'a TrainState')
 
 
-def _in_tuple(planner, display, node, text) -> Optional[str]:
+def _in_tuple(module, display, node, text) -> Optional[str]:
   """An optimizer in a tuple display: unpacked into proven names, or
   returned."""
-  outer = planner.parents.get(display)
+  outer = module.parents.get(display)
   if isinstance(outer, ast.Return):
-    return _returned(planner, display, None, text)
+    return _returned(module, display, None, text)
   if isinstance(outer, ast.Call) and display in outer.args + [
       k.value for k in outer.keywords] and (
-          outer.lineno in planner.checkpoint_lines or
-          planner.flow.keeps_kind(outer, display)):
+          outer.lineno in module.checkpoint_lines or
+          module.flow.keeps_kind(outer, display)):
     return None  # a checkpoint of (opt, step): written or restored alike
   if isinstance(outer, ast.Assign) and outer.value is display and all(
       isinstance(t, (ast.Tuple, ast.List)) and len(t.elts) == len(
@@ -237,31 +238,31 @@ def _in_tuple(planner, display, node, text) -> Optional[str]:
     for target in outer.targets:
       element = target.elts[index]
       if not (isinstance(element, ast.Name) and (
-          planner.flow.is_optimizer(element) or
-          planner.replicated.is_optimizer(element))):
+          module.flow.is_optimizer(element) or
+          module.replicated.is_optimizer(element))):
         return (f'`{ast.unparse(element)[:40]}` takes the optimizer '
                 f'`{text}` and is not provably one where it is read')
     return None
   return _goes_into(display, text)
 
 
-def _returned(planner, value, kind, text) -> Optional[str]:
+def _returned(module, value, kind, text) -> Optional[str]:
   """A return of ``value`` (an optimizer, or a tuple holding one)."""
-  flow = planner.flow
+  flow = module.flow
   function = flow.scope_of(value).node
   local = isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
       flow.local_home(function) is not None)
   if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
       flow.functions.get(function.name) is not function):
-    where = 'a method' if _is_method(planner, function) else (
+    where = 'a method' if _is_method(module, function) else (
         'a nested function or lambda')
     return (f'`{text}` is returned by {where}, whose callers migrate does '
             'not follow')
   if function.name in flow.escaped:
     return (f'`{text}` is returned by {function.name}(), which is used '
             'otherwise than by calling it here, so its callers are not known')
-  model = planner.names.model
-  path = planner.names.path
+  model = module.names.model
+  path = module.names.path
   if model is not None and path is not None and not local:
     where = model.used_otherwise_elsewhere(function, path)
     if where:
@@ -287,29 +288,29 @@ def _returned(planner, value, kind, text) -> Optional[str]:
   return None
 
 
-def _optimizer_class(planner, node) -> bool:
+def _optimizer_class(module, node) -> bool:
   """``node`` names flax.optim's Optimizer class (also through a name bound
   to it once, ``Optimizer = optim.Optimizer``): rewritten with the flow."""
-  if _names.is_optimizer_annotation(planner.names, node):
+  if _names.is_optimizer_annotation(module.names, node):
     return True
   if not isinstance(node, ast.Name):
     return False
-  scope = planner.flow.binding_scope_of(node, node.id)
+  scope = module.flow.binding_scope_of(node, node.id)
   values = [] if scope is None else scope.bindings.get(node.id, [])
   return len(values) == 1 and isinstance(values[0], ast.AST) and (
-      _names.is_optimizer_annotation(planner.names, values[0]))
+      _names.is_optimizer_annotation(module.names, values[0]))
 
 
-def _is_method(planner, function) -> bool:
-  return isinstance(planner.parents.get(function), ast.ClassDef)
+def _is_method(module, function) -> bool:
+  return isinstance(module.parents.get(function), ast.ClassDef)
 
 
-def _passed(planner, call, node, text) -> Optional[str]:
+def _passed(module, call, node, text) -> Optional[str]:
   """An argument: to a proven parameter, a call keeping its kind, a
   checkpoint write, or a call that only shows it."""
   if call is None:
     return _goes_into(node, text)
-  flow, names = planner.flow, planner.names
+  flow, names = module.flow, module.names
   resolved = names.resolve(call.func)
   if resolved is None and isinstance(call.func, ast.Name) and (
       flow.binding_scope_of(call.func, call.func.id) is None):
@@ -318,22 +319,22 @@ def _passed(planner, call, node, text) -> Optional[str]:
       _SHOWN_PREFIXES)):
     return None
   if resolved == 'isinstance' and len(call.args) == 2 and (
-      call.args[0] is node) and _optimizer_class(planner, call.args[1]):
+      call.args[0] is node) and _optimizer_class(module, call.args[1]):
     return None  # the class reference is rewritten with the flow
   if isinstance(call.func, ast.Attribute) and call.func.attr == 'format' and (
       isinstance(call.func.value, ast.Constant)):
     return None  # '... {}'.format(x) only shows it
-  if flow.keeps_kind(call, node) or call.lineno in planner.checkpoint_lines:
+  if flow.keeps_kind(call, node) or call.lineno in module.checkpoint_lines:
     return None
   if flow.argument_proven(call, node) or (
-      planner.replicated.argument_proven(call, node)):
+      module.replicated.argument_proven(call, node)):
     return None
   if flow.argument_to_foreign_step(call, node):
     return None  # the step's module is linked to this one
   model = names.model
   if model is not None and model.passes_linked(call, node, names):
     return None
-  if any(value is node for _, value in planner.field_stores):
+  if any(value is node for _, value in module.field_stores):
     return None  # checked with the field's stores
   return (f'the optimizer `{text}` is passed to '
           f'`{ast.unparse(call.func)[:50]}(...)`, whose use of it migrate '

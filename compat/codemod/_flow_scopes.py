@@ -1,0 +1,247 @@
+"""An optimizer flow's first part: a module's scopes and their bindings,
+the dataclass fields that hold an optimizer, the functions reached
+through wrappers and partials. Stdlib only."""
+
+import ast
+from typing import Optional
+
+from compat.codemod import _flow_values
+from compat.codemod import _names
+from compat.codemod import _walk
+
+
+class FlowScopes:
+  """Collects each scope's bindings (``OptimizerFlow`` solves them). Part of
+  ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
+
+  # -------------------------------------------------------------- collect
+  def _collect(self, node, parent):
+    scope = _flow_values.Scope(node, parent)
+    self.scopes[node] = scope
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+      for position, arg in enumerate(args):
+        scope.params[arg.arg] = position
+        if arg.annotation is not None:
+          scope.annotated[arg.arg] = arg.annotation
+        scope.bindings.setdefault(arg.arg, []).append(('param', node,
+                                                       arg.arg))
+      for extra in (node.args.vararg, node.args.kwarg):
+        if extra is not None:
+          scope.bindings.setdefault(extra.arg, []).append('unknown')
+    for child in _walk.scope_nodes(node):
+      self._scope_of[child] = scope
+      self._collect_node(child, scope)
+
+
+  def _collect_node(self, child, scope):
+    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      scope.bindings.setdefault(child.name, []).append('unknown')
+      if scope.parent is None:
+        self.functions[child.name] = child
+      self._collect(child, scope)
+    elif isinstance(child, ast.ClassDef):
+      scope.bindings.setdefault(child.name, []).append('unknown')
+      for item in child.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target,
+                                                          ast.Name):
+          is_opt = self._is_optimizer_annotation(item.annotation)
+          field = item.target.id
+          self.fields[field] = self.fields.get(field, True) and is_opt
+          if is_opt:
+            self.holder_classes.setdefault(child.name, set()).add(field)
+        elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+          self._method_class[id(item)] = child
+          self._collect(item, scope)
+        for name in _names.other_attribute_declarations(item):
+          self.fields[name] = False
+    elif isinstance(child, ast.Lambda):
+      self._collect_lambda(child, scope)
+    elif isinstance(child, ast.Assign):
+      pairs = []
+      for target in child.targets:
+        _flow_values.simple_name_bindings(target, child.value, pairs)
+      for name, value in pairs:
+        if name is not None:
+          scope.bindings.setdefault(name, []).append(value)
+      if len(child.targets) == 1 and isinstance(child.targets[0], ast.Name):
+        self._alias_candidates.append((scope, child.targets[0].id,
+                                       child.value))
+    elif isinstance(child, ast.AnnAssign) and isinstance(child.target,
+                                                         ast.Name):
+      if self._is_optimizer_annotation(child.annotation):
+        scope.annotated[child.target.id] = child.annotation
+      scope.bindings.setdefault(child.target.id, []).append(
+          child.value if child.value is not None else 'unknown')
+    # ``del name`` binds nothing: a read after it fails, so it holds no
+    # other value (``del optimizer`` once it is stored in a state class).
+    elif isinstance(child, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With,
+                            ast.AsyncWith, ast.NamedExpr, ast.ExceptHandler,
+                            ast.comprehension, ast.Import, ast.ImportFrom,
+                            ast.Global, ast.Nonlocal)):
+      # (``del x`` gives ``x`` no value: a read after it fails, so the
+      # name's other bindings decide.)
+      for name in self._bound_names(child):
+        scope.bindings.setdefault(name, []).append('unknown')
+    if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
+      self.calls.setdefault(child.func.id, []).append((child, scope))
+    if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+      self._loads.append(child)
+
+  def _collect_lambda(self, node, parent):
+    scope = _flow_values.Scope(node, parent)
+    self.scopes[node] = scope
+    for arg in node.args.args + node.args.kwonlyargs:
+      scope.bindings.setdefault(arg.arg, []).append('unknown')
+    for child in _walk.scope_nodes(node):
+      self._scope_of[child] = scope
+      self._collect_node(child, scope)
+
+  @staticmethod
+  def _bound_names(node):
+    if isinstance(node, ast.ExceptHandler):
+      return [node.name] if node.name else []
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+      return list(node.names)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      return [(a.asname or a.name).partition('.')[0] for a in node.names]
+    targets = {
+        ast.AugAssign: lambda n: [n.target],
+        ast.For: lambda n: [n.target],
+        ast.AsyncFor: lambda n: [n.target],
+        ast.NamedExpr: lambda n: [n.target],
+        ast.comprehension: lambda n: [n.target],
+        ast.With: lambda n: [i.optional_vars for i in n.items],
+        ast.AsyncWith: lambda n: [i.optional_vars for i in n.items],
+    }[type(node)](node)
+    return [n.id for t in targets if t is not None for n in ast.walk(t)
+            if isinstance(n, ast.Name)]
+
+  def _is_optimizer_annotation(self, node) -> bool:
+    return _names.is_optimizer_annotation(self.names, node)
+
+  def _field_holds(self, attr) -> bool:
+    """Every class declaring field ``attr`` (here, and in the project's
+    other modules) annotates it ``optim.Optimizer``."""
+    here = self.fields.get(attr)
+    model = self.names.model
+    there = None if model is None else model.fields.get(attr)
+    if here is None and there is None:
+      return False
+    return here is not False and there is not False
+
+  def _contested(self, attr) -> bool:
+    """A holder's optimizer field ``attr`` that another class of this
+    module or of the project declares otherwise: ``x.<attr>`` is the
+    holder's only where ``x`` is typed as one (``holds_field``)."""
+    model = self.names.model
+    there = None if model is None else model.fields.get(attr)
+    return False in (self.fields.get(attr), there) and (
+        any(attr in fields for fields in self.holder_classes.values()) or (
+            model is not None and any(h.field == attr
+                                      for h in model.holders)))
+
+  def holds_field(self, node, field, scope=None) -> bool:
+    """``node`` is, on every path, an instance of a class whose ``field`` is
+    annotated ``optim.Optimizer`` (a holder): a parameter annotated with
+    one (or ``self`` in its own methods), a call of its class, the
+    ``.replace(...)`` of one, what a call that keeps its argument's kind
+    (``replicate``) or a function annotated to return one gives, or an
+    attribute every class of the project annotates with one."""
+    scope = self.scope_of(node) if scope is None else scope
+    if isinstance(node, ast.Name):
+      binding = self._binding_scope(scope, node.id)
+      if binding is None:
+        return False
+      key = (binding, node.id, field)
+      if key in self._receivers_open:
+        return True  # rebound from itself: ``state = state.replace(...)``
+      self._receivers_open.add(key)
+      try:
+        return all(self._bound_holds_field(value, binding, field)
+                   for value in binding.bindings[node.id])
+      finally:
+        self._receivers_open.discard(key)
+    model = self.names.model
+    if isinstance(node, ast.Attribute):
+      return model is not None and field in model.attribute_fields(node.attr)
+    if not isinstance(node, ast.Call):
+      return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in ('replace',
+                                                         '_replace'):
+      return self.holds_field(func.value, field, scope)
+    if field in self._class_fields(func):
+      return True  # the holder's class called
+    if self.names.resolve(func) in _flow_values.SAME_KIND:
+      kept = self._kept_argument(node)
+      return kept is not None and self.holds_field(kept, field, scope)
+    function = self._callee(node, scope)
+    if function is not None:
+      return function.returns is not None and field in self._class_fields(
+          function.returns)
+    return model is not None and field in model.returned_fields(node,
+                                                                self.names)
+
+  def _bound_holds_field(self, value, binding, field) -> bool:
+    if isinstance(value, tuple) and value[0] == 'param':
+      _, function, name = value
+      annotation = binding.annotated.get(name)
+      if annotation is not None:
+        return field in self._class_fields(annotation)
+      return field in self._own_class_fields(function, name)
+    return isinstance(value, ast.AST) and self.holds_field(value, field,
+                                                           binding)
+
+  def _own_class_fields(self, function, name) -> set:
+    """The optimizer fields of the holder class of which ``function`` is a
+    method taking its instance as ``name`` (``self``), else none."""
+    owner = self._method_class.get(id(function))
+    if owner is None or _names.instance_parameter(function) != name:
+      return set()
+    return self.holder_classes.get(owner.name, set())
+
+  def _class_fields(self, node) -> frozenset:
+    """The optimizer fields of the holder class ``node`` (an annotation or
+    a called name) names: one of this module's, or of the project's."""
+    node = _names.annotated_class(self.names, node)
+    if isinstance(node, ast.Name) and node.id not in self.names.bindings and (
+        node.id in self.holder_classes):
+      return frozenset(self.holder_classes[node.id])
+    model = self.names.model
+    if node is None or model is None:
+      return frozenset()
+    return model.annotation_fields(node, self.names)
+
+  def _unwrap(self, node, scope) -> Optional[_flow_values.Bound]:
+    """The module function ``node`` wraps (partials, jit, pmap), or None."""
+    if isinstance(node, ast.Name):
+      if self._sees_function(scope, node.id):
+        return _flow_values.Bound(node.id, node, (), {})
+      return None
+    if not isinstance(node, ast.Call) or not node.args or any(
+        isinstance(a, ast.Starred) for a in node.args) or any(
+            k.arg is None for k in node.keywords):
+      return None
+    wrapper = self.names.resolve(node.func)
+    if wrapper in _flow_values.WRAPPERS:
+      return self._unwrap(node.args[0], scope)
+    if wrapper != _flow_values.PARTIAL:
+      return None
+    inner = self._unwrap(node.args[0], scope)
+    if inner is None:
+      return None
+    keywords = dict(inner.keywords)
+    keywords.update({k.arg: (k.value, scope) for k in node.keywords})
+    return inner._replace(
+        args=inner.args + tuple((a, scope) for a in node.args[1:]),
+        keywords=keywords)
+
+  def _is_wrapper_decorator(self, decorator) -> bool:
+    """``@jax.jit``, ``@jax.pmap(...)``, ``@functools.partial(jax.jit, ..)``."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    path = self.names.resolve(target)
+    if path == _flow_values.PARTIAL and isinstance(decorator, ast.Call):
+      return bool(decorator.args) and self.names.resolve(
+          decorator.args[0]) in _flow_values.WRAPPERS
+    return path in _flow_values.WRAPPERS

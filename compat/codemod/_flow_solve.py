@@ -1,0 +1,392 @@
+"""An optimizer flow's fixpoint: which bindings hold an optimizer on every
+path, which functions return one, which names alias a step. Stdlib only."""
+
+import ast
+import collections
+from typing import Optional
+
+from compat.codemod import _flow_scopes
+from compat.codemod import _flow_values
+from compat.codemod import _members
+from compat.codemod import _names
+from compat.codemod import _state_layout
+from compat.codemod import _walk
+
+
+class FlowSolver(_flow_scopes.FlowScopes):
+  """Solves the greatest fixpoint over the collected bindings. Part of
+  ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
+
+  # ---------------------------------------------------------------- solve
+  def _solve(self):
+    parents = {}
+    # The module's scope comes first and holds every other: walking each
+    # scope again would only revisit nodes (once per enclosing scope). In
+    # ``ast.walk``'s order, each node's children listed once.
+    todo = collections.deque([next(iter(self.scopes.values())).node])
+    while todo:
+      node = todo.popleft()
+      for child in ast.iter_child_nodes(node):
+        parents.setdefault(child, node)
+        todo.append(child)
+    self._parents = parents
+    wrapped = self._collect_aliases() | self._followed_step_references()
+    for name in self._loads:
+      parent = parents.get(name)
+      if name not in wrapped and not (isinstance(parent, ast.Call) and
+                                      parent.func is name):
+        self.escaped.add(name.id)  # e.g. passed on to another function
+    for function in self.functions.values():
+      if not all(self._is_wrapper_decorator(d)
+                 for d in function.decorator_list):
+        self.escaped.add(function.name)
+    for (_, alias), bound in self.aliases.items():
+      if alias in self.escaped:  # the alias itself goes where we cannot see
+        self.escaped.add(bound.name)
+    self.alive = {(scope, name) for scope in self.scopes.values()
+                  for name in scope.bindings}
+    changed = True
+    while changed:
+      changed = False
+      for scope in self.scopes.values():
+        for name, values in scope.bindings.items():
+          if (scope, name) in self.alive and not all(
+              self._binding_holds(scope, name, v) for v in values):
+            self.alive.discard((scope, name))
+            changed = True
+
+  def _returned_step(self, factory) -> Optional[ast.Name]:
+    """The reference to a nested function that every return of module
+    function ``factory`` gives back (through jit/pmap), or None.
+
+    ``return jax.pmap(update_fn, ...)`` with ``def update_fn`` nested once
+    in ``factory``: a name bound to ``factory(...)`` is then an alias of
+    ``update_fn`` (its calls are the step's calls, its results the step's).
+    """
+    scope = self.scopes[factory]
+    references = []
+    for value in _names.own_returns(factory):
+      while isinstance(value, ast.Call) and value.args and (
+          self.names.resolve(value.func) in _flow_values.WRAPPERS):
+        value = value.args[0]
+      if not isinstance(value, ast.Name):
+        return None
+      references.append(value)
+    nested = {n.name: n for n in scope.node.body
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if not references or len({r.id for r in references}) != 1:
+      return None
+    name = references[0].id
+    if name not in nested or scope.bindings.get(name) != ['unknown'] or (
+        nested[name].decorator_list):
+      return None
+    return references[0] if len(references) == 1 else None
+
+  def _add_returned_steps(self) -> dict:
+    """Makes each nested step a factory returns callable by its name here
+    (as module functions are); ``{factory name: (step name, reference)}``."""
+    steps = {}
+    for factory in list(self.functions.values()):
+      reference = self._returned_step(factory)
+      if reference is None:
+        continue
+      nested = next(n for n in factory.body if isinstance(
+          n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name ==
+                    reference.id)
+      if nested.name in self.functions:
+        continue  # the name is a module function's (or another step's)
+      self.functions[nested.name] = nested
+      steps[factory.name] = (nested.name, reference)
+    return steps
+
+  def _add_local_functions(self):
+    """Registers the defs nested in a function that are called like module
+    functions (``_local_homes``): bound once in their function, by the def,
+    and the module's only def of that name (a module function or a
+    factory's returned step of the name comes first)."""
+    counts = collections.Counter(
+        node.name for node in self.scopes
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    for node in self.scopes:
+      home = self._scope_of.get(node)
+      if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+          home is None or home.parent is None or not isinstance(
+              home.node, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        continue
+      if counts[node.name] == 1 and node.name not in self.functions and (
+          home.bindings.get(node.name) == ['unknown']):
+        self.functions[node.name] = node
+        self._local_homes[node.name] = home
+
+  def local_home(self, function) -> Optional[ast.AST]:
+    """The function a nested def registered as callable is bound in."""
+    home = self._local_homes.get(function.name)
+    return home.node if home is not None and self.functions.get(
+        function.name) is function else None
+
+  def _sees_function(self, scope, name) -> bool:
+    """A read of ``name`` in ``scope`` sees the function registered under
+    it: a module function no local name shadows, or a nested def where its
+    own binding is the one seen."""
+    if name not in self.functions:
+      return False
+    home = self._local_homes.get(name)
+    if home is not None:
+      return self._binding_scope(scope, name) is home
+    return self._lookup(scope, name) is None
+
+  def _collect_aliases(self) -> set:
+    """Fills ``aliases`` (and ``foreign_steps``); returns the function
+    references they consume."""
+    steps = self.returned_steps = self._add_returned_steps()
+    self._add_local_functions()
+    model = self.names.model
+    for scope, name, value in self._alias_candidates:
+      if isinstance(value, ast.Name):
+        continue  # a plain rebinding: the name escapes as before
+      if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+          value.func.id in steps) and self._lookup(
+              scope, value.func.id) is None and len(scope.bindings[name]) == 1:
+        step, reference = steps[value.func.id]
+        self.aliases[(scope, name)] = _flow_values.Bound(step, reference, (),
+                                                         {})
+        continue
+      bound = self._unwrap(value, scope)
+      if bound is not None and len(scope.bindings[name]) == 1:
+        self.aliases[(scope, name)] = bound
+        continue
+      step = None if model is None or not isinstance(value, ast.Call) or (
+          self._callee(value, scope) is not None) else model.foreign_step(
+              value, self.names)
+      if step is not None and len(scope.bindings[name]) == 1:
+        self.foreign_steps[(scope, name)] = step
+    return {bound.reference for bound in self.aliases.values()}
+
+  def _followed_step_references(self) -> set:
+    """The ``return step`` of each step factory here whose calls in other
+    modules the project's model follows (``_step_values``): its callers
+    are known, so it is no escape."""
+    model = self.names.model
+    if model is None:
+      return set()
+    return {reference for factory, (_, reference) in self.returned_steps.items()
+            if model.factory_followed(self.names, factory)}
+
+  def step_bound_to(self, name) -> Optional[_flow_values.StepSignature]:
+    """The step of another module's factory that the name read ``name`` is
+    bound to (once, by a call of the factory), or None."""
+    scope = self._binding_scope(self.scope_of(name), name.id)
+    return self.foreign_steps.get((scope, name.id))
+
+  def loads_of(self, scope, name) -> list:
+    """Every read of ``name`` that sees its binding in ``scope``."""
+    return [load for load in self._loads if load.id == name and (
+        self._binding_scope(self.scope_of(load), name) is scope)]
+
+  def parent_of(self, node):
+    return self._parents.get(node)
+
+  def _step_parameter(
+      self, scope, name) -> Optional[_flow_values.StepSignature]:
+    """The step every call of this module function passes as its
+    parameter ``name`` (``_step_values``), or None."""
+    model = self.names.model
+    bound = scope.bindings.get(name, [])
+    if model is None or len(bound) != 1 or not isinstance(
+        bound[0], tuple) or bound[0][0] != 'param':
+      return None
+    function = bound[0][1]
+    if self.functions.get(function.name) is not function or (
+        function.name in self._local_homes):
+      return None
+    return model.step_param(self.names, function.name, name)
+
+  def _binding_scope(self, scope, name) -> Optional[_flow_values.Scope]:
+    """The scope whose binding of ``name`` a read in ``scope`` sees."""
+    while scope is not None:
+      if name in scope.bindings:
+        return scope
+      scope = scope.parent
+    return None
+
+  def _sites(self, function_name) -> Optional[list]:
+    """Every call of a module function in this module, or None if opaque."""
+    sites = []
+    for call, scope in self.calls.get(function_name, []):
+      if not self._sees_function(scope, function_name):
+        continue  # a local name shadows the function there
+      sites.append((call, scope, (), {}))
+    for (alias_scope, alias), bound in self.aliases.items():
+      if bound.name != function_name:
+        continue
+      for call, scope in self.calls.get(alias, []):
+        if self._binding_scope(scope, alias) is alias_scope:
+          sites.append((call, scope, bound.args, bound.keywords))
+    resolved = []
+    for call, scope, args, keywords in sites:
+      if any(isinstance(a, ast.Starred) for a in call.args) or any(
+          k.arg is None for k in call.keywords):
+        return None
+      merged = dict(keywords)
+      merged.update({k.arg: (k.value, scope) for k in call.keywords})
+      resolved.append(_flow_values.Site(
+          args + tuple((a, scope) for a in call.args), merged))
+    return resolved
+
+  def _binding_holds(self, scope, name, value) -> bool:
+    if self.base is None and name in scope.annotated and (
+        self._is_optimizer_annotation(scope.annotated[name])):
+      return True
+    if isinstance(value, str):  # 'unknown'
+      return False
+    if isinstance(value, tuple) and value[0] == 'param':
+      return self._param_holds(value[1], value[2])
+    return self._value_holds(value, scope)
+
+  def _param_holds(self, function, name) -> bool:
+    if function.name in self.escaped or function.name not in self.functions:
+      return False
+    if self.functions[function.name] is not function:
+      return False
+    # What the calls from other modules pass (the project's model: None
+    # where no other module names the function).
+    model = self.names.model
+    elsewhere = None if model is None else model.param_verdict(
+        self.names, function.name, name)
+    if elsewhere is False:
+      return False
+    sites = self._sites(function.name)
+    if sites is None or (not sites and not elsewhere):
+      return False
+    return _flow_values.every_site_passes(sites, function, name,
+                              self.scopes[function].params[name],
+                              self._value_holds)
+
+  def _value_holds(self, value, scope) -> bool:
+    if isinstance(value, tuple) and value[0] == 'item':
+      _, inner, index = value
+      kind = self._kind(inner, scope)
+      return (isinstance(kind, tuple) and index < len(kind) and
+              kind[index] is True)
+    return self.is_optimizer(value, scope)
+
+  def _kind(self, value, scope):
+    """True (an optimizer), a tuple of element kinds, or None (unknown)."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+      return tuple(self.is_optimizer(e, scope) or _flow_values.ANY
+                   for e in value.elts)
+    if isinstance(value, ast.Call):
+      if self.names.resolve(value.func) in _flow_values.SAME_KIND:
+        argument = self._kept_argument(value)
+        return None if argument is None else self._kind(argument, scope)
+      returned = self._returned(value, scope)
+      if returned is not None:
+        return returned
+      foreign = self.foreign_step_of(value)
+      if foreign is not None and self.base is None:
+        return foreign.kind
+      model = self.names.model
+      given = None if self.base is not None or model is None else (
+          model.returned_kind(value, self.names))
+      if given is not None:
+        return given  # another module's function, proven there
+      jitted = _flow_values.jitted_create(value, self.names)
+      if jitted is not None:
+        return True if self.base is None and self.is_def(
+            jitted.value, scope) else None
+      func = value.func
+      if self.base is None and self.names.resolve(
+          func) in _flow_values.OPTIMIZER_CLASSES:
+        # optim.Optimizer(opt_def, state, target): one, if opt_def is.
+        given = _state_layout.hand_built_parts(value)
+        return True if given is not None and self.is_def(
+            given[_members.OPTIMIZER_DEF], scope) else None
+      if isinstance(func, ast.Attribute) and func.attr == _members.CREATE:
+        return True if self.base is None and self.is_def(
+            func.value, scope) and _flow_values.creates_whole(value) else None
+      if isinstance(func, ast.Attribute) and func.attr in (_members.REPLICATE,
+                                                           _members.UNREPLICATE):
+        # Both give an Optimizer; only .replicate() a replicated one.
+        plain = (self.base or self).is_optimizer(func.value)
+        if self.base is not None and func.attr == _members.UNREPLICATE:
+          return None
+        return True if plain else None
+      if isinstance(func, ast.Attribute) and func.attr in (
+          _members.APPLY_GRADIENT, 'replace', _members.RESTORE_STATE):
+        # A step, a struct's copy with fields replaced, or one restored
+        # from a state dict: an Optimizer.
+        return True if self.is_optimizer(func.value, scope) else None
+      return None
+    return True if self.is_optimizer(value, scope) else None
+
+  def _returned(self, call, scope):
+    """What a call to a module function returns: True, a tuple, or None.
+
+    A function whose result flows back into itself (directly or through
+    other functions: ``return get_mesh(x.sharding)``) is being asked about
+    already; that inner question proves nothing (None), so the answer
+    rests on its other returns and the walk ends.
+    """
+    function = self._callee(call, scope)
+    if function is None or function in self._returns_open:
+      return None
+    if function in self._returned_memo:
+      return self._returned_memo[function]
+    self._returns_open.add(function)
+    try:
+      inner = self.scopes[function]
+      returns = [n.value for n in self._own_nodes(function)
+                 if isinstance(n, ast.Return)]
+      if not returns or any(r is None for r in returns):
+        kind = None
+      else:
+        kinds = [self._kind(value, inner) for value in returns]
+        kind = kinds[0] if all(k == kinds[0] for k in kinds) else None
+    finally:
+      self._returns_open.discard(function)
+    if not self._returns_open and self._solved:
+      self._returned_memo[function] = kind
+    return kind
+
+  def returned_kind(self, function):
+    """True where every return of the module function ``function`` is an
+    optimizer, the tuple of element kinds where every return is a tuple
+    of those kinds holding one (proven in this module), else None."""
+    returns = _names.own_returns(function)
+    if not returns or None in returns:
+      return None
+    kinds = [self._kind(value, self.scopes[function]) for value in returns]
+    kind = kinds[0]
+    if not all(k == kind for k in kinds):
+      return None
+    return kind if kind is True or (isinstance(kind, tuple) and
+                                    True in kind) else None
+
+  def returns_optimizer(self, function) -> bool:
+    """Every return of the module function ``function`` is an optimizer
+    (proven in this module; what its callers pass proves nothing here)."""
+    return self.returned_kind(function) is True
+
+  def _callee(self, call, scope):
+    """The module function a call runs (directly or via an alias), or None."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+      return None
+    name = call.func.id
+    binding = self._binding_scope(scope, name)
+    bound = self.aliases.get((binding, name))
+    if bound is not None:
+      return self.functions[bound.name]
+    # (a local name shadows any module function)
+    return self.functions[name] if self._sees_function(scope, name) else None
+
+  @staticmethod
+  def _own_nodes(function):
+    return list(_walk.scope_nodes(function))
+
+  def _lookup(self, scope, name) -> Optional[_flow_values.Scope]:
+    """The innermost scope (below module level) binding ``name``."""
+    while scope is not None and scope.parent is not None:
+      if name in scope.bindings:
+        return scope
+      scope = scope.parent
+    return None

@@ -1,0 +1,68 @@
+"""One module's facts that its rewrite plan and the analyses of its plan
+share, each computed once: the tree's parents, the optimizer flow (plain and
+replicated), the lines where scan found a checkpoint, the values stored in
+fields annotated ``optim.Optimizer``. An analysis reads these, never the
+planner. Stdlib only."""
+
+import ast
+import functools
+
+from compat.codemod import _flow
+from compat.codemod import _project
+from compat.codemod import _walk
+
+
+class ModuleModel:
+  """The facts of one module a ``Planner`` and ``_escape_analysis`` read."""
+
+  def __init__(self, tree: ast.Module, names, checkpoint_lines: frozenset):
+    self.tree, self.names = tree, names
+    self.flow = _flow.OptimizerFlow(tree, names)
+    # Lines where scan found a checkpoint or pickle write or read.
+    self.checkpoint_lines = checkpoint_lines
+    self.parents = _walk.parents(tree)  # each node -> the node holding it
+
+  @functools.cached_property
+  def replicated(self) -> _flow.OptimizerFlow:
+    """Which optimizers are ReplicatedOptimizers (made by .replicate()):
+    asked only in a module that replicates one (most do not, and a flow
+    costs about a walk of the module)."""
+    return _flow.OptimizerFlow(self.tree, self.names, replicated_of=self.flow)
+
+  @functools.cached_property
+  def field_stores(self) -> list:
+    """``[(holder, value)]`` of every value this module stores in a field
+    annotated ``optim.Optimizer`` (the class called, ``.replace``, an
+    attribute assigned); read once, asked per value by the escape check."""
+    model = self.names.model
+    holders = model.holders if model is not None else (
+        _project.holders_in(None, self.tree, self.names))
+    return [store for node in _walk.nodes(self.tree)
+            if isinstance(node, ast.Call)
+            for store in _project.field_stores(node, holders)] + (
+                _project.attribute_stores(self.tree, holders))
+
+  def only_stored(self, name) -> bool:
+    """The name ``name`` binds optimizers or dict stand-ins and is read
+    only to be stored in an optimizer field (``stores_alike``)."""
+    stored = {id(value) for _, value in self.field_stores}
+    return self.stores_alike(name, stored)
+
+  def stores_alike(self, value, stored) -> bool:
+    """What ``value`` puts in an optimizer field is read alike once the
+    flow is migrated: an optimizer (rewritten with its readers), or a dict
+    stand-in (``{'target': restored}``: read as a dict, before and after).
+    A name bound to either must be read only to be stored (``stored``: the
+    ids of every value this module stores in such a field): any other
+    read stays as it was, and would meet a TrainState."""
+    if self.flow.is_optimizer(value):
+      return True
+    if not self.flow.optimizer_or_dict(value):
+      return False
+    if not isinstance(value, ast.Name):
+      return True  # a dict display
+    scope = self.flow.binding_scope_of(value, value.id)
+    return all(id(read) in stored for read in ast.walk(scope.node)
+               if isinstance(read, ast.Name) and read.id == value.id and
+               isinstance(read.ctx, ast.Load) and
+               self.flow.binding_scope_of(read, read.id) is scope)

@@ -1,0 +1,133 @@
+"""What a module's rewrite plan does with names: flax.optim's imports
+removed (or kept for modules that import them from here), its classes
+named, the removed jax spellings. Stdlib only."""
+
+import ast
+
+from compat.codemod import _codes
+from compat.codemod import _flow
+from compat.codemod import _members
+from compat.codemod import _names
+from compat.codemod import _plan_records
+from compat.codemod import _plan_uses
+from compat.codemod import _removals
+from compat.codemod import _state_layout
+from compat.codemod import _walk
+
+_RULES = _plan_records.RULES_MODULE  # the module migrated code imports
+
+
+class PlanImports(_plan_uses.PlanUses):
+  """Plans the imports, class references and removals. Part of
+  ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
+
+  def _plan_import_removals(self):
+    for node in _walk.nodes(self.tree):
+      if isinstance(node, ast.Import):
+        for alias in node.names:
+          if alias.name in ('flax.optim', 'legacy_optim'):
+            self.removed.append((alias.name, None, alias.asname))
+      elif isinstance(node, ast.ImportFrom) and node.module and (
+          node.module.startswith(('flax.optim', 'legacy_optim'))):
+        for alias in node.names:
+          self.removed.append((node.module, alias.name, alias.asname))
+      elif isinstance(node, ast.ImportFrom) and node.module == 'flax':
+        # ``from flax import optim as optimizers`` (scenic): the alias.
+        for alias in node.names:
+          if alias.name == 'optim' and alias.asname:
+            self.removed.append(('flax', 'optim', alias.asname))
+    if not self.exported:
+      return
+    # Other scanned modules import these names from here: keep them.
+    kept = [r for r in self.removed if (r[2] or r[1] or r[0]).partition(
+        '.')[0] in self.exported]
+    self.removed = [r for r in self.removed if r not in kept]
+    for node in self.tree.body:
+      if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+          (a.asname or a.name.partition('.')[0]) in self.exported
+          for a in node.names):
+        self.leave(node, 'import', 'other scanned modules import flax.optim '
+                   'through this name: kept until they import it directly '
+                   '(then delete it here)')
+
+  def _reexport_leftovers(self) -> list:
+    """Imports that reach flax.optim through another module's re-export."""
+    leftovers = []
+    for node in _walk.nodes(self.tree):
+      if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        continue
+      for alias in node.names:
+        local = alias.asname or alias.name.partition('.')[0]
+        raw = self.names.bindings.get(local, '')
+        path = self.names.resolve(ast.Name(id=local))
+        if path and path.startswith('flax.optim') and not (
+            _names.canonical(raw).startswith('flax.optim')):
+          leftovers.append(self._leftover(
+              node, 'reexport', f'{local} is flax.optim re-exported by '
+              f'{raw}: import it from flax directly (`from flax import '
+              f'optim as {local}`) and run migrate again; this file is '
+              'not rewritten until then'))
+    return leftovers
+
+  def _plan_class_references(self):
+    """``optim.Optimizer`` / ``optim.DynamicScale`` anywhere (annotations)."""
+    flow_ok = not any(l.construct in _plan_records.FLOW_CONSTRUCTS
+                      for l in self.leftovers)
+    for node in _walk.nodes(self.tree):
+      if not isinstance(node, (ast.Name, ast.Attribute)) or not (
+          isinstance(node.ctx, ast.Load)):
+        continue  # an alias's own name (``Optimizer = ...``) stays
+      if isinstance(self.parents.get(node), ast.Attribute) or (
+          id(node) in self.claimed):
+        continue  # only whole references, not a user rule's
+      path = self.names.resolve(node)
+      if self.flow_held:
+        continue  # the file keeps flax.optim: its classes stay named
+      if path in _members.DYNAMIC_SCALE_PATHS:
+        package, module, cls = _members.counterpart_path(
+            'DynamicScale').rsplit('.', 2)
+        name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
+        self.imports.append((package, module, name))
+        self.edit(node, f'{name}.{cls}', 'dynamic_scale')
+      elif path in _plan_records.DEF_CLASSES and flow_ok and not (
+          isinstance(self.parents.get(node), ast.Call) and
+          self.parents[node].func is node):  # a MultiOptimizer(...) call
+        # A factory's return annotation: what the rewritten definition is.
+        transform = _members.counterpart_path('OptimizerDef')
+        self.imports.append((transform.split('.', 1)[0], None, None))
+        self.edit(node, transform, 'annotation')
+      elif flow_ok and (
+          _state_layout.plan_reference(self, node, path, _RULES)):
+        continue  # flax.optim's layout, built by hand or annotated
+      elif path in _flow.OPTIMIZER_CLASSES:
+        if flow_ok:
+          name = self._train_state_name()
+          self.edit(node, f'{name}.TrainState', 'annotation')
+        else:
+          self.leave(node, 'annotation', 'flax.optim.Optimizer stays while '
+                     'the file keeps legacy optimizers')
+
+  def _plan_removals(self):
+    """Neighbouring removals (``jax.tree_map``...): the mechanical ones."""
+    for node in _walk.nodes(self.tree):
+      removal = _removals.match(node, self.names)
+      if removal is None:
+        continue
+      if (node.lineno, _codes.code_of(removal.construct,
+                                      removal.old)) in self.held:
+        self.notes.append(_plan_records.Leftover(node.lineno, removal.construct,
+                                   removal.old, _plan_records.HELD_NOTE))
+        continue
+      if removal.rewrite is None:
+        self.leave(node, removal.construct, removal.replacement)
+        continue
+      if removal.rewrite == '':
+        self._delete_statement(node, removal.construct)
+        continue
+      target = removal.target or (node.value if isinstance(node, ast.Assign)
+                                  else node)
+      self.edit(target, removal.rewrite, removal.construct, source=target,
+                **dict(removal.parts))
+      module = _removals.needed_import(removal.rewrite)
+      if module and not isinstance(node, ast.ImportFrom):
+        self.imports.append((module, None, None))

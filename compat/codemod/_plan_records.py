@@ -1,0 +1,176 @@
+"""The records a module's rewrite plan is made of (edits, leftovers, notes)
+and the texts its report gives for them. Stdlib only."""
+
+import ast
+from typing import NamedTuple, Optional
+
+from compat import _lazy
+from compat.codemod import _members
+from compat.codemod import _names
+from compat.codemod import _project
+from compat.codemod import _walk
+
+# An optimizer going on to code the rewrite cannot follow
+# (``_escape_analysis``).
+ESCAPE = 'optimizer_escape'
+# Constructs that are part of an optimizer's flow: all or none get rewritten.
+FLOW_CONSTRUCTS = frozenset((
+    'algorithm', _members.CREATE, _members.APPLY_GRADIENT,
+    'apply_gradient_overrides', _members.COMPUTE_GRADIENT, _members.OPTIMIZE,
+    _members.REPLICATE, 'multi_optimizer',
+    'traversal', 'weight_norm', 'optimizer_def_subclass', 'optimizer_use',
+    _members.OPTIMIZER_DEF, 'reexport', _project.HELD_IN_FIELD, ESCAPE))
+# Findings that need no code change once the optimizer is a TrainState.
+NOTE_CONSTRUCTS = frozenset(('checkpoint',))
+HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
+             '(--select/--ignore) hold it')
+
+CHECKPOINT_NOTE = (
+    'the checkpoint now holds a TrainState (step, params, opt_state); '
+    'convert files written by the old code with `flax-optim-compat convert '
+    'SRC DST --to train_state`')
+
+PICKLE_NOTE = (
+    'the pickle now holds a TrainState (step, params, opt_state); one written '
+    'by the old code holds a flax.optim Optimizer: load it with '
+    'flax-optim-compat installed and continue it with '
+    '`compat.to_train_state(optimizer, apply_fn)`')
+
+# A rewrite of a flow that another of its links keeps as it was.
+HELD_BY_ANOTHER_LINK = (
+    'not rewritten: another link of this optimizer flow could not be (see '
+    'above); a flow is migrated as a whole or not at all')
+
+# A definition nothing in the project calls, migrated with its flow.
+CALLED_NOWHERE_NOTE = (
+    '`{name}` is called and named nowhere in the scanned code, so it was '
+    'migrated with its flow as dead code of this program: {now}, not a '
+    'flax.optim OptimizerDef. Code outside the scanned tree '
+    'that calls it must be migrated with it (scan them together)')
+# flax.optim's checkpoint keys (``Optimizer.state_dict()``'s layout).
+LAYOUT_KEYS = (_members.TARGET, _members.PARAM_STATES)
+LAYOUT_KEY_NOTE = (
+    "reads flax.optim's checkpoint layout by key ({key!r}): checkpoints "
+    'written before migrating hold it, ones the migrated code writes hold a '
+    "TrainState's (step, params, opt_state); convert the old ones with "
+    '`flax-optim-compat convert SRC DST --to train_state` and read '
+    "'params', or keep writing flax.optim's layout with "
+    '`{rules}.state_dict(state)`')
+
+
+def layout_key_reads(tree: ast.Module) -> list:
+  """``(node, key)`` of each read of a nested dict by one of flax.optim's
+  checkpoint keys (``state['optimizer']['target']``): one level below
+  another subscript, so that ``batch['target']`` is not one."""
+  return [(node, node.slice.value) for node in _walk.nodes(tree)
+          if isinstance(node, ast.Subscript) and
+          isinstance(node.value, ast.Subscript) and
+          isinstance(node.slice, ast.Constant) and
+          node.slice.value in LAYOUT_KEYS]
+
+
+def flow_migrated(plan) -> bool:
+  """Whether ``plan`` migrates its module's optimizer flow: no part of it
+  is left as it was (the flow is rewritten whole or not at all)."""
+  return not any(l.construct in FLOW_CONSTRUCTS for l in plan.leftovers)
+
+
+class Edit(NamedTuple):
+  """Replace bytes ``[start, end)`` by ``template`` filled with ``parts``.
+
+  A part is a ``(start, end)`` span of the original source (rendered with the
+  edits inside it applied) or a literal string.
+  """
+  start: int
+  end: int
+  template: str
+  parts: tuple  # ((name, (start, end) | str), ...)
+  line: int
+  construct: str
+
+
+class Leftover(NamedTuple):
+  line: int
+  construct: str
+  code: str
+  reason: str
+
+
+class Plan(NamedTuple):
+  edits: list
+  leftovers: list
+  notes: list  # Leftover-shaped: line, construct, code, note
+  imports: list  # (module, name or None, asname or None) to add
+  removed_imports: list  # (module, name or None, asname) to drop if unused
+
+
+CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
+RULES_MODULE = CATALOGUE.RULES_MODULE
+# The classes an ``-> optim.OptimizerDef`` (or ``MultiOptimizer``) names.
+DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef',
+                'flax.optim.MultiOptimizer')
+
+# The rules migrate spells with their stock alias (the catalogue's
+# ``EXACT_STOCK``; tests/test_migrate.py checks the two agree and trains
+# both for several steps).
+STOCK_EXACT = CATALOGUE.stock_exact()
+RULE_NAMES = frozenset(a.name for a in CATALOGUE.RULES)
+
+
+def line_offsets(source: bytes) -> list:
+  offsets, total = [0], 0
+  for line in source.splitlines(keepends=True):
+    total += len(line)
+    offsets.append(total)
+  return offsets
+
+
+def literal_dict_keys(node, tree) -> Optional[set]:
+  """The keys of the dict ``node`` names, where it is a name the module
+  binds once, at its top level, to a dict literal of string keys, and only
+  reads as ``**name`` or ``name[key]`` (so nothing changes it); else None:
+  it may hold anything."""
+  if not isinstance(node, ast.Name):
+    return None
+  read_whole = set()  # ids of the names read as ``**name`` or ``name[k]``
+  for parent in ast.walk(tree):
+    if isinstance(parent, ast.keyword) and parent.arg is None:
+      read_whole.add(id(parent.value))
+    elif isinstance(parent, ast.Subscript) and isinstance(parent.ctx,
+                                                          ast.Load):
+      read_whole.add(id(parent.value))
+  bindings = _names.bindings_of(tree)
+  if bindings.star or node.id in bindings.imported:
+    return None
+  stores = 0  # assignments, augmented ones, del, def, parameters...
+  for child in ast.walk(tree):
+    if _names.bound_by(child) == node.id:
+      stores += 1
+    elif isinstance(child, ast.Name) and child.id == node.id and (
+        id(child) not in read_whole):
+      return None  # a method call, an argument: it may change it
+    elif isinstance(child, (ast.Global, ast.Nonlocal)) and (
+        node.id in child.names):
+      return None
+  values = [statement.value for statement in tree.body
+            if isinstance(statement, ast.Assign) and [
+                getattr(t, 'id', None) for t in statement.targets] == [
+                    node.id]]
+  if stores != 1 or len(values) != 1 or not isinstance(values[0], ast.Dict):
+    return None
+  if not all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+             for k in values[0].keys):
+    return None  # a ``**`` inside, or a key known only at run time
+  return {k.value for k in values[0].keys}
+
+
+def literal_template(text: str) -> str:
+  """``text`` as a literal part of an ``Edit`` template."""
+  return text.replace('{', '{{').replace('}', '}}')
+
+
+def is_pure(node) -> bool:
+  """A name or attribute chain: evaluating it twice is harmless."""
+  while isinstance(node, ast.Attribute):
+    node = node.value
+  return isinstance(node, ast.Name)

@@ -1,0 +1,250 @@
+"""How an optimizer's uses are rewritten: ``.create``, ``.target``,
+``.apply_gradient``, ``.replicate()``, its entries in dicts saved as
+trees. Stdlib only."""
+
+import ast
+from typing import Optional
+
+from compat.codemod import _flow
+from compat.codemod import _legacy_trees
+from compat.codemod import _members
+from compat.codemod import _multi
+from compat.codemod import _plan_records
+from compat.codemod import _plan_rules
+from compat.codemod import _state_layout
+from compat.codemod import _walk
+
+_RULES = _plan_records.RULES_MODULE  # the module migrated code imports
+_CATALOGUE = _plan_records.CATALOGUE
+
+
+class PlanUses(_plan_rules.PlanRules):
+  """Plans each use of an object the flow proves an optimizer. Part of
+  ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
+
+  def _replicate_calls(self):
+    return [n for n in _walk.nodes(self.tree) if isinstance(n, ast.Call) and
+            isinstance(n.func, ast.Attribute) and
+            n.func.attr == _members.REPLICATE and
+            self.flow.is_optimizer(n.func.value)]
+
+  def _replica_axis(self):
+    """(axis name of this module's ``.replicate()`` calls, or None; why not).
+
+    ``.replicate()`` is rewritten only when every call names the same
+    literal axis and no checkpoint sees the optimizer (a
+    ReplicatedOptimizer's checkpoint keeps one replica's copy).
+    """
+    calls = self._replicate_calls()
+    if not calls:
+      return None, None
+    axes = set()
+    for call in calls:
+      if any(isinstance(a, ast.Starred) for a in call.args) or any(
+          k.arg not in ('devices', 'axis_name') for k in call.keywords):
+        return None, 'replicate() arguments cannot be mapped with certainty'
+      given = dict(zip(('devices', 'axis_name'), call.args))
+      given.update({k.arg: k.value for k in call.keywords})
+      axis = given.get('axis_name')
+      if axis is None:
+        axes.add('batch')  # the legacy default
+      elif isinstance(axis, ast.Constant) and isinstance(axis.value, str):
+        axes.add(axis.value)
+      else:
+        return None, 'the axis_name is not a literal string'
+    if len(axes) != 1:
+      return None, 'replicate() calls with different axis names'
+    if any(f.construct in _plan_records.NOTE_CONSTRUCTS for f in self.findings):
+      return None, ("a ReplicatedOptimizer's checkpoint keeps one replica's "
+                    "copy; the replicated TrainState's would keep them all")
+    return axes.pop(), None
+
+  def _plan_replicate(self, node, call, receiver) -> Optional[str]:
+    """``opt.replicate(...)`` -> ``jax_utils.replicate(state[, devices])``."""
+    if self.replica_axis is None:
+      return (f'.replicate(): {self.replicate_problem}; a ReplicatedOptimizer '
+              'averages the gradients over the pmap axis inside '
+              'apply_gradient (psum(g) / psum(1)), by hand: '
+              f'{_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text}')
+    given = dict(zip(('devices', 'axis_name'), call.args))
+    given.update({k.arg: k.value for k in call.keywords})
+    name = self._jax_utils_name()
+    if given.get('devices') is not None:
+      self.edit(call, f'{name}.replicate({{receiver}}, devices={{devices}})',
+                _members.REPLICATE, receiver=receiver, devices=given['devices'])
+    else:
+      self.edit(call, f'{name}.replicate({{receiver}})', _members.REPLICATE,
+                receiver=receiver)
+    return None
+
+  def _plan_create(self, node) -> Optional[str]:
+    given = _flow.create_arguments(node)
+    if given is None:
+      return ('create() arguments passed with * or **, or not as '
+              'create(target, focus=None), cannot be mapped with certainty')
+    if not _flow.is_none(given.get('focus')):
+      return ('create(..., focus=...) selects parameters: use optax.partition '
+              'with compat.traversal_labels (not rewritten automatically)')
+    held = self._unproven_holder(node)
+    if held:
+      return held
+    name = self._train_state_name()
+    self.edit(node, f'{name}.TrainState.create(apply_fn=None, '
+              'params={params}, tx={tx})', _members.CREATE,
+              params=given[_members.TARGET], tx=node.func.value)
+    return None
+
+  def _jitted_def_create(self, node) -> Optional[ast.Attribute]:
+    """``d.create`` of ``jax.jit(d.create, backend=...)(params)`` where
+    ``d`` is certainly a definition."""
+    create = _flow.jitted_create(node, self.names)
+    if create is None or not self.flow.is_def(create.value):
+      return None
+    return create
+
+  def _plan_jitted_create(self, node) -> Optional[str]:
+    """``jax.jit(d.create, ...)(params)``: jit is given a function of the
+    parameters alone (``TrainState.create`` takes keywords only); the
+    definition stays a default argument, so it is evaluated where it was,
+    once, before jit traces."""
+    held = self._unproven_holder(node)
+    if held:
+      return held
+    create = self._jitted_def_create(node)
+    name = self._train_state_name()
+    self.edit(create, 'lambda params, tx={tx}: '
+              f'{name}.TrainState.create(apply_fn=None, params=params, '
+              'tx=tx)', _members.CREATE, tx=create.value)
+    return None
+
+  def _unproven_holder(self, create) -> Optional[str]:
+    """Why the TrainState ``create`` would make could reach code left as it
+    is: a name it is assigned to that also holds other values (``opt =
+    opt.restore_state(d)``), so its reads are not provably this optimizer
+    and are not rewritten with it."""
+    parent = self.parents.get(create)
+    if not isinstance(parent, ast.Assign) or parent.value is not create:
+      return None
+    for target in parent.targets:
+      if isinstance(target, ast.Name) and not self.flow.is_optimizer(target):
+        return (f'`{target.id}` also holds values not provably a flax.optim '
+                'Optimizer (another assignment), so its uses stay as they '
+                'are; the optimizer this makes would reach them')
+    return None
+
+  def _plan_use(self, node) -> Optional[str]:
+    """``optimizer.<attr>`` where ``optimizer`` is certainly an Optimizer."""
+    parent = self.parents.get(node)
+    receiver = node.value
+    if node.attr == _members.TARGET:
+      self.edit(node, '{receiver}.params', 'optimizer_use',
+                receiver=receiver)
+      return None
+    if node.attr == 'state' and isinstance(parent, ast.Attribute) and (
+        parent.attr == 'step'):
+      self.edit(parent, '{receiver}.step', 'optimizer_use', receiver=receiver)
+      return None
+    if node.attr == _members.APPLY_GRADIENT and isinstance(
+        parent, ast.Call) and parent.func is node:
+      return self._plan_apply_gradient(parent, receiver)
+    if node.attr == 'replace' and isinstance(parent, ast.Call) and all(
+        k.arg == _members.TARGET for k in parent.keywords) and not parent.args:
+      self.edit(parent, '{receiver}.replace(params={value})', 'optimizer_use',
+                receiver=receiver, value=parent.keywords[0].value)
+      return None
+    if node.attr == _members.REPLICATE and isinstance(parent, ast.Call) and (
+        parent.func is node):
+      return self._plan_replicate(node, parent, receiver)
+    if node.attr == _members.UNREPLICATE and isinstance(parent, ast.Call) and (
+        parent.func is node) and not parent.args and not parent.keywords and (
+            self.replica_axis is not None) and self.replicated.is_optimizer(
+                receiver):
+      self.edit(parent, f'{self._jax_utils_name()}.unreplicate({{receiver}})',
+                _members.REPLICATE, receiver=receiver)
+      return None
+    if node.attr == _members.OPTIMIZER_DEF:
+      unpacking = _multi.hyper_params_unpacking(self, node)
+      if unpacking is not None:  # (hp0, hp1) = opt.optimizer_def.hyper_params
+        self.delete_statement(unpacking, 'optimizer_use', node.lineno)
+        return None
+    if node.attr in _state_layout.LINKS:
+      return _state_layout.plan_use(self, node, parent, receiver,
+                                    _RULES)
+    if node.attr in (_members.REPLICATE, _members.UNREPLICATE):
+      return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
+              'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
+              'so the step that receives it needs a pmean the rewrite would '
+              'have to insert; which steps do is not proven here (by hand: '
+              f'{_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text})')
+    why = _members.no_counterpart(node.attr)
+    return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
+            'TrainState counterpart here' + (f': {why}' if why else ''))
+
+  def _plan_tree_entry(self, node):
+    """An optimizer in a dict saved or loaded as a tree (``_legacy_trees``):
+    flax.optim's layout at both ends. Where the dict is otherwise used, the
+    escape analysis keeps the flow with the reason."""
+    parent = self.parents.get(node)
+    entry = _legacy_trees.entry_of(node, parent, self.parents.get(parent))
+    if entry is None or not self.flow.is_optimizer(node):
+      return  # (the entry is asked first: it is the cheaper question)
+    verdict = self.flow.tree_verdict(node)
+    if verdict.display is None:
+      return
+    self.imports.append((_RULES, None, None))
+    self.edit(node, f'{_RULES}.legacy_tree({{value}})', 'checkpoint',
+              value=node)
+    # A checkpoint call given the dict keeps flax.optim's layout: no note.
+    around = self.parents.get(entry[0])
+    while isinstance(around, (ast.expr, ast.keyword)):
+      if isinstance(around, ast.Call):
+        self.legacy_layout_lines.add(around.lineno)
+      around = self.parents.get(around)
+    template = _plan_records.literal_template(
+        ast.unparse(verdict.display.value))
+    for read in verdict.display.loaded_back:
+      self.edit(read, f'{_RULES}.from_legacy_tree({template}, '
+                '{read})', 'checkpoint', read=read)
+
+  def _plan_apply_gradient(self, call, receiver) -> Optional[str]:
+    if len(call.args) != 1 or any(isinstance(a, ast.Starred)
+                                  for a in call.args):
+      return 'apply_gradient takes the gradients as its one positional argument'
+    grads = '{grads}'
+    if self._replicate_calls():
+      if self.replica_axis is None:
+        return f'this module replicates its optimizer: {self.replicate_problem}'
+      if not self.replicated.is_optimizer(receiver):
+        return ('this module replicates its optimizer, and this one is not '
+                'provably the replicated one (which averages its gradients) '
+                'nor provably another')
+      # What ReplicatedOptimizer did inside apply_gradient (pmean is the
+      # same psum / psum(1)).
+      grads = f'jax.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
+      self.imports.append(('jax', None, None))
+    extra = [k.arg for k in call.keywords]
+    if not extra and self.inject:
+      return ('other steps of this flow set the learning rate '
+              '(apply_gradient(g, learning_rate=...)): in the injected state '
+              'a rate set so stays, while flax.optim took the definition\'s '
+              'own rate for this step')
+    if not extra:
+      self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
+                _members.APPLY_GRADIENT, receiver=receiver, grads=call.args[0])
+      return None
+    if extra not in (['learning_rate'], [_members.HYPER_PARAMS]):
+      return (f'overrides {", ".join(str(e) for e in extra)}: only '
+              'learning_rate is injected mechanically')
+    if not _plan_records.is_pure(receiver):
+      return ('the optimizer expression is evaluated twice by the rewrite; '
+              'bind it to a name first')
+    if extra == [_members.HYPER_PARAMS]:  # a rate per MultiOptimizer part
+      return _multi.plan_hyper_params(self, call, receiver, grads,
+                                      _RULES)
+    self._require_tx_imports()
+    self.edit(call, '{receiver}.replace(opt_state=optax.tree_utils.tree_set('
+              '{receiver}.opt_state, learning_rate={rate})).apply_gradients('
+              'grads=%s)' % grads, 'apply_gradient_overrides',
+              receiver=receiver, rate=call.keywords[0].value,
+              grads=call.args[0])
+    return None
