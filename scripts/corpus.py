@@ -59,10 +59,17 @@ failure naming the row and the figure (``scenic: rewritten 23 < recorded
 24``); a figure that got better is printed, to be recorded in that file in
 the same commit as the change that improved it.
 
+migrate's output on each repository (``migrate --diff`` and its
+``--report``, run on the extracted tree) is compared with the digests
+recorded in ``tests/corpus/outputs.toml`` (scripts/migrate_outputs.py): one
+that differs fails, naming the row (``OUTPUT CHANGED: corpus.t5x: migrate's
+diff changed``); a change that is meant is listed in the closing note and
+recorded with ``--record-outputs``.
+
 ``--json FILE`` writes the same figures. Exit status: 2 when a repository
 could not be cloned, else 1 when a migrated program has a broken link, a
-train step compared differs or fails, or a figure is worse than recorded,
-else 0.
+train step compared differs or fails, a figure is worse than recorded, or
+migrate's output differs from its recorded digest, else 0.
 """
 
 import argparse
@@ -82,6 +89,10 @@ from typing import NamedTuple, Optional
 
 from compat.codemod import migrate
 from compat.codemod import scan
+
+# Its neighbour, also when a test loads this file by its path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import migrate_outputs  # noqa: E402
 
 try:  # Python 3.11+
   import tomllib
@@ -834,6 +845,10 @@ def main(argv=None) -> int:
   parser.add_argument('--train', action='store_true',
                       help='also train the migrated copies beside the '
                       'originals (the repositories with a recipe)')
+  parser.add_argument('--record-outputs', action='store_true',
+                      help='record the digests of migrate\'s output and '
+                      f'report in {migrate_outputs.OUTPUTS_FILE} instead of '
+                      'comparing them (a change listed in the closing note)')
   args = parser.parse_args(argv)
   mirrors = os.environ.get(MIRRORS_ENV)
   table = [e for e in load_table() if not args.only or e.name in args.only]
@@ -841,7 +856,8 @@ def main(argv=None) -> int:
   where = f'mirrors in {mirrors}' if mirrors else 'github.com'
   print(f'corpus: {len(table)} repositories from {where}, into {into}')
   recorded = load_figures()  # before the long part: a bad file fails now
-  rows, missing, unavailable = [], [], []
+  recorded_outputs = migrate_outputs.load_outputs()
+  rows, missing, unavailable, outputs = [], [], [], {}
   try:
     for entry in table:
       try:
@@ -853,6 +869,7 @@ def main(argv=None) -> int:
         missing.append((entry.name, str(e)))
         continue
       row = analyse(root, entry)
+      outputs[entry.name] = migrate_outputs.migrate_outputs(root)
       if args.train:
         row = row._replace(trains=train_comparison(entry.name, root))
       rows.append(row)
@@ -866,6 +883,14 @@ def main(argv=None) -> int:
     print(f'\nbetter than recorded: {line}')
   for line in worse:
     print(f'\nWORSE THAN RECORDED: {line}')
+  if args.record_outputs:
+    migrate_outputs.record_outputs('corpus', outputs)
+    changed = []
+  else:
+    changed = migrate_outputs.compare_outputs('corpus', outputs,
+                                              recorded_outputs)
+  for line in changed:
+    print(f'\nOUTPUT CHANGED: {line}')
   if args.json:
     with open(args.json, 'w', encoding='utf-8') as f:
       json.dump({'rows': [r._asdict() for r in rows],
@@ -873,7 +898,7 @@ def main(argv=None) -> int:
                 indent=1, default=list)
   if missing:
     return 2
-  return 1 if worse or any(r.broken or 'FAILS' in (r.trains or '')
+  return 1 if worse or changed or any(r.broken or 'FAILS' in (r.trains or '')
                            for r in rows) else 0
 
 

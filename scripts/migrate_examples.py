@@ -10,7 +10,14 @@ pixelcnn, ppo, vae) it migrates the example's modules in memory (nothing is
 written) and prints one row: the scanner's flax.optim findings, how many
 source edits the exact tier made, how many usages it left (with their
 reasons below the table), and whether the migrated modules still import
-flax.optim or legacy_optim. Exit status 0 when every example was read.
+flax.optim or legacy_optim.
+
+Then ``migrate --diff``'s output and report on every example directory are
+compared with the digests recorded in ``tests/corpus/outputs.toml``
+(scripts/migrate_outputs.py); ``--record-outputs`` records them instead (a
+change of output listed in the closing note). Exit status 0 when every
+example was read and every output is as recorded, else 1 (2: an example is
+missing).
 """
 
 import argparse
@@ -21,6 +28,10 @@ import sys
 
 from compat.codemod import migrate
 from compat.codemod import scan
+
+# Its neighbour, also when a test loads this file by its path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import migrate_outputs  # noqa: E402
 
 EXAMPLES = ('mnist', 'imagenet', 'lm1b', 'wmt', 'nlp_seq', 'pixelcnn', 'ppo',
             'vae')
@@ -67,6 +78,10 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('examples', help="a flax checkout's examples directory")
   parser.add_argument('--only', nargs='*', default=EXAMPLES)
+  parser.add_argument('--record-outputs', action='store_true',
+                      help='record the digests of migrate\'s output and '
+                      f'report in {migrate_outputs.OUTPUTS_FILE} instead of '
+                      'comparing them (a change listed in the closing note)')
   args = parser.parse_args(argv)
   print(f'{"example":10} {"findings":>8} {"edits":>6} {"left":>5}  '
         'still imports flax.optim')
@@ -84,7 +99,28 @@ def main(argv=None) -> int:
   if details:
     print('\nleft, and why:')
     print('\n'.join(details))
-  return 0
+  return 1 if check_outputs(args.examples, args.record_outputs) else 0
+
+
+def check_outputs(examples: str, record: bool) -> list:
+  """migrate's output on each example directory against its recorded
+  digests (or recorded, with ``record``): the failure lines, printed."""
+  recorded = migrate_outputs.load_outputs()
+  outputs = {name: migrate_outputs.migrate_outputs(
+      os.path.join(examples, name)) for name in sorted(os.listdir(examples))
+             if os.path.isdir(os.path.join(examples, name))}
+  if record:
+    migrate_outputs.record_outputs('examples', outputs)
+    return []
+  changed = migrate_outputs.compare_outputs('examples', outputs, recorded)
+  changed += [f'examples.{name}: recorded, but no such directory in '
+              f'{examples}' for name in recorded.get('examples', {})
+              if name not in outputs]
+  for line in changed:
+    print(f'\nOUTPUT CHANGED: {line}')
+  print(f'\nmigrate\'s output on {len(outputs)} example directories: '
+        f'{len(outputs) - len(changed)} as recorded')
+  return changed
 
 
 if __name__ == '__main__':
