@@ -42,6 +42,10 @@ broken    links of a migrated program that cannot work (``broken_links``):
 legacy    files of the output that still use flax.optim (the independent
           count) or import legacy_optim or compat.
 
+Not a column: *unreported*, the statements migrate changes or leaves on
+whose lines scan reports nothing (``unreported_statements``), listed below
+the table; its count is recorded as a ceiling with the figures.
+
 ``--train`` also runs, for each repository with a recipe
 (tests/_corpus_train.py), the migrated copy's own train step beside the
 original's under the shim, the shim's imports blocked, and prints a line
@@ -51,13 +55,15 @@ line says whether the migrated copy, restoring the original's checkpoint
 with its own migrated restore code, trains on bit-identically (params,
 step, optimizer moments) to the original's uninterrupted run.
 
-The figures of each row (usages, found, rewritten, left, broken) are
+The figures of each row (usages, found, rewritten, left, broken,
+unreported) are
 compared with those recorded in ``tests/corpus/figures.toml`` (a table per
-row): usages, found and rewritten below their recorded floor, left or broken
-above their recorded ceiling, or a row with no recorded figures, is a
-failure naming the row and the figure (``scenic: rewritten 23 < recorded
-24``); a figure that got better is printed, to be recorded in that file in
-the same commit as the change that improved it.
+row): usages, found and rewritten below their recorded floor, left,
+broken or unreported above their recorded ceiling, or a row with no
+recorded figures, is a failure naming the row and the figure
+(``scenic: rewritten 23 < recorded 24``); a figure that got better is
+printed, to be recorded in that file in the same commit as the change that
+improved it.
 
 migrate's output on each repository (``migrate --diff`` and its
 ``--report``, run on the extracted tree) is compared with the digests
@@ -107,7 +113,7 @@ FIGURES = os.path.join(TESTS, os.pardir, *FIGURES_FILE.split('/'))
 # The recorded figures of a row: more is better for the first, less for the
 # second.
 FLOOR_FIGURES = ('usages', 'found', 'rewritten')
-CEILING_FIGURES = ('left', 'broken')
+CEILING_FIGURES = ('left', 'broken', 'unreported')
 MIRRORS_ENV = 'FLAX_OPTIM_CORPUS_MIRRORS'
 LEGACY_MODULE = 'flax.optim'
 # What migrated code must not import (tests/_legacy_imports.py's list).
@@ -577,6 +583,9 @@ class Row(NamedTuple):
   # --train: 'bit-identical over N steps' or 'FAILS: why'; None: not run
   # (no recipe, or no --train)
   trains: Optional[str] = None
+  # statements migrate changes or leaves that carry no scan finding
+  # (``unreported_statements``): [(path, line, text)]
+  unreported: tuple = ()
 
 
 def analyse(root: str, entry: Repo) -> Row:
@@ -626,7 +635,10 @@ def analyse(root: str, entry: Repo) -> Row:
     rewritten += max(0, len(before) - len(after))
     left += len(after)
   return Row(entry.name, len(sources), usages, found, rewritten, left,
-             broken_links(old_py, new_py), legacy, reasons, unfound)
+             broken_links(old_py, new_py), legacy, reasons, unfound,
+             unreported=tuple(
+                 (os.path.relpath(path, root), line, text) for path, line, text
+                 in statements_unreported(sources, results, scanned)[1]))
 
 
 def _percent(part: int, whole: int) -> str:
@@ -667,6 +679,10 @@ def format_table(rows: list, missing: list, unavailable=()) -> str:
     if r.unfound:
       lines.append(f'\n{r.name}: usages scan does not report:')
       lines += [f'  {p}:{line}: {what}' for p, line, what in r.unfound]
+    if r.unreported:
+      lines.append(f'\n{r.name}: statements migrate changes or leaves '
+                   'with no scan finding:')
+      lines += [f'  {p}:{line}: {text}' for p, line, text in r.unreported]
   trained = [r for r in rows if r.trains is not None]
   if trained:
     lines.append('\ntrain steps, migrated beside the original (the shim\'s '
@@ -688,7 +704,7 @@ def row_figures(row: Row) -> dict:
   """The figures of ``row`` that are recorded: ``{figure: int}``."""
   return {'usages': row.usages, 'found': row.found,
           'rewritten': row.rewritten, 'left': row.left,
-          'broken': len(row.broken)}
+          'broken': len(row.broken), 'unreported': len(row.unreported)}
 
 
 def load_figures(path: str = FIGURES) -> dict:
@@ -813,7 +829,12 @@ def unreported_statements(paths) -> tuple:
   migrate only adds (imports) have no old statement and are not counted;
   notebooks are left out (their findings carry the notebook's lines)."""
   sources, results = migrate.migrate_paths(paths, 'exact')
-  scanned = scan.scan_paths(paths)
+  return statements_unreported(sources, results, scan.scan_paths(paths))
+
+
+def statements_unreported(sources, results, scanned) -> tuple:
+  """``unreported_statements`` of migrate's ``(sources, results)`` and
+  scan's result on the same paths."""
   reported = collections.defaultdict(set)
   for finding in scanned.findings:
     reported[os.path.abspath(finding.path)].add(finding.line)
