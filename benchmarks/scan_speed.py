@@ -11,6 +11,13 @@ of them costs).
 
   python benchmarks/scan_speed.py --generate 10000 --runs 3
   python benchmarks/scan_speed.py --tree path/to/research/repo --runs 3
+  python benchmarks/scan_speed.py --mirrors ../shared/mirrors --files 3000
+
+``--mirrors DIR --files N`` measures a tree of real JAX code: the .py files
+and notebooks of every mirror in DIR (``owner+name`` bare git directories,
+their branch ``pinned`` or flax's tag ``v0.3.3``; tests/corpus), extracted
+whole, copied again side by side until the tree holds N files (the mirrors
+hold about 1,600: a copy's modules are the same code at other paths).
 
 ``--generate N`` writes a tree of N modules of the kinds a JAX research
 repository has (linen models, Optax training loops, configs, utilities;
@@ -185,6 +192,39 @@ def generate(directory: str, count: int) -> None:
       f.write(template.format(i=i, batch=32 * (1 + i % 8)))
 
 
+def extract_mirrors(mirrors: str, directory: str, count: int) -> int:
+  """Writes the Python files and notebooks of each mirror into
+  ``directory``, in copies until there are ``count``; the number written."""
+  trees = []
+  for name in sorted(os.listdir(mirrors)):
+    git_dir = os.path.join(mirrors, name)
+    for ref in ('pinned', 'v0.3.3'):
+      listing = subprocess.run(
+          ['git', '--git-dir', git_dir, 'ls-tree', '-r', '-l', ref],
+          capture_output=True, text=True, check=False)
+      if listing.returncode == 0:
+        # '<mode> blob <sha> <size>\t<path>'; no size ('-', 'BAD'): a blob
+        # the mirror left out
+        rows = [line.split('\t', 1) for line in listing.stdout.splitlines()]
+        files = [path for meta, path in rows if path.endswith(
+            ('.py', '.ipynb')) and meta.split()[-1].isdigit()]
+        trees.append((git_dir, ref, name, files))
+        break
+  written = copy = 0
+  while written < count and any(files for *_, files in trees):
+    for git_dir, ref, name, files in trees:
+      target = os.path.join(directory, f'copy{copy}', name)
+      os.makedirs(target)
+      archive = subprocess.run(
+          ['git', '--git-dir', git_dir, 'archive', ref, '--', *files],
+          capture_output=True, check=True)
+      subprocess.run(['tar', '-x', '-C', target], input=archive.stdout,
+                     check=True)
+      written += len(files)
+    copy += 1
+  return written
+
+
 _CHILD = r'''
 import ast, json, os, resource, sys, time
 sys.path.insert(0, {root!r})
@@ -261,6 +301,10 @@ def main(argv=None) -> int:
                       help='measure a generated tree of N modules')
   parser.add_argument('--tree', action='append', default=[],
                       help='measure this directory (repeatable)')
+  parser.add_argument('--mirrors', metavar='DIR',
+                      help='measure a tree of the mirrors\' real code')
+  parser.add_argument('--files', type=int, default=3000,
+                      help='with --mirrors: copies until this many files')
   parser.add_argument('--runs', type=int, default=3)
   parser.add_argument('--json', metavar='FILE', help='write raw figures')
   args = parser.parse_args(argv)
@@ -269,6 +313,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as directory:
       generate(directory, args.generate)
       name = f'generated tree ({args.generate} modules)'
+      raw[name] = measure([directory], args.runs)
+      print(table(name, raw[name]), flush=True)
+  if args.mirrors:
+    with tempfile.TemporaryDirectory() as directory:
+      files = extract_mirrors(args.mirrors, directory, args.files)
+      name = f'mirrors\' real code ({files} files)'
       raw[name] = measure([directory], args.runs)
       print(table(name, raw[name]), flush=True)
   for tree in args.tree:

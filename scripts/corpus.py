@@ -42,6 +42,10 @@ broken    links of a migrated program that cannot work (``broken_links``):
 legacy    files of the output that still use flax.optim (the independent
           count) or import legacy_optim or compat.
 
+Not a column: *unreported*, the statements migrate changes or leaves on
+whose lines scan reports nothing (``unreported_statements``), listed below
+the table; its count is recorded as a ceiling with the figures.
+
 ``--train`` also runs, for each repository with a recipe
 (tests/_corpus_train.py), the migrated copy's own train step beside the
 original's under the shim, the shim's imports blocked, and prints a line
@@ -51,18 +55,27 @@ line says whether the migrated copy, restoring the original's checkpoint
 with its own migrated restore code, trains on bit-identically (params,
 step, optimizer moments) to the original's uninterrupted run.
 
-The figures of each row (usages, found, rewritten, left, broken) are
+The figures of each row (usages, found, rewritten, left, broken,
+unreported) are
 compared with those recorded in ``tests/corpus/figures.toml`` (a table per
-row): usages, found and rewritten below their recorded floor, left or broken
-above their recorded ceiling, or a row with no recorded figures, is a
-failure naming the row and the figure (``scenic: rewritten 23 < recorded
-24``); a figure that got better is printed, to be recorded in that file in
-the same commit as the change that improved it.
+row): usages, found and rewritten below their recorded floor, left,
+broken or unreported above their recorded ceiling, or a row with no
+recorded figures, is a failure naming the row and the figure
+(``scenic: rewritten 23 < recorded 24``); a figure that got better is
+printed, to be recorded in that file in the same commit as the change that
+improved it.
+
+migrate's output on each repository (``migrate --diff`` and its
+``--report``, run on the extracted tree) is compared with the digests
+recorded in ``tests/corpus/outputs.toml`` (scripts/migrate_outputs.py): one
+that differs fails, naming the row (``OUTPUT CHANGED: corpus.t5x: migrate's
+diff changed``); a change that is meant is listed in the closing note and
+recorded with ``--record-outputs``.
 
 ``--json FILE`` writes the same figures. Exit status: 2 when a repository
 could not be cloned, else 1 when a migrated program has a broken link, a
-train step compared differs or fails, or a figure is worse than recorded,
-else 0.
+train step compared differs or fails, a figure is worse than recorded, or
+migrate's output differs from its recorded digest, else 0.
 """
 
 import argparse
@@ -83,6 +96,10 @@ from typing import NamedTuple, Optional
 from compat.codemod import migrate
 from compat.codemod import scan
 
+# Its neighbour, also when a test loads this file by its path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import migrate_outputs  # noqa: E402
+
 try:  # Python 3.11+
   import tomllib
 except ModuleNotFoundError:  # Python 3.10: tomli (install_requires has it)
@@ -96,7 +113,7 @@ FIGURES = os.path.join(TESTS, os.pardir, *FIGURES_FILE.split('/'))
 # The recorded figures of a row: more is better for the first, less for the
 # second.
 FLOOR_FIGURES = ('usages', 'found', 'rewritten')
-CEILING_FIGURES = ('left', 'broken')
+CEILING_FIGURES = ('left', 'broken', 'unreported')
 MIRRORS_ENV = 'FLAX_OPTIM_CORPUS_MIRRORS'
 LEGACY_MODULE = 'flax.optim'
 # What migrated code must not import (tests/_legacy_imports.py's list).
@@ -566,6 +583,9 @@ class Row(NamedTuple):
   # --train: 'bit-identical over N steps' or 'FAILS: why'; None: not run
   # (no recipe, or no --train)
   trains: Optional[str] = None
+  # statements migrate changes or leaves that carry no scan finding
+  # (``unreported_statements``): [(path, line, text)]
+  unreported: tuple = ()
 
 
 def analyse(root: str, entry: Repo) -> Row:
@@ -615,7 +635,10 @@ def analyse(root: str, entry: Repo) -> Row:
     rewritten += max(0, len(before) - len(after))
     left += len(after)
   return Row(entry.name, len(sources), usages, found, rewritten, left,
-             broken_links(old_py, new_py), legacy, reasons, unfound)
+             broken_links(old_py, new_py), legacy, reasons, unfound,
+             unreported=tuple(
+                 (os.path.relpath(path, root), line, text) for path, line, text
+                 in statements_unreported(sources, results, scanned)[1]))
 
 
 def _percent(part: int, whole: int) -> str:
@@ -656,6 +679,10 @@ def format_table(rows: list, missing: list, unavailable=()) -> str:
     if r.unfound:
       lines.append(f'\n{r.name}: usages scan does not report:')
       lines += [f'  {p}:{line}: {what}' for p, line, what in r.unfound]
+    if r.unreported:
+      lines.append(f'\n{r.name}: statements migrate changes or leaves '
+                   'with no scan finding:')
+      lines += [f'  {p}:{line}: {text}' for p, line, text in r.unreported]
   trained = [r for r in rows if r.trains is not None]
   if trained:
     lines.append('\ntrain steps, migrated beside the original (the shim\'s '
@@ -677,7 +704,7 @@ def row_figures(row: Row) -> dict:
   """The figures of ``row`` that are recorded: ``{figure: int}``."""
   return {'usages': row.usages, 'found': row.found,
           'rewritten': row.rewritten, 'left': row.left,
-          'broken': len(row.broken)}
+          'broken': len(row.broken), 'unreported': len(row.unreported)}
 
 
 def load_figures(path: str = FIGURES) -> dict:
@@ -802,7 +829,12 @@ def unreported_statements(paths) -> tuple:
   migrate only adds (imports) have no old statement and are not counted;
   notebooks are left out (their findings carry the notebook's lines)."""
   sources, results = migrate.migrate_paths(paths, 'exact')
-  scanned = scan.scan_paths(paths)
+  return statements_unreported(sources, results, scan.scan_paths(paths))
+
+
+def statements_unreported(sources, results, scanned) -> tuple:
+  """``unreported_statements`` of migrate's ``(sources, results)`` and
+  scan's result on the same paths."""
   reported = collections.defaultdict(set)
   for finding in scanned.findings:
     reported[os.path.abspath(finding.path)].add(finding.line)
@@ -834,6 +866,10 @@ def main(argv=None) -> int:
   parser.add_argument('--train', action='store_true',
                       help='also train the migrated copies beside the '
                       'originals (the repositories with a recipe)')
+  parser.add_argument('--record-outputs', action='store_true',
+                      help='record the digests of migrate\'s output and '
+                      f'report in {migrate_outputs.OUTPUTS_FILE} instead of '
+                      'comparing them (a change listed in the closing note)')
   args = parser.parse_args(argv)
   mirrors = os.environ.get(MIRRORS_ENV)
   table = [e for e in load_table() if not args.only or e.name in args.only]
@@ -841,7 +877,8 @@ def main(argv=None) -> int:
   where = f'mirrors in {mirrors}' if mirrors else 'github.com'
   print(f'corpus: {len(table)} repositories from {where}, into {into}')
   recorded = load_figures()  # before the long part: a bad file fails now
-  rows, missing, unavailable = [], [], []
+  recorded_outputs = migrate_outputs.load_outputs()
+  rows, missing, unavailable, outputs = [], [], [], {}
   try:
     for entry in table:
       try:
@@ -853,6 +890,7 @@ def main(argv=None) -> int:
         missing.append((entry.name, str(e)))
         continue
       row = analyse(root, entry)
+      outputs[entry.name] = migrate_outputs.migrate_outputs(root)
       if args.train:
         row = row._replace(trains=train_comparison(entry.name, root))
       rows.append(row)
@@ -866,6 +904,14 @@ def main(argv=None) -> int:
     print(f'\nbetter than recorded: {line}')
   for line in worse:
     print(f'\nWORSE THAN RECORDED: {line}')
+  if args.record_outputs:
+    migrate_outputs.record_outputs('corpus', outputs)
+    changed = []
+  else:
+    changed = migrate_outputs.compare_outputs('corpus', outputs,
+                                              recorded_outputs)
+  for line in changed:
+    print(f'\nOUTPUT CHANGED: {line}')
   if args.json:
     with open(args.json, 'w', encoding='utf-8') as f:
       json.dump({'rows': [r._asdict() for r in rows],
@@ -873,7 +919,7 @@ def main(argv=None) -> int:
                 indent=1, default=list)
   if missing:
     return 2
-  return 1 if worse or any(r.broken or 'FAILS' in (r.trains or '')
+  return 1 if worse or changed or any(r.broken or 'FAILS' in (r.trains or '')
                            for r in rows) else 0
 
 

@@ -187,7 +187,7 @@ def test_the_table_has_a_line_per_train_step_compared():
 # record fails, naming the row and the figure.
 
 _RECORDED = {'scenic': {'usages': 30, 'found': 29, 'rewritten': 24,
-                        'left': 6, 'broken': 0}}
+                        'left': 6, 'broken': 0, 'unreported': 3}}
 
 
 def _changed(figure, by):
@@ -202,7 +202,7 @@ def test_figures_as_recorded_neither_fail_nor_improve():
 
 @pytest.mark.parametrize('figure, by, sign', [
     ('usages', -1, '<'), ('found', -1, '<'), ('rewritten', -1, '<'),
-    ('left', 1, '>'), ('broken', 1, '>')])
+    ('left', 1, '>'), ('broken', 1, '>'), ('unreported', 1, '>')])
 def test_a_figure_worse_than_recorded_fails_naming_row_and_figure(
     figure, by, sign):
   worse, better = corpus.compare_figures(_changed(figure, by), _RECORDED)
@@ -213,7 +213,7 @@ def test_a_figure_worse_than_recorded_fails_naming_row_and_figure(
 
 @pytest.mark.parametrize('figure, by', [
     ('usages', 1), ('found', 1), ('rewritten', 1), ('left', -1),
-    ('broken', -1)])
+    ('broken', -1), ('unreported', -1)])
 def test_a_figure_better_than_recorded_is_printed_not_failed(figure, by):
   worse, better = corpus.compare_figures(_changed(figure, by), _RECORDED)
   assert worse == []
@@ -231,9 +231,19 @@ def test_a_row_with_no_recorded_figures_fails():
 
 
 def test_the_figures_compared_are_the_rows_figures():
-  row = corpus.Row('a', 9, 8, 7, 5, 3, [('x.py', 1, 'why')] * 2, [], {}, [])
+  row = corpus.Row('a', 9, 8, 7, 5, 3, [('x.py', 1, 'why')] * 2, [], {}, [],
+                   unreported=[('y.py', 4, 'state = restore(d, state)')])
   assert corpus.row_figures(row) == {'usages': 8, 'found': 7, 'rewritten': 5,
-                                     'left': 3, 'broken': 2}
+                                     'left': 3, 'broken': 2, 'unreported': 1}
+
+
+def test_the_table_lists_the_statements_scan_does_not_report():
+  row = corpus.Row('a', 1, 2, 2, 2, 0, [], [], {}, [],
+                   unreported=[('y.py', 4, 'state = restore(d, state)')])
+  text = corpus.format_table([row], [])
+  assert text.splitlines()[-2:] == [
+      'a: statements migrate changes or leaves with no scan finding:',
+      '  y.py:4: state = restore(d, state)']
 
 
 def test_a_figures_file_missing_a_figure_is_refused_naming_the_row(tmp_path):
