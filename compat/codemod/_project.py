@@ -41,6 +41,13 @@ per project, what a single module cannot see:
   module that makes, stores or reads a holder's optimizer migrated while
   another is not, rolls every module of that flow back.
 
+``Model`` is made of parts, each in its own module, in the order it builds
+them: the index of what the read modules define (``_project_index``), the
+definition factories and the user's rule classes (``_factories``), the
+flow across modules (``_cross_flow``), the links found (``_project_links``,
+the ``Link`` data and the all-or-none check in ``_links``) and the places
+naming a function (``_mentions``).
+
 Why not LibCST's ``FullRepoManager`` with ``FullyQualifiedNameProvider``:
 it names what an import binds (relative imports included), which
 ``ModuleNames`` already does, but follows neither re-exports through the
