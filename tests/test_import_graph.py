@@ -321,8 +321,8 @@ CODEMOD_LAYERS = (
     ('index', ('_walk', '_source', '_tree', '_notebook', '_line_match',
                '_parallel')),
     # Per module: its names, imports and bindings; per project: which
-    # module defines what (``_project_index``).
-    ('semantic', ('_names', '_project_index')),
+    # module defines what (``_project_index``, its classes: ``_classes``).
+    ('semantic', ('_names', '_project_index', '_classes')),
     # One module's optimizer flow, and what crosses a call between two.
     ('flow', ('_removals', '_restores', '_multi', '_legacy_trees', '_flow',
               '_escape_analysis', '_params', '_step_values')),

@@ -42,11 +42,11 @@ per project, what a single module cannot see:
   another is not, rolls every module of that flow back.
 
 ``Model`` is made of parts, each in its own module, in the order it builds
-them: the index of what the read modules define (``_project_index``), the
-definition factories and the user's rule classes (``_factories``), the
-flow across modules (``_cross_flow``), the links found (``_project_links``,
-the ``Link`` data and the all-or-none check in ``_links``) and the places
-naming a function (``_mentions``).
+them: the index of what the read modules define (``_project_index``) and
+of their classes (``_classes``), the definition factories and the user's
+rule classes (``_factories``), the flow across modules (``_cross_flow``),
+the links found (``_project_links``, the ``Link`` data and the all-or-none
+check in ``_links``) and the places naming a function (``_mentions``).
 
 Why not LibCST's ``FullRepoManager`` with ``FullyQualifiedNameProvider``:
 it names what an import binds (relative imports included), which
@@ -56,6 +56,7 @@ every file parsed by LibCST, several times slower than ``ast`` for ``scan``;
 its type inference needs pyre (a server, not here). Stdlib only.
 """
 
+from compat.codemod import _classes
 from compat.codemod import _cross_flow
 from compat.codemod import _factories
 from compat.codemod import _links
@@ -84,9 +85,9 @@ flow_violations = _links.flow_violations
 roll_back = _links.roll_back
 
 
-class Model(_project_index.ProjectIndex, _factories.Factories,
-            _cross_flow.CrossModuleFlow, _project_links.Linker,
-            _mentions.Mentions):
+class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
+            _factories.Factories, _cross_flow.CrossModuleFlow,
+            _project_links.Linker, _mentions.Mentions):
   """The project's factories of OptimizerDefs, their call sites, fields."""
 
   def __init__(self, parsed, module_names_of, reexports, parse=None,
