@@ -306,3 +306,94 @@ def test_moved_modules_keep_their_old_names(old, new):
   assert namespace['found'] is module
   # The module still says where it lives.
   assert module.__spec__.name == new
+
+
+# The codemod's modules, bottom layer first: a module imports modules of its
+# own layer and the layers below it, never one above (issue 38's seams:
+# index -> semantic model -> flow -> the project's model -> rules and fixes
+# -> report -> the commands). Each module is listed once; a new one fails
+# ``test_codemod_imports_one_way`` until it is placed.
+CODEMOD_LAYERS = (
+    # What the rest names: the Optimizer's members, the codes, the layout
+    # of flax.optim's state.
+    ('vocabulary', ('_members', '_codes', '_state_layout')),
+    # Files, notebooks, workers, walks over one tree.
+    ('index', ('_walk', '_source', '_tree', '_notebook', '_line_match',
+               '_parallel')),
+    # Per module: its names, imports and bindings; per project: which
+    # module defines what (``_project_index``, its classes: ``_classes``).
+    ('semantic', ('_names', '_project_index', '_classes')),
+    # One module's optimizer flow, and what crosses a call between two.
+    ('flow', ('_removals', '_restores', '_multi', '_legacy_trees', '_flow',
+              '_escape_analysis', '_params', '_step_values')),
+    # The project as one program: its factories, the flow across modules,
+    # the links that keep a flow all or none.
+    ('project', ('_links', '_factories', '_cross_flow', '_project_links',
+                 '_mentions', '_project')),
+    # The plan of each module's rewrites and the edits that carry it out.
+    ('fixes', ('_rewrite_plan', '_user_rules', '_self_check', '_skeleton')),
+    # Configuration, suppressions, output formats.
+    ('report', ('_config', '_noqa', '_formats')),
+    # The two commands. ``_prefilter`` (the index's first pass) sits here
+    # while the words it looks for come from the flow's modules above the
+    # index.
+    ('commands', ('_prefilter', 'scan', 'migrate')),
+)
+_CODEMOD = 'compat.codemod'
+
+
+def _codemod_layer_of() -> dict[str, int]:
+  return {f'{_CODEMOD}.{module}': rank
+          for rank, (_, modules) in enumerate(CODEMOD_LAYERS)
+          for module in modules}
+
+
+def codemod_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+  """Every codemod module no layer lists, and every import of one codemod
+  module by another that goes up the layers."""
+  rank = _codemod_layer_of()
+  wrong = []
+  for module, targets in sorted(graph.items()):
+    if not module.startswith(_CODEMOD + '.'):
+      continue
+    if module not in rank:
+      wrong.append(f'{module}: in no layer of CODEMOD_LAYERS')
+      continue
+    for target in sorted(targets):
+      if target.startswith(_CODEMOD + '.') and rank.get(
+          target, len(CODEMOD_LAYERS)) > rank[module]:
+        wrong.append(f'{module} -> {target}')
+  return wrong
+
+
+@pytest.mark.parametrize('edge, allowed', [
+    (('_project', '_names'), True),  # down
+    (('_flow', '_removals'), True),  # within a layer
+    (('migrate', 'scan'), True),
+    (('_names', '_project'), False),  # up
+    (('_flow', '_rewrite_plan'), False),  # the analysis takes the planner
+    (('_project_index', '_project_links'), False),
+    (('_members', '_walk'), False),  # the vocabulary below the index
+    (('_unplaced', '_walk'), False),  # a module no layer lists
+])
+def test_codemod_layering_rule(edge, allowed):
+  source, target = (f'{_CODEMOD}.{name}' for name in edge)
+  assert (codemod_layer_violations({source: {target}}) == []) == allowed
+
+
+def test_codemod_layers_list_each_module_once():
+  listed = [module for _, modules in CODEMOD_LAYERS for module in modules]
+  assert len(listed) == len(set(listed))
+  on_disk = {path.stem for path in (ROOT / 'compat' / 'codemod').glob('*.py')
+             if path.stem != '__init__'}
+  assert set(listed) == on_disk
+
+
+def test_codemod_imports_one_way():
+  graph = import_graph()
+  wrong = codemod_layer_violations(graph)
+  assert not wrong, 'codemod imports against its layers:\n' + '\n'.join(wrong)
+  codemod = {module: {t for t in targets if t.startswith(_CODEMOD + '.')}
+             for module, targets in graph.items()
+             if module.startswith(_CODEMOD + '.')}
+  assert find_cycle(codemod) is None

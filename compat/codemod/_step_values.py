@@ -32,6 +32,7 @@ from typing import Optional
 
 from compat.codemod import _flow
 from compat.codemod import _names
+from compat.codemod import _walk
 
 
 def solve(model) -> tuple[dict, set]:
@@ -123,9 +124,8 @@ def _calls_of(model, node) -> list:
   found = [(r.path, r.call) for r in model.referenced_elsewhere.get(
       id(node), ())]
   tree = model.trees[function.path]
-  parents = {child: parent for parent in ast.walk(tree)
-             for child in ast.iter_child_nodes(parent)}
-  for name in ast.walk(tree):
+  parents = _walk.parents(tree)
+  for name in _walk.nodes(tree):
     if isinstance(name, ast.Name) and name.id == node.name and isinstance(
         name.ctx, ast.Load):
       parent = parents.get(name)
@@ -161,7 +161,9 @@ def _only_called(model, node, parameter) -> bool:
     if isinstance(child, ast.Name) and child.id == parameter and not (
         isinstance(child.ctx, ast.Load)):
       return False  # rebound
-  parents = {c: p for p in ast.walk(node) for c in ast.iter_child_nodes(p)}
+  # The module's one parent map: a name in the function has the same
+  # parent there.
+  parents = _walk.parents(model.trees[model.function_of(node).path])
   return all(isinstance(parents.get(n), ast.Call) and parents[n].func is n
              for n in ast.walk(node)
              if isinstance(n, ast.Name) and n.id == parameter)

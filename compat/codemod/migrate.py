@@ -1119,7 +1119,7 @@ def main(argv=None) -> int:
   return _atomic.run_stoppable(_main, argv)
 
 
-def _main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog='flax-optim-compat migrate',
       description='Rewrite flax.optim code to Optax/TrainState code.',
@@ -1155,25 +1155,24 @@ def _main(argv=None) -> int:
   parser.add_argument('--unproven', action='store_true',
                       help='with --prove --write: write even if not proven')
   scan.add_selection_arguments(parser)
-  args, exit_code = scan.parse_command_line(parser, argv)
-  if args is None:
-    return exit_code
-  try:
-    config, chosen, exclude = scan.configure(args)
-  except ValueError as e:
-    print(f'migrate: {e}', file=sys.stderr)
-    return EXIT_USAGE
-  tier = args.tier or config.tier or 'exact'
+  return parser
+
+
+def _usage_problem(args) -> str:
+  """What makes the command line unusable before any work (printed with
+  its prefix), or ''."""
   problem = _prove_arguments_problem(args)
   if problem:
-    print(f'migrate: {problem}', file=sys.stderr)
-    return EXIT_USAGE
+    return f'migrate: {problem}'
   if args.out:
     try:  # before any work: the destination is the user's to pick again
       check_out(args.paths, args.out)
     except (ValueError, FileExistsError) as e:
-      print(f'refusing --out: {e}', file=sys.stderr)
-      return EXIT_USAGE
+      return f'refusing --out: {e}'
+  return ''
+
+
+def _finish_interrupted_writes(args) -> None:
   for journal in interrupted_writes(args.paths):
     if args.write:  # finished or undone before anything is read
       print(f'migrate: {_atomic.finish_interrupted(journal)}',
@@ -1181,53 +1180,39 @@ def _main(argv=None) -> int:
     else:
       print(f'migrate: a stopped --write left {journal}: run migrate '
             '--write again to finish (or undo) it', file=sys.stderr)
-  sources, results = migrate_paths(args.paths, tier, exclude, chosen)
-  for line in skipped(results):
-    print(line, file=sys.stderr)
-  pins = find_pins(args.paths)
-  to_change = [(p, r) for p, r in zip(sources, results) if r.new != r.old]
-  if args.write and to_change:
-    refused = unwritable_files([p for p, _ in to_change])
-    if refused.outside:
-      print('refusing --write: not inside a git work tree: ' +
-            ', '.join(map(_shown, refused.outside)), file=sys.stderr)
-    if refused.untracked:
-      print('refusing --write: git does not track (it ignores, or has not '
-            'been given) these files with usages, so it could not restore '
-            'them: ' + ', '.join(map(_shown, refused.untracked)) + ' (git '
-            'add them, --exclude them, or use --out DIR)', file=sys.stderr)
-    if refused.dirty:
-      print('refusing --write: uncommitted changes in: ' +
-            ', '.join(map(_shown, refused.dirty)) + ' (commit or stash them, '
-            'or use --out DIR)', file=sys.stderr)
-    if any(refused):
-      return EXIT_USAGE
-  proof, proven = [], True
-  if args.prove:
-    try:
-      proven, lines = prove(args.paths, results, args.prove, args.rtol)
-    except (ValueError, FileExistsError) as e:  # the copies' layout
-      print(f'refusing --prove: {e}', file=sys.stderr)
-      return EXIT_USAGE
-    proof = format_proof(proven, lines, args.prove, args.rtol)
-  if args.write and to_change and (proven or args.unproven):
-    journal = write_journal(to_change[0][0])
-    if journal is None:  # unwritable_files refused a file outside git above
-      raise RuntimeError(f'no git directory for {to_change[0][0]}')
-    _atomic.rewrite_together({path: result.new for path, result in to_change},
-                             journal)
-    for line in write_port_tests(args.paths, sources, results):
-      print(line)
-  not_copied = []
-  if args.out:
-    try:
-      not_copied = write_tree(args.paths, args.out, results)
-    except (ValueError, FileExistsError) as e:
-      print(f'refusing --out: {e}', file=sys.stderr)
-      return EXIT_USAGE
-    for entry in not_copied:
-      print(f'{_shown(entry.path)}: not copied to {args.out}: {entry.reason}',
-            file=sys.stderr)
+
+
+def _write_refused(to_change) -> bool:
+  """Says why ``--write`` may not rewrite the files of ``to_change`` (none
+  may be outside git, untracked or uncommitted); True where it may not."""
+  refused = unwritable_files([p for p, _ in to_change])
+  if refused.outside:
+    print('refusing --write: not inside a git work tree: ' +
+          ', '.join(map(_shown, refused.outside)), file=sys.stderr)
+  if refused.untracked:
+    print('refusing --write: git does not track (it ignores, or has not '
+          'been given) these files with usages, so it could not restore '
+          'them: ' + ', '.join(map(_shown, refused.untracked)) + ' (git '
+          'add them, --exclude them, or use --out DIR)', file=sys.stderr)
+  if refused.dirty:
+    print('refusing --write: uncommitted changes in: ' +
+          ', '.join(map(_shown, refused.dirty)) + ' (commit or stash them, '
+          'or use --out DIR)', file=sys.stderr)
+  return any(refused)
+
+
+def _write_in_place(args, sources, results, to_change) -> None:
+  journal = write_journal(to_change[0][0])
+  if journal is None:  # unwritable_files refused a file outside git above
+    raise RuntimeError(f'no git directory for {to_change[0][0]}')
+  _atomic.rewrite_together({path: result.new for path, result in to_change},
+                           journal)
+  for line in write_port_tests(args.paths, sources, results):
+    print(line)
+
+
+def _print_outcome(args, results, pins, to_change, proof, proven) -> None:
+  """The diff or summary, the proof, and the report where asked."""
   summary = format_summary(results, pins)
   if args.diff:
     sys.stdout.write(''.join(unified_diff(r) for _, r in to_change))
@@ -1241,6 +1226,51 @@ def _main(argv=None) -> int:
       print('nothing written: the migration is not proven (--unproven '
             'writes it anyway)' if not args.unproven else
             'written although not proven (--unproven)', file=sys.stderr)
+
+
+def _main(argv=None) -> int:
+  args, exit_code = scan.parse_command_line(_parser(), argv)
+  if args is None:
+    return exit_code
+  try:
+    config, chosen, exclude = scan.configure(args)
+  except ValueError as e:
+    print(f'migrate: {e}', file=sys.stderr)
+    return EXIT_USAGE
+  tier = args.tier or config.tier or 'exact'
+  problem = _usage_problem(args)
+  if problem:
+    print(problem, file=sys.stderr)
+    return EXIT_USAGE
+  _finish_interrupted_writes(args)
+  sources, results = migrate_paths(args.paths, tier, exclude, chosen)
+  for line in skipped(results):
+    print(line, file=sys.stderr)
+  pins = find_pins(args.paths)
+  to_change = [(p, r) for p, r in zip(sources, results) if r.new != r.old]
+  if args.write and to_change and _write_refused(to_change):
+    return EXIT_USAGE
+  proof, proven = [], True
+  if args.prove:
+    try:
+      proven, lines = prove(args.paths, results, args.prove, args.rtol)
+    except (ValueError, FileExistsError) as e:  # the copies' layout
+      print(f'refusing --prove: {e}', file=sys.stderr)
+      return EXIT_USAGE
+    proof = format_proof(proven, lines, args.prove, args.rtol)
+  if args.write and to_change and (proven or args.unproven):
+    _write_in_place(args, sources, results, to_change)
+  not_copied = []
+  if args.out:
+    try:
+      not_copied = write_tree(args.paths, args.out, results)
+    except (ValueError, FileExistsError) as e:
+      print(f'refusing --out: {e}', file=sys.stderr)
+      return EXIT_USAGE
+    for entry in not_copied:
+      print(f'{_shown(entry.path)}: not copied to {args.out}: {entry.reason}',
+            file=sys.stderr)
+  _print_outcome(args, results, pins, to_change, proof, proven)
   if args.report:
     with open(args.report, 'w', encoding='utf-8') as f:
       f.write(format_report(results, pins, tier, proof))

@@ -1,0 +1,170 @@
+"""The project's classes: their bases and subclasses, what their annotated
+attributes hold, and which classes hold an optimizer in a field.
+
+What ``x.attr.method()`` may run where every class of the project
+declaring ``attr`` annotates it with a class of the project (that class's
+method, own or inherited, and every override below it), and the optimizer
+fields of the holder class a value is typed as. A part of
+``_project.Model``, filled as the index (``_project_index``) reads each
+module. Stdlib only.
+"""
+
+import ast
+import re
+from typing import Optional
+
+from compat.codemod import _names
+from compat.codemod import _project_index
+
+_Function = _project_index._Function  # a function or method indexed
+
+
+class ClassHierarchy:
+  """The project's classes (a part of ``_project.Model``)."""
+
+  def _init_classes(self):
+    # The project's classes by every dotted name, their bases' dotted
+    # names, and per attribute the classes its annotations name (None in
+    # the set: one declaration names no class of the project, or a class
+    # assigns ``self.<attr>`` without annotating it).
+    self.classes: dict[str, ast.ClassDef] = {}
+    self._bases: dict[ast.ClassDef, tuple] = {}
+    self._attribute_classes: dict[str, set] = {}
+    self._unread_declarations: dict[str, bool] = {}  # attr -> may be
+    self._subclasses_memo: dict = {}
+
+  def _index_class(self, path, node, names):
+    """The class by its dotted names, its bases, its annotated attributes
+    (what ``self.factory.method()`` may run, see ``_hierarchy_methods``)."""
+    for module in self.module_names_of.get(path, ()):
+      self.classes[f'{module}.{node.name}'] = node
+    self._bases[node] = tuple(_project_index.dotted_name(base, names)
+                              for base in node.bases)
+    annotated = set()
+    for item in node.body:
+      if isinstance(item, ast.AnnAssign) and isinstance(item.target,
+                                                        ast.Name):
+        annotated.add(item.target.id)
+        self._attribute_classes.setdefault(item.target.id, set()).add(
+            _project_index.dotted_name(item.annotation, names))
+    for item in ast.walk(node):
+      if isinstance(item, ast.Attribute) and isinstance(
+          item.ctx, ast.Store) and isinstance(item.value, ast.Name) and (
+              item.value.id == 'self') and item.attr not in annotated:
+        self._attribute_classes.setdefault(item.attr, set()).add(None)
+
+  def class_fields(self, dotted: Optional[str]) -> frozenset:
+    """The optimizer fields of the project's holder class ``dotted``."""
+    return frozenset(
+        holder.field for holder in self.holders
+        if any(f'{module}.{holder.name}' == dotted
+               for module in self.module_names_of.get(holder.path, ())))
+
+  def annotation_fields(self, annotation, names) -> frozenset:
+    """The optimizer fields of the holder class an annotation in the module
+    of ``names`` names."""
+    node = _names.annotated_class(names, annotation)
+    return frozenset() if node is None else self.class_fields(
+        _project_index.dotted_name(node, names))
+
+  def returned_fields(self, call, names) -> frozenset:
+    """The optimizer fields of the holder class the project function
+    ``call`` runs is annotated to return."""
+    function = self.callee(call, names)
+    if function is None or function.node.returns is None or (
+        function.path not in self.names):
+      return frozenset()
+    return self.annotation_fields(function.node.returns,
+                                  self.names[function.path])
+
+  def attribute_fields(self, attr) -> frozenset:
+    """The optimizer fields of the holder classes every class of the
+    project declaring attribute ``attr`` annotates it with (a field
+    holding a holder: ``TrainStepOutput.train_state``)."""
+    annotated = self._attribute_classes.get(attr)
+    if not annotated or None in annotated or self._declared_unread(attr):
+      return frozenset()
+    return frozenset.intersection(*(self.class_fields(dotted)
+                                    for dotted in annotated))
+
+  def _declared_unread(self, attr) -> bool:
+    """A module the model did not read (it names nothing of flax.optim,
+    so its classes are not indexed) may declare attribute ``attr``: it
+    spells ``attr:``, ``attr =`` or ``def attr``."""
+    if attr not in self._unread_declarations:
+      pattern = re.compile(
+          rf'(\b{re.escape(attr)}\s*(:|=[^=])|\bdef\s+{re.escape(attr)}\b)'
+          .encode())
+      self._unread_declarations[attr] = any(
+          pattern.search(source) for path, source in self.sources.items()
+          if path not in self.names and source is not None)
+    return self._unread_declarations[attr]
+
+  def _hierarchy_methods(self, call) -> Optional[list]:
+    """What ``x.attr.method(...)`` may run where every class of the project
+    declaring ``attr`` annotates it with a class of the project: that
+    class's method (its own or inherited) and every override in its
+    subclasses; None where that is not known (then the method's name
+    decides, ``_method_candidates``)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(
+        func.value, ast.Attribute):
+      return None
+    annotated = self._attribute_classes.get(func.value.attr)
+    if not annotated or None in annotated:
+      return None
+    roots = [self.classes.get(dotted) for dotted in annotated]
+    if None in roots:
+      return None
+    found: list = []
+    for root in roots:
+      inherited = self._inherited_method(root, func.attr, set())
+      if inherited is None:
+        return None
+      found.append(inherited)
+      found += [m for sub in self._subclasses(root)
+                for m in [self._own_method(sub, func.attr)] if m is not None]
+    return list({id(f.node): f for f in found}.values())
+
+  def _own_method(self, node, name) -> Optional[_Function]:
+    return next((self._function_of.get(id(item)) for item in node.body
+                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and item.name == name), None)
+
+  def _inherited_method(self, node, name, seen) -> Optional[_Function]:
+    """The method ``name`` instances of class ``node`` run (its own, else
+    its bases' in order); None where a base is not a class of the project
+    (or the method is found nowhere)."""
+    if node in seen:
+      return None
+    seen.add(node)
+    own = self._own_method(node, name)
+    if own is not None:
+      return own
+    for dotted in self._bases[node]:
+      base = self.classes.get(dotted)
+      if base is None:
+        return None
+      found = self._inherited_method(base, name, seen)
+      if found is not None:
+        return found
+    return None
+
+  def _subclasses(self, root) -> list:
+    """Every class of the project below ``root``, transitively (kept until
+    the model reads more classes)."""
+    key = (root, len(self._bases))
+    if key not in self._subclasses_memo:
+      self._subclasses_memo[key] = self._find_subclasses(root)
+    return self._subclasses_memo[key]
+
+  def _find_subclasses(self, root) -> list:
+    found, frontier = [], [root]
+    while frontier:
+      parent = frontier.pop()
+      for node, bases in self._bases.items():
+        if node not in found and any(self.classes.get(b) is parent
+                                     for b in bases):
+          found.append(node)
+          frontier.append(node)
+    return found

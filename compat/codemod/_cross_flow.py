@@ -1,0 +1,255 @@
+"""The optimizer flow across modules: the module functions that give,
+take or step an optimizer, proven in their own module's flow
+(``_flow.OptimizerFlow``), and what every call from another module passes
+them (``_params``, ``_step_values``). A part of ``_project.Model``.
+Stdlib only.
+"""
+
+import ast
+from typing import Optional
+
+from compat.codemod import _flow
+from compat.codemod import _links
+from compat.codemod import _members
+from compat.codemod import _names
+from compat.codemod import _project_index
+
+# A module function can return an optimizer only where its module spells
+# one of these: what makes one, steps one, or types one.
+_GIVES_OPTIMIZER_WORDS = tuple(word.encode() for word in (
+    _members.CREATE, _members.APPLY_GRADIENT, 'Optimizer', _members.REPLICATE,
+    'restore_checkpoint'))
+
+
+class CrossModuleFlow:
+  """What flows between modules (a part of ``_project.Model``)."""
+
+  def _init_cross_flow(self):
+    # Module functions that return an optimizer or take one by an
+    # annotated parameter (proven in their own module), and the modules
+    # that call them by name.
+    self.optimizer_givers: set = set()
+    self.optimizer_takers: set = set()
+    # FunctionDef -> _flow.StepSignature: module functions returning a step
+    # that takes or gives an optimizer (``make_update_fn(...)``), proven by
+    # their module's flow; a module calling one steps what it gives.
+    self.step_factories: dict = {}
+    # FunctionDef of the module functions that set hyper-parameters per
+    # step (``apply_gradient(g, learning_rate=lr)``), themselves or through
+    # another such function they name: a module handing them its optimizer
+    # must build its definitions with the rate injected.
+    self.rate_setters: set = set()
+    # FunctionDef -> the element kinds of the tuple every return of a
+    # module function gives, holding an optimizer (``return opt, loss``):
+    # its callers in other modules unpack it (linked like givers).
+    self.tuple_givers: dict = {}
+    # (FunctionDef, parameter) -> whether every call of the module function
+    # from another module passes an optimizer there (``_params``).
+    self.param_verdicts: dict = {}
+    # id(FunctionDef) of the module functions with parameters whose
+    # references from other modules ``_params`` finds, and those references
+    # (``called_elsewhere``, ``used_otherwise_elsewhere``).
+    self.reference_candidates: set = set()
+    self.referenced_elsewhere: dict = {}  # id(FunctionDef) -> [_Reference]
+    # The flows asked what holds an optimizer across modules (built once
+    # each), and the questions open (a value flowing back: True).
+    self._holding_flows: dict = {}
+    self._holding_open: set = set()
+    self.param_why: dict = {}  # the same keys -> why a verdict is False
+    # (FunctionDef, parameter) -> the StepSignature of the factory's step
+    # every call passes there; the step factories whose calls elsewhere
+    # are all followed (``_step_values``).
+    self.step_params: dict = {}
+    self.followed_factories: set = set()
+
+  def _solve_optimizer_givers(self, sources, parse, unparsed):
+    """``optimizer_givers``: the module functions whose every return is an
+    optimizer, proven by their module's own flow; ``optimizer_takers``:
+    those with a parameter annotated ``optim.Optimizer``. Then the modules
+    that name one of them are read too (a test or script that only calls
+    ``create_optimizer``)."""
+    self.optimizer_givers, self.optimizer_takers = set(), set()
+    self.step_factories, self.tuple_givers = {}, {}
+    flows: dict[str, _flow.OptimizerFlow] = {}
+    for function in list(self.functions.values()):
+      node = function.node
+      if function.is_method:
+        continue
+      names = self.names[function.path]
+      arguments = node.args.posonlyargs + node.args.args + (
+          node.args.kwonlyargs)
+      if any(a.annotation is not None and _names.is_optimizer_annotation(
+          names, a.annotation) for a in arguments):
+        self.optimizer_takers.add(node)
+      if not any(word in self.sources[function.path]
+                 for word in _GIVES_OPTIMIZER_WORDS):
+        continue  # nothing there makes or passes on an optimizer
+      flow = flows.get(function.path)
+      if flow is None:
+        flow = flows[function.path] = _flow.OptimizerFlow(
+            self.trees[function.path], names)
+      kind = flow.returned_kind(node) if flow.functions.get(
+          node.name) is node else None
+      if kind is True:
+        self.optimizer_givers.add(node)
+      elif kind is not None:
+        self.tuple_givers[node] = kind
+      step = flow.step_signature(node.name) if flow.functions.get(
+          node.name) is node else None
+      if step is not None:
+        self.step_factories[node] = step
+    self._solve_rate_setters()
+    words = {n.name for n in self.optimizer_givers | self.optimizer_takers |
+             set(self.step_factories) | set(self.tuple_givers)}
+    if words:
+      self._read_modules_naming(words, sources, parse, unparsed)
+
+  def param_verdict(self, names, function, parameter) -> Optional[bool]:
+    """Whether every call from another module of the module function
+    named ``function`` in the module of ``names`` passes an optimizer as
+    ``parameter`` (None: no other module names it)."""
+    return self._of_parameter(self.param_verdicts, names, function,
+                              parameter)
+
+  def step_param(self, names, function, parameter):
+    """The step every call of the module function named ``function`` (in
+    the module of ``names``) passes as ``parameter``, or None."""
+    return self._of_parameter(self.step_params, names, function, parameter)
+
+  def factory_followed(self, names, factory) -> bool:
+    """Every call of the step factory named ``factory`` (in the module of
+    ``names``) from another module is followed (``_step_values``)."""
+    found = self._module_function(names, factory)
+    return found is not None and found.node in self.followed_factories
+
+  def param_why_of(self, names, function, parameter) -> Optional[str]:
+    """Why ``param_verdict`` is False (None where it is not)."""
+    return self._of_parameter(self.param_why, names, function, parameter)
+
+  def _of_parameter(self, table, names, function, parameter):
+    found = self._module_function(names, function)
+    return None if found is None else table.get((found.node, parameter))
+
+  def _solve_rate_setters(self):
+    """``rate_setters``: a least fixpoint over the module functions of the
+    modules read."""
+    functions = {id(f.node): f for f in self.functions.values()
+                 if not f.is_method}
+    named: dict = {}  # id(FunctionDef) -> ids of the functions it names
+    setters = set()
+    for key, function in functions.items():
+      names = self.names[function.path]
+      named[key] = set()
+      for node in ast.walk(function.node):
+        if _flow.sets_hyper_params(node):
+          setters.add(key)
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+          other = self.functions.get(
+              _project_index.dotted_name(node, names) or '')
+          if other is not None and id(other.node) in functions:
+            named[key].add(id(other.node))
+    changed = True
+    while changed:
+      changed = False
+      for key, others in named.items():
+        if key not in setters and others & setters:
+          setters.add(key)
+          changed = True
+    self.rate_setters = {functions[key].node for key in setters}
+
+  def names_rate_setter(self, tree, names, path) -> bool:
+    """The module ``tree`` of ``path`` names another module's function
+    that sets hyper-parameters per step (``rate_setters``)."""
+    if not self.rate_setters:
+      return False
+    for _, _, dotted in _names.references(tree, names):
+      function = self.functions.get(dotted)
+      if function is not None and function.path != path and (
+          function.node in self.rate_setters):
+        return True
+    return False
+
+  def foreign_step(self, call, names) -> Optional[_flow.StepSignature]:
+    """The step ``call`` (of another module's step factory) returns."""
+    function = self.callee(call, names)
+    if function is None or function.is_method:
+      return None
+    return self.step_factories.get(function.node)
+
+  def returned_kind(self, call, names):
+    """What a call of another module's function returns: True (an
+    optimizer), a tuple of element kinds holding one, or None."""
+    function = self.callee(call, names)
+    if function is None:
+      return None
+    if function.node in self.optimizer_givers:
+      return True
+    return self.tuple_givers.get(function.node)
+
+  def gives_tuple(self, node, path) -> bool:
+    """The module function ``node`` of ``path`` (another parse of it)
+    returns a tuple holding an optimizer that its callers in other modules
+    are linked to and unpack (``tuple_givers``)."""
+    return bool(self._model_ids(node, path) & {
+        id(giver) for giver in self.tuple_givers})
+
+  def _holding_flow(self, path) -> _flow.OptimizerFlow:
+    if path not in self._holding_flows:
+      self._holding_flows[path] = _flow.OptimizerFlow(self.trees[path],
+                                                      self.names[path])
+    return self._holding_flows[path]
+
+  def passes_holding(self, node, path, parameter) -> Optional[bool]:
+    """Whether every call of the module function ``node`` of ``path`` from
+    another module passes a value holding an optimizer as ``parameter``
+    (``OptimizerFlow.holds_optimizer`` in the caller's module); None where
+    no other module refers to it, False where one does otherwise than by
+    a call, or its callers are not known."""
+    mine = self._model_ids(node, path)
+    if not mine or not mine <= self.reference_candidates:
+      return None if self.called_elsewhere(node, path) is None else False
+    references = [reference for key in mine
+                  for reference in self.referenced_elsewhere.get(key, ())]
+    if not references:
+      return None
+    key = (path, node.lineno, parameter)
+    if key in self._holding_open:
+      return True  # its other callers decide
+    self._holding_open.add(key)
+    try:
+      for reference in references:
+        argument = None if reference.call is None else _names.argument_for(
+            node, parameter, reference.call)
+        if argument is None or reference.path not in self.trees or not (
+            self._holding_flow(reference.path).holds_optimizer(argument)):
+          return False
+      return True
+    finally:
+      self._holding_open.discard(key)
+
+  def returns_holding(self, call, names, index=None) -> bool:
+    """Every return of the project's module function ``call`` runs (in
+    another module) holds an optimizer (``index``: its element of the
+    tuple returned)."""
+    function = self.callee(call, names)
+    if function is None or function.is_method or (
+        function.path not in self.trees):
+      return False
+    flow = self._holding_flow(function.path)
+    if flow.functions.get(function.node.name) is not function.node:
+      return False
+    return flow.function_returns_holding(function.node, index)
+
+  def passes_linked(self, call, argument, names) -> bool:
+    """``call`` passes ``argument`` to another module's function whose flow
+    proves that parameter an optimizer (the two modules are linked)."""
+    function = self.callee(call, names)
+    if function is None:
+      return False
+    parameter = _flow.parameter_of(function.node, call, argument)
+    return parameter is not None and bool(
+        self.param_verdicts.get((function.node, parameter))) and any(
+            link.kind in _links.WHOLE_FLOW_KINDS and link.consumer_line ==
+            call.lineno and link.producer_path == function.path and
+            link.producer_line == function.node.lineno
+            for link in self.links)
