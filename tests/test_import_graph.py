@@ -324,14 +324,18 @@ CODEMOD_LAYERS = (
     # module defines what (``_project_index``, its classes: ``_classes``).
     ('semantic', ('_names', '_project_index', '_classes')),
     # One module's optimizer flow, and what crosses a call between two.
-    ('flow', ('_removals', '_restores', '_multi', '_legacy_trees', '_flow',
-              '_escape_analysis', '_params', '_step_values')),
+    ('flow', ('_removals', '_restores', '_clu_restores', '_multi',
+              '_legacy_trees', '_flow_values', '_flow_scopes', '_flow_solve',
+              '_flow_queries', '_flow_holding', '_flow', '_escape_analysis',
+              '_params', '_step_values')),
     # The project as one program: its factories, the flow across modules,
     # the links that keep a flow all or none.
     ('project', ('_links', '_factories', '_cross_flow', '_project_links',
-                 '_mentions', '_project')),
+                 '_mentions', '_project', '_module_model')),
     # The plan of each module's rewrites and the edits that carry it out.
-    ('fixes', ('_rewrite_plan', '_user_rules', '_self_check', '_skeleton')),
+    ('fixes', ('_plan_records', '_plan_edits', '_plan_rules', '_plan_uses',
+               '_plan_imports', '_rewrite_plan', '_user_rules', '_self_check',
+               '_skeleton')),
     # Configuration, suppressions, output formats.
     ('report', ('_config', '_noqa', '_formats')),
     # The two commands. ``_prefilter`` (the index's first pass) sits here
