@@ -401,3 +401,41 @@ def test_codemod_imports_one_way():
              for module, targets in graph.items()
              if module.startswith(_CODEMOD + '.')}
   assert find_cycle(codemod) is None
+
+
+# Issue 38: the codemod's rooms stay small enough to show one part each.
+MAX_CLASS_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+
+def oversized(tree: ast.AST, where: str) -> list[str]:
+  """``where:line name (N lines)`` for each class over MAX_CLASS_LINES and
+  each function over MAX_FUNCTION_LINES in ``tree``."""
+  found = []
+  for node in ast.walk(tree):
+    limit = (MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else
+             MAX_FUNCTION_LINES if isinstance(
+                 node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None)
+    if limit is None:
+      continue
+    lines = node.end_lineno - node.lineno + 1
+    if lines > limit:
+      found.append(f'{where}:{node.lineno} {node.name} ({lines} lines)')
+  return found
+
+
+def test_oversized_finds_a_long_function_and_class():
+  body = '\n'.join(f'  x{i} = {i}' for i in range(MAX_FUNCTION_LINES))
+  source = f'def long():\n{body}\n\nclass Big:\n' + '\n'.join(
+      f'  a{i} = {i}' for i in range(MAX_CLASS_LINES))
+  assert oversized(ast.parse(source), 'm.py') == [
+      f'm.py:1 long ({MAX_FUNCTION_LINES + 1} lines)',
+      f'm.py:{MAX_FUNCTION_LINES + 3} Big ({MAX_CLASS_LINES + 1} lines)']
+
+
+def test_codemod_has_no_class_or_function_over_its_limit():
+  found = []
+  for path in sorted((ROOT / 'compat' / 'codemod').glob('*.py')):
+    found += oversized(ast.parse(path.read_text(encoding='utf-8')),
+                       path.name)
+  assert not found, '\n'.join(found)
