@@ -39,7 +39,9 @@ import subprocess
 import sys
 import tempfile
 
+import _corpus_train
 import _migrated_copies
+import _v033_driver
 import numpy as np
 import pytest
 
@@ -202,3 +204,28 @@ def test_the_stock_tier_is_not_proven_on_vae(tmp_path, monkeypatch, capsys):
   assert 'checkpoint_5 (step 5): leaf params/' in out, out
   assert 'elements differ; max |original - migrated| = ' in out, out
   assert code == migrate.EXIT_NOT_PROVEN, out
+
+
+# Example -> a module placed in its copy before migrating (as
+# checkpointing.py): mnist has no checkpoints of its own, so the resume test
+# adds what a user would, flax's generic save and restore.
+ADDED_CHECKPOINTS = {'mnist': '_v033_mnist_checkpoints.py'}
+
+
+@pytest.mark.parametrize('name', ('mnist', 'imagenet'))
+def test_migrated_example_resumes_from_the_originals_checkpoint(name,
+                                                                tmp_path):
+  """The original saves with its own code after N steps; the migrated copy
+  restores with its own migrated restore and trains on exactly as the
+  original does (tests/_corpus_train.py's ``compare_resumed``)."""
+  source = tmp_path / 'source'
+  shutil.copytree(os.path.join(EXAMPLES, name), source)
+  if name in ADDED_CHECKPOINTS:
+    shutil.copy(os.path.join(os.path.dirname(__file__),
+                             ADDED_CHECKPOINTS[name]),
+                source / 'checkpointing.py')
+  original, migrated, problems = _migrated_copies.copies(
+      source, tmp_path, exclude=('*_test.py',))
+  assert not problems, problems
+  assert _corpus_train.compare_resumed(original, migrated, name, tmp_path,
+                                       driver=DRIVER) == _v033_driver.STEPS
