@@ -201,53 +201,78 @@ def _default_config(**changes):
   return config
 
 
-def _tiny_transformer_config():
-  """lm1b's and wmt's default config with a model small enough for a test."""
+def _tiny_transformer_config(**changes):
+  """lm1b's and wmt's default config with a model small enough for a test,
+  and ``changes``."""
   # float32 compute halves XLA's compile time on CPU; the parameters and the
   # optimizer state are float32 either way. warmup_steps=3: the schedule warms
   # up and decays within STEPS.
-  return _default_config(
+  return _default_config(**dict(dict(
       vocab_size=32, per_device_batch_size=2, max_target_length=8,
       max_eval_target_length=8, max_predict_length=8, num_layers=1,
       num_heads=2, emb_dim=8, qkv_dim=8, mlp_dim=16, warmup_steps=3,
-      restore_checkpoints=False, use_bfloat16=False)
+      restore_checkpoints=False, use_bfloat16=False), **changes))
 
 
-def _train_and_evaluate_steps(batch_keys):
-  """lm1b's and wmt's train_and_evaluate: its statements from the model
-  config to the dropout keys (optimizer creation, replication, learning-rate
-  schedule, pmapped train step), then its training loop's step call on
-  synthetic token batches with ``batch_keys``."""
+def _train_and_evaluate_run(mode, directory, batch_keys):
+  """lm1b's and wmt's train_and_evaluate (``train_save_resume``'s
+  ``mode``): its statements from the model config to the dropout keys
+  (optimizer creation, its restore from ``directory`` unless ``train``,
+  replication, learning-rate schedule, pmapped train step), then its
+  training loop's step call on synthetic token batches with ``batch_keys``
+  and its loop's save (``checkpoints.save_checkpoint``) into ``directory``.
+  """
+  from flax import jax_utils  # noqa: PLC0415 - after the stand-ins
   from flax.training import common_utils  # noqa: PLC0415 - after the stand-ins
   train = importlib.import_module('train')
-  config = _tiny_transformer_config()
+  config = _tiny_transformer_config(restore_checkpoints=mode != 'train')
   created = example_statements(train, 'train_and_evaluate', 'train_config',
                                'dropout_rngs', config=config,
                                vocab_size=config.vocab_size,
-                               workdir='unused')
-  optimizer = created['optimizer']
-  rng = np.random.RandomState(0)
+                               workdir=directory)
+  optimizer, step = created['optimizer'], int(created['start_step'])
+  carry = {'rng': np.random.RandomState(0)}
   shape = (config.per_device_batch_size, config.max_target_length)
-  for _ in range(STEPS):
-    # Token 0 is padding: the examples weight it out of the loss.
-    batch = {key: rng.randint(0, config.vocab_size, shape).astype(np.int32)
-             for key in batch_keys}
-    optimizer, metrics = created['p_train_step'](
-        optimizer, common_utils.shard(batch),
-        dropout_rng=created['dropout_rngs'])
-    yield _unreplicated(optimizer, metrics)
+
+  def steps(count):
+    nonlocal optimizer, step
+    for _ in range(count):
+      # Token 0 is padding: the examples weight it out of the loss.
+      batch = {key: carry['rng'].randint(0, config.vocab_size,
+                                         shape).astype(np.int32)
+               for key in batch_keys}
+      optimizer, metrics = created['p_train_step'](
+          optimizer, common_utils.shard(batch),
+          dropout_rng=created['dropout_rngs'])
+      step += 1
+      yield _unreplicated(optimizer, metrics)
+
+  def save():  # the loop's save, at its last step
+    example_block(train, 'train_and_evaluate', 'checkpoints.save_checkpoint(',
+                  optimizer=optimizer, step=step - 1, workdir=directory)
+
+  yield from train_save_resume(mode, steps, save, carry, directory,
+                               lambda: jax_utils.unreplicate(optimizer))
 
 
-def _lm1b():
-  return _train_and_evaluate_steps(('inputs',))
+def _lm1b_run(mode, directory):
+  return _train_and_evaluate_run(mode, directory, ('inputs',))
 
 
-def _wmt():
+def _wmt_run(mode, directory):
   # wmt's bleu.py builds its regular expressions at import time with
   # six.unichr, which a MagicMock cannot stand in for; on Python 3 it is chr.
   if importlib.util.find_spec('six') is None:
     sys.modules['six'] = types.SimpleNamespace(unichr=chr)
-  return _train_and_evaluate_steps(('inputs', 'targets'))
+  return _train_and_evaluate_run(mode, directory, ('inputs', 'targets'))
+
+
+def _lm1b():
+  return _lm1b_run('train', os.path.abspath('no-checkpoints'))
+
+
+def _wmt():
+  return _wmt_run('train', os.path.abspath('no-checkpoints'))
 
 
 def _nlp_seq():
@@ -513,7 +538,8 @@ def _imagenet_resume(mode, directory):
       lambda: jax_utils.unreplicate(state).optimizer)
 
 
-RESUME = {'mnist': _mnist_resume, 'imagenet': _imagenet_resume}
+RESUME = {'mnist': _mnist_resume, 'imagenet': _imagenet_resume,
+          'lm1b': _lm1b_run, 'wmt': _wmt_run}
 
 
 # A resume recipe's last item: (FINAL, the optimizer or TrainState trained).

@@ -212,7 +212,7 @@ def test_the_stock_tier_is_not_proven_on_vae(tmp_path, monkeypatch, capsys):
 ADDED_CHECKPOINTS = {'mnist': '_v033_mnist_checkpoints.py'}
 
 
-@pytest.mark.parametrize('name', ('mnist', 'imagenet'))
+@pytest.mark.parametrize('name', ('mnist', 'imagenet', 'lm1b', 'wmt'))
 def test_migrated_example_resumes_from_the_originals_checkpoint(name,
                                                                 tmp_path):
   """The original saves with its own code after N steps; the migrated copy
