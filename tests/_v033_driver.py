@@ -485,7 +485,14 @@ def _mnist_resume(mode, directory):
                                lambda: optimizer)
 
 
-def _imagenet_resume(mode, directory):
+def _dynamic_scale_values(dynamic_scale):
+  """A legacy or flax DynamicScale's changing values (None: none)."""
+  if dynamic_scale is None:
+    return {}
+  return {'fin_steps': dynamic_scale.fin_steps, 'scale': dynamic_scale.scale}
+
+
+def _imagenet_resume(mode, directory, half_precision=False):
   """imagenet (float32): train_and_evaluate's statements from its restore
   helper (``restore_checkpoint(state, workdir)``, a resumed run) or from
   after it (a new one) through the replication, its train step, and its
@@ -496,13 +503,14 @@ def _imagenet_resume(mode, directory):
   train = importlib.import_module('train')
   models = importlib.import_module('models')
   config = _default_config(batch_size=4, warmup_epochs=1.0, num_epochs=3.0,
-                           half_precision=False)
+                           half_precision=half_precision)
   image_size = 16
   carry = {'rng': np.random.RandomState(0)}
-  model = train.create_model(model_cls=models._ResNet1,  # noqa: SLF001
-                             half_precision=False, num_filters=4)
-  state = train.create_train_state(jax.random.PRNGKey(0), config, model,
-                                   image_size)
+  with _platform('gpu'):  # half precision: the example's GPU path
+    model = train.create_model(model_cls=models._ResNet1,  # noqa: SLF001
+                               half_precision=half_precision, num_filters=4)
+    state = train.create_train_state(jax.random.PRNGKey(0), config, model,
+                                     image_size)
   first, containing = (('state', 'restore_checkpoint') if mode == 'restore'
                        else ('step_offset', ''))
   state = example_statements(
@@ -521,12 +529,13 @@ def _imagenet_resume(mode, directory):
     for _ in range(count):
       batch = common_utils.shard({
           'image': carry['rng'].rand(config.batch_size, image_size,
-                                     image_size, 3).astype(np.float32),
+                                     image_size, 3).astype(model.dtype),
           'label': carry['rng'].randint(0, 1000, config.batch_size)})
       state, metrics = p_train_step(state, batch)
       host_state = jax_utils.unreplicate(state)
       yield params_of(host_state.optimizer), dict(
-          jax_utils.unreplicate(metrics), model_state=host_state.model_state)
+          jax_utils.unreplicate(metrics), model_state=host_state.model_state,
+          dynamic_scale=_dynamic_scale_values(host_state.dynamic_scale))
 
   def save():  # the loop's save block
     nonlocal state
@@ -539,6 +548,8 @@ def _imagenet_resume(mode, directory):
 
 
 RESUME = {'mnist': _mnist_resume, 'imagenet': _imagenet_resume,
+          'imagenet_half': functools.partial(_imagenet_resume,
+                                             half_precision=True),
           'lm1b': _lm1b_run, 'wmt': _wmt_run}
 
 
