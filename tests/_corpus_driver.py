@@ -24,7 +24,6 @@ own checkpoint code (clu's through tests/_clu_files.py).
 
 import contextlib
 import importlib
-import importlib.abc
 import os
 import pathlib
 import sys
@@ -36,19 +35,6 @@ import _v033_driver
 import numpy as np
 
 STEPS = _v033_driver.STEPS
-SHIM_ROOTS = ('legacy_optim', 'compat', 'flax_optim_compat')
-
-
-class _ShimBlocker(importlib.abc.MetaPathFinder):
-  """Refuses this library's modules: what migrated code must not need."""
-
-  def find_spec(self, fullname, path=None, target=None):
-    del path, target
-    if fullname.split('.')[0] in SHIM_ROOTS:
-      raise ModuleNotFoundError(
-          f'{fullname} is blocked: migrated code must run without the shim',
-          name=fullname)
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -357,7 +343,8 @@ def _hypernerf_start(directory):
 
 
 def _nerf_training(mode, directory, start, alphas):
-  """nerfies' or hypernerf's training (``_train_save_resume``'s ``mode``):
+  """nerfies' or hypernerf's training (``_v033_driver.train_save_resume``'s
+  ``mode``):
   ``start(directory)``'s statements of main (its restore from
   ``directory`` among them), its training loop's body (the state's
   ``alphas`` from their schedules each step), its own save (the loop's
@@ -403,31 +390,9 @@ def _nerf_steps(mode, directory, start, alphas):
         train, 'main', 'training.save_checkpoint(checkpoint_dir, state',
         checkpoint_dir=directory, state=state)
 
-  yield from _train_save_resume(
+  yield from _v033_driver.train_save_resume(
       mode, steps, save, carry, directory,
       lambda: jax_utils.unreplicate(state).optimizer)
-
-
-def _train_save_resume(mode, steps, save, carry, directory, trained):
-  """A recipe's run of ``mode`` from its program's state after its start
-  (a new one, or its own restore from ``directory``): ``train``: ``STEPS``
-  steps; ``save``: ``STEPS`` steps not compared, the program's own save
-  (``save()``) into ``directory``, ``STEPS`` steps more; ``restore``:
-  ``STEPS`` steps. ``steps(count)`` yields each step's (params, metrics).
-  The harness's own loop variables (``carry``: the batches' generator, the
-  dropout keys) go in a pickle beside the checkpoint; the program's state
-  only through its checkpoint. A resumed run ends with ``(FINAL,
-  trained())``."""
-  if mode == 'save':
-    for _ in steps(STEPS):
-      pass
-    save()
-    _v033_driver.save_carry(carry, directory)
-  elif mode == 'restore':
-    carry.update(_v033_driver.load_carry(directory))
-  yield from steps(STEPS)
-  if mode != 'train':
-    yield _v033_driver.FINAL, trained()
 
 
 def _mipnerf_setup(rng_of):
@@ -492,7 +457,8 @@ def _mipnerf():
 
 
 def _mipnerf_resume(mode, directory):
-  """mipnerf's training (``_train_save_resume``'s ``save`` or ``restore``):
+  """mipnerf's training (``_v033_driver.train_save_resume``'s ``save`` or
+  ``restore``):
   its own save (its training loop's save block), or its own restore
   (main's ``restore_checkpoint`` statement through its replication)."""
   from flax import io as flax_io  # noqa: PLC0415
@@ -528,7 +494,7 @@ def _mipnerf_resume(mode, directory):
     _v033_driver.example_block(train, 'main', 'state_to_save =', state=state,
                                step=step - 1, FLAGS=flags)
 
-  yield from _train_save_resume(
+  yield from _v033_driver.train_save_resume(
       mode, steps, save, carry, directory,
       lambda: jax_utils.unreplicate(state).optimizer)
 
@@ -675,7 +641,8 @@ def _score_sde_start(workdir):
 
 
 def _score_sde_run(mode, directory):
-  """score_sde's training (``_train_save_resume``'s ``mode``): ``train``'s
+  """score_sde's training (``_v033_driver.train_save_resume``'s ``mode``):
+  ``train``'s
   statements to its restore from ``directory``; its own save (the block of
   its preemption snapshot) there. The loop's key goes through the
   checkpoint (``saved_state.replace(rng=rng)``, ``rng = state.rng``)."""
@@ -713,7 +680,7 @@ def _score_sde_run(mode, directory):
         pstate=pstate, rng=rng, step=step - 1, config=config,
         checkpoint_meta_dir=created['checkpoint_meta_dir'])
 
-  yield from _train_save_resume(
+  yield from _v033_driver.train_save_resume(
       mode, steps, save, {}, directory,
       lambda: jax_utils.unreplicate(pstate).optimizer)
 
@@ -758,7 +725,7 @@ def main(argv):
   directory, name, out = argv[1:4]
   paths, roots, modules, recipe = RECIPES[name]
   if '--no-shim' in argv[4:]:
-    sys.meta_path.insert(0, _ShimBlocker())
+    sys.meta_path.insert(0, _v033_driver.ShimBlocker())
   sys.meta_path.insert(0, _v033_driver.StandInFinder(roots, modules))
   for path in reversed(paths):
     sys.path.insert(0, os.path.abspath(os.path.join(directory, path)))

@@ -45,12 +45,13 @@ def blocking(name, problems) -> list:
           not any(mark in p for mark in served)]
 
 
-def train(directory, name, out, shim, resume=None) -> dict:
+def train(directory, name, out, shim, resume=None, driver=DRIVER) -> dict:
   """The driver's run of recipe ``name`` on ``directory``: ``stepN/...`` ->
   array. ``resume``: ``(mode, checkpoints)``, the driver's ``--resume``
-  (``save`` or ``restore`` in that directory)."""
+  (``save`` or ``restore`` in that directory). ``driver``: this one's or
+  another with its command line (tests/_v033_driver.py)."""
   env = dict(os.environ, JAX_PLATFORMS='cpu')
-  command = [sys.executable, DRIVER, str(directory), name, str(out)]
+  command = [sys.executable, driver, str(directory), name, str(out)]
   side = 'original' if shim else 'migrated'
   what = f'{side} run'
   if resume is not None:
@@ -82,21 +83,28 @@ def compare(name, repository, tmp_path) -> int:
 
 
 def compare_resume(name, repository, tmp_path) -> int:
-  """The original (through the shim) trains N steps, saves with its own
-  save code, trains N more; the migrated copy, the shim blocked, restores
-  that checkpoint with its own (migrated) restore code and trains the same
-  N steps. Each of those steps' params and metrics, and the final step,
-  params and optimizer moments must be bit-identical. Returns N."""
+  """``compare_resumed`` on both copies of ``repository`` (recipe
+  ``name``), which must leave nothing blocking. Returns N."""
   original, migrated, problems = _migrated_copies.copies(repository,
                                                          tmp_path)
   left = blocking(name, problems)
   assert not left, left
+  return compare_resumed(original, migrated, name, tmp_path)
+
+
+def compare_resumed(original, migrated, name, tmp_path, driver=DRIVER) -> int:
+  """The ``original`` copy (through the shim) trains N steps, saves with
+  its own save code, trains N more; the ``migrated`` copy, the shim
+  blocked, restores that checkpoint with its own (migrated) restore code
+  and trains the same N steps. Each of those steps' params and metrics,
+  and the final step, params and optimizer moments must be bit-identical.
+  ``driver`` runs recipe ``name``. Returns N."""
   checkpoints = tmp_path / 'checkpoints'
   checkpoints.mkdir()
   old = train(original, name, tmp_path / 'original.npz', shim=True,
-              resume=('save', checkpoints))
+              resume=('save', checkpoints), driver=driver)
   new = train(migrated, name, tmp_path / 'resumed.npz', shim=False,
-              resume=('restore', checkpoints))
+              resume=('restore', checkpoints), driver=driver)
   assert sorted(old) == sorted(new), (sorted(set(old) ^ set(new)))
   assert any(k.startswith('final/moments/') for k in old), sorted(old)
   for key in sorted(old):

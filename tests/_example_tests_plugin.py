@@ -3,15 +3,14 @@
 Installs the stand-ins of tests/_v033_driver.py for the pipeline-only
 modules before the example's test modules import them, and, with
 ``FLAX_OPTIM_BLOCK_SHIM=1``, refuses this library's modules (what a
-migrated copy must run without; tests/_corpus_driver.py's blocker).
+migrated copy must run without; tests/_v033_driver.py's ShimBlocker).
 """
 
 import os
 import sys
 
-import _corpus_driver
 import _v033_driver
 
 sys.meta_path.insert(0, _v033_driver.StandInFinder())
 if os.environ.get('FLAX_OPTIM_BLOCK_SHIM') == '1':
-  sys.meta_path.insert(0, _corpus_driver._ShimBlocker())
+  sys.meta_path.insert(0, _v033_driver.ShimBlocker())

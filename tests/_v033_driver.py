@@ -1,6 +1,7 @@
 """Child process: train one flax v0.3.3 example on synthetic batches.
 
-  python tests/_v033_driver.py EXAMPLE_DIR NAME OUT_NPZ
+  python tests/_v033_driver.py EXAMPLE_DIR NAME OUT_NPZ [--no-shim]
+      [--resume save|restore CHECKPOINTS]
 
 ``EXAMPLE_DIR`` holds the example's modules, either as flax wrote them (run
 through this library's ``flax.optim`` import alias) or as ``migrate --tier
@@ -15,6 +16,12 @@ Modules the examples import only for their data pipelines and logging
 (tensorflow, tensorflow_datasets, clu, ...) are not installed: they are
 replaced by stand-ins that accept any attribute and call, which is enough
 because no recipe calls into them.
+
+``--no-shim`` (a migrated copy): importing this library's modules raises
+(``ShimBlocker``; the caller turns the ``flax.optim`` alias off).
+``--resume``: ``RESUME``'s recipe for ``NAME`` saves in or restores from
+``CHECKPOINTS`` with the example's own checkpoint code
+(``train_save_resume``; tests/_corpus_train.py's ``compare_resumed``).
 """
 
 import ast
@@ -37,6 +44,19 @@ STUBBED_ROOTS = ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
                  'clu', 'sentencepiece', 'gym', 'seed_rl_atari_preprocessing',
                  'PIL')
 STUBBED_MODULES = ('flax.metrics.tensorboard',)
+SHIM_ROOTS = ('legacy_optim', 'compat', 'flax_optim_compat')
+
+
+class ShimBlocker(importlib.abc.MetaPathFinder):
+  """Refuses this library's modules: what migrated code must not need."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target
+    if fullname.split('.')[0] in SHIM_ROOTS:
+      raise ModuleNotFoundError(
+          f'{fullname} is blocked: migrated code must run without the shim',
+          name=fullname)
+    return None
 
 
 class _StandIn(types.ModuleType):
@@ -181,53 +201,78 @@ def _default_config(**changes):
   return config
 
 
-def _tiny_transformer_config():
-  """lm1b's and wmt's default config with a model small enough for a test."""
+def _tiny_transformer_config(**changes):
+  """lm1b's and wmt's default config with a model small enough for a test,
+  and ``changes``."""
   # float32 compute halves XLA's compile time on CPU; the parameters and the
   # optimizer state are float32 either way. warmup_steps=3: the schedule warms
   # up and decays within STEPS.
-  return _default_config(
+  return _default_config(**dict(dict(
       vocab_size=32, per_device_batch_size=2, max_target_length=8,
       max_eval_target_length=8, max_predict_length=8, num_layers=1,
       num_heads=2, emb_dim=8, qkv_dim=8, mlp_dim=16, warmup_steps=3,
-      restore_checkpoints=False, use_bfloat16=False)
+      restore_checkpoints=False, use_bfloat16=False), **changes))
 
 
-def _train_and_evaluate_steps(batch_keys):
-  """lm1b's and wmt's train_and_evaluate: its statements from the model
-  config to the dropout keys (optimizer creation, replication, learning-rate
-  schedule, pmapped train step), then its training loop's step call on
-  synthetic token batches with ``batch_keys``."""
+def _train_and_evaluate_run(mode, directory, batch_keys):
+  """lm1b's and wmt's train_and_evaluate (``train_save_resume``'s
+  ``mode``): its statements from the model config to the dropout keys
+  (optimizer creation, its restore from ``directory`` unless ``train``,
+  replication, learning-rate schedule, pmapped train step), then its
+  training loop's step call on synthetic token batches with ``batch_keys``
+  and its loop's save (``checkpoints.save_checkpoint``) into ``directory``.
+  """
+  from flax import jax_utils  # noqa: PLC0415 - after the stand-ins
   from flax.training import common_utils  # noqa: PLC0415 - after the stand-ins
   train = importlib.import_module('train')
-  config = _tiny_transformer_config()
+  config = _tiny_transformer_config(restore_checkpoints=mode != 'train')
   created = example_statements(train, 'train_and_evaluate', 'train_config',
                                'dropout_rngs', config=config,
                                vocab_size=config.vocab_size,
-                               workdir='unused')
-  optimizer = created['optimizer']
-  rng = np.random.RandomState(0)
+                               workdir=directory)
+  optimizer, step = created['optimizer'], int(created['start_step'])
+  carry = {'rng': np.random.RandomState(0)}
   shape = (config.per_device_batch_size, config.max_target_length)
-  for _ in range(STEPS):
-    # Token 0 is padding: the examples weight it out of the loss.
-    batch = {key: rng.randint(0, config.vocab_size, shape).astype(np.int32)
-             for key in batch_keys}
-    optimizer, metrics = created['p_train_step'](
-        optimizer, common_utils.shard(batch),
-        dropout_rng=created['dropout_rngs'])
-    yield _unreplicated(optimizer, metrics)
+
+  def steps(count):
+    nonlocal optimizer, step
+    for _ in range(count):
+      # Token 0 is padding: the examples weight it out of the loss.
+      batch = {key: carry['rng'].randint(0, config.vocab_size,
+                                         shape).astype(np.int32)
+               for key in batch_keys}
+      optimizer, metrics = created['p_train_step'](
+          optimizer, common_utils.shard(batch),
+          dropout_rng=created['dropout_rngs'])
+      step += 1
+      yield _unreplicated(optimizer, metrics)
+
+  def save():  # the loop's save, at its last step
+    example_block(train, 'train_and_evaluate', 'checkpoints.save_checkpoint(',
+                  optimizer=optimizer, step=step - 1, workdir=directory)
+
+  yield from train_save_resume(mode, steps, save, carry, directory,
+                               lambda: jax_utils.unreplicate(optimizer))
 
 
-def _lm1b():
-  return _train_and_evaluate_steps(('inputs',))
+def _lm1b_run(mode, directory):
+  return _train_and_evaluate_run(mode, directory, ('inputs',))
 
 
-def _wmt():
+def _wmt_run(mode, directory):
   # wmt's bleu.py builds its regular expressions at import time with
   # six.unichr, which a MagicMock cannot stand in for; on Python 3 it is chr.
   if importlib.util.find_spec('six') is None:
     sys.modules['six'] = types.SimpleNamespace(unichr=chr)
-  return _train_and_evaluate_steps(('inputs', 'targets'))
+  return _train_and_evaluate_run(mode, directory, ('inputs', 'targets'))
+
+
+def _lm1b():
+  return _lm1b_run('train', os.path.abspath('no-checkpoints'))
+
+
+def _wmt():
+  return _wmt_run('train', os.path.abspath('no-checkpoints'))
 
 
 def _nlp_seq():
@@ -407,6 +452,107 @@ RECIPES = {'mnist': _mnist, 'vae': _vae, 'imagenet': _imagenet,
            'nlp_seq': _nlp_seq}
 
 
+# ---------------------------------------------------------------------------
+# Resume recipes (``--resume save|restore DIR``): NAME -> function of (mode,
+# directory) yielding like a recipe, through ``train_save_resume``.
+
+
+def _mnist_resume(mode, directory):
+  """mnist through the checkpoints a user adds (tests/_v033_mnist_checkpoints
+  .py, in the copy as ``checkpointing``): its create-or-restore from
+  ``directory`` (empty for a new run) and its save there."""
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train')
+  checkpointing = importlib.import_module('checkpointing')
+  carry = {'rng': np.random.RandomState(0)}
+  optimizer = checkpointing.create_or_restore_optimizer(
+      train.get_initial_params(jax.random.PRNGKey(0)), directory)
+  step = 0
+
+  def steps(count):
+    nonlocal optimizer, step
+    for _ in range(count):
+      batch = {'image': carry['rng'].rand(4, 28, 28, 1).astype(np.float32),
+               'label': carry['rng'].randint(0, 10, 4)}
+      optimizer, metrics = train.train_step(optimizer, batch)
+      step += 1
+      yield params_of(optimizer), metrics
+
+  def save():
+    checkpointing.save_optimizer(optimizer, step, directory)
+
+  yield from train_save_resume(mode, steps, save, carry, directory,
+                               lambda: optimizer)
+
+
+def _dynamic_scale_values(dynamic_scale):
+  """A legacy or flax DynamicScale's changing values (None: none)."""
+  if dynamic_scale is None:
+    return {}
+  return {'fin_steps': dynamic_scale.fin_steps, 'scale': dynamic_scale.scale}
+
+
+def _imagenet_resume(mode, directory, half_precision=False):
+  """imagenet (float32): train_and_evaluate's statements from its restore
+  helper (``restore_checkpoint(state, workdir)``, a resumed run) or from
+  after it (a new one) through the replication, its train step, and its
+  loop's save block (``sync_batch_stats``, its ``save_checkpoint``)."""
+  from flax import jax_utils  # noqa: PLC0415
+  from flax.training import common_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train')
+  models = importlib.import_module('models')
+  config = _default_config(batch_size=4, warmup_epochs=1.0, num_epochs=3.0,
+                           half_precision=half_precision)
+  image_size = 16
+  carry = {'rng': np.random.RandomState(0)}
+  with _platform('gpu'):  # half precision: the example's GPU path
+    model = train.create_model(model_cls=models._ResNet1,  # noqa: SLF001
+                               half_precision=half_precision, num_filters=4)
+    state = train.create_train_state(jax.random.PRNGKey(0), config, model,
+                                     image_size)
+  first, containing = (('state', 'restore_checkpoint') if mode == 'restore'
+                       else ('step_offset', ''))
+  state = example_statements(
+      train, 'train_and_evaluate', first, 'state', containing=containing,
+      state=state, workdir=directory)['state']
+  base_learning_rate = example_statements(
+      train, 'train_and_evaluate', 'base_learning_rate', 'model_cls',
+      config=config)['base_learning_rate']
+  p_train_step = example_statements(
+      train, 'train_and_evaluate', 'learning_rate_fn', 'p_train_step',
+      config=config, base_learning_rate=base_learning_rate,
+      steps_per_epoch=2, model=model)['p_train_step']
+
+  def steps(count):
+    nonlocal state
+    for _ in range(count):
+      batch = common_utils.shard({
+          'image': carry['rng'].rand(config.batch_size, image_size,
+                                     image_size, 3).astype(model.dtype),
+          'label': carry['rng'].randint(0, 1000, config.batch_size)})
+      state, metrics = p_train_step(state, batch)
+      host_state = jax_utils.unreplicate(state)
+      yield params_of(host_state.optimizer), dict(
+          jax_utils.unreplicate(metrics), model_state=host_state.model_state,
+          dynamic_scale=_dynamic_scale_values(host_state.dynamic_scale))
+
+  def save():  # the loop's save block
+    nonlocal state
+    state = example_block(train, 'train_and_evaluate', 'save_checkpoint(',
+                          state=state, workdir=directory)['state']
+
+  yield from train_save_resume(
+      mode, steps, save, carry, directory,
+      lambda: jax_utils.unreplicate(state).optimizer)
+
+
+RESUME = {'mnist': _mnist_resume, 'imagenet': _imagenet_resume,
+          'imagenet_half': functools.partial(_imagenet_resume,
+                                             half_precision=True),
+          'lm1b': _lm1b_run, 'wmt': _wmt_run}
+
+
 # A resume recipe's last item: (FINAL, the optimizer or TrainState trained).
 FINAL = 'final'
 
@@ -422,6 +568,29 @@ def save_carry(carry: dict, directory: str) -> None:
 def load_carry(directory: str) -> dict:
   with open(os.path.join(directory, 'harness_carry.pkl'), 'rb') as f:
     return pickle.load(f)  # noqa: S301 - written by save_carry above
+
+
+def train_save_resume(mode, steps, save, carry, directory, trained):
+  """A recipe's run of ``mode`` from its program's state after its start
+  (a new one, or its own restore from ``directory``): ``train``: ``STEPS``
+  steps; ``save``: ``STEPS`` steps not compared, the program's own save
+  (``save()``) into ``directory``, ``STEPS`` steps more; ``restore``:
+  ``STEPS`` steps. ``steps(count)`` yields each step's (params, metrics).
+  The harness's own loop variables (``carry``: the batches' generator, the
+  dropout keys) go in a pickle beside the checkpoint; the program's state
+  only through its checkpoint. A resumed run ends with ``(FINAL,
+  trained())``."""
+  if mode == 'save':
+    for _ in steps(STEPS):
+      pass
+    save()
+    save_carry(carry, directory)
+  elif mode == 'restore':
+    carry.update(load_carry(directory))
+  yield from steps(STEPS)
+  if mode != 'train':
+    yield FINAL, trained()
+
 
 
 def final_arrays(trained) -> dict:
@@ -464,11 +633,21 @@ def record(steps, out: str) -> None:
 
 
 def main(argv):
-  directory, name, out = argv[1:]
+  directory, name, out = argv[1:4]
+  if '--no-shim' in argv[4:]:
+    sys.meta_path.insert(0, ShimBlocker())
   sys.meta_path.insert(0, StandInFinder())
   sys.path.insert(0, os.path.abspath(directory))
   os.chdir(directory)
-  record(RECIPES[name](), out)
+  if '--resume' in argv[4:]:
+    from flax import io as flax_io  # noqa: PLC0415 - after the stand-ins
+    # flax.io took the tensorflow stand-in for gfile: back to Python's
+    # files, where the checkpoints are.
+    flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+    mode, checkpoints = argv[argv.index('--resume') + 1:][:2]
+    record(RESUME[name](mode, os.path.abspath(checkpoints)), out)
+  else:
+    record(RECIPES[name](), out)
   return 0
 
 

@@ -15,6 +15,13 @@ Both copies are trained by tests/_v033_driver.py in their own process on the
 same synthetic batches; every step's parameters and metrics must be equal
 bit for bit.
 
+Resumed from the original's checkpoint: the original copy trains, saves with
+its own save code and trains on; the migrated copy (the shim blocked)
+restores that checkpoint with its own migrated restore code and must train
+on bit for bit alike, ending with the same step, params and optimizer
+moments (imagenet, lm1b, wmt; mnist with the generic checkpoints a user
+would add, tests/_v033_mnist_checkpoints.py).
+
 The examples' own unit tests (``*_test.py``) are migrated with their
 example, as one project, and run with pytest in both copies (the migrated
 one with this library's modules blocked): every test that passes on the
@@ -39,7 +46,9 @@ import subprocess
 import sys
 import tempfile
 
+import _corpus_train
 import _migrated_copies
+import _v033_driver
 import numpy as np
 import pytest
 
@@ -202,3 +211,33 @@ def test_the_stock_tier_is_not_proven_on_vae(tmp_path, monkeypatch, capsys):
   assert 'checkpoint_5 (step 5): leaf params/' in out, out
   assert 'elements differ; max |original - migrated| = ' in out, out
   assert code == migrate.EXIT_NOT_PROVEN, out
+
+
+# Example -> a module placed in its copy before migrating (as
+# checkpointing.py): mnist has no checkpoints of its own, so the resume test
+# adds what a user would, flax's generic save and restore.
+ADDED_CHECKPOINTS = {'mnist': '_v033_mnist_checkpoints.py'}
+# Resume recipe -> its example, where they differ: imagenet_half is
+# imagenet's half-precision path (its DynamicScale in the checkpoint).
+RESUMED_EXAMPLE = {'imagenet_half': 'imagenet'}
+
+
+@pytest.mark.parametrize('name', ('mnist', 'imagenet', 'imagenet_half',
+                                  'lm1b', 'wmt'))
+def test_migrated_example_resumes_from_the_originals_checkpoint(name,
+                                                                tmp_path):
+  """The original saves with its own code after N steps; the migrated copy
+  restores with its own migrated restore and trains on exactly as the
+  original does (tests/_corpus_train.py's ``compare_resumed``)."""
+  source = tmp_path / 'source'
+  shutil.copytree(os.path.join(EXAMPLES, RESUMED_EXAMPLE.get(name, name)),
+                  source)
+  if name in ADDED_CHECKPOINTS:
+    shutil.copy(os.path.join(os.path.dirname(__file__),
+                             ADDED_CHECKPOINTS[name]),
+                source / 'checkpointing.py')
+  original, migrated, problems = _migrated_copies.copies(
+      source, tmp_path, exclude=('*_test.py',))
+  assert not problems, problems
+  assert _corpus_train.compare_resumed(original, migrated, name, tmp_path,
+                                       driver=DRIVER) == _v033_driver.STEPS
