@@ -32,11 +32,17 @@ Where the value goes that migrate follows (an expression's parent):
 * a comparison, a test, an f-string or ``'...'.format``, an expression
   statement.
 
+A dict saved or loaded as a tree through a generic tree walker
+(``_tree_walkers``) is followed only on an assumption: that place is an
+``Escape`` with the assumption, an *unsafe fix* the planner applies only
+where asked (``migrate --unsafe-fixes``; ruff's ``Applicability::Unsafe``),
+and otherwise reports as available.
+
 Stdlib only.
 """
 
 import ast
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from compat.codemod import _flow
 from compat.codemod import _legacy_trees
@@ -49,14 +55,23 @@ _SHOWN = ('print', 'repr', 'str')
 _SHOWN_PREFIXES = ('logging.', 'absl.logging.')
 
 
+class Escape(NamedTuple):
+  """A place where an optimizer goes on to code migrate cannot follow."""
+  node: ast.AST
+  why: str
+  # Where migrate follows it on trust (an unsafe fix): what it assumes.
+  assumption: Optional[str] = None
+
+
 def escapes(module) -> list:
-  """``[(node, why)]``: each place of ``module`` (a
+  """``[Escape]``: each place of ``module`` (a
   ``_module_model.ModuleModel``) where a value its flow proves an optimizer
-  goes on to code migrate cannot follow."""
+  goes on to code migrate cannot follow, or follows only on an assumption."""
   found = []
   for node in _walk.nodes(module.tree):
     if isinstance(node, ast.Call):
-      found += _unproven_to_foreign_step(module, node)
+      found += [Escape(n, why)
+                for n, why in _unproven_to_foreign_step(module, node)]
     if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)) or (
         not isinstance(getattr(node, 'ctx', ast.Load()), ast.Load)):
       continue
@@ -65,8 +80,25 @@ def escapes(module) -> list:
       continue
     why = _why_escapes(module, node, kind)
     if why:
-      found.append((node, why))
+      found.append(Escape(node, why))
+    elif kind is True and isinstance(node, (ast.Name, ast.Attribute)):
+      found += _assumed_walks(module, node)
   return found
+
+
+def _assumed_walks(module, node) -> list:
+  """``[Escape]`` with its assumption where the dict holding ``node`` is
+  saved or loaded as a tree through a generic tree walker."""
+  verdict = module.flow.tree_verdict(node)
+  if verdict is None or verdict.why is not None or not verdict.assumptions:
+    return []
+  text = ast.unparse(node)[:60]
+  return [Escape(node, (
+      f'the optimizer `{text}` goes into a dict saved or loaded as a tree '
+      'through a function migrate does not prove takes it only as a tree '
+      '(it would keep flax.optim\'s layout with '
+      f'flax_optim_rules.legacy_tree({text}))'),
+                 ' '.join(verdict.assumptions))]
 
 
 def _unproven_to_foreign_step(module, call) -> list:

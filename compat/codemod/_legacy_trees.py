@@ -32,7 +32,12 @@ one):
   no binding of it between the dict and the read, in one block).
 
 Anything else (the dict returned, stored, passed where this is not seen,
-its entry read otherwise) keeps the flow, with the reason. Stdlib only.
+its entry read otherwise) keeps the flow, with the reason. A function that
+fails the above only as a generic tree walker of its parameter
+(``_tree_walkers``: kind tests, entries, recursion, leaves given back) is
+passed on an assumption: the verdict holds and names it
+(``_Verdict.assumptions``), and ``_escape_analysis`` makes it an unsafe
+fix. Stdlib only.
 """
 
 import ast
@@ -41,6 +46,7 @@ from typing import NamedTuple, Optional
 from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _removals
+from compat.codemod import _tree_walkers
 from compat.codemod import _walk
 
 
@@ -91,6 +97,15 @@ class Display(NamedTuple):
 class _Verdict(NamedTuple):
   display: Optional[Display]
   why: Optional[str]  # None where ``display`` holds
+  # What ``display`` rests on beside what is proven: a generic tree walker
+  # the tree goes through (``_tree_walkers``), one text each.
+  assumptions: tuple = ()
+
+
+class _Answer(NamedTuple):
+  """Whether a function takes a parameter only as a tree."""
+  why: Optional[str]
+  assumptions: tuple = ()
 
 
 def entry_of(value, parent, grandparent) -> Optional[tuple]:
@@ -155,6 +170,7 @@ class _Uses:
     self.own = list(_walk.scope_nodes(scope_node))
     self.seeds = seeds  # the expressions the tree starts as
     self.loaded_back: list = []
+    self.assumptions: list = []  # generic walkers taken on trust
     self.derived: set = set(derived)  # names made from the tree
     self.nested = {n.name: n for n in self.own
                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -407,9 +423,18 @@ class _Uses:
     if self.depth >= _DEPTH:
       return (f'`{text}` is passed on through more than {_DEPTH} functions; '
               'migrate stops following it there')
-    why = self.checker.parameter_problem(definition, names, parameter,
-                                         self.key, self.depth + 1)
-    return None if why is None else f'in {definition.name}(): {why}'
+    answer = self.checker.parameter_problem(definition, names, parameter,
+                                            self.key, self.depth + 1)
+    if answer.why is None:
+      self.assumptions += answer.assumptions
+      return None
+    # Not proven a tree's: a generic walker of it is taken on trust.
+    assumption = _tree_walkers.walker_assumption(definition, names,
+                                                 parameter, _TREE_CALLS)
+    if assumption is not None:
+      self.assumptions.append(assumption)
+      return None
+    return f'in {definition.name}(): {answer.why}'
 
 
 def _is_test(parents, node) -> bool:
@@ -435,24 +460,26 @@ class Checker:
     self._answers: dict = {}
 
   def parameter_problem(self, definition, names, parameter, key,
-                        depth) -> Optional[str]:
-    """Why ``definition`` uses its ``parameter`` otherwise than as a tree."""
+                        depth) -> _Answer:
+    """Why ``definition`` uses its ``parameter`` otherwise than as a tree
+    (and the walkers that holds through only if they are generic)."""
     marker = (id(definition), parameter, key)
     if marker in self._answers:
       return self._answers[marker]
     if marker in self._open:
-      return None  # recursion: its other uses decide
+      return _Answer(None)  # recursion: its other uses decide
     self._open.add(marker)
     try:
       # Every binding of the name counts as made from the tree (``tree =
       # tree_unflatten(...)`` in a loader): each of its reads is checked.
-      why = _Uses(self, definition, names, [], key, depth, False,
-                  derived=(parameter,)).problem()
+      uses = _Uses(self, definition, names, [], key, depth, False,
+                   derived=(parameter,))
+      answer = _Answer(uses.problem(), tuple(uses.assumptions))
     finally:
       self._open.discard(marker)
     if not self._open:  # not resting on a question still open
-      self._answers[marker] = why
-    return why
+      self._answers[marker] = answer
+    return answer
 
   def verdict(self, value, dict_node, key, parents) -> _Verdict:
     """Whether the dict ``dict_node`` holding ``value`` at ``key`` is only
@@ -477,7 +504,8 @@ class Checker:
       why = _template_problem(uses, value, dict_node, read)
       if why:
         return _Verdict(None, why)
-    return _Verdict(Display(value, key, tuple(uses.loaded_back)), None)
+    return _Verdict(Display(value, key, tuple(uses.loaded_back)), None,
+                    tuple(dict.fromkeys(uses.assumptions)))
 
 
 def assigned_names(parents, read) -> list:

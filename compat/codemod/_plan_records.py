@@ -13,6 +13,14 @@ from compat.codemod import _walk
 # An optimizer going on to code the rewrite cannot follow
 # (``_escape_analysis``).
 ESCAPE = 'optimizer_escape'
+# A fix that rests on an assumption the report states (ruff's
+# ``Applicability::Unsafe``): applied only with ``--unsafe-fixes``
+# (``UNSAFE_FIX``), else listed as available (``HIDDEN_UNSAFE_FIX``) while
+# its place holds the flow as an escape.
+UNSAFE_FIX = 'unsafe_fix'
+HIDDEN_UNSAFE_FIX = 'hidden_unsafe_fix'
+HIDDEN_FIX_REASON = ('{why}; an unsafe fix is available, hidden without '
+                     '--unsafe-fixes: {assumption}')
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
 FLOW_CONSTRUCTS = frozenset((
     'algorithm', _members.CREATE, _members.APPLY_GRADIENT,
@@ -102,6 +110,23 @@ class Plan(NamedTuple):
   notes: list  # Leftover-shaped: line, construct, code, note
   imports: list  # (module, name or None, asname or None) to add
   removed_imports: list  # (module, name or None, asname) to drop if unused
+  # Leftover-shaped (line, UNSAFE_FIX or HIDDEN_UNSAFE_FIX, code,
+  # assumption): the unsafe fixes of the flow, enabled or not.
+  unsafe: tuple = ()
+
+
+def unsafe_fixes_applied(plan) -> list:
+  """The unsafe fixes ``plan`` carries out: enabled, and its flow
+  migrated (a flow held by another link applies none)."""
+  if plan is None or not flow_migrated(plan):
+    return []
+  return [fix for fix in plan.unsafe if fix.construct == UNSAFE_FIX]
+
+
+def unsafe_fixes_hidden(plan) -> list:
+  """The unsafe fixes of ``plan`` not enabled (no ``--unsafe-fixes``)."""
+  return [] if plan is None else [
+      fix for fix in plan.unsafe if fix.construct == HIDDEN_UNSAFE_FIX]
 
 
 CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')

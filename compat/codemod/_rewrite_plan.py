@@ -65,6 +65,10 @@ from compat.codemod import _walk
 
 # The records and texts of a plan, named here for the modules that read them.
 ESCAPE = _plan_records.ESCAPE
+UNSAFE_FIX = _plan_records.UNSAFE_FIX
+HIDDEN_UNSAFE_FIX = _plan_records.HIDDEN_UNSAFE_FIX
+unsafe_fixes_applied = _plan_records.unsafe_fixes_applied
+unsafe_fixes_hidden = _plan_records.unsafe_fixes_hidden
 FLOW_CONSTRUCTS = _plan_records.FLOW_CONSTRUCTS
 NOTE_CONSTRUCTS = _plan_records.NOTE_CONSTRUCTS
 HELD_NOTE = _plan_records.HELD_NOTE
@@ -90,8 +94,12 @@ class Planner(_plan_imports.PlanImports):
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
                tier: str = 'exact', exported=(), rate_set_elsewhere=False,
-               held=frozenset(), blocked=()):
+               held=frozenset(), blocked=(), unsafe_fixes=False):
     self.source, self.tree, self.names = source, tree, names
+    # Whether fixes resting on an assumption are applied (``--unsafe-fixes``);
+    # each is recorded in ``self.unsafe``, enabled or not.
+    self.unsafe_fixes = unsafe_fixes
+    self.unsafe: list = []
     # (line, code) of findings kept as they are (noqa, --ignore): the
     # flow is rewritten whole or not at all, so one held flax.optim finding
     # holds the file's flow; a held removal holds only itself.
@@ -195,7 +203,7 @@ class Planner(_plan_imports.PlanImports):
     return Plan(sorted(self.edits), sorted(set(self.leftovers)),
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
-                self.removed)
+                self.removed, tuple(sorted(set(self.unsafe))))
 
   def _called_nowhere_notes(self) -> list:
     """A factory or rule class of this module that nothing in the project
@@ -226,10 +234,23 @@ class Planner(_plan_imports.PlanImports):
     for node in _walk.nodes(self.tree):
       leftovers += self._plan_flow_node(node)
     leftovers += self._unproven_field_stores()
-    leftovers += [self._leftover(node, ESCAPE, why)
-                  for node, why in _escape_analysis.escapes(self.module)]
+    for escape in _escape_analysis.escapes(self.module):
+      leftovers += self._escape_leftovers(escape)
     self._plan_findings_left(leftovers)
     return self.edits[before:], leftovers
+
+  def _escape_leftovers(self, escape) -> list:
+    """The leftover an escape is; one with an assumption is an unsafe fix,
+    recorded, and a leftover only where unsafe fixes are not enabled."""
+    if escape.assumption is None:
+      return [self._leftover(escape.node, ESCAPE, escape.why)]
+    enabled = self.unsafe_fixes
+    self.unsafe.append(self._leftover(
+        escape.node, UNSAFE_FIX if enabled else HIDDEN_UNSAFE_FIX,
+        escape.assumption))
+    return [] if enabled else [self._leftover(
+        escape.node, ESCAPE, _plan_records.HIDDEN_FIX_REASON.format(
+            why=escape.why, assumption=escape.assumption))]
 
   def _injects_rates(self) -> bool:
     """Whether the definitions are wrapped to take the learning rate as an

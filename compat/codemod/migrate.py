@@ -20,6 +20,11 @@ Modes (one at most; without one, a summary and the exit status only):
 Every mode names on stderr each file (or directory) it could not read or
 parse; the bytes of a rewritten file are kept (byte order mark, encoding).
 
+``--unsafe-fixes`` also applies the fixes that rest on an assumption the
+report states (ruff's term: their applicability is *unsafe*), each listed
+with it; without it they are listed as available and what they would fix
+holds its flow as before (the output is what it would be without them).
+
 ``--report FILE`` writes a Markdown report: per file, each rewritten line old
 -> new, what was left and why, notes (checkpoints), dependency pins that
 exist only for flax.optim. Jupyter notebooks (``.ipynb``) are migrated with
@@ -166,7 +171,7 @@ def _drop_dotted_imports(code: str, removed) -> str:
 def migrate_source(source: bytes, path: str = '<string>',
                    tier: str = 'exact', reexports=None, exported=(),
                    rate_set_elsewhere: bool = False, chosen=None,
-                   model=None, blocked=()):
+                   model=None, blocked=(), unsafe_fixes: bool = False):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
@@ -181,7 +186,9 @@ def migrate_source(source: bytes, path: str = '<string>',
   ``model``: the project (``scan.parse_project(...).model``; ``path`` is
   the module's key in it); ``blocked``: ``(line, construct, reason)`` of
   this module's optimizer flow that other modules keep as they are
-  (``migrate_paths``): given, the flow here stays too.
+  (``migrate_paths``): given, the flow here stays too. ``unsafe_fixes``:
+  also apply the fixes that rest on an assumption (``--unsafe-fixes``;
+  each is in ``plan.unsafe``, applied or not).
   """
   read = _source.read(source)  # raises what Python would refuse
   tree = ast.parse(source, filename=path)
@@ -190,7 +197,7 @@ def migrate_source(source: bytes, path: str = '<string>',
   planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
                                   exported, rate_set_elsewhere,
                                   _noqa.held(findings, source, chosen),
-                                  blocked)
+                                  blocked, unsafe_fixes)
   plan = planner.plan()
   plan.notes.extend(_undecided_kernel_names(tree, names, source))
   if not plan.edits:
@@ -250,7 +257,8 @@ def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
 
 def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
                      reexports=None, chosen=None, model=None, blocked=(),
-                     rate_set_elsewhere: bool = False):
+                     rate_set_elsewhere: bool = False,
+                     unsafe_fixes: bool = False):
   """``(new_notebook_bytes, plan)``: all code cells migrated as one module.
 
   Only the source lines that change differ in the file's bytes
@@ -259,16 +267,19 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
   the cells joined, where the project's links name them). ``model``: the
   project's (a notebook is a consumer of the package's modules, as a
   script is: the fields, factories, rule classes and links it reads
-  come from there); ``rate_set_elsewhere``: as for ``migrate_source``.
+  come from there); ``rate_set_elsewhere``, ``unsafe_fixes``: as for
+  ``migrate_source``.
   """
   notebook = _notebook.Notebook(raw)
   combined = notebook.module.encode('utf-8')
   new, plan = migrate_source(combined, path, tier, reexports, (),
-                             rate_set_elsewhere, chosen, model, blocked)
+                             rate_set_elsewhere, chosen, model, blocked,
+                             unsafe_fixes)
   plan = plan._replace(**{
-      field: [item._replace(line=notebook.file_line(item.line))
-              for item in getattr(plan, field)]
-      for field in ('leftovers', 'notes')})
+      field: type(getattr(plan, field))(
+          item._replace(line=notebook.file_line(item.line))
+          for item in getattr(plan, field))
+      for field in ('leftovers', 'notes', 'unsafe')})
   if new == combined:
     return raw, plan
   return notebook.rewrite(new.decode('utf-8')), plan
@@ -311,10 +322,11 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
 def migrate_file(path: str, tier: str = 'exact',
                  project: Optional[scan.Project] = None,
                  rate_elsewhere: bool = False, chosen=None,
-                 blocked=()) -> FileResult:
+                 blocked=(), unsafe_fixes: bool = False) -> FileResult:
   """One file migrated in memory; ``project``: re-exports and the flows
   across modules to follow; ``rate_elsewhere``:
-  ``rate_set_elsewhere(project)``; ``blocked``: see ``migrate_source``."""
+  ``rate_set_elsewhere(project)``; ``blocked``, ``unsafe_fixes``: see
+  ``migrate_source``."""
   shown = _shown(path)
   try:
     with open(path, 'rb') as f:
@@ -325,16 +337,18 @@ def migrate_file(path: str, tier: str = 'exact',
     if path.endswith('.ipynb') and project is not None:
       new, plan = migrate_notebook(
           old, path.replace(os.sep, '/'), tier, project.reexports, chosen,
-          project.model, blocked, rate_elsewhere)
+          project.model, blocked, rate_elsewhere, unsafe_fixes)
     elif path.endswith('.ipynb'):
-      new, plan = migrate_notebook(old, shown, tier, chosen=chosen)
+      new, plan = migrate_notebook(old, shown, tier, chosen=chosen,
+                                   unsafe_fixes=unsafe_fixes)
     elif project is not None:
       new, plan = migrate_source(
           old, path.replace(os.sep, '/'), tier, project.reexports,
           project.exported.get(os.path.abspath(path), ()), rate_elsewhere,
-          chosen, project.model, blocked)
+          chosen, project.model, blocked, unsafe_fixes)
     else:
-      new, plan = migrate_source(old, shown, tier, chosen=chosen)
+      new, plan = migrate_source(old, shown, tier, chosen=chosen,
+                                 unsafe_fixes=unsafe_fixes)
   except SyntaxError as e:
     return FileResult(shown, old, old, None, 'syntax error' + (
         f' line {e.lineno}' if e.lineno else '') + f': {e.msg}')
@@ -459,10 +473,13 @@ _UNCHECKED_ACROSS_MODULES = (
     'so whether this flow goes on in another module cannot be checked')
 
 
-def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
+def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None,
+                  unsafe_fixes: bool = False):
   """``(sources, results)``: every file under ``paths`` migrated in memory
   as one project (re-exports, per-step rates and definitions made in one
   module and created in another followed across modules).
+  ``unsafe_fixes``: also apply the fixes that rest on an assumption
+  (``--unsafe-fixes``), each listed with it in the report.
 
   Before anything is returned (and so written), each flow that crosses
   modules is checked whole (``_project.flow_violations``): where one end
@@ -473,15 +490,19 @@ def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None):
   # As scan's: the project's trees stay while each file is migrated, and
   # every collection walked them all again (40% of migrate's time).
   with scan.without_cycle_collection():
-    return _migrate_paths(paths, tier, exclude, chosen)
+    return _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes)
 
 
-def _migrate_paths(paths, tier, exclude, chosen):
+def _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes):
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)
-  results = {p: migrate_file(p, tier, project, rate_elsewhere, chosen)
-             for p in sources}
+
+  def migrate_one(path, blocked=()):
+    return migrate_file(path, tier, project, rate_elsewhere, chosen,
+                        blocked, unsafe_fixes)
+
+  results = {p: migrate_one(p) for p in sources}
   if project.model is None and any(
       e.path == scan.ACROSS_MODULES for e in project.errors):
     # No links to check: any flow might cross modules, so none is
@@ -490,9 +511,8 @@ def _migrate_paths(paths, tier, exclude, chosen):
       flow = [e for e in (result.plan.edits if result.plan else ())
               if e.construct in _rewrite_plan.FLOW_CONSTRUCTS]
       if flow:
-        results[path] = migrate_file(path, tier, project, rate_elsewhere,
-                                     chosen, [(flow[0].line, flow[0].construct,
-                                               _UNCHECKED_ACROSS_MODULES)])
+        results[path] = migrate_one(path, [(flow[0].line, flow[0].construct,
+                                            _UNCHECKED_ACROSS_MODULES)])
   key_of = {p.replace(os.sep, '/'): p for p in sources}
   for path, blocked in _project.roll_back(
       project.model.links if project.model else [],
@@ -500,8 +520,7 @@ def _migrate_paths(paths, tier, exclude, chosen):
       _rewrite_plan.flow_migrated,
       lambda key, line: project.notebooks[key].file_line(line)
       if key in project.notebooks else line):
-    results[key_of[path]] = migrate_file(key_of[path], tier, project,
-                                         rate_elsewhere, chosen, blocked)
+    results[key_of[path]] = migrate_one(key_of[path], blocked)
   if project.model is not None and project.model.kernel:
     _import_kernel_names(results, project.model.kernel, project.reexports,
                          chosen)
@@ -987,6 +1006,53 @@ def format_ranking(results) -> list:
           [f'  {n:>{width}}  {shown}' for n, shown in ranked])
 
 
+def unsafe_fixes_applied(results) -> list:
+  """``(path, Leftover)`` of each unsafe fix carried out."""
+  return [(r.path, fix) for r in results
+          for fix in _rewrite_plan.unsafe_fixes_applied(r.plan)]
+
+
+def unsafe_fixes_hidden(results) -> list:
+  """``(path, Leftover)`` of each unsafe fix available, not enabled."""
+  return [(r.path, fix) for r in results
+          for fix in _rewrite_plan.unsafe_fixes_hidden(r.plan)]
+
+
+def format_unsafe_fixes(results) -> list:
+  """The terminal's lines on unsafe fixes: each one applied, with its
+  assumption, and how many are hidden (ruff's wording)."""
+  lines = [f'{path}:{fix.line}: unsafe fix applied: {fix.reason}'
+           for path, fix in unsafe_fixes_applied(results)]
+  hidden = len(unsafe_fixes_hidden(results))
+  if hidden:
+    lines.append(f'{hidden} hidden fix{"es" if hidden > 1 else ""} can be '
+                 'enabled with the `--unsafe-fixes` option (each rests on '
+                 'the assumption named above)')
+  return lines
+
+
+def _unsafe_fixes_section(results) -> list:
+  applied, hidden = unsafe_fixes_applied(results), unsafe_fixes_hidden(
+      results)
+  if not (applied or hidden):
+    return []
+  lines = ['## Unsafe fixes', '']
+  if applied:
+    lines += ['Applied (--unsafe-fixes), each resting on the assumption '
+              'stated: check it (e.g. `--prove`):', '']
+    lines += [f'- {path}:{fix.line}: `{fix.code}`: {fix.reason}'
+              for path, fix in applied]
+    lines.append('')
+  if hidden:
+    lines += [f'Available, not applied: {len(hidden)} hidden fix(es) can '
+              'be enabled with the `--unsafe-fixes` option; each flow they '
+              'would release stays on the shim until then:', '']
+    lines += [f'- {path}:{fix.line}: `{fix.code}`: {fix.reason}'
+              for path, fix in hidden]
+    lines.append('')
+  return lines
+
+
 def format_report(results, pins, tier: str, proof=()) -> str:
   """``proof``: ``format_proof``'s lines, when ``--prove`` ran."""
   lines = [f'# flax-optim-compat migrate report (tier: {tier})', '']
@@ -1005,6 +1071,7 @@ def format_report(results, pins, tier: str, proof=()) -> str:
                else '') + 'left in the output'
             + (f', {failed} file(s) not migrated' if failed else '') + '.',
             '']
+  lines += _unsafe_fixes_section(results)
   for result in results:
     plan = result.plan
     if result.error:
@@ -1082,7 +1149,8 @@ def format_summary(results, pins) -> str:
               for note in r.plan.notes if note.construct == 'checkpoint']
   out += [f'{p.path}:{p.line}: pin kept for flax.optim: {p.text}'
           for p in pins]
-  return '\n'.join(out + format_ranking(results))
+  return '\n'.join(out + format_ranking(results) +
+                   format_unsafe_fixes(results))
 
 
 # ---------------------------------------------------------------------------
@@ -1142,6 +1210,11 @@ def _parser() -> argparse.ArgumentParser:
       'alias, each line annotated with its measured deviation')
   parser.add_argument('--report', metavar='FILE',
                       help='write a Markdown report to FILE')
+  parser.add_argument(
+      '--unsafe-fixes', action='store_true',
+      help='also apply the fixes that rest on an assumption (e.g. that a '
+      'function of the project is a generic tree walker); each is listed '
+      'with its assumption: check it, e.g. with --prove')
   parser.add_argument(
       '--prove', metavar='CMD',
       help='with --out or --write: run CMD (a shell command; {workdir} '
@@ -1243,7 +1316,8 @@ def _main(argv=None) -> int:
     print(problem, file=sys.stderr)
     return EXIT_USAGE
   _finish_interrupted_writes(args)
-  sources, results = migrate_paths(args.paths, tier, exclude, chosen)
+  sources, results = migrate_paths(args.paths, tier, exclude, chosen,
+                                   args.unsafe_fixes)
   for line in skipped(results):
     print(line, file=sys.stderr)
   pins = find_pins(args.paths)
