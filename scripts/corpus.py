@@ -586,11 +586,18 @@ class Row(NamedTuple):
   # statements migrate changes or leaves that carry no scan finding
   # (``unreported_statements``): [(path, line, text)]
   unreported: tuple = ()
+  # the unsafe fixes migrate applied (analysed with ``unsafe_fixes``)
+  unsafe_applied: int = 0
+  # --unsafe-fixes: the row analysed again with them, ``unsafe_figures``;
+  # None: not run.
+  unsafe: Optional[dict] = None
 
 
-def analyse(root: str, entry: Repo) -> Row:
+def analyse(root: str, entry: Repo, unsafe_fixes: bool = False) -> Row:
+  """``unsafe_fixes``: migrate applies them (``migrate --unsafe-fixes``)."""
   paths = [os.path.join(root, p) for p in entry.paths] or [root]
-  sources, results = migrate.migrate_paths(paths, 'exact')
+  sources, results = migrate.migrate_paths(paths, 'exact',
+                                           unsafe_fixes=unsafe_fixes)
   scanned = scan.scan_paths(paths)
   scan_lines = {(os.path.relpath(os.path.abspath(f.path), root), f.line)
                 for f in scanned.findings}
@@ -638,7 +645,36 @@ def analyse(root: str, entry: Repo) -> Row:
              broken_links(old_py, new_py), legacy, reasons, unfound,
              unreported=tuple(
                  (os.path.relpath(path, root), line, text) for path, line, text
-                 in statements_unreported(sources, results, scanned)[1]))
+                 in statements_unreported(sources, results, scanned)[1]),
+             unsafe_applied=len(migrate.unsafe_fixes_applied(results)))
+
+
+def unsafe_figures(root: str, entry: Repo) -> dict:
+  """The row's figures with ``--unsafe-fixes``: rewritten, left, broken
+  and how many unsafe fixes were applied (a separate analysis; the row's
+  own figures are migrate's without them)."""
+  row = analyse(root, entry, unsafe_fixes=True)
+  return {'rewritten': row.rewritten, 'left': row.left,
+          'broken': len(row.broken), 'applied': row.unsafe_applied,
+          'broken_links': row.broken}
+
+
+def format_unsafe_table(rows: list) -> list:
+  """The ``--unsafe-fixes`` figures of the rows that have them."""
+  measured = [r for r in rows if r.unsafe is not None]
+  if not measured:
+    return []
+  lines = ['\nwith --unsafe-fixes (each applied fix rests on an assumption '
+           'its report states):',
+           f'{"repository":10} {"rewritten":>9} {"left":>5} {"broken":>6} '
+           f'{"applied":>7}']
+  for r in measured:
+    u = r.unsafe
+    lines.append(f'{r.name:10} {u["rewritten"]:9} {u["left"]:5} '
+                 f'{u["broken"]:6} {u["applied"]:7}')
+    lines += [f'  broken: {p}:{line}: {why}'
+              for p, line, why in u['broken_links']]
+  return lines
 
 
 def _percent(part: int, whole: int) -> str:
@@ -688,6 +724,7 @@ def format_table(rows: list, missing: list, unavailable=()) -> str:
     lines.append('\ntrain steps, migrated beside the original (the shim\'s '
                  'imports blocked; tests/_corpus_train.py):')
     lines += [f'  {r.name}: {r.trains}' for r in trained]
+  lines += format_unsafe_table(rows)
   for name, why in unavailable:
     lines.append(f'\nnot available: {name}: {why} (not analysed; no '
                  'failure)')
@@ -866,6 +903,10 @@ def main(argv=None) -> int:
   parser.add_argument('--train', action='store_true',
                       help='also train the migrated copies beside the '
                       'originals (the repositories with a recipe)')
+  parser.add_argument('--unsafe-fixes', action='store_true',
+                      help='also migrate each row with --unsafe-fixes and '
+                      'print its figures in a table of their own (not '
+                      'compared with the recorded ones)')
   parser.add_argument('--record-outputs', action='store_true',
                       help='record the digests of migrate\'s output and '
                       f'report in {migrate_outputs.OUTPUTS_FILE} instead of '
@@ -893,6 +934,8 @@ def main(argv=None) -> int:
       outputs[entry.name] = migrate_outputs.migrate_outputs(root)
       if args.train:
         row = row._replace(trains=train_comparison(entry.name, root))
+      if args.unsafe_fixes:
+        row = row._replace(unsafe=unsafe_figures(root, entry))
       rows.append(row)
     print(format_table(rows, missing, unavailable))
   finally:
@@ -919,8 +962,9 @@ def main(argv=None) -> int:
                 indent=1, default=list)
   if missing:
     return 2
-  return 1 if worse or changed or any(r.broken or 'FAILS' in (r.trains or '')
-                           for r in rows) else 0
+  return 1 if worse or changed or any(
+      r.broken or 'FAILS' in (r.trains or '') or (
+          r.unsafe and r.unsafe['broken']) for r in rows) else 0
 
 
 if __name__ == '__main__':

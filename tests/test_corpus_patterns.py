@@ -182,6 +182,23 @@ def test_the_table_has_a_line_per_train_step_compared():
   assert 'train steps' not in corpus.format_table([row('b', None)], [])
 
 
+def test_the_unsafe_fixes_figures_are_a_table_of_their_own():
+  plain = corpus.Row('a', 1, 4, 4, 0, 4, [], [], {}, [])
+  measured = plain._replace(name='b', unsafe={
+      'rewritten': 3, 'left': 1, 'broken': 1, 'applied': 2,
+      'broken_links': [('x.py', 7, 'why')]})
+  text = corpus.format_table([plain, measured], [])
+  assert text.splitlines()[-4:] == [
+      'with --unsafe-fixes (each applied fix rests on an assumption its '
+      'report states):',
+      'repository rewritten  left broken applied',
+      'b                  3     1      1       2',
+      '  broken: x.py:7: why']
+  # The row's own figures are migrate's without them.
+  assert 'b              1      4      4         0     4' in text
+  assert '--unsafe-fixes' not in corpus.format_table([plain], [])
+
+
 # ---------------------------------------------------------------------------
 # The recorded figures (tests/corpus/figures.toml): a row worse than its
 # record fails, naming the row and the figure.

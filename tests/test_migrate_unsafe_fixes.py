@@ -245,3 +245,19 @@ def test_the_command_line_takes_the_option(tmp_path, capsys):
   applied = capsys.readouterr().out
   assert 'train.py:31: unsafe fix applied: _traverse_with_names()' in applied
   assert b'legacy_tree(opt)' in (tmp_path / 'b' / 'train.py').read_bytes()
+
+
+def test_an_enabled_fix_whose_flow_another_link_holds_is_not_applied(
+    tmp_path):
+  train = _TRAIN.replace('  return opt\n', '  kept = [opt]\n  return kept[0]\n')
+  project = tmp_path / 'project'
+  project_tests._write(project, {'checkpoint_lib.py': _CHECKPOINT_LIB,
+                                 'train.py': train})
+  _, results = migrate.migrate_paths([str(project)], unsafe_fixes=True)
+  assert all(r.new == r.old for r in results)
+  assert not migrate.unsafe_fixes_applied(results)
+  (held,) = migrate.unsafe_fixes_held(results)
+  assert held[1].line == 31
+  report = migrate.format_report(results, [], 'exact')
+  assert 'Enabled, not applied: the flow each is in stays as it was' in report
+  assert 'hidden fix' not in migrate.format_summary(results, [])

@@ -123,6 +123,14 @@ def unsafe_fixes_applied(plan) -> list:
   return [fix for fix in plan.unsafe if fix.construct == UNSAFE_FIX]
 
 
+def unsafe_fixes_held(plan) -> list:
+  """The unsafe fixes of ``plan`` enabled but not carried out: its flow
+  stays for another of its links."""
+  if plan is None or flow_migrated(plan):
+    return []
+  return [fix for fix in plan.unsafe if fix.construct == UNSAFE_FIX]
+
+
 def unsafe_fixes_hidden(plan) -> list:
   """The unsafe fixes of ``plan`` not enabled (no ``--unsafe-fixes``)."""
   return [] if plan is None else [

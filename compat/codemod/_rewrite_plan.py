@@ -69,6 +69,7 @@ UNSAFE_FIX = _plan_records.UNSAFE_FIX
 HIDDEN_UNSAFE_FIX = _plan_records.HIDDEN_UNSAFE_FIX
 unsafe_fixes_applied = _plan_records.unsafe_fixes_applied
 unsafe_fixes_hidden = _plan_records.unsafe_fixes_hidden
+unsafe_fixes_held = _plan_records.unsafe_fixes_held
 FLOW_CONSTRUCTS = _plan_records.FLOW_CONSTRUCTS
 NOTE_CONSTRUCTS = _plan_records.NOTE_CONSTRUCTS
 HELD_NOTE = _plan_records.HELD_NOTE

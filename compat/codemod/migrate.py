@@ -1012,6 +1012,13 @@ def unsafe_fixes_applied(results) -> list:
           for fix in _rewrite_plan.unsafe_fixes_applied(r.plan)]
 
 
+def unsafe_fixes_held(results) -> list:
+  """``(path, Leftover)`` of each unsafe fix enabled whose flow another
+  link keeps as it was."""
+  return [(r.path, fix) for r in results
+          for fix in _rewrite_plan.unsafe_fixes_held(r.plan)]
+
+
 def unsafe_fixes_hidden(results) -> list:
   """``(path, Leftover)`` of each unsafe fix available, not enabled."""
   return [(r.path, fix) for r in results
@@ -1034,7 +1041,8 @@ def format_unsafe_fixes(results) -> list:
 def _unsafe_fixes_section(results) -> list:
   applied, hidden = unsafe_fixes_applied(results), unsafe_fixes_hidden(
       results)
-  if not (applied or hidden):
+  held = unsafe_fixes_held(results)
+  if not (applied or hidden or held):
     return []
   lines = ['## Unsafe fixes', '']
   if applied:
@@ -1042,6 +1050,12 @@ def _unsafe_fixes_section(results) -> list:
               'stated: check it (e.g. `--prove`):', '']
     lines += [f'- {path}:{fix.line}: `{fix.code}`: {fix.reason}'
               for path, fix in applied]
+    lines.append('')
+  if held:
+    lines += ['Enabled, not applied: the flow each is in stays as it was '
+              'for its other links (listed under its file):', '']
+    lines += [f'- {path}:{fix.line}: `{fix.code}`: {fix.reason}'
+              for path, fix in held]
     lines.append('')
   if hidden:
     lines += [f'Available, not applied: {len(hidden)} hidden fix(es) can '
