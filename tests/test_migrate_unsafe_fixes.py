@@ -12,6 +12,7 @@ that reads a member of the Optimizer is no walker, with the option too. The
 modules are small ones written here in the shape of ub's helpers.
 """
 
+import ast
 import os
 import shutil
 
@@ -19,6 +20,9 @@ import numpy as np
 import pytest
 import test_migrate_project as project_tests
 
+from compat.codemod import _legacy_trees
+from compat.codemod import _names
+from compat.codemod import _tree_walkers
 from compat.codemod import migrate
 
 _CHECKPOINT_LIB = '''"""Saves named leaves to .npz, loads them by place."""
@@ -261,3 +265,40 @@ def test_an_enabled_fix_whose_flow_another_link_holds_is_not_applied(
   report = migrate.format_report(results, [], 'exact')
   assert 'Enabled, not applied: the flow each is in stays as it was' in report
   assert 'hidden fix' not in migrate.format_summary(results, [])
+
+
+_ITEMS_WALKER = '''
+import flax
+
+
+def leaves(node, prefix=()):
+  if isinstance(node, (dict, flax.core.FrozenDict)):
+    return [leaf for key, child in node.items()
+            for leaf in leaves(child, prefix + (key,))]
+  return [(prefix, node)]
+'''
+
+
+@pytest.mark.parametrize('source, walks', [
+    (_CHECKPOINT_LIB, True),
+    (_ITEMS_WALKER, True),  # entries by .items(), leaves returned
+    # No recursion: it walks nothing.
+    (_ITEMS_WALKER.replace('leaves(child, prefix + (key,))', '[child]'),
+     False),
+    # No kind test: every node would be taken apart alike, dicts or not.
+    (_ITEMS_WALKER.replace('isinstance(node, (dict, flax.core.FrozenDict))',
+                           'node'), False),
+    # An entry read by a constant key: the Optimizer's own.
+    (_ITEMS_WALKER.replace('return [(prefix, node)]',
+                           "return [(prefix, node['target'])]"), False),
+])
+def test_the_walker_shape(source, walks):
+  tree = ast.parse(source)
+  names = _names.ModuleNames(tree, path='lib.py')
+  function = [n for n in tree.body if isinstance(n, ast.FunctionDef)][0]
+  parameter = _names.parameter_names(function)[0]
+  assumption = _tree_walkers.walker_assumption(
+      function, names, parameter, _legacy_trees._TREE_CALLS)
+  assert (assumption is not None) == walks, assumption
+  if walks:
+    assert assumption.startswith(f'{function.name}() (lib.py:')

@@ -35,7 +35,8 @@ it iterates):
   ``len(node)``, ``for key in node``, ``node[key]`` for a key that is not a
   constant (every entry alike);
 * recursion: an entry passed back to the function at the same parameter;
-* a leaf given back: ``yield``/``return`` of a node (alone or in a tuple).
+* a leaf given back: ``yield``/``return`` of a node (alone, or in tuple
+  and list displays).
 
 Anything else (an attribute read, a constant key, the node passed to
 another function) is not a walker, and stays what it was: a use migrate
@@ -70,7 +71,9 @@ ASSUMPTION = (
     'member of the Optimizer. Assumed: it meets '
     'flax_optim_rules.legacy_tree(...) (a dataclass with the Optimizer\'s '
     'leaves, order and state dict) as it met the Optimizer, so what it '
-    'writes or gives back keeps flax.optim\'s names and order')
+    'writes or gives back keeps flax.optim\'s names and order: files the '
+    'original program wrote through it still load, and it loads the new '
+    'ones')
 
 
 class _Shape:
@@ -83,7 +86,6 @@ class _Shape:
     self.parents = {child: node for node in [definition, *self.own]
                     for child in ast.iter_child_nodes(node)}
     self.nodes = {parameter}
-    self.keys: set = set()
     self.recurses = self.tests_kind = False
 
   def walks(self) -> bool:
@@ -97,8 +99,8 @@ class _Shape:
 
   # -------------------------------------------------------------- names
   def _bind_entries(self) -> bool:
-    """Collects the names bound to a node's entries and keys; False where
-    a node name is bound otherwise than from a tree function of itself."""
+    """Collects the names bound to a node's entries; False where a node
+    name is bound otherwise than from a tree function of itself."""
     loops = [n for n in self.own if isinstance(n, (ast.For,
                                                    ast.comprehension))]
     for _ in loops:  # nested loops bind entries of entries
@@ -114,6 +116,8 @@ class _Shape:
     return True
 
   def _bind_loop(self, target, iterated) -> None:
+    """``for v in node.values()``, ``for k, v in node.items()``: ``v`` is
+    a node too (a key is any value: reading ``node[key]`` is checked)."""
     source = iterated
     if isinstance(source, ast.Call) and self._resolved(source.func) in (
         _ENTRY_FUNCTIONS) and len(source.args) == 1:
@@ -124,14 +128,10 @@ class _Shape:
       method, source = source.func.attr, source.func.value
     if not (isinstance(source, ast.Name) and source.id in self.nodes):
       return
-    if method in (None, 'keys') and isinstance(target, ast.Name):
-      self.keys.add(target.id)
-    elif method == 'values' and isinstance(target, ast.Name):
+    if method == 'values' and isinstance(target, ast.Name):
       self.nodes.add(target.id)
     elif method == 'items' and isinstance(target, ast.Tuple) and len(
-        target.elts) == 2 and all(isinstance(e, ast.Name)
-                                  for e in target.elts):
-      self.keys.add(target.elts[0].id)
+        target.elts) == 2 and isinstance(target.elts[1], ast.Name):
       self.nodes.add(target.elts[1].id)
 
   def _rebound_through_tree(self, name) -> bool:
@@ -173,11 +173,8 @@ class _Shape:
     if isinstance(parent, (ast.For, ast.comprehension)) and (
         parent.iter is node):
       return True  # its keys
-    if isinstance(parent, (ast.Yield, ast.Return)):
-      return True  # a leaf given back
-    if isinstance(parent, ast.Tuple) and isinstance(
-        self.parents.get(parent), (ast.Yield, ast.Return)):
-      return True
+    if self._given_back(node):
+      return True  # a leaf
     if isinstance(parent, (ast.If, ast.While, ast.IfExp)) and (
         parent.test is node):
       return True
@@ -188,6 +185,14 @@ class _Shape:
         for c in [parent.left, *parent.comparators] if c is not node):
       return True
     return False
+
+  def _given_back(self, node) -> bool:
+    """``node`` is yielded or returned, alone or in tuple and list
+    displays (``yield path, node``, ``return [(path, node)]``)."""
+    parent = self.parents.get(node)
+    while isinstance(parent, (ast.Tuple, ast.List)):
+      parent = self.parents.get(parent)
+    return isinstance(parent, (ast.Yield, ast.Return))
 
   def _argument_allowed(self, call, node) -> bool:
     resolved = self._resolved(call.func)
