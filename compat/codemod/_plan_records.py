@@ -115,18 +115,25 @@ class Plan(NamedTuple):
   unsafe: tuple = ()
 
 
+def _carried_out(plan) -> bool:
+  """``plan``'s flow migrated, and its file was not rolled back
+  (``migrate.rolled_back``: no edit, a 'self_check' leftover)."""
+  return flow_migrated(plan) and not any(
+      l.construct == 'self_check' for l in plan.leftovers)
+
+
 def unsafe_fixes_applied(plan) -> list:
   """The unsafe fixes ``plan`` carries out: enabled, and its flow
   migrated (a flow held by another link applies none)."""
-  if plan is None or not flow_migrated(plan):
+  if plan is None or not _carried_out(plan):
     return []
   return [fix for fix in plan.unsafe if fix.construct == UNSAFE_FIX]
 
 
 def unsafe_fixes_held(plan) -> list:
   """The unsafe fixes of ``plan`` enabled but not carried out: its flow
-  stays for another of its links."""
-  if plan is None or flow_migrated(plan):
+  stays for another of its links (or its file was rolled back)."""
+  if plan is None or _carried_out(plan):
     return []
   return [fix for fix in plan.unsafe if fix.construct == UNSAFE_FIX]
 
