@@ -220,6 +220,128 @@ def _nested_resume(mode, directory):
   yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
 
 
+def _l2p_setup():
+  """l2p's ``train_continual`` module, its L2P config for split CIFAR-100
+  made small, the model and TrainState its ``create_train_state`` makes,
+  and what ``train_and_evaluate_per_task`` takes for task 0 besides them
+  (its learning-rate schedule among them)."""
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  train = importlib.import_module('train_continual')
+  vit = importlib.import_module('models.vit')
+  # A ViT of one block on 8x8 images (four 4x4 patches), in l2p's own
+  # registry of model configs under a name its create_model builds (one
+  # starting with "ViT"); its dropout on.
+  tiny = vit.get_testing_config()
+  tiny.name, tiny.hidden_size = 'ViT-tiny', 8
+  tiny.patches.size = (4, 4)
+  tiny.transformer.mlp_dim = 16
+  vit.MODEL_CONFIGS[tiny.name] = tiny
+  # L2P as its paper trains it: a pool of 4 prompts of length 2, the 2
+  # nearest (by the frozen ViT's [cls] feature) prepended, the key pulled
+  # toward them; the encoder, embedding and [cls] frozen (MultiOptimizer:
+  # Adam, its second optimizer's learning rate 0); the classes of other
+  # tasks masked out; a checkpoint in every task.
+  config = importlib.import_module('configs.cifar100_l2p').get_config()
+  config.update(model_name=tiny.name, per_device_batch_size=2,
+                learning_rate=1., save_last_ckpt_only=False)
+  config.continual.update(num_tasks=2, num_classes_per_task=2)
+  config.prompt_pool_param.update(pool_size=4, length=2, top_k=2)
+  num_total_class = 4
+  model, state = train.create_train_state(
+      config, jax.random.PRNGKey(0), input_shape=(2, 8, 8, 3),
+      num_classes=num_total_class)
+  # train_and_evaluate's block building the frozen ViT whose [cls] feature
+  # picks the prompts; its weights as initialized (no pretrained ones here).
+  train_ds = types.SimpleNamespace(element_spec={
+      'image': types.SimpleNamespace(shape=(1, 2, 8, 8, 3))})
+  original = _v033_driver.example_block(
+      train, 'train_and_evaluate', 'vit.create_original_vit(',
+      config=config, num_total_class=num_total_class,
+      rng=jax.random.PRNGKey(1), train_ds=train_ds,
+      utils_vit=types.SimpleNamespace(
+          load_pretrained=lambda init_params, **_: init_params))
+  task = dict(task_id=0, num_total_class=num_total_class,
+              class_mask_list=[np.arange(2), np.arange(2, 4)],
+              original_vit_model=original['original_vit_model'],
+              original_vit_params=original['original_vit_params'])
+  # Task 0 holds 20 examples: 10 steps an epoch.
+  task['learning_rate_fn'] = _v033_driver.example_statements(
+      train, 'train_and_evaluate_per_task', 'global_batch_size',
+      'learning_rate_fn', config=config, review_trick=None,
+      replay_buffer=None, class_stats_list=[(20, 4), (20, 4)], **task,
+  )['learning_rate_fn']
+  return train, config, model, state, task
+
+
+def _l2p_step(p_train_step, state, rng, step):
+  """``train_and_evaluate_per_task``'s loop body at ``step`` (its train
+  step on a batch of task 0's classes drawn from ``rng``), without its
+  evaluation, logging and checkpoints: the state and what the recipe
+  records (with l2p's own step and model state)."""
+  from flax import jax_utils  # noqa: PLC0415
+  import jax  # noqa: PLC0415 - after the stand-ins are installed
+  batch = {'image': rng.rand(1, 2, 8, 8, 3).astype(np.float32),
+           'label': rng.randint(0, 2, (1, 2)).astype(np.int32)}
+  drop_out_rng_step = jax.random.fold_in(jax.random.PRNGKey(2), step)
+  state, metrics_update = p_train_step(
+      state=state, batch=batch,
+      rng=jax.random.split(drop_out_rng_step, jax.local_device_count()))
+  single = jax_utils.unreplicate(state)
+  return state, (_v033_driver.params_of(single.optimizer),
+                 {'metrics': jax_utils.unreplicate(metrics_update),
+                  'step': single.step, 'model_state': single.model_state})
+
+
+def _l2p():
+  train, config, model, state, task = _l2p_setup()
+  created = _v033_driver.example_statements(
+      train, 'train_and_evaluate_per_task', 'disable_l2_wd', 'p_train_step',
+      config=config, model=model, state=state, initial_step=1, **task)
+  state, p_train_step = created['state'], created['p_train_step']
+  rng = np.random.RandomState(0)
+  for step in range(1, STEPS + 1):
+    state, trained = _l2p_step(p_train_step, state, rng, step)
+    yield trained
+
+
+def _l2p_resume(mode, directory):
+  """l2p's own checkpoint code: clu's ``MultihostCheckpoint`` in
+  ``directory`` (tests/_clu_files.py), as ``_nested_resume``:
+  ``train_and_evaluate_per_task``'s statements from the checkpoint's
+  directory to the pmapped step (``restore_or_initialize`` among them), on
+  a new run ``STEPS`` steps and its loop's save (``ckpt.save(...)``); then
+  ``STEPS`` steps more from the step the state holds. The train step binds
+  the step a run starts at (``initial_step``), which l2p's constant
+  learning rate (its config's) does not read: the original runs on as if
+  never interrupted."""
+  from flax import jax_utils  # noqa: PLC0415
+  train, config, model, state, task = _l2p_setup()
+  _clu_files.use_files(train.checkpoint)
+  created = _v033_driver.example_statements(
+      train, 'train_and_evaluate_per_task', 'checkpoint_dir', 'p_train_step',
+      config=config, model=model, state=state, workdir=directory, **task)
+  state, p_train_step = created['state'], created['p_train_step']
+  carry = {'rng': np.random.RandomState(0)}
+
+  def steps(first):
+    nonlocal state
+    for step in range(first, first + STEPS):
+      state, trained = _l2p_step(p_train_step, state, carry['rng'], step)
+      yield trained
+
+  if mode == 'save':
+    for _ in steps(created['initial_step']):
+      pass
+    _v033_driver.example_block(
+        train, 'train_and_evaluate_per_task', 'ckpt.save(',
+        ckpt=created['ckpt'], state=state)
+    _v033_driver.save_carry(carry, directory)
+  else:
+    carry.update(_v033_driver.load_carry(directory))
+  yield from steps(int(jax_utils.unreplicate(state).step) + 1)
+  yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
+
+
 @contextlib.contextmanager
 def _broadcast_to_takes_lists():
   """``jnp.broadcast_to([x], shape)`` as the jax of its time ran it (the
@@ -689,8 +811,9 @@ def _score_sde():
   return _score_sde_run('train', os.path.abspath('no-checkpoints'))
 
 
-RESUME = {'hypernerf': _hypernerf_run, 'mipnerf': _mipnerf_resume,
-          'nerfies': _nerfies_run, 'nested': _nested_resume,
+RESUME = {'hypernerf': _hypernerf_run, 'l2p': _l2p_resume,
+          'mipnerf': _mipnerf_resume, 'nerfies': _nerfies_run,
+          'nested': _nested_resume,
           'scenic': _scenic_resume, 'score_sde': _score_sde_run,
           'vit': _vit_resume}
 
@@ -706,6 +829,12 @@ RECIPES = {
                    'deterministic_data', 'metric_writers',
                    'parameter_overview', 'periodic_actions', 'platform')),
                _nested),
+    'l2p': (('.',), ('tensorflow', 'tensorflow_datasets',
+                     'tensorflow_addons'),
+            tuple(f'clu.{m}' for m in (  # clu.checkpoint: _clu_files
+                'deterministic_data', 'metric_writers', 'parameter_overview',
+                'periodic_actions', 'platform')),
+            _l2p),
     'nerfies': (('.',), _NERF_STAND_INS, ('flax.metrics.tensorboard',),
                 _nerfies),
     'hypernerf': (('.',), _NERF_STAND_INS, ('flax.metrics.tensorboard',),

@@ -19,12 +19,13 @@ import numpy as np
 
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
-RESUMES = ('hypernerf', 'mipnerf', 'nerfies', 'nested', 'scenic',
+RESUMES = ('hypernerf', 'l2p', 'mipnerf', 'nerfies', 'nested', 'scenic',
            'score_sde', 'vit')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
-RUNS = {'hypernerf': '', 'mipnerf': '', 'nerfies': '', 'nested': '',
-        'scenic': 'scenic/train_lib/', 'score_sde': '', 'vit': 'vit_jax/'}
+RUNS = {'hypernerf': '', 'l2p': '', 'mipnerf': '', 'nerfies': '',
+        'nested': '', 'scenic': 'scenic/train_lib/', 'score_sde': '',
+        'vit': 'vit_jax/'}
 # Repository -> removed APIs next to flax.optim (as migrate's report names
 # them) that migrate leaves in its RUNS subdirectory and that its recipe
 # serves to both copies alike (tests/_corpus_driver.py says how): those
