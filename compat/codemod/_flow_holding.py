@@ -52,8 +52,7 @@ class FlowHolding(_flow_queries.FlowQueries):
     if not isinstance(node, ast.Call):
       return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in ('replace',
-                                                         '_replace'):
+    if isinstance(func, ast.Attribute) and func.attr in _members.COPY_METHODS:
       return self.holds_optimizer(func.value, scope)
     route = self.names.resolve(func)
     if route in _flow_values.SAME_KIND or route in _restores.ROUTES:

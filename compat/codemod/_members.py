@@ -31,9 +31,12 @@ UNREPLICATE = 'unreplicate'
 RESTORE_STATE = 'restore_state'
 STATE_DICT = 'state_dict'
 # Its struct's field and method shared with many other objects (told apart
-# by the optimizer flow alone, never by name).
+# by the optimizer flow alone, never by name). ``replace`` is every flax
+# struct's copy with fields replaced (an OptimizerState's, a definition's
+# hyper_params'); ``_replace`` a namedtuple's, which a holder may be.
 STATE = 'state'
 REPLACE = 'replace'
+COPY_METHODS = (REPLACE, '_replace')
 # A read of a member of an optimizer the flow proves: the construct of
 # scan's finding and of migrate's edit or leftover.
 OPTIMIZER_USE = 'optimizer_use'
@@ -48,7 +51,8 @@ INIT_STATE = 'init_state'
 INIT_PARAM_STATE = 'init_param_state'
 APPLY_PARAM_GRADIENT = 'apply_param_gradient'
 UPDATE_HYPER_PARAMS = 'update_hyper_params'
-# flax.optim.OptimizerState
+# flax.optim.OptimizerState (``step``, like ``state``, a common word)
+STEP = 'step'
 PARAM_STATES = 'param_states'
 
 

@@ -140,14 +140,14 @@ class PlanUses(_plan_rules.PlanRules):
       self.edit(node, '{receiver}.params', 'optimizer_use',
                 receiver=receiver)
       return None
-    if node.attr == 'state' and isinstance(parent, ast.Attribute) and (
-        parent.attr == 'step'):
+    if node.attr == _members.STATE and isinstance(parent, ast.Attribute) and (
+        parent.attr == _members.STEP):
       self.edit(parent, '{receiver}.step', 'optimizer_use', receiver=receiver)
       return None
     if node.attr == _members.APPLY_GRADIENT and isinstance(
         parent, ast.Call) and parent.func is node:
       return self._plan_apply_gradient(parent, receiver)
-    if node.attr == 'replace' and isinstance(parent, ast.Call) and all(
+    if node.attr == _members.REPLACE and isinstance(parent, ast.Call) and all(
         k.arg == _members.TARGET for k in parent.keywords) and not parent.args:
       self.edit(parent, '{receiver}.replace(params={value})', 'optimizer_use',
                 receiver=receiver, value=parent.keywords[0].value)
