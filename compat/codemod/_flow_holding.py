@@ -238,6 +238,8 @@ class FlowHolding(_flow_queries.FlowQueries):
       return _members.OPTIMIZER_USE
     if not self.is_def(node.value):
       return None
+    if isinstance(node.value, ast.Attribute) and node.attr != _members.CREATE:
+      return None  # (of a definition read from an optimizer: that read's)
     if node.attr != _members.CREATE:
       return _members.OPTIMIZER_DEF
     return None if called else _members.CREATE
@@ -253,6 +255,9 @@ class FlowHolding(_flow_queries.FlowQueries):
           node.func.id in self.names.def_factories):
         return False  # a local name shadows the factory
       return self.names.is_def(node)
+    if isinstance(node, ast.Attribute):  # (``optimizer.optimizer_def``)
+      return node.attr in _members.DEFINITION_READS and self.is_optimizer(
+          node.value, scope)
     if not isinstance(node, ast.Name):
       return False
     binding = self._binding_scope(scope, node.id)

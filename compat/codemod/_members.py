@@ -67,11 +67,22 @@ class Member(NamedTuple):
   # Why migrate leaves a read of it (its note), where it has no mechanical
   # counterpart.
   no_counterpart: Optional[str] = None
+  # What migrate writes for a read of it (``{receiver}``: the optimizer's
+  # own rewritten expression), where that is mechanical.
+  read_rewrite: Optional[str] = None
+  # What a read of it holds where that is another flax.optim object
+  # (``DEFINITION``): the flow follows it as one, and ``read_rewrite``
+  # applies only where the read is used as a whole (``.create(...)`` on it).
+  holds: Optional[str] = None
+
+
+DEFINITION = 'definition'  # (a Member's ``holds``)
 
 
 _RULE_DEF = 'flax_optim_rules.RuleDef'  # what a user's OptimizerDef becomes
 MEMBERS = (
-    Member(TARGET, 'Optimizer', 'attribute', 'state.params'),
+    Member(TARGET, 'Optimizer', 'attribute', 'state.params',
+           read_rewrite='{receiver}.params'),
     Member(OPTIMIZER_DEF, 'Optimizer', 'attribute', 'state.tx',
            no_counterpart='a TrainState holds `tx`, an Optax transform: no '
            'hyper_params to read or override, no OptimizerDef class to name'),
@@ -166,3 +177,14 @@ def no_counterpart(name: str) -> Optional[str]:
     if member.name == name:
       return member.no_counterpart
   return None
+
+
+def read_rewrite(name: str) -> Optional[Member]:
+  """The row of the member ``name`` where the table rewrites its reads."""
+  return next((m for m in MEMBERS if m.name == name and m.read_rewrite),
+              None)
+
+
+# The members whose read is a definition (the flow follows it as one).
+DEFINITION_READS = frozenset(m.name for m in MEMBERS
+                             if m.holds == DEFINITION)
