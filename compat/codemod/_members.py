@@ -85,7 +85,8 @@ MEMBERS = (
            read_rewrite='{receiver}.params'),
     Member(OPTIMIZER_DEF, 'Optimizer', 'attribute', 'state.tx',
            no_counterpart='a TrainState holds `tx`, an Optax transform: no '
-           'hyper_params to read or override, no OptimizerDef class to name'),
+           'hyper_params to read or override, no OptimizerDef class to name',
+           read_rewrite='{receiver}.tx', holds=DEFINITION),
     Member(APPLY_GRADIENT, 'Optimizer', 'method',
            'state.apply_gradients(grads=grads)', 'FOC109'),
     Member(COMPUTE_GRADIENT, 'Optimizer', 'method',
