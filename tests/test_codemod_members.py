@@ -98,6 +98,20 @@ def test_class_mappings_are_written_only_in_the_table():
   assert not found, f'class mappings written outside the table: {found}'
 
 
+def test_class_names_are_written_only_in_the_table():
+  # The classes the mapping maps and the two more detection names.
+  classes = set(_members.CLASS_COUNTERPARTS) | {
+      _members.WEIGHT_NORM_CLASS, _members.REPLICATED_OPTIMIZER_CLASS}
+  found = []
+  for path in sorted(CODEMOD.glob('*.py')):
+    if path == TABLE:
+      continue
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+      if isinstance(node, ast.Constant) and node.value in classes:
+        found.append(f'{path.name}:{node.lineno}: {node.value!r}')
+  assert not found, f'flax.optim class names written outside the table: {found}'
+
+
 def test_every_member_has_one_row():
   names = [member.name for member in _members.MEMBERS]
   assert len(names) == len(set(names))

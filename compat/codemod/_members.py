@@ -123,18 +123,28 @@ MEMBERS = (
 )
 NAMES = frozenset(member.name for member in MEMBERS)
 
+# flax.optim's classes that detection names (its algorithms are
+# legacy_optim's catalogue's, its traversals ``_names.TRAVERSALS``).
+OPTIMIZER_CLASS = 'Optimizer'
+DEF_CLASS = 'OptimizerDef'
+MULTI_OPTIMIZER_CLASS = 'MultiOptimizer'
+WEIGHT_NORM_CLASS = 'WeightNorm'
+REPLICATED_OPTIMIZER_CLASS = 'ReplicatedOptimizer'
+DYNAMIC_SCALE_CLASS = 'DynamicScale'
+OPTIMIZER_STATE_CLASS = 'OptimizerState'
+
 # A flax.optim class -> what replaces it (scan's replacement text; migrate
 # writes the first word where the rewrite is mechanical).
 CLASS_COUNTERPARTS = {
-    'Optimizer': 'flax.training.train_state.TrainState',
-    'DynamicScale': 'flax.training.dynamic_scale.DynamicScale',
-    'OptimizerDef': 'optax.GradientTransformation',
-    'MultiOptimizer': 'optax.GradientTransformation (optax.partition of '
-                      'one transform per traversal)',
-    'OptimizerState': 'flax_optim_rules.OptimizerState: flax.optim\'s '
-                      'layout of a TrainState\'s step and Optax state '
-                      '(flax_optim_rules.optimizer_state(state), '
-                      'replace_optimizer_state(state, s))',
+    OPTIMIZER_CLASS: 'flax.training.train_state.TrainState',
+    DYNAMIC_SCALE_CLASS: 'flax.training.dynamic_scale.DynamicScale',
+    DEF_CLASS: 'optax.GradientTransformation',
+    MULTI_OPTIMIZER_CLASS: 'optax.GradientTransformation (optax.partition '
+                           'of one transform per traversal)',
+    OPTIMIZER_STATE_CLASS: 'flax_optim_rules.OptimizerState: flax.optim\'s '
+                           'layout of a TrainState\'s step and Optax state '
+                           '(flax_optim_rules.optimizer_state(state), '
+                           'replace_optimizer_state(state, s))',
 }
 # The paths under which flax.optim exported DynamicScale.
 DYNAMIC_SCALE_PATHS = ('flax.optim.DynamicScale',

@@ -30,7 +30,7 @@ from typing import Optional
 
 from compat.codemod import _members
 
-MULTI_OPTIMIZER = 'MultiOptimizer'
+MULTI_OPTIMIZER = _members.MULTI_OPTIMIZER_CLASS
 PARAM_TRAVERSAL = 'ModelParamTraversal'
 
 

@@ -209,7 +209,7 @@ def plan_reference(planner, node, path: str, rules: str) -> bool:
   in an annotation) -> ``rules``' class of flax.optim's fields. True when
   rewritten."""
   if path in STATE_CLASSES:
-    name = 'OptimizerState'
+    name = _members.OPTIMIZER_STATE_CLASS  # (the same in rules)
   else:
     name = param_state_classes().get(path)
     if name is None:
