@@ -49,6 +49,43 @@ def test_member_names_are_written_only_in_the_table():
                      f'{found}')
 
 
+# Members named by words other code uses too (``decode(..., 'replace')``,
+# restore_checkpoint's ``step`` parameter): a literal of one counts where it
+# is compared with an attribute's or keyword's name (``node.attr ==
+# 'state'``) or listed with the table's names (``(_members.TARGET,
+# 'state')``).
+_NAME_READS = ('attr', 'arg')
+
+
+def _common_word_literals(path: pathlib.Path) -> list:
+  words = {_members.STATE, _members.REPLACE, _members.STEP}
+  found = []
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if isinstance(node, ast.Compare) and any(
+        isinstance(side, ast.Attribute) and side.attr in _NAME_READS
+        for side in (node.left, *node.comparators)):
+      candidates = list(ast.walk(node))
+    elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(
+        isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and
+        e.value.id == '_members' for e in node.elts):
+      candidates = node.elts
+    else:
+      continue
+    found += [f'{path.name}:{c.lineno}: {c.value!r}' for c in candidates
+              if isinstance(c, ast.Constant) and c.value in words]
+  return found
+
+
+def test_common_word_members_are_compared_only_through_the_table():
+  found = []
+  for path in sorted(CODEMOD.glob('*.py')):
+    if path != TABLE:
+      found += _common_word_literals(path)
+  assert not found, ('Optimizer members compared by a literal outside '
+                     'compat/codemod/_members.py (use STATE, REPLACE, '
+                     f'STEP): {found}')
+
+
 def test_class_mappings_are_written_only_in_the_table():
   found = []
   for path in sorted(CODEMOD.glob('*.py')):
@@ -59,6 +96,20 @@ def test_class_mappings_are_written_only_in_the_table():
           node.value in _counterpart_texts()):
         found.append(f'{path.name}:{node.lineno}: {node.value!r}')
   assert not found, f'class mappings written outside the table: {found}'
+
+
+def test_class_names_are_written_only_in_the_table():
+  # The classes the mapping maps and the two more detection names.
+  classes = set(_members.CLASS_COUNTERPARTS) | {
+      _members.WEIGHT_NORM_CLASS, _members.REPLICATED_OPTIMIZER_CLASS}
+  found = []
+  for path in sorted(CODEMOD.glob('*.py')):
+    if path == TABLE:
+      continue
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+      if isinstance(node, ast.Constant) and node.value in classes:
+        found.append(f'{path.name}:{node.lineno}: {node.value!r}')
+  assert not found, f'flax.optim class names written outside the table: {found}'
 
 
 def test_every_member_has_one_row():

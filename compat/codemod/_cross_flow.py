@@ -17,7 +17,8 @@ from compat.codemod import _project_index
 # A module function can return an optimizer only where its module spells
 # one of these: what makes one, steps one, or types one.
 _GIVES_OPTIMIZER_WORDS = tuple(word.encode() for word in (
-    _members.CREATE, _members.APPLY_GRADIENT, 'Optimizer', _members.REPLICATE,
+    _members.CREATE, _members.APPLY_GRADIENT, _members.OPTIMIZER_CLASS,
+    _members.REPLICATE,
     'restore_checkpoint'))
 
 

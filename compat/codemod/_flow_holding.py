@@ -52,8 +52,7 @@ class FlowHolding(_flow_queries.FlowQueries):
     if not isinstance(node, ast.Call):
       return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in ('replace',
-                                                         '_replace'):
+    if isinstance(func, ast.Attribute) and func.attr in _members.COPY_METHODS:
       return self.holds_optimizer(func.value, scope)
     route = self.names.resolve(func)
     if route in _flow_values.SAME_KIND or route in _restores.ROUTES:
@@ -239,6 +238,8 @@ class FlowHolding(_flow_queries.FlowQueries):
       return _members.OPTIMIZER_USE
     if not self.is_def(node.value):
       return None
+    if isinstance(node.value, ast.Attribute) and node.attr != _members.CREATE:
+      return None  # (of a definition read from an optimizer: that read's)
     if node.attr != _members.CREATE:
       return _members.OPTIMIZER_DEF
     return None if called else _members.CREATE
@@ -254,6 +255,9 @@ class FlowHolding(_flow_queries.FlowQueries):
           node.func.id in self.names.def_factories):
         return False  # a local name shadows the factory
       return self.names.is_def(node)
+    if isinstance(node, ast.Attribute):  # (``optimizer.optimizer_def``)
+      return node.attr in _members.DEFINITION_READS and self.is_optimizer(
+          node.value, scope)
     if not isinstance(node, ast.Name):
       return False
     binding = self._binding_scope(scope, node.id)

@@ -6,6 +6,7 @@ import ast
 from typing import Optional
 
 from compat.codemod import _flow_values
+from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _walk
 
@@ -168,8 +169,7 @@ class FlowScopes:
     if not isinstance(node, ast.Call):
       return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in ('replace',
-                                                         '_replace'):
+    if isinstance(func, ast.Attribute) and func.attr in _members.COPY_METHODS:
       return self.holds_field(func.value, field, scope)
     if field in self._class_fields(func):
       return True  # the holder's class called

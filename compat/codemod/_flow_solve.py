@@ -312,7 +312,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
           return None
         return True if plain else None
       if isinstance(func, ast.Attribute) and func.attr in (
-          _members.APPLY_GRADIENT, 'replace', _members.RESTORE_STATE):
+          _members.APPLY_GRADIENT, _members.REPLACE, _members.RESTORE_STATE):
         # A step, a struct's copy with fields replaced, or one restored
         # from a state dict: an Optimizer.
         return True if self.is_optimizer(func.value, scope) else None

@@ -82,7 +82,7 @@ _TREE, _FREE = 'tree', 'free'
 # A treedef's method that rebuilds a tree of its structure.
 _TREEDEF_METHODS = ('unflatten',)
 # The fields a tree shares with flax.optim's Optimizer.
-_TREE_FIELDS = (_members.TARGET, 'state')
+_TREE_FIELDS = (_members.TARGET, _members.STATE)
 # How deep project functions are followed from the dict's function.
 _DEPTH = 4
 

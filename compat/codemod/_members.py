@@ -31,9 +31,12 @@ UNREPLICATE = 'unreplicate'
 RESTORE_STATE = 'restore_state'
 STATE_DICT = 'state_dict'
 # Its struct's field and method shared with many other objects (told apart
-# by the optimizer flow alone, never by name).
+# by the optimizer flow alone, never by name). ``replace`` is every flax
+# struct's copy with fields replaced (an OptimizerState's, a definition's
+# hyper_params'); ``_replace`` a namedtuple's, which a holder may be.
 STATE = 'state'
 REPLACE = 'replace'
+COPY_METHODS = (REPLACE, '_replace')
 # A read of a member of an optimizer the flow proves: the construct of
 # scan's finding and of migrate's edit or leftover.
 OPTIMIZER_USE = 'optimizer_use'
@@ -48,7 +51,8 @@ INIT_STATE = 'init_state'
 INIT_PARAM_STATE = 'init_param_state'
 APPLY_PARAM_GRADIENT = 'apply_param_gradient'
 UPDATE_HYPER_PARAMS = 'update_hyper_params'
-# flax.optim.OptimizerState
+# flax.optim.OptimizerState (``step``, like ``state``, a common word)
+STEP = 'step'
 PARAM_STATES = 'param_states'
 
 
@@ -63,14 +67,26 @@ class Member(NamedTuple):
   # Why migrate leaves a read of it (its note), where it has no mechanical
   # counterpart.
   no_counterpart: Optional[str] = None
+  # What migrate writes for a read of it (``{receiver}``: the optimizer's
+  # own rewritten expression), where that is mechanical.
+  read_rewrite: Optional[str] = None
+  # What a read of it holds where that is another flax.optim object
+  # (``DEFINITION``): the flow follows it as one, and ``read_rewrite``
+  # applies only where the read is used as a whole (``.create(...)`` on it).
+  holds: Optional[str] = None
+
+
+DEFINITION = 'definition'  # (a Member's ``holds``)
 
 
 _RULE_DEF = 'flax_optim_rules.RuleDef'  # what a user's OptimizerDef becomes
 MEMBERS = (
-    Member(TARGET, 'Optimizer', 'attribute', 'state.params'),
+    Member(TARGET, 'Optimizer', 'attribute', 'state.params',
+           read_rewrite='{receiver}.params'),
     Member(OPTIMIZER_DEF, 'Optimizer', 'attribute', 'state.tx',
            no_counterpart='a TrainState holds `tx`, an Optax transform: no '
-           'hyper_params to read or override, no OptimizerDef class to name'),
+           'hyper_params to read or override, no OptimizerDef class to name',
+           read_rewrite='{receiver}.tx', holds=DEFINITION),
     Member(APPLY_GRADIENT, 'Optimizer', 'method',
            'state.apply_gradients(grads=grads)', 'FOC109'),
     Member(COMPUTE_GRADIENT, 'Optimizer', 'method',
@@ -107,18 +123,28 @@ MEMBERS = (
 )
 NAMES = frozenset(member.name for member in MEMBERS)
 
+# flax.optim's classes that detection names (its algorithms are
+# legacy_optim's catalogue's, its traversals ``_names.TRAVERSALS``).
+OPTIMIZER_CLASS = 'Optimizer'
+DEF_CLASS = 'OptimizerDef'
+MULTI_OPTIMIZER_CLASS = 'MultiOptimizer'
+WEIGHT_NORM_CLASS = 'WeightNorm'
+REPLICATED_OPTIMIZER_CLASS = 'ReplicatedOptimizer'
+DYNAMIC_SCALE_CLASS = 'DynamicScale'
+OPTIMIZER_STATE_CLASS = 'OptimizerState'
+
 # A flax.optim class -> what replaces it (scan's replacement text; migrate
 # writes the first word where the rewrite is mechanical).
 CLASS_COUNTERPARTS = {
-    'Optimizer': 'flax.training.train_state.TrainState',
-    'DynamicScale': 'flax.training.dynamic_scale.DynamicScale',
-    'OptimizerDef': 'optax.GradientTransformation',
-    'MultiOptimizer': 'optax.GradientTransformation (optax.partition of '
-                      'one transform per traversal)',
-    'OptimizerState': 'flax_optim_rules.OptimizerState: flax.optim\'s '
-                      'layout of a TrainState\'s step and Optax state '
-                      '(flax_optim_rules.optimizer_state(state), '
-                      'replace_optimizer_state(state, s))',
+    OPTIMIZER_CLASS: 'flax.training.train_state.TrainState',
+    DYNAMIC_SCALE_CLASS: 'flax.training.dynamic_scale.DynamicScale',
+    DEF_CLASS: 'optax.GradientTransformation',
+    MULTI_OPTIMIZER_CLASS: 'optax.GradientTransformation (optax.partition '
+                           'of one transform per traversal)',
+    OPTIMIZER_STATE_CLASS: 'flax_optim_rules.OptimizerState: flax.optim\'s '
+                           'layout of a TrainState\'s step and Optax state '
+                           '(flax_optim_rules.optimizer_state(state), '
+                           'replace_optimizer_state(state, s))',
 }
 # The paths under which flax.optim exported DynamicScale.
 DYNAMIC_SCALE_PATHS = ('flax.optim.DynamicScale',
@@ -162,3 +188,14 @@ def no_counterpart(name: str) -> Optional[str]:
     if member.name == name:
       return member.no_counterpart
   return None
+
+
+def read_rewrite(name: str) -> Optional[Member]:
+  """The row of the member ``name`` where the table rewrites its reads."""
+  return next((m for m in MEMBERS if m.name == name and m.read_rewrite),
+              None)
+
+
+# The members whose read is a definition (the flow follows it as one).
+DEFINITION_READS = frozenset(m.name for m in MEMBERS
+                             if m.holds == DEFINITION)

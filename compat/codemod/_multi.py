@@ -30,7 +30,7 @@ from typing import Optional
 
 from compat.codemod import _members
 
-MULTI_OPTIMIZER = 'MultiOptimizer'
+MULTI_OPTIMIZER = _members.MULTI_OPTIMIZER_CLASS
 PARAM_TRAVERSAL = 'ModelParamTraversal'
 
 
@@ -232,7 +232,7 @@ def _rate_of(element):
   """``E`` of a list element ``hp.replace(learning_rate=E)`` (``hp`` a name
   or ``hps[k]``), or None."""
   if not (isinstance(element, ast.Call) and isinstance(
-      element.func, ast.Attribute) and element.func.attr == 'replace' and
+      element.func, ast.Attribute) and element.func.attr == _members.REPLACE and
           isinstance(element.func.value, (ast.Name, ast.Subscript)) and
           not element.args and
           [k.arg for k in element.keywords] == ['learning_rate']):

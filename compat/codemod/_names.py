@@ -803,8 +803,8 @@ class ModuleNames:
     return (
         name in ALGORITHMS or name == RULE_BY_NAME or name in self.user_defs
         or name in (
-            'OptimizerDef', 'MultiOptimizer', 'WeightNorm',
-            'ReplicatedOptimizer'))
+            _members.DEF_CLASS, _members.MULTI_OPTIMIZER_CLASS,
+            _members.WEIGHT_NORM_CLASS, _members.REPLICATED_OPTIMIZER_CLASS))
 
   def is_def(self, node) -> bool:
     if isinstance(node, ast.Name) and node.id in self.defs:

@@ -85,7 +85,7 @@ class PlanImports(_plan_uses.PlanUses):
         continue  # the file keeps flax.optim: its classes stay named
       if path in _members.DYNAMIC_SCALE_PATHS:
         package, module, cls = _members.counterpart_path(
-            'DynamicScale').rsplit('.', 2)
+            _members.DYNAMIC_SCALE_CLASS).rsplit('.', 2)
         name = self._free_name('dynamic_scale_lib', 'flax_dynamic_scale')
         self.imports.append((package, module, name))
         self.edit(node, f'{name}.{cls}', 'dynamic_scale')
@@ -93,7 +93,7 @@ class PlanImports(_plan_uses.PlanUses):
           isinstance(self.parents.get(node), ast.Call) and
           self.parents[node].func is node):  # a MultiOptimizer(...) call
         # A factory's return annotation: what the rewritten definition is.
-        transform = _members.counterpart_path('OptimizerDef')
+        transform = _members.counterpart_path(_members.DEF_CLASS)
         self.imports.append((transform.split('.', 1)[0], None, None))
         self.edit(node, transform, 'annotation')
       elif flow_ok and (

@@ -136,18 +136,19 @@ class PlanUses(_plan_rules.PlanRules):
     """``optimizer.<attr>`` where ``optimizer`` is certainly an Optimizer."""
     parent = self.parents.get(node)
     receiver = node.value
-    if node.attr == _members.TARGET:
-      self.edit(node, '{receiver}.params', 'optimizer_use',
+    member = _members.read_rewrite(node.attr)
+    if member is not None and self._read_as_whole(member, node, parent):
+      self.edit(node, member.read_rewrite, 'optimizer_use',
                 receiver=receiver)
       return None
-    if node.attr == 'state' and isinstance(parent, ast.Attribute) and (
-        parent.attr == 'step'):
+    if node.attr == _members.STATE and isinstance(parent, ast.Attribute) and (
+        parent.attr == _members.STEP):
       self.edit(parent, '{receiver}.step', 'optimizer_use', receiver=receiver)
       return None
     if node.attr == _members.APPLY_GRADIENT and isinstance(
         parent, ast.Call) and parent.func is node:
       return self._plan_apply_gradient(parent, receiver)
-    if node.attr == 'replace' and isinstance(parent, ast.Call) and all(
+    if node.attr == _members.REPLACE and isinstance(parent, ast.Call) and all(
         k.arg == _members.TARGET for k in parent.keywords) and not parent.args:
       self.edit(parent, '{receiver}.replace(params={value})', 'optimizer_use',
                 receiver=receiver, value=parent.keywords[0].value)
@@ -179,6 +180,17 @@ class PlanUses(_plan_rules.PlanRules):
     why = _members.no_counterpart(node.attr)
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
             'TrainState counterpart here' + (f': {why}' if why else ''))
+
+  def _read_as_whole(self, member, node, parent) -> bool:
+    """A read the table rewrites: any read, or, of a member holding a
+    definition, one whose ``.create(...)`` is called (that create is
+    rewritten with the transform; any other use stays with the read)."""
+    if member.holds is None:
+      return True
+    call = self.parents.get(parent)
+    return isinstance(parent, ast.Attribute) and (
+        parent.attr == _members.CREATE) and isinstance(call, ast.Call) and (
+            call.func is parent) and self.flow.is_def(node)
 
   def _plan_tree_entry(self, node):
     """An optimizer in a dict saved or loaded as a tree (``_legacy_trees``):

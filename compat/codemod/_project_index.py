@@ -15,6 +15,7 @@ import os
 import re
 from typing import Callable, NamedTuple, Optional
 
+from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _walk
 
@@ -60,7 +61,7 @@ def field_stores(call, holders) -> list:
       func.attr if isinstance(func, ast.Attribute) else None)
   stores = []
   for holder in holders:
-    if called in ('replace', '_replace') or called == holder.name:
+    if called in _members.COPY_METHODS or called == holder.name:
       stores += [(holder, k.value) for k in call.keywords
                  if k.arg == holder.field]
     if called == holder.name:

@@ -25,7 +25,8 @@ _OPTIMIZER_ONLY = (_members.TARGET, _members.APPLY_GRADIENT,
                    _members.OPTIMIZE, _members.RESTORE_STATE,
                    _members.REPLICATE, _members.UNREPLICATE)
 
-_OPTIMIZER_STATE_ONLY = ('step', _members.PARAM_STATES)  # of ``opt.state``
+# Of ``opt.state``.
+_OPTIMIZER_STATE_ONLY = (_members.STEP, _members.PARAM_STATES)
 
 # Decorators that leave who calls a method as it was.
 _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
@@ -267,8 +268,7 @@ class Linker:
               node, parents.get(node))):
         used = [(node.attr, node.value)]
       elif isinstance(node, ast.Call) and isinstance(
-          node.func, ast.Attribute) and node.func.attr in ('replace',
-                                                           '_replace'):
+          node.func, ast.Attribute) and node.func.attr in _members.COPY_METHODS:
         used = [(k.arg, node.func.value) for k in node.keywords
                 if k.arg in fields]
       for field, receiver in used:
@@ -381,7 +381,7 @@ def _used_as_optimizer(node, parents) -> Optional[ast.AST]:
   if attribute.attr in _OPTIMIZER_ONLY:
     return attribute
   outer = parents.get(attribute)
-  if attribute.attr == 'state' and isinstance(outer, ast.Attribute) and (
+  if attribute.attr == _members.STATE and isinstance(outer, ast.Attribute) and (
       outer.attr in _OPTIMIZER_STATE_ONLY):
     return outer
   return None

@@ -37,7 +37,7 @@ from compat.codemod import _members
 _CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
 
 # The Optimizer attributes this module rewrites.
-LINKS = frozenset(('state', 'replace', _members.STATE_DICT,
+LINKS = frozenset((_members.STATE, _members.REPLACE, _members.STATE_DICT,
                    _members.RESTORE_STATE))
 STATE_CLASSES = ('flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
 _TO_STATE_DICT = 'flax.serialization.to_state_dict'
@@ -82,12 +82,12 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
   """Rewrites ``receiver.<node.attr>`` (a link in ``LINKS``); returns why
   not where it cannot."""
   called = isinstance(parent, ast.Call) and parent.func is node
-  if node.attr != 'replace' or any(
-      k.arg == 'state' for k in getattr(parent, 'keywords', ())):
+  if node.attr != _members.REPLACE or any(
+      k.arg == _members.STATE for k in getattr(parent, 'keywords', ())):
     why = unsupported(planner)
     if why:
       return why
-  if node.attr == 'state':
+  if node.attr == _members.STATE:
     if not isinstance(node.ctx, ast.Load):
       return 'the state is assigned, not read'
     planner.imports.append((rules, None, None))
@@ -100,7 +100,7 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
   if any(isinstance(a, ast.Starred) for a in parent.args) or any(
       k.arg is None for k in parent.keywords):
     return 'arguments passed with * or ** cannot be mapped with certainty'
-  if node.attr == 'replace':
+  if node.attr == _members.REPLACE:
     return _plan_replace(planner, parent, receiver, rules)
   if node.attr == _members.STATE_DICT and not parent.args and (
       not parent.keywords):
@@ -120,8 +120,8 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
 
 def _plan_replace(planner, call, receiver, rules) -> Optional[str]:
   given = {k.arg: k.value for k in call.keywords}
-  if call.args or 'state' not in given or (
-      set(given) - {'state', _members.TARGET}):
+  if call.args or _members.STATE not in given or (
+      set(given) - {_members.STATE, _members.TARGET}):
     return ("only replace(target=...) and replace(state=...) map (to "
             "replace(params=...) and flax_optim_rules.replace_optimizer_state"
             '); a TrainState holds `tx`, an Optax transform, no '
@@ -131,11 +131,11 @@ def _plan_replace(planner, call, receiver, rules) -> Optional[str]:
     planner.edit(call, f'{rules}.replace_optimizer_state({{receiver}}.replace('
                  'params={target}), {state})', 'optimizer_use',
                  receiver=receiver, target=given[_members.TARGET],
-                 state=given['state'])
+                 state=given[_members.STATE])
   else:
     planner.edit(call, f'{rules}.replace_optimizer_state({{receiver}}, '
                  '{state})', 'optimizer_use', receiver=receiver,
-                 state=given['state'])
+                 state=given[_members.STATE])
   return None
 
 
@@ -162,7 +162,7 @@ def plan_serialization(planner, call, rules: str) -> bool:
 
 
 # flax.optim's ``Optimizer`` fields, in their order.
-_OPTIMIZER_FIELDS = (_members.OPTIMIZER_DEF, 'state', _members.TARGET)
+_OPTIMIZER_FIELDS = (_members.OPTIMIZER_DEF, _members.STATE, _members.TARGET)
 
 
 def hand_built_parts(call) -> Optional[dict]:
@@ -200,7 +200,7 @@ def plan_hand_built(planner, call, train_state_name,
                'TrainState.create(apply_fn=None, params={target}, '
                'tx={tx}), {state})', _members.CREATE,
                target=given[_members.TARGET],
-               tx=given[_members.OPTIMIZER_DEF], state=given['state'])
+               tx=given[_members.OPTIMIZER_DEF], state=given[_members.STATE])
   return None
 
 
@@ -209,7 +209,7 @@ def plan_reference(planner, node, path: str, rules: str) -> bool:
   in an annotation) -> ``rules``' class of flax.optim's fields. True when
   rewritten."""
   if path in STATE_CLASSES:
-    name = 'OptimizerState'
+    name = _members.OPTIMIZER_STATE_CLASS  # (the same in rules)
   else:
     name = param_state_classes().get(path)
     if name is None:

@@ -177,8 +177,9 @@ _BY_NAME_REPLACEMENT = (
 # What a flax.optim class named in an annotation or elsewhere becomes.
 # The classes whose call is a finding of its own (``_check_call``).
 _CALLED_CLASSES = frozenset(_names.ALGORITHMS) | frozenset(
-    _names.TRAVERSALS) | {'MultiOptimizer', 'WeightNorm',
-                          'ReplicatedOptimizer', 'DynamicScale'}
+    _names.TRAVERSALS) | {
+        _members.MULTI_OPTIMIZER_CLASS, _members.WEIGHT_NORM_CLASS,
+        _members.REPLICATED_OPTIMIZER_CLASS, _members.DYNAMIC_SCALE_CLASS}
 
 
 def _counterpart(path: str) -> str:
@@ -446,17 +447,18 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, _members.OPTIMIZER_DEF, _algorithm_replacement(name, node),
                rep.SECTION_ALGORITHMS)
       return
-    if name in ('MultiOptimizer', 'WeightNorm'):
-      self.add(node, 'multi_optimizer' if name == 'MultiOptimizer' else
+    if name in (_members.MULTI_OPTIMIZER_CLASS, _members.WEIGHT_NORM_CLASS):
+      self.add(node, 'multi_optimizer' if name == (
+          _members.MULTI_OPTIMIZER_CLASS) else
                'weight_norm')
       return
-    if name == 'ReplicatedOptimizer':
+    if name == _members.REPLICATED_OPTIMIZER_CLASS:
       self.add(node, _members.REPLICATE)
       return
     if name in _names.TRAVERSALS:  # flax.optim.ModelParamTraversal
       self.add(node, 'traversal')
       return
-    if name == 'DynamicScale':
+    if name == _members.DYNAMIC_SCALE_CLASS:
       args = ', '.join(ast.unparse(a) for a in node.args) or ', '.join(
           f'{k.arg}={ast.unparse(k.value)}' for k in node.keywords if k.arg)
       self.add(node, 'dynamic_scale',
