@@ -106,6 +106,7 @@ class OptimizerFlow(_flow_holding.FlowHolding):
     # Answers of _returned once the fixpoint is solved (they no longer
     # change), asked outside any other question.
     self._returned_memo: dict = {}
+    self._own_nodes_of: dict = {}  # function -> its scope's nodes (a list)
     # Dicts holding an optimizer saved or loaded as trees (_legacy_trees):
     # (dict node, key) -> the verdict, asked for lazily.
     self._tree_checker = _legacy_trees.Checker(names)
