@@ -61,6 +61,29 @@ def test_a_comment_stays_with_what_libcst_gives_it_to(between, kept):
   assert skeleton.restore(skeleton.code) == code
 
 
+def test_a_name_inside_a_longer_identifier_is_no_read_of_it():
+  # ``optim`` in ``optimizer`` or ``self._optim`` reads nothing an import
+  # of ``optim`` binds: such statements are elided (t5x's modules spell
+  # ``optimizer`` throughout, and LibCST saw nearly all of them).
+  code = ('from flax import optim\n\ndef step(optimizer):\n'
+          '  return optimizer.target\n\nclass Holder:\n  def f(self):\n'
+          '    return self._optim, optimé\n\nx = [optim, "optim.Adam"]\n')
+  skeleton = _skeleton.Skeleton(code, {'optim'})
+  assert 'def step' not in skeleton.code
+  assert 'class Holder' not in skeleton.code
+  assert 'x = [optim' in skeleton.code
+  assert skeleton.restore(skeleton.code) == code
+
+
+@pytest.mark.parametrize('read', [
+    'y = optim', 'y = (optim)', "y: 'optim.Adam'", "__all__ = ['optim']",
+    'y = f(optim=1) + optim', 'def g():\n  return optim'])
+def test_a_statement_naming_the_word_stays(read):
+  code = f'from flax import optim\n\nx = 1\n\n{read}\n'
+  skeleton = _skeleton.Skeleton(code, {'optim'})
+  assert read in skeleton.code and 'x = 1' not in skeleton.code
+
+
 def test_a_changed_placeholder_gives_no_result():
   code = 'import os\n\nx = 1\n\ny = optim\n'
   skeleton = _skeleton.Skeleton(code, {'optim'})

@@ -43,6 +43,25 @@ sets_hyper_params = _flow_values.sets_hyper_params
 StepSignature = _flow_values.StepSignature
 
 
+class _NoOptimizers:
+  """The flow of a module in which no name can resolve to flax.optim and
+  that the project's model did not read (``scan``'s prefilter says so): no
+  value there has a root an optimizer could come from (a definition, an
+  annotation, another module's factory or step), so none is one, and
+  building the flow (about a walk of the module and a fixpoint over its
+  bindings) would only prove that."""
+
+  def is_optimizer(self, node, scope=None) -> bool:
+    del node, scope
+    return False
+
+  def member_use(self, node, called):
+    del node, called
+
+
+NO_OPTIMIZERS = _NoOptimizers()
+
+
 class OptimizerFlow(_flow_holding.FlowHolding):
   """Proves which expressions evaluate to a legacy ``Optimizer``."""
 
@@ -87,6 +106,7 @@ class OptimizerFlow(_flow_holding.FlowHolding):
     # Answers of _returned once the fixpoint is solved (they no longer
     # change), asked outside any other question.
     self._returned_memo: dict = {}
+    self._own_nodes_of: dict = {}  # function -> its scope's nodes (a list)
     # Dicts holding an optimizer saved or loaded as trees (_legacy_trees):
     # (dict node, key) -> the verdict, asked for lazily.
     self._tree_checker = _legacy_trees.Checker(names)

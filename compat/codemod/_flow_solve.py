@@ -26,7 +26,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
     todo = collections.deque([next(iter(self.scopes.values())).node])
     while todo:
       node = todo.popleft()
-      for child in ast.iter_child_nodes(node):
+      for child in _walk.child_nodes(node):
         parents.setdefault(child, node)
         todo.append(child)
     self._parents = parents
@@ -379,9 +379,14 @@ class FlowSolver(_flow_scopes.FlowScopes):
     # (a local name shadows any module function)
     return self.functions[name] if self._sees_function(scope, name) else None
 
-  @staticmethod
-  def _own_nodes(function):
-    return list(_walk.scope_nodes(function))
+  def _own_nodes(self, function) -> list:
+    """The nodes of ``function``'s own scope, walked once: the fixpoint
+    asks for a function's returns again on every round."""
+    found = self._own_nodes_of.get(function)
+    if found is None:
+      found = self._own_nodes_of[function] = list(
+          _walk.scope_nodes(function))
+    return found
 
   def _lookup(self, scope, name) -> Optional[_flow_values.Scope]:
     """The innermost scope (below module level) binding ``name``."""

@@ -10,8 +10,9 @@ usage took more than ten minutes. Their result depends only on
   docstring keeps the new imports below it), where new imports go and what
   is already imported;
 * the statements that can read a name a dropped import binds: they write
-  that name, so their text contains it (a string annotation and
-  ``__all__`` included).
+  that name, so their text contains it as a whole word (a string
+  annotation and ``__all__`` included): ``optim`` inside ``optimizer`` or
+  ``self._optim`` reads nothing, and such a statement is elided.
 
 ``Skeleton(code, names)`` keeps those statements byte for byte and puts one
 ``pass  # <marker>`` line in place of each run of other top-level
@@ -48,6 +49,24 @@ def _marker(code: str) -> str:
   while f'foc-elided-{suffix}-' in code:
     suffix += 1
   return f'foc-elided-{suffix}-'
+
+
+def _continues_name(char: str) -> bool:
+  return ('a' + char).isidentifier()
+
+
+def _names_word(text: str, name: str) -> bool:
+  """Whether ``name`` occurs in ``text`` as a whole word: not inside a
+  longer identifier (exact for Python's identifier characters, Unicode
+  ones included, where a regex ``\\b`` is not)."""
+  at = text.find(name)
+  while at >= 0:
+    end = at + len(name)
+    if not (at and _continues_name(text[at - 1]) or
+            end < len(text) and _continues_name(text[end])):
+      return True
+    at = text.find(name, at + 1)
+  return False
 
 
 def _groups(tree: ast.Module) -> list:
@@ -89,7 +108,7 @@ class Skeleton:
     if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in nodes):
       return True
     text = ''.join(lines[first - 1:last])
-    return any(name in text for name in names)
+    return any(_names_word(text, name) for name in names)
 
   def _elide(self, lines: list, groups: list, kept: list) -> list:
     for i in reversed(range(len(groups) - 1)):

@@ -45,19 +45,34 @@ def statements(tree: ast.AST) -> Iterator[ast.AST]:
     yield node
 
 
+def child_nodes(node: ast.AST) -> list:
+  """``ast.iter_child_nodes(node)`` as a list, in its order, without a
+  generator per node (the flows' walks spent a third of their time in
+  ``iter_child_nodes`` and ``iter_fields``)."""
+  found = []
+  for field in node._fields:
+    value = getattr(node, field, None)
+    if isinstance(value, ast.AST):
+      found.append(value)
+    elif isinstance(value, list):
+      found += [item for item in value if isinstance(item, ast.AST)]
+  return found
+
+
+_OWN_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
 def scope_nodes(node: ast.AST) -> Iterator[ast.AST]:
   """The nodes of ``node``'s own scope: a function's body, or any other
   node's children, not entering the functions, lambdas and classes nested
   in it (scopes of their own; they themselves are yielded)."""
   stack = list(node.body) if isinstance(
-      node, (ast.FunctionDef, ast.AsyncFunctionDef)) else list(
-          ast.iter_child_nodes(node))
+      node, (ast.FunctionDef, ast.AsyncFunctionDef)) else child_nodes(node)
   while stack:
     child = stack.pop()
     yield child
-    if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                              ast.Lambda, ast.ClassDef)):
-      stack.extend(ast.iter_child_nodes(child))
+    if not isinstance(child, _OWN_SCOPES):
+      stack += child_nodes(child)
 
 
 # The nodes and parents of the last few trees walked: migrate's passes walk

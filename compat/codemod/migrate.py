@@ -125,8 +125,13 @@ def _libcst_fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
   for module_name, obj, asname in plan.removed_imports:
     visitors.RemoveImportsVisitor.remove_unused_import(context, module_name,
                                                        obj, asname)
-  module = visitors.AddImportsVisitor(context).transform_module(module)
-  return visitors.RemoveImportsVisitor(context).transform_module(module).code
+  # Each visitor copies the module and walks it (the second resolving
+  # scopes): one with nothing to do would give the module back as it was.
+  if plan.imports:
+    module = visitors.AddImportsVisitor(context).transform_module(module)
+  if plan.removed_imports:
+    module = visitors.RemoveImportsVisitor(context).transform_module(module)
+  return module.code
 
 
 def _drop_dotted_imports(code: str, removed) -> str:

@@ -609,6 +609,8 @@ def scan_source(source, path: str = '<string>', reexports=None,
            if may_name_flax_optim
            else _names.ModuleNames(tree, reexports, collect=False))
   visitor = _Visitor(path, names, text.splitlines())
+  if not may_name_flax_optim:
+    visitor.flow = _flow.NO_OPTIMIZERS  # (its cached value, never built)
   visitor.visit(tree)
   return sorted(set(visitor.findings))
 

@@ -1,0 +1,62 @@
+"""The cheaper walks of ``compat/codemod/_walk.py`` give exactly what the
+standard library's walks give, in the same order (the flows and scan read
+their order: the first binding found, the first parent recorded)."""
+
+import ast
+import pathlib
+
+import pytest
+
+from compat.codemod import _walk
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Real code of every kind of statement and expression: the codemod itself,
+# plus what it does not use (match, async, star-expressions, walrus, ...).
+_SAMPLE = '''
+async def f(a, /, b=1, *c, d, **e):
+  async with x as (y, *z):
+    async for i in range(3):
+      yield [j async for j in k if (w := j)]
+  match a:
+    case {'k': [1, *rest]} | Point(x=0) if rest:
+      pass
+    case _:
+      del a[1:2, ::3]
+  try:
+    raise E from None
+  except* ValueError as err:
+    global g
+  lambda q=1, *r: q
+  return f'{a!r:>{b}}'
+'''
+
+
+def _sources():
+  for path in sorted((ROOT / 'compat' / 'codemod').glob('*.py')):
+    yield path.name, path.read_text()
+  yield 'sample', _SAMPLE
+
+
+def _reference_scope_nodes(node):
+  stack = list(node.body) if isinstance(
+      node, (ast.FunctionDef, ast.AsyncFunctionDef)) else list(
+          ast.iter_child_nodes(node))
+  while stack:
+    child = stack.pop()
+    yield child
+    if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                              ast.Lambda, ast.ClassDef)):
+      stack.extend(ast.iter_child_nodes(child))
+
+
+@pytest.mark.parametrize('name, source', list(_sources()),
+                         ids=[name for name, _ in _sources()])
+def test_child_nodes_and_scope_nodes_are_the_standard_walks(name, source):
+  tree = ast.parse(source)
+  for node in ast.walk(tree):
+    assert _walk.child_nodes(node) == list(ast.iter_child_nodes(node)), (
+        name, ast.dump(node)[:80])
+    if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef,
+                         ast.Lambda, ast.ClassDef)):
+      assert list(_walk.scope_nodes(node)) == list(
+          _reference_scope_nodes(node)), name
