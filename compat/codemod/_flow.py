@@ -31,6 +31,7 @@ from compat.codemod import _flow_holding
 from compat.codemod import _flow_values
 from compat.codemod import _legacy_trees
 from compat.codemod import _names
+from compat.codemod import _self_holders
 
 OPTIMIZER_CLASSES = _names.OPTIMIZER_CLASSES
 # What other modules ask of a flow's values (``_flow_values``).
@@ -43,7 +44,7 @@ sets_hyper_params = _flow_values.sets_hyper_params
 StepSignature = _flow_values.StepSignature
 
 
-class OptimizerFlow(_flow_holding.FlowHolding):
+class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding):
   """Proves which expressions evaluate to a legacy ``Optimizer``."""
 
   def __init__(self, tree: ast.Module, names, replicated_of=None):
@@ -93,6 +94,7 @@ class OptimizerFlow(_flow_holding.FlowHolding):
     self._tree_verdicts: dict = {}
     self._tree_entries_of: dict = {}  # function -> _tree_entries
     self._solved = False
+    self._init_self_attributes(tree)
     self._collect(tree, None)
     self._solve()
     self._solved = True
