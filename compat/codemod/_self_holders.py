@@ -30,6 +30,18 @@ from compat.codemod import _walk
 
 # Calls whose result is an optimizer replicated across devices.
 _REPLICATING = ('replicate', 'unreplicate')
+# What reads or writes an instance's attributes by name, generically: a
+# class defining one, or a method reaching one through ``self``, keeps all
+# its attributes out.
+_ATTRIBUTE_PROTOCOL = ('__dict__', '__getattr__', '__getattribute__',
+                       '__setattr__', '__delattr__', '__getstate__',
+                       '__setstate__', '__reduce__', '__reduce_ex__',
+                       '__slots__')
+# Bases (by last name) and class decorators of libraries that read no
+# attribute of an instance: an abstract base's checks, gin's wrapper of the
+# constructor that fills its arguments.
+_QUIET_BASES = ('object', 'ABC', 'Generic')
+_QUIET_DECORATORS = ('gin.configurable',)
 
 
 class Key(NamedTuple):
@@ -73,7 +85,13 @@ class SelfAttributes:
 
   # -------------------------------------------------------- one class
   def _read_class(self, owner):
-    self._owner_why[owner] = None
+    protocol = [name for item in owner.body for name in (
+        [item.name] if isinstance(item, (ast.FunctionDef,
+                                         ast.AsyncFunctionDef))
+        else _declared_names(item)) if name in _ATTRIBUTE_PROTOCOL]
+    self._owner_why[owner] = None if not protocol else (
+        f'{owner.name} defines {protocol[0]}, which reads or writes any '
+        'attribute by name')
     for item in owner.body:
       if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
         if _is_property(item, owner):
@@ -111,7 +129,12 @@ class SelfAttributes:
               isinstance(node.ctx, ast.Load)):
         continue
       parent = parents.get(node)
-      if isinstance(parent, ast.Attribute):
+      if isinstance(parent, ast.Attribute) and (
+          parent.attr in _ATTRIBUTE_PROTOCOL):
+        self._keep_out(owner, (
+            f'{method.name}() reaches `{ast.unparse(parent)}` (line '
+            f'{node.lineno}), which reads or writes any attribute by name'))
+      elif isinstance(parent, ast.Attribute):
         key = Key(owner, parent.attr)
         self._keys[id(parent)] = key
         self.stores.setdefault(key, [])
@@ -184,6 +207,14 @@ class SelfAttributes:
             f'{ast.unparse(node)[:40]}`), outside the methods of '
             f'{key.owner.name}'))
 
+  def unproven(self, key, value):
+    """Notes that ``key``'s attribute also takes ``value``, not provably
+    an optimizer."""
+    node = value[1] if isinstance(value, tuple) else value
+    self.why_not.setdefault(key, (
+        f'`self.{key.attr}` also takes `{ast.unparse(node)[:60]}` (line '
+        f'{node.lineno}), not provably an optimizer'))
+
   def outside_why(self, key) -> Optional[str]:
     """Why code migrate does not look at may reach ``key``'s attribute: a
     base class outside the project (``_base_why``), or another module of
@@ -200,7 +231,7 @@ class SelfAttributes:
   def _find_outside(self, key) -> Optional[str]:
     model = getattr(self._names, 'model', None)
     here = getattr(self._names, 'path', None)
-    based = _base_why(key.owner, self._classes)
+    based = _base_why(key.owner, self._classes, self._names)
     if based is not None or model is None:
       return based
     pattern = re.compile(rb'(?:\.\s*|[\'"])' + re.escape(key.attr.encode()) +
@@ -271,8 +302,20 @@ class _ClassNames:
         part.strip().rpartition('.')[2] for part in bases.split(',')
         if part.strip() and '=' not in part)
 
-  def defines(self, name) -> bool:
-    return name in self._bases
+  def outside_ancestor(self, name) -> Optional[str]:
+    """The first class ``name`` is or derives from that the project does
+    not define (by last name), other than ``_QUIET_BASES``; None where
+    there is none."""
+    seen, todo = set(), [name]
+    while todo:
+      current = todo.pop(0)
+      if current in seen or current in _QUIET_BASES:
+        continue
+      seen.add(current)
+      if current not in self._bases:
+        return current
+      todo.extend(sorted(self._bases[current]))
+    return None
 
   def _below(self, name) -> set:
     """``name`` and every class deriving from it, by last name."""
@@ -334,18 +377,24 @@ def _declared_names(item) -> list:
           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
 
 
-def _base_why(owner, classes) -> Optional[str]:
-  """Why a base of ``owner`` may read its instances' attributes where
-  migrate does not look: a base that is not a class of the project (the
-  project's classes: ``classes()``), a class decorator or metaclass."""
+def _base_why(owner, classes, names) -> Optional[str]:
+  """Why a class ``owner`` derives from may read its instances' attributes
+  where migrate does not look: a base, or a base of a base, that is not a
+  class of the project (the project's classes: ``classes()``) nor one of
+  the Python's own that read none (``_QUIET_BASES``), a class decorator
+  other than ``_QUIET_DECORATORS``, a metaclass."""
   for base in owner.bases:
     name = base.attr if isinstance(base, ast.Attribute) else getattr(
         base, 'id', None)
-    if name == 'object' or (name is not None and classes().defines(name)):
-      continue
-    return (f'{owner.name} derives from `{ast.unparse(base)[:40]}`, not a '
-            'class of the project, whose code may read its attributes')
-  if owner.keywords or owner.decorator_list:
+    outside = None if name is None else classes().outside_ancestor(name)
+    if name is None or outside is not None:
+      return (f'{owner.name} derives from `{ast.unparse(base)[:40]}`'
+              + ('' if outside in (None, name) else f' (from {outside})') +
+              ', not a class of the project, whose code may read its '
+              'attributes')
+  decorators = [names.resolve(d.func if isinstance(d, ast.Call) else d)
+                for d in owner.decorator_list]
+  if owner.keywords or any(d not in _QUIET_DECORATORS for d in decorators):
     return (f'{owner.name} is made by a decorator or metaclass, whose code '
             'may read its attributes')
   return None
@@ -390,10 +439,14 @@ class SelfHolding:
     values are); True where one was dropped."""
     changed = False
     for key, values in self.self_attributes.stores.items():
-      if key in self.alive_attributes and not (values and all(
-          self._value_holds(v, self.scope_of(v[1] if isinstance(v, tuple)
-                                             else v)) for v in values) and
-          self.self_attributes.outside_why(key) is None):
+      if key not in self.alive_attributes:
+        continue
+      unproven = next((v for v in values if not self._value_holds(
+          v, self.scope_of(v[1] if isinstance(v, tuple) else v))), None)
+      if unproven is not None:
+        self.self_attributes.unproven(key, unproven)
+      if not values or unproven is not None or (
+          self.self_attributes.outside_why(key) is not None):
         self.alive_attributes.discard(key)
         changed = True
     return changed
