@@ -321,3 +321,4 @@ def test_a_project_base_deriving_from_abc_lets_the_attribute_migrate(
   for before, after in zip(_run(project, 'agent', params, batches),
                            _run(migrated, 'agent', params, batches)):
     np.testing.assert_allclose(after['w'], before['w'], rtol=1e-5, atol=1e-7)
+

@@ -11,12 +11,19 @@ its fixpoint: a store may be the step of the attribute itself), and every
 proven the same way is followed alike (its reads are ``self.<property>``).
 
 Anything migrate could not see keeps the attribute out, with the reason
-(``why_not``): the attribute named elsewhere (another class, another
-module, a string given to ``getattr``), the instance itself handed on
-(``f(self)``), the instance parameter rebound, a class body declaring the
-attribute, a base class outside the project (whose code may read its
-instances' attributes), a store other than an assignment, an optimizer
-replicated across devices (its flow is the replicated one's).
+(``why_not``): the attribute named elsewhere (in a class sharing instances
+with this one, a subclass or a base; outside a class's own methods; in
+another module, except as ``self.<attr>`` of a class sharing none; a
+string, as ``getattr`` takes it), the instance itself handed on
+(``f(self)``, ``vars(self)``), the instance parameter rebound, an attribute
+protocol (``__dict__``, ``__getattr__``...), a class body declaring the
+attribute, a base (or a base's base) outside the project other than
+``abc.ABC``, a class decorator other than gin's, a store other than an
+assignment, a store not provably an optimizer. Not seen: code outside
+the project handed an instance from outside the class (``pickle.dump(
+agent)`` in a script), as for any object migrate changes. (A module that
+calls ``.replicate()`` keeps every optimizer the replicated flow does not
+prove one: the planner's rule.)
 
 Stdlib only.
 """
@@ -28,8 +35,6 @@ from typing import NamedTuple, Optional
 from compat.codemod import _names
 from compat.codemod import _walk
 
-# Calls whose result is an optimizer replicated across devices.
-_REPLICATING = ('replicate', 'unreplicate')
 # What reads or writes an instance's attributes by name, generically: a
 # class defining one, or a method reaching one through ``self``, keeps all
 # its attributes out.
@@ -175,10 +180,6 @@ class SelfAttributes:
           f'{ast.unparse(statement.value)[:40]}` (line {target.lineno}) '
           'that migrate does not follow'))
       return
-    if _replicates(statement.value):
-      self.why_not.setdefault(key, (
-          f'`{ast.unparse(target)}` takes a replicated optimizer (line '
-          f'{target.lineno}), which migrate follows only in names'))
 
   # ---------------------------------------------- named elsewhere
   def _elsewhere_in_module(self, tree):
@@ -413,9 +414,6 @@ def _rebinds(node, name) -> bool:
   return isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names
 
 
-def _replicates(value) -> bool:
-  return any(isinstance(n, ast.Attribute) and n.attr in _REPLICATING
-             for n in ast.walk(value))
 
 
 class SelfHolding:
@@ -423,7 +421,8 @@ class SelfHolding:
   ``_flow.OptimizerFlow``: ``_solve`` prunes, ``is_optimizer`` asks."""
 
   def _init_self_attributes(self, tree):
-    # (the replicated flow proves none: never kept there, ``_replicates``)
+    # (the replicated flow proves none: where a module replicates an
+    # optimizer, the planner keeps every one it does not prove replicated)
     self.self_attributes = SelfAttributes(
         ast.Module(body=[], type_ignores=[]) if self.base is not None
         else tree, self.names)
