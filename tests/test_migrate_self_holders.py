@@ -322,3 +322,15 @@ def test_a_project_base_deriving_from_abc_lets_the_attribute_migrate(
                            _run(migrated, 'agent', params, batches)):
     np.testing.assert_allclose(after['w'], before['w'], rtol=1e-5, atol=1e-7)
 
+
+
+def test_a_module_setting_attributes_by_a_computed_name_keeps_them():
+  source = _AGENT.replace('  return agent.params()\n',
+                          '  for name, value in {}.items():\n'
+                          '    setattr(agent, name, value)\n'
+                          '  return agent.params()\n')
+  new, plan = migrate.migrate_source(source.encode())
+  assert new == source.encode()
+  assert any('`setattr(agent, name, value)` (line '
+             f'{_line(source, "setattr(")}) reaches attributes by a name '
+             'migrate cannot read' in left.reason for left in plan.leftovers)

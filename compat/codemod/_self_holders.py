@@ -187,11 +187,21 @@ class SelfAttributes:
     parameter of the attribute's class, and every string spelling it
     (``getattr(agent, 'opt')``)."""
     spelled: dict[str, list] = {}
+    by_any_name = None  # the first ``setattr(x, name, v)``, ``x.__dict__``
     for node in ast.walk(tree):
       if isinstance(node, ast.Attribute) and id(node) not in self._keys:
         spelled.setdefault(node.attr, []).append(node)
+        if node.attr in _ATTRIBUTE_PROTOCOL:
+          by_any_name = by_any_name or node
       elif isinstance(node, ast.Constant) and isinstance(node.value, str):
         spelled.setdefault(node.value, []).append(node)
+      elif _by_computed_name(node):
+        by_any_name = by_any_name or node
+    if by_any_name is not None:
+      for key in self.stores:
+        self.why_not.setdefault(key, (
+            f'`{ast.unparse(by_any_name)[:40]}` (line {by_any_name.lineno}) '
+            'reaches attributes by a name migrate cannot read'))
     owners: dict[str, set] = {}
     for key in self.stores:
       owners.setdefault(key.attr, set()).add(key.owner)
@@ -357,6 +367,17 @@ def _instance_reads(tree) -> dict:
                      if isinstance(n, ast.Attribute) and isinstance(
                          n.value, ast.Name) and n.value.id == receiver)
   return found
+
+
+def _by_computed_name(node) -> bool:
+  """``node`` calls ``getattr``/``setattr``/``delattr``/``hasattr`` with a
+  name that is no constant, or ``vars``."""
+  if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+    return False
+  if node.func.id == 'vars':
+    return True
+  return node.func.id in ('getattr', 'setattr', 'delattr', 'hasattr') and (
+      len(node.args) < 2 or not isinstance(node.args[1], ast.Constant))
 
 
 def _is_property(method, owner) -> bool:
