@@ -334,3 +334,15 @@ def test_a_module_setting_attributes_by_a_computed_name_keeps_them():
   assert any('`setattr(agent, name, value)` (line '
              f'{_line(source, "setattr(")}) reaches attributes by a name '
              'migrate cannot read' in left.reason for left in plan.leftovers)
+
+
+def test_a_tuple_display_unpacked_into_two_attributes(tmp_path):
+  source = _AGENT.replace(
+      '    self.critic_optimizer = jax.device_put(critic_optimizer)\n'
+      '    self.actor_optimizer = optim.GradientDescent(0.01).create(params)',
+      '    actor_optimizer = optim.GradientDescent(0.01).create(params)\n'
+      '    self.critic_optimizer, self.actor_optimizer = (critic_optimizer,\n'
+      '                                                   actor_optimizer)')
+  new = _migrates_and_trains_alike(tmp_path, source, exact=False)
+  assert 'self.critic_optimizer, self.actor_optimizer = (' in new
+  assert 'return self.critic_optimizer.params' in new

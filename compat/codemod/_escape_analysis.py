@@ -206,8 +206,8 @@ def _target_problem(module, target, node, kind, text) -> Optional[str]:
       return (f'the tuple `{text}` gives is unpacked into another number of '
               'names')
     for element, holds in zip(target.elts, kind):
-      if holds is True and not (isinstance(element, (
-          ast.Name, ast.Attribute)) and flow.is_optimizer(element)):
+      if holds is True and not (isinstance(element, ast.Name) and (
+          flow.is_optimizer(element)) or flow.self_attribute_holds(element)):
         why = flow.self_attribute_why(element)
         return (f'`{ast.unparse(element)[:40]}` takes the optimizer of the '
                 f'tuple `{text}` gives and is not provably one where it is '
@@ -239,7 +239,9 @@ def _in_tuple(module, display, node, text) -> Optional[str]:
     index = display.elts.index(node)
     for target in outer.targets:
       element = target.elts[index]
-      if not (isinstance(element, (ast.Name, ast.Attribute)) and (
+      if module.flow.self_attribute_holds(element):
+        continue  # ``self.<attr>`` followed in its class (_self_holders)
+      if not (isinstance(element, ast.Name) and (
           module.flow.is_optimizer(element) or
           module.replicated.is_optimizer(element))):
         return (f'`{ast.unparse(element)[:40]}` takes the optimizer '
