@@ -40,13 +40,16 @@ _ESCAPES = {
   opt = optim.Adam(learning_rate=0.1).create(params)
   return [opt][0].target
 ''', 'goes into `[opt]`'),
+    # (Read only through ``self`` in its class's methods, it migrates:
+    # tests/test_migrate_self_holders.py.)
     'attribute': (b'''class Runner:
 
   def __init__(self, params):
     self.opt = optim.Adam(learning_rate=0.1).create(params)
 
-  def use(self):
-    return self.opt.target
+
+def use(params):
+  return Runner(params).opt.target
 ''', 'is stored in `self.opt`'),
     'unknown callee': (b'''def use(params, read):
   opt = optim.Adam(learning_rate=0.1).create(params)

@@ -239,17 +239,19 @@ def _target_problem(module, target, node, kind, text) -> Optional[str]:
               'names')
     for element, holds in zip(target.elts, kind):
       if holds is True and not (isinstance(element, ast.Name) and (
-          flow.is_optimizer(element))):
+          flow.is_optimizer(element)) or flow.self_attribute_holds(element)):
+        why = flow.self_attribute_why(element)
         return (f'`{ast.unparse(element)[:40]}` takes the optimizer of the '
                 f'tuple `{text}` gives and is not provably one where it is '
-                'read')
+                'read' + (f' ({why})' if why else ''))
     return None
   if isinstance(target, ast.Attribute) and kind is True and (
       flow.is_optimizer(target)):
     return None  # a field of the user's class annotated optim.Optimizer
+  why = flow.self_attribute_why(target)
   return (f'the optimizer `{text}` is stored in `{ast.unparse(target)[:60]}`, '
           'where migrate cannot follow it: code reading it there would meet '
-          'a TrainState')
+          'a TrainState' + (f' ({why})' if why else ''))
 
 
 def _in_tuple(module, display, node, text) -> Optional[str]:
@@ -269,6 +271,8 @@ def _in_tuple(module, display, node, text) -> Optional[str]:
     index = display.elts.index(node)
     for target in outer.targets:
       element = target.elts[index]
+      if module.flow.self_attribute_holds(element):
+        continue  # ``self.<attr>`` followed in its class (_self_holders)
       if not (isinstance(element, ast.Name) and (
           module.flow.is_optimizer(element) or
           module.replicated.is_optimizer(element))):
@@ -284,6 +288,8 @@ def _returned(module, value, kind, text) -> Optional[str]:
   function = flow.scope_of(value).node
   local = isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
       flow.local_home(function) is not None)
+  if kind is True and flow.is_holding_property(function):
+    return None  # read only as ``self.<property>``, proven alike
   if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
       flow.functions.get(function.name) is not function):
     where = 'a method' if _is_method(module, function) else (

@@ -31,6 +31,7 @@ from compat.codemod import _flow_holding
 from compat.codemod import _flow_values
 from compat.codemod import _legacy_trees
 from compat.codemod import _names
+from compat.codemod import _self_holders
 
 OPTIMIZER_CLASSES = _names.OPTIMIZER_CLASSES
 # What other modules ask of a flow's values (``_flow_values``).
@@ -62,7 +63,7 @@ class _NoOptimizers:
 NO_OPTIMIZERS = _NoOptimizers()
 
 
-class OptimizerFlow(_flow_holding.FlowHolding):
+class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding):
   """Proves which expressions evaluate to a legacy ``Optimizer``."""
 
   def __init__(self, tree: ast.Module, names, replicated_of=None):
@@ -113,6 +114,7 @@ class OptimizerFlow(_flow_holding.FlowHolding):
     self._tree_verdicts: dict = {}
     self._tree_entries_of: dict = {}  # function -> _tree_entries
     self._solved = False
+    self._init_self_attributes(tree)
     self._collect(tree, None)
     self._solve()
     self._solved = True

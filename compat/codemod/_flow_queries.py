@@ -38,7 +38,8 @@ class FlowQueries(_flow_solve.FlowSolver):
       # class declaring the field says what it holds, whatever gives it.
       return self.base is None and (self._field_holds(node.attr) or (
           self._contested(node.attr) and self.holds_field(
-              node.value, node.attr, scope)))
+              node.value, node.attr, scope)) or (
+                  self.self_attribute_holds(node)))
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True
     if isinstance(node, ast.Subscript):

@@ -45,9 +45,10 @@ class FlowSolver(_flow_scopes.FlowScopes):
         self.escaped.add(bound.name)
     self.alive = {(scope, name) for scope in self.scopes.values()
                   for name in scope.bindings}
+    self._start_self_attributes()
     changed = True
     while changed:
-      changed = False
+      changed = self._prune_self_attributes()
       for scope in self.scopes.values():
         for name, values in scope.bindings.items():
           if (scope, name) in self.alive and not all(

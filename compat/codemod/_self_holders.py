@@ -1,0 +1,488 @@
+"""Optimizers kept on an instance: ``self.opt = optim.Adam().create(p)``.
+
+An attribute ``self.<attr>`` of a class is followed like a name when every
+store and every read of it is visible in the class's own methods: stores
+are plain assignments (``self.opt = value``, or an element of a tuple
+unpacked, ``self.opt, loss = step(...)``) through the methods' instance
+parameter, and nothing else in the project names the attribute. The flow
+then proves it an optimizer where every value stored there is one (part of
+its fixpoint: a store may be the step of the attribute itself), and every
+``self.<attr>`` read in the class is one. A property whose every return is
+proven the same way is followed alike (its reads are ``self.<property>``).
+
+Anything migrate could not see keeps the attribute out, with the reason
+(``why_not``): the attribute named elsewhere (in a class sharing instances
+with this one, a subclass or a base; outside a class's own methods; in
+another module, except as ``self.<attr>`` of a class sharing none; a
+string, as ``getattr`` takes it), the instance itself handed on
+(``f(self)``, ``vars(self)``), the instance parameter rebound, an attribute
+protocol (``__dict__``, ``__getattr__``...), a class body declaring the
+attribute, a base (or a base's base) outside the project other than
+``abc.ABC``, a class decorator other than gin's, a store other than an
+assignment, a store not provably an optimizer. Not seen: code outside
+the project handed an instance from outside the class (``pickle.dump(
+agent)`` in a script), as for any object migrate changes. (A module that
+calls ``.replicate()`` keeps every optimizer the replicated flow does not
+prove one: the planner's rule.)
+
+Stdlib only.
+"""
+
+import ast
+import re
+from typing import NamedTuple, Optional
+
+from compat.codemod import _names
+from compat.codemod import _walk
+
+# What reads or writes an instance's attributes by name, generically: a
+# class defining one, or a method reaching one through ``self``, keeps all
+# its attributes out.
+_ATTRIBUTE_PROTOCOL = ('__dict__', '__getattr__', '__getattribute__',
+                       '__setattr__', '__delattr__', '__getstate__',
+                       '__setstate__', '__reduce__', '__reduce_ex__',
+                       '__slots__')
+# Bases (by last name) and class decorators of libraries that read no
+# attribute of an instance: an abstract base's checks, gin's wrapper of the
+# constructor that fills its arguments.
+_QUIET_BASES = ('object', 'ABC', 'Generic')
+_QUIET_DECORATORS = ('gin.configurable',)
+
+
+class Key(NamedTuple):
+  """An attribute of the instances of one class."""
+  owner: ast.ClassDef
+  attr: str
+
+
+class SelfAttributes:
+  """One module's attributes held through ``self`` and the values stored
+  in them (``stores``), each read or store of them by node (``key_of``),
+  and why the others are not followed (``why_not``)."""
+
+  def __init__(self, tree: ast.Module, names):
+    self._names = names
+    self._keys: dict[int, Key] = {}  # id(self.<attr> node) -> its key
+    self.stores: dict[Key, list] = {}  # key -> [value or ('item', v, i)]
+    self.why_not: dict[Key, str] = {}
+    self._declared: set = set()  # keys the class body declares
+    self._owner_why: dict[ast.ClassDef, str] = {}
+    self._tree = tree
+    self._class_names: Optional[_ClassNames] = None
+    for owner in ast.walk(tree):
+      if isinstance(owner, ast.ClassDef):
+        self._read_class(owner)
+    self._elsewhere_in_module(tree)
+    self._outside: dict[Key, Optional[str]] = {}  # outside_why, once asked
+    self._receivers: dict[str, dict] = {}  # path -> _instance_reads
+    for key in list(self.stores):
+      why = self._owner_why.get(key.owner) or self.why_not.get(key)
+      if key in self._declared:
+        del self.stores[key]  # a field or method: not an attribute kept
+      elif why is not None:
+        self.why_not[key] = why
+        del self.stores[key]
+
+  def key_of(self, node) -> Optional[Key]:
+    """The attribute ``node`` (a ``self.<attr>`` of some class's method)
+    reads or stores."""
+    return self._keys.get(id(node))
+
+  # -------------------------------------------------------- one class
+  def _read_class(self, owner):
+    protocol = [name for item in owner.body for name in (
+        [item.name] if isinstance(item, (ast.FunctionDef,
+                                         ast.AsyncFunctionDef))
+        else _declared_names(item)) if name in _ATTRIBUTE_PROTOCOL]
+    self._owner_why[owner] = None if not protocol else (
+        f'{owner.name} defines {protocol[0]}, which reads or writes any '
+        'attribute by name')
+    for item in owner.body:
+      if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if _is_property(item, owner):
+          self._read_property(owner, item)
+        else:
+          self._declared.add(Key(owner, item.name))
+        self._read_method(owner, item)
+      else:
+        for name in _declared_names(item):
+          self._declared.add(Key(owner, name))
+
+  def _read_property(self, owner, method):
+    key = Key(owner, method.name)
+    returns = _names.own_returns(method)
+    self.stores[key] = [r for r in returns if r is not None]
+    if not returns or None in returns:
+      self.why_not[key] = (f'the property {owner.name}.{method.name} does '
+                           'not return a value on every path')
+
+  def _read_method(self, owner, method):
+    receiver = _names.instance_parameter(method)
+    if receiver is None:
+      return
+    parents = {child: node for node in ast.walk(method)
+               for child in ast.iter_child_nodes(node)}
+    own = method.args.posonlyargs + method.args.args
+    for node in ast.walk(method):
+      if node is not method and node is not own[0] and _rebinds(node,
+                                                                receiver):
+        self._keep_out(owner, (
+            f'`{receiver}` is bound again in {method.name}() (line '
+            f'{node.lineno}), so `{receiver}.<attr>` there may be another '
+            'object'))
+      if not (isinstance(node, ast.Name) and node.id == receiver and
+              isinstance(node.ctx, ast.Load)):
+        continue
+      parent = parents.get(node)
+      if isinstance(parent, ast.Attribute) and (
+          parent.attr in _ATTRIBUTE_PROTOCOL):
+        self._keep_out(owner, (
+            f'{method.name}() reaches `{ast.unparse(parent)}` (line '
+            f'{node.lineno}), which reads or writes any attribute by name'))
+      elif isinstance(parent, ast.Attribute):
+        key = Key(owner, parent.attr)
+        self._keys[id(parent)] = key
+        self.stores.setdefault(key, [])
+        if not isinstance(parent.ctx, ast.Load):
+          self._read_store(key, parent, parents)
+      else:
+        self._keep_out(owner, (
+            f'the instance `{receiver}` itself goes into `'
+            f'{ast.unparse(parent)[:50]}` in {method.name}() (line '
+            f'{node.lineno}), where its attributes may be read'))
+
+  def _keep_out(self, owner, why):
+    """Every attribute of ``owner`` stays out, for ``why`` (the first
+    reason found)."""
+    if self._owner_why.get(owner) is None:
+      self._owner_why[owner] = why
+
+  def _read_store(self, key, target, parents):
+    """A store into ``self.<attr>``: the value it takes, or why not."""
+    statement, element = parents.get(target), None
+    if isinstance(statement, (ast.Tuple, ast.List)):
+      element, statement = statement, parents.get(statement)
+    if not isinstance(statement, ast.Assign) or isinstance(
+        statement.value, ast.Starred):
+      self.why_not.setdefault(key, (
+          f'`{ast.unparse(statement)[:50]}` (line {target.lineno}) stores '
+          f'into `{ast.unparse(target)}` otherwise than by an assignment'))
+      return
+    if element is None:
+      self.stores[key].append(statement.value)
+    elif element in statement.targets and not any(
+        isinstance(e, ast.Starred) for e in element.elts):
+      self.stores[key].append(('item', statement.value,
+                               element.elts.index(target)))
+    else:
+      self.why_not.setdefault(key, (
+          f'`{ast.unparse(target)}` takes a part of `'
+          f'{ast.unparse(statement.value)[:40]}` (line {target.lineno}) '
+          'that migrate does not follow'))
+      return
+
+  # ---------------------------------------------- named elsewhere
+  def _elsewhere_in_module(self, tree):
+    """Every ``.<attr>`` of this module not through a method's instance
+    parameter of the attribute's class, and every string spelling it
+    (``getattr(agent, 'opt')``)."""
+    spelled: dict[str, list] = {}
+    by_any_name = None  # the first ``setattr(x, name, v)``, ``x.__dict__``
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Attribute) and id(node) not in self._keys:
+        spelled.setdefault(node.attr, []).append(node)
+        if node.attr in _ATTRIBUTE_PROTOCOL:
+          by_any_name = by_any_name or node
+      elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        spelled.setdefault(node.value, []).append(node)
+      elif _by_computed_name(node):
+        by_any_name = by_any_name or node
+    if by_any_name is not None:
+      for key in self.stores:
+        self.why_not.setdefault(key, (
+            f'`{ast.unparse(by_any_name)[:40]}` (line {by_any_name.lineno}) '
+            'reaches attributes by a name migrate cannot read'))
+    owners: dict[str, set] = {}
+    for key in self.stores:
+      owners.setdefault(key.attr, set()).add(key.owner)
+    for key in self.stores:
+      other = next((o for o in owners[key.attr] if o is not key.owner and (
+          self._classes().related(o.name, key.owner.name))), None)
+      if other is not None:
+        self.why_not.setdefault(key, (
+            f'`self.{key.attr}` is also an attribute of {other.name}, '
+            f'which shares instances with {key.owner.name}'))
+      for node in spelled.get(key.attr, ()):
+        self.why_not.setdefault(key, (
+            f'`.{key.attr}` is also named at line {node.lineno} (`'
+            f'{ast.unparse(node)[:40]}`), outside the methods of '
+            f'{key.owner.name}'))
+
+  def unproven(self, key, value):
+    """Notes that ``key``'s attribute also takes ``value``, not provably
+    an optimizer."""
+    node = value[1] if isinstance(value, tuple) else value
+    self.why_not.setdefault(key, (
+        f'`self.{key.attr}` also takes `{ast.unparse(node)[:60]}` (line '
+        f'{node.lineno}), not provably an optimizer'))
+
+  def outside_why(self, key) -> Optional[str]:
+    """Why code migrate does not look at may reach ``key``'s attribute: a
+    base class outside the project (``_base_why``), or another module of
+    the project spelling ``.<attr>`` or the name as a string, other than
+    as ``self.<attr>`` in a method of a class sharing no instance with the
+    attribute's class. Asked only of attributes the flow proves (most
+    modules keep none on ``self``), once each."""
+    if key not in self._outside:
+      self._outside[key] = self._find_outside(key)
+      if self._outside[key] is not None:
+        self.why_not[key] = self._outside[key]
+    return self._outside[key]
+
+  def _find_outside(self, key) -> Optional[str]:
+    model = getattr(self._names, 'model', None)
+    here = getattr(self._names, 'path', None)
+    based = _base_why(key.owner, self._classes, self._names)
+    if based is not None or model is None:
+      return based
+    pattern = re.compile(rb'(?:\.\s*|[\'"])' + re.escape(key.attr.encode()) +
+                         rb'\b')
+    for path, source in sorted(model.sources.items()):
+      if path == here or source is None:
+        continue
+      match = pattern.search(source)
+      if match is None:
+        continue
+      tree = model.trees.get(path)
+      line = source.count(b'\n', 0, match.start()) + 1 if tree is None else (
+          self._named_in(key, path, tree))
+      if line is not None:
+        return (f'`.{key.attr}` is also named at {path}:{line}, outside the '
+                f'methods of {key.owner.name}')
+    return None
+
+  def _named_in(self, key, path, tree) -> Optional[int]:
+    """The line where the parsed module ``tree`` names ``key``'s
+    attribute other than through the instance parameter of a class
+    sharing no instance with the attribute's class."""
+    if path not in self._receivers:
+      self._receivers[path] = _instance_reads(tree)
+    receivers = self._receivers[path]
+    for node in _walk.nodes(tree):
+      if isinstance(node, ast.Attribute) and node.attr == key.attr:
+        owner = receivers.get(id(node))
+        if owner is None or self._classes().related(owner,
+                                                    key.owner.name):
+          return node.lineno
+      elif isinstance(node, ast.Constant) and node.value == key.attr:
+        return node.lineno
+    return None
+
+  def _classes(self) -> '_ClassNames':
+    if self._class_names is None:
+      model = getattr(self._names, 'model', None)
+      sources = [] if model is None else [
+          s for s in model.sources.values() if s is not None]
+      self._class_names = _ClassNames(sources, self._tree)
+    return self._class_names
+
+
+class _ClassNames:
+  """The project's classes by their last name and their bases' last
+  names (read from every source, parsed or not): two classes share
+  instances where one derives from the other, or a third from both.
+  Names alike are taken for one class (a name two classes share may only
+  make more classes related)."""
+
+  _HEADER = re.compile(rb'^\s*class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:',
+                       re.MULTILINE)
+
+  def __init__(self, sources, tree):
+    self._bases: dict[str, set] = {}
+    self._children: Optional[dict] = None
+    self._descendants: dict[str, set] = {}
+    for source in sources:
+      for match in self._HEADER.finditer(source):
+        self._add(match.group(1).decode(), (match.group(2) or b'').decode())
+    for node in ast.walk(tree):  # (this module's, also with no model)
+      if isinstance(node, ast.ClassDef):
+        self._add(node.name, ','.join(ast.unparse(b) for b in node.bases))
+
+  def _add(self, name, bases):
+    self._bases.setdefault(name, set()).update(
+        part.strip().rpartition('.')[2] for part in bases.split(',')
+        if part.strip() and '=' not in part)
+
+  def outside_ancestor(self, name) -> Optional[str]:
+    """The first class ``name`` is or derives from that the project does
+    not define (by last name), other than ``_QUIET_BASES``; None where
+    there is none."""
+    seen, todo = set(), [name]
+    while todo:
+      current = todo.pop(0)
+      if current in seen or current in _QUIET_BASES:
+        continue
+      seen.add(current)
+      if current not in self._bases:
+        return current
+      todo.extend(sorted(self._bases[current]))
+    return None
+
+  def _below(self, name) -> set:
+    """``name`` and every class deriving from it, by last name."""
+    if self._children is None:
+      self._children = {}
+      for child, bases in self._bases.items():
+        for base in bases:
+          self._children.setdefault(base, set()).add(child)
+    if name not in self._descendants:
+      found, todo = set(), [name]
+      while todo:
+        current = todo.pop()
+        if current not in found:
+          found.add(current)
+          todo.extend(self._children.get(current, ()))
+      self._descendants[name] = found
+    return self._descendants[name]
+
+  def related(self, one, other) -> bool:
+    """One of the two classes derives from the other, or a third from
+    both."""
+    return not self._below(one).isdisjoint(self._below(other))
+
+
+def _instance_reads(tree) -> dict:
+  """id(node) -> the class name, for each ``self.<attr>`` of ``tree``
+  through the instance parameter of a method of its class."""
+  found = {}
+  for owner in _walk.nodes(tree):
+    if not isinstance(owner, ast.ClassDef):
+      continue
+    for method in owner.body:
+      receiver = isinstance(method, (
+          ast.FunctionDef, ast.AsyncFunctionDef)) and (
+              _names.instance_parameter(method))
+      if receiver:
+        found.update((id(n), owner.name) for n in ast.walk(method)
+                     if isinstance(n, ast.Attribute) and isinstance(
+                         n.value, ast.Name) and n.value.id == receiver)
+  return found
+
+
+def _by_computed_name(node) -> bool:
+  """``node`` calls ``getattr``/``setattr``/``delattr``/``hasattr`` with a
+  name that is no constant, or ``vars``."""
+  if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+    return False
+  if node.func.id == 'vars':
+    return True
+  return node.func.id in ('getattr', 'setattr', 'delattr', 'hasattr') and (
+      len(node.args) < 2 or not isinstance(node.args[1], ast.Constant))
+
+
+def _is_property(method, owner) -> bool:
+  """``method`` is a read-only property (``@property``, no setter)."""
+  if [ast.unparse(d) for d in method.decorator_list] != ['property']:
+    return False
+  return not any(isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and item is not method and item.name == method.name
+                 for item in owner.body)
+
+
+def _declared_names(item) -> list:
+  """The names a class body's statement ``item`` binds."""
+  if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+    return [item.target.id]
+  if isinstance(item, ast.ClassDef):
+    return [item.name]
+  return [n.id for n in ast.walk(item)
+          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def _base_why(owner, classes, names) -> Optional[str]:
+  """Why a class ``owner`` derives from may read its instances' attributes
+  where migrate does not look: a base, or a base of a base, that is not a
+  class of the project (the project's classes: ``classes()``) nor one of
+  the Python's own that read none (``_QUIET_BASES``), a class decorator
+  other than ``_QUIET_DECORATORS``, a metaclass."""
+  for base in owner.bases:
+    name = base.attr if isinstance(base, ast.Attribute) else getattr(
+        base, 'id', None)
+    outside = None if name is None else classes().outside_ancestor(name)
+    if name is None or outside is not None:
+      return (f'{owner.name} derives from `{ast.unparse(base)[:40]}`'
+              + ('' if outside in (None, name) else f' (from {outside})') +
+              ', not a class of the project, whose code may read its '
+              'attributes')
+  decorators = [names.resolve(d.func if isinstance(d, ast.Call) else d)
+                for d in owner.decorator_list]
+  if owner.keywords or any(d not in _QUIET_DECORATORS for d in decorators):
+    return (f'{owner.name} is made by a decorator or metaclass, whose code '
+            'may read its attributes')
+  return None
+
+
+def _rebinds(node, name) -> bool:
+  """``node`` binds ``name`` (an assignment, a parameter of a def or lambda
+  nested, a loop or ``with`` target, an import)."""
+  if isinstance(node, ast.Name):
+    return node.id == name and not isinstance(node.ctx, ast.Load)
+  if isinstance(node, ast.arg):
+    return node.arg == name
+  if isinstance(node, (ast.Import, ast.ImportFrom)):
+    return any((a.asname or a.name).partition('.')[0] == name
+               for a in node.names)
+  return isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names
+
+
+
+
+class SelfHolding:
+  """The fixpoint's part for attributes kept on ``self``. Part of
+  ``_flow.OptimizerFlow``: ``_solve`` prunes, ``is_optimizer`` asks."""
+
+  def _init_self_attributes(self, tree):
+    # (the replicated flow proves none: where a module replicates an
+    # optimizer, the planner keeps every one it does not prove replicated)
+    self.self_attributes = SelfAttributes(
+        ast.Module(body=[], type_ignores=[]) if self.base is not None
+        else tree, self.names)
+    self.alive_attributes: set = set()
+
+  def _start_self_attributes(self):
+    """Every followed attribute starts alive."""
+    self.alive_attributes = set(self.self_attributes.stores)
+
+  def _prune_self_attributes(self) -> bool:
+    """Drops each attribute one of whose stored values is not provably an
+    optimizer, or that another module may reach (asked only of those whose
+    values are); True where one was dropped."""
+    changed = False
+    for key, values in self.self_attributes.stores.items():
+      if key not in self.alive_attributes:
+        continue
+      unproven = next((v for v in values if not self._value_holds(
+          v, self.scope_of(v[1] if isinstance(v, tuple) else v))), None)
+      if unproven is not None:
+        self.self_attributes.unproven(key, unproven)
+      if not values or unproven is not None or (
+          self.self_attributes.outside_why(key) is not None):
+        self.alive_attributes.discard(key)
+        changed = True
+    return changed
+
+  def self_attribute_holds(self, node) -> bool:
+    """``node`` is ``self.<attr>`` of an attribute proven an optimizer."""
+    return self.self_attributes.key_of(node) in self.alive_attributes
+
+  def self_attribute_why(self, node) -> Optional[str]:
+    """Why the attribute ``node`` stores into is not followed (None where
+    it is no ``self.<attr>``, or no reason stands against it)."""
+    key = self.self_attributes.key_of(node)
+    return None if key is None else self.self_attributes.why_not.get(key)
+
+  def is_holding_property(self, function) -> bool:
+    """``function`` is a property of its class proven to return an
+    optimizer, read only as ``self.<property>`` in its class."""
+    return any(key.attr == function.name and function in key.owner.body
+               for key in self.alive_attributes)
