@@ -80,6 +80,7 @@ migrate's output differs from its recorded digest, else 0.
 
 import argparse
 import ast
+import bisect
 import collections
 import io
 import json
@@ -853,6 +854,29 @@ def _statement_spans(tree: ast.AST, removed_imports) -> list:
   return spans
 
 
+def _rewritten_lines(result) -> set:
+  """The lines of the old source that an edit of migrate's plan spans.
+  The diff's hunks alone overstate them: where a rewrite joins a call's
+  lines into one, the lines between two edits (an unchanged ``if`` header)
+  fall into the same hunk."""
+  offsets = [0]
+  for line in result.old.splitlines(keepends=True):
+    offsets.append(offsets[-1] + len(line))
+  lines = set()
+  for edit in result.plan.edits:
+    first = bisect.bisect_right(offsets, edit.start)
+    last = bisect.bisect_right(offsets, max(edit.start, edit.end - 1))
+    lines.update(range(first, last + 1))
+  return lines
+
+
+def _import_lines(tree) -> set:
+  """The lines of the imports (migrate changes them after its edits)."""
+  return {line for node in ast.walk(tree)
+          if isinstance(node, (ast.Import, ast.ImportFrom))
+          for line in range(node.lineno, node.end_lineno + 1)}
+
+
 def _statement_of(spans: list, line: int) -> Optional[tuple]:
   """The narrowest statement span holding ``line``."""
   holding = [s for s in spans if s[0] <= line <= s[1]]
@@ -880,9 +904,11 @@ def statements_unreported(sources, results, scanned) -> tuple:
     if result.plan is None or path.endswith('.ipynb'):
       continue
     old = result.old.decode('utf-8', 'replace')
-    spans = _statement_spans(ast.parse(old), result.plan.removed_imports)
+    tree = ast.parse(old)
+    spans = _statement_spans(tree, result.plan.removed_imports)
     lines = {line for first, old_lines, _ in migrate._changed_lines(result)
              for line in range(first, first + len(old_lines))}
+    lines &= _rewritten_lines(result) | _import_lines(tree)
     lines |= {leftover.line for leftover in result.plan.leftovers}
     statements = {_statement_of(spans, line) for line in lines} - {None}
     touched += len(statements)

@@ -197,7 +197,7 @@ def test_noqa_keeps_its_codes_and_reports_codes_that_keep_nothing(tmp_path):
       import jax
       from flax import optim  # noqa: FOC101
       opt_def = optim.Adam(0.1)  # noqa
-      x = jax.tree_map(f, x)  # noqa: E501
+      x = jax.tree_map(f, params)  # noqa: E501
       y = jax.tree_leaves(x)  # NOQA:FOC201,FOC108
       z = jax.host_id()  # some note  # noqa: FOC999
       s = "# noqa: FOC201"; w = jax.tree_flatten(x)
@@ -223,7 +223,7 @@ def test_add_noqa_then_scan_is_clean_and_only_comments_changed(tmp_path):
       import jax
       from flax import optim  # noqa: E501
       opt_def = optim.Adam(0.1)  # why we keep it
-      x = jax.tree_map(f, x); doc = """a string
+      x = jax.tree_map(f, params); doc = """a string
       """
       y = jax.tree_leaves(
           x)
@@ -241,7 +241,7 @@ def test_add_noqa_then_scan_is_clean_and_only_comments_changed(tmp_path):
   assert marked.splitlines()[1:4] == [
       'from flax import optim  # noqa: E501, FOC101',
       'opt_def = optim.Adam(0.1)  # why we keep it  # noqa: FOC103',
-      'x = jax.tree_map(f, x); doc = """a string',
+      'x = jax.tree_map(f, params); doc = """a string',
   ]
   assert marked.splitlines()[5] == 'y = jax.tree_leaves(  # noqa: FOC201'
   assert ast.dump(ast.parse(marked)) == ast.dump(ast.parse(original))

@@ -29,7 +29,7 @@ from compat.codemod import _codes
 
 _CHECKPOINT_CLASSES = ('clu.checkpoint.Checkpoint',
                        'clu.checkpoint.MultihostCheckpoint')
-_METHOD = 'restore_or_initialize'
+METHOD = 'restore_or_initialize'
 _TARGET_KEYWORD = 'state'
 
 
@@ -38,7 +38,7 @@ def target_of(planner, call) -> Optional[ast.AST]:
   on a name every binding of which (in its function) makes one of clu's
   checkpoints; None otherwise."""
   func = call.func
-  if not (isinstance(func, ast.Attribute) and func.attr == _METHOD and
+  if not (isinstance(func, ast.Attribute) and func.attr == METHOD and
           isinstance(func.value, ast.Name)):
     return None
   if not any(f.rule.startswith(_codes.FLAX_OPTIM) for f in planner.findings):

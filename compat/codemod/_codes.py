@@ -80,6 +80,9 @@ CODES = (
     Code('FOC118', _members.OPTIMIZER_USE, 'a member of a flax.optim '
          'Optimizer read (optimizer.target, optimizer.state.step, '
          '.replace(target=...))', _C.SECTION_LOOP),
+    Code('FOC119', 'optimizer_escape', 'a flax.optim Optimizer going on to '
+         'code migrate cannot follow (stored in an attribute, passed to an '
+         'unproven call): its whole flow stays', _C.SECTION_LOOP),
     Code('FOC200', 'removed_api', 'another removed jax/flax API',
          _C.SECTION_FIND),
     Code('FOC201', 'removed_api', 'jax.tree_* moved to jax.tree_util',

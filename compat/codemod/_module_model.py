@@ -15,9 +15,11 @@ from compat.codemod import _walk
 class ModuleModel:
   """The facts of one module a ``Planner`` and ``_escape_analysis`` read."""
 
-  def __init__(self, tree: ast.Module, names, checkpoint_lines: frozenset):
+  def __init__(self, tree: ast.Module, names, checkpoint_lines: frozenset,
+               flow=None):
+    """``flow``: the module's ``OptimizerFlow`` where one was built."""
     self.tree, self.names = tree, names
-    self.flow = _flow.OptimizerFlow(tree, names)
+    self.flow = flow or _flow.OptimizerFlow(tree, names)
     # Lines where scan found a checkpoint or pickle write or read.
     self.checkpoint_lines = checkpoint_lines
     self.parents = _walk.parents(tree)  # each node -> the node holding it
@@ -41,6 +43,14 @@ class ModuleModel:
             if isinstance(node, ast.Call)
             for store in _project.field_stores(node, holders)] + (
                 _project.attribute_stores(self.tree, holders))
+
+  def unproven_field_stores(self) -> list:
+    """``[(holder, value)]`` of the values stored in an optimizer field
+    that this module cannot prove read alike once migrated
+    (``stores_alike``): the field's readers elsewhere stay with them."""
+    stored = {id(value) for _, value in self.field_stores}
+    return [(holder, value) for holder, value in self.field_stores
+            if not self.stores_alike(value, stored)]
 
   def only_stored(self, name) -> bool:
     """The name ``name`` binds optimizers or dict stand-ins and is read

@@ -8,6 +8,8 @@ from compat import _lazy
 from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _project
+from compat.codemod import _restores
+from compat.codemod import _user_rules
 from compat.codemod import _walk
 
 # An optimizer going on to code the rewrite cannot follow
@@ -75,6 +77,23 @@ def layout_key_reads(tree: ast.Module) -> list:
           isinstance(node.value, ast.Subscript) and
           isinstance(node.slice, ast.Constant) and
           node.slice.value in LAYOUT_KEYS]
+
+
+def unproven_store_why(holder, text: str) -> str:
+  """Why a value stored in an optimizer field (``text``: its source) keeps
+  the flows reading that field as they are."""
+  return (f'`{text[:60]}` goes into the field `{holder.field}` of '
+          f'{holder.name}, annotated flax.optim.Optimizer, and is not '
+          'provably a flax.optim Optimizer here: the modules that read the '
+          'field stay with it')
+
+
+def planned_from_tree(finding) -> bool:
+  """``finding`` is scan's report of what a rule of the plan finds in the
+  tree itself (``Planner``): a restore into a template, a construction of
+  the user's rule class, an optimizer escaping."""
+  return finding.construct == ESCAPE or _restores.is_template_restore(
+      finding) or _user_rules.is_construction(finding)
 
 
 def flow_migrated(plan) -> bool:

@@ -83,6 +83,22 @@ REFUSES_NOTE = (
     '`flax-optim-compat convert SRC DST --to train_state{stock}`')
 
 
+# The replacement of scan's finding on a restore that ``fills_flow``: its
+# checkpoint finding (FOC114) where no optimizer is among the arguments
+# (``state`` holding one in a field). The plan leaves such findings out of
+# its checkpoint notes: this module plans and notes those restores itself.
+TEMPLATE_RESTORE = (
+    'flax_optim_rules.from_either_layout(template, the same restore given '
+    'no template): the template now holds a TrainState; migrate rewrites '
+    "the restore to read checkpoints of either layout")
+
+
+def is_template_restore(finding) -> bool:
+  """``finding`` is scan's on a restore that ``fills_flow``."""
+  return finding.construct == 'checkpoint' and (
+      finding.replacement == TEMPLATE_RESTORE)
+
+
 class Refuses(str):
   """The why of a restore rewritten to read both layouts that refuses
   some files of flax.optim's layout (noted as ``REFUSES_NOTE``)."""
@@ -147,6 +163,16 @@ def _project_function(planner, call) -> bool:
       model is not None and model.callee(call, planner.names) is not None)
 
 
+def fills_flow(planner, restore: Restore) -> bool:
+  """Whether ``restore`` is a route migrate rewrites into a template that
+  holds an optimizer of the flow (clu's: whatever its template): the
+  restores ``plan_restore`` rewrites, or keeps with the reason, and
+  ``scan`` reports (``TEMPLATE_RESTORE``)."""
+  return restore.route is not None and (
+      restore.route == _CLU_RESTORE or
+      planner.flow.holds_optimizer(restore.target))
+
+
 def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
   """Rewrites ``restore`` to read both layouts where its target holds an
   optimizer the flow migrates; returns why not (None: rewritten, or
@@ -156,8 +182,7 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
     return (f'`{planner.text(restore.call.func)[:60]}` is not a restore '
             'migrate rewrites (flax.training.checkpoints.restore_checkpoint, '
             'flax.serialization.from_bytes and from_state_dict are)')
-  if restore.route != _CLU_RESTORE and not planner.flow.holds_optimizer(
-      restore.target):
+  if not fills_flow(planner, restore):
     # (clu's restore is rewritten whatever migrate sees of its template,
     # often the program's whole state, given from afar: where it holds no
     # TrainState, from_either_layout restores what clu's from_bytes does,

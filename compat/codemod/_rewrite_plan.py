@@ -70,6 +70,7 @@ HIDDEN_UNSAFE_FIX = _plan_records.HIDDEN_UNSAFE_FIX
 unsafe_fixes_applied = _plan_records.unsafe_fixes_applied
 unsafe_fixes_hidden = _plan_records.unsafe_fixes_hidden
 unsafe_fixes_held = _plan_records.unsafe_fixes_held
+planned_from_tree = _plan_records.planned_from_tree
 FLOW_CONSTRUCTS = _plan_records.FLOW_CONSTRUCTS
 NOTE_CONSTRUCTS = _plan_records.NOTE_CONSTRUCTS
 HELD_NOTE = _plan_records.HELD_NOTE
@@ -101,6 +102,12 @@ class Planner(_plan_imports.PlanImports):
     # each is recorded in ``self.unsafe``, enabled or not.
     self.unsafe_fixes = unsafe_fixes
     self.unsafe: list = []
+    # Scan's findings on what the plan's own rules find in the tree
+    # (restores into templates holding an optimizer, constructions of the
+    # user's rule classes, optimizers escaping): planned, noted or left
+    # there, never as findings left over, nor held by a noqa mark.
+    findings = [f for f in findings
+                if not _plan_records.planned_from_tree(f)]
     # (line, code) of findings kept as they are (noqa, --ignore): the
     # flow is rewritten whole or not at all, so one held flax.optim finding
     # holds the file's flow; a held removal holds only itself.
@@ -111,13 +118,14 @@ class Planner(_plan_imports.PlanImports):
     # (line, construct, reason): links of this module's optimizer flow to
     # other modules that stay as they are; the flow here stays with them.
     self.blocked = blocked
-    self.findings, self.tier = findings, tier
+    self.findings = findings
+    self.tier = tier
     # Another module overrides hyper-parameters per step on optimizers it
     # did not create: definitions that leave this module get injected.
     self.rate_set_elsewhere = rate_set_elsewhere
     self.exported = frozenset(exported)  # names other modules import
     self.module = _module_model.ModuleModel(tree, names, frozenset(
-        f.line for f in findings if f.construct in NOTE_CONSTRUCTS))
+        f.line for f in self.findings if f.construct in NOTE_CONSTRUCTS))
     self.flow = self.module.flow
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
@@ -383,19 +391,10 @@ class Planner(_plan_imports.PlanImports):
     """A value stored in a field annotated ``optim.Optimizer`` (the class
     called, ``.replace(optimizer=...)``) that this module cannot prove is
     an optimizer: its uses elsewhere would be rewritten while it stays."""
-    stores = self.module.field_stores
-    stored = {id(value) for _, value in stores}
-    leftovers = []
-    for holder, value in stores:
-      if not self.module.stores_alike(value, stored):
-        leftovers.append(self._leftover(
-            value, _project.HELD_IN_FIELD,
-            f'`{self.text(value)[:60]}` goes into the field '
-            f'`{holder.field}` of {holder.name}, annotated '
-            'flax.optim.Optimizer, and is not provably a flax.optim '
-            'Optimizer here: the modules that read the field stay with '
-            'it'))
-    return leftovers
+    return [self._leftover(value, _project.HELD_IN_FIELD,
+                           _plan_records.unproven_store_why(
+                               holder, self.text(value)))
+            for holder, value in self.module.unproven_field_stores()]
 
   def _planned_restore(self, call) -> bool:
     """Whether ``call`` is a restore into a template (``_restores``):

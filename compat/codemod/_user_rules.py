@@ -31,6 +31,18 @@ from compat.codemod import _names
 
 # What migrated code names (flax_optim_rules' public surface).
 RULE_BASE = 'RuleDef'
+# The replacement of scan's finding on a construction of the user's rule
+# class (``Rule(...)``), which ``plan_construction`` rewrites: the plan
+# leaves such findings out of those it reports as left (it plans the
+# construction from the tree).
+CONSTRUCTION = ('Rule(...).to_optax(): the class, kept on '
+                f'flax_optim_rules.{RULE_BASE}, gives its Optax transform')
+
+
+def is_construction(finding) -> bool:
+  """``finding`` is scan's on a construction of the user's rule class."""
+  return finding.construct == _members.OPTIMIZER_DEF and (
+      finding.replacement == CONSTRUCTION)
 RULE_STATE = 'RuleState'
 # What a subclass may ask ``self``/``super()`` for besides its own names.
 RULE_DEF_API = frozenset((

@@ -317,7 +317,8 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
       found = scan.scan_source(source, shown, project.reexports, tree)
     except Exception:  # pylint: disable=broad-except
       continue  # migrate_file reports the file
-    constructs = {f.construct for f in found}
+    constructs = {f.construct for f in found
+                  if not _rewrite_plan.planned_from_tree(f)}
     if 'apply_gradient_overrides' in constructs and not constructs & {
         _members.CREATE, _members.OPTIMIZER_DEF}:
       return True
@@ -428,6 +429,8 @@ def left_in_output(result: FileResult, reexports=None,
   # nor findings of unselected codes (their lines keep their references).
   every = scan.scan_file(module, result.path, tree, reexports,
                          kernel=kernel)[0]
+  # What the plan's own rules found there, it lists itself (its leftovers).
+  every = [f for f in every if not _rewrite_plan.planned_from_tree(f)]
   chosen = set(_codes.BY_CODE) if chosen is None else chosen
   found = [(f.line, f.construct, f'by hand: {f.replacement}')
            for f in every if f.rule != _codes.UNUSED_NOQA and

@@ -76,21 +76,27 @@ from typing import Iterable, NamedTuple, Optional
 
 from compat import _atomic
 from compat import _lazy
+from compat.codemod import _clu_restores
 from compat.codemod import _codes
 from compat.codemod import _config
+from compat.codemod import _escape_analysis
 from compat.codemod import _flow
 from compat.codemod import _formats
 from compat.codemod import _members
+from compat.codemod import _module_model
 from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
 from compat.codemod import _parallel
+from compat.codemod import _plan_records
 from compat.codemod import _prefilter
 from compat.codemod import _project
 from compat.codemod import _removals
+from compat.codemod import _restores
 from compat.codemod import _source
 from compat.codemod import _state_layout
 from compat.codemod import _tree
+from compat.codemod import _user_rules
 from compat.codemod import _walk
 
 rep = _lazy.module_without_package('legacy_optim', 'catalogue')
@@ -199,6 +205,14 @@ _LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
 _DISPATCH: dict = {}  # node class -> the _Visitor method that visits it
 
 
+# Findings that the module's optimizer flow proves an optimizer made or
+# used here (``check_escapes`` follows such optimizers).
+_FLOW_PROVEN = frozenset((
+    _members.CREATE, _members.APPLY_GRADIENT, 'apply_gradient_overrides',
+    _members.COMPUTE_GRADIENT, _members.OPTIMIZE, _members.REPLICATE,
+    _members.OPTIMIZER_USE, 'checkpoint', 'annotation'))
+
+
 class _Visitor(ast.NodeVisitor):
   """Reports legacy constructs of one parsed file."""
 
@@ -210,6 +224,9 @@ class _Visitor(ast.NodeVisitor):
     self._inner: set[int] = set()
     self._explained: set[int] = set()
     self._called: set[int] = set()  # ids of the calls' callees
+    # Restores no finding names yet, asked about once the walk has found
+    # the module's other findings (``check_restores``).
+    self._restores: list[ast.Call] = []
 
   # NodeVisitor's own visit/generic_visit look the method up by name on
   # every node and descend into contexts and operators too; scanning is
@@ -443,6 +460,10 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, _members.OPTIMIZER_DEF, _BY_NAME_REPLACEMENT,
                rep.SECTION_ALGORITHMS)
       return
+    if self._rule_classes and module.user_rule(node.func):
+      self.add(node, _members.OPTIMIZER_DEF, _user_rules.CONSTRUCTION,
+               rep.SECTION_ALGORITHMS)
+      return
     if name in _names.ALGORITHMS:
       self.add(node, _members.OPTIMIZER_DEF, _algorithm_replacement(name, node),
                rep.SECTION_ALGORITHMS)
@@ -473,7 +494,16 @@ class _Visitor(ast.NodeVisitor):
       self._check_checkpoint(node, path)
       return
     if isinstance(node.func, ast.Attribute):
+      if node.func.attr == _clu_restores.METHOD:
+        self._restores.append(node)
       self._check_method(node, node.func.attr, node.func.value)
+
+  @functools.cached_property
+  def _rule_classes(self) -> bool:
+    """Whether this module or the project has an OptimizerDef subclass of
+    the user's, whose constructions are definitions."""
+    model = self.module.model
+    return bool(self.module.user_defs or (model and model.user_rules))
 
   def _check_method(self, node, method, receiver):
     module = self.module
@@ -525,6 +555,48 @@ class _Visitor(ast.NodeVisitor):
       pickled = path.startswith('pickle.')
       self.add(node, 'checkpoint', _FIXED['pickle'].text if pickled else None,
                confidence=confidence)
+    elif path in _restores.ROUTES:
+      self._restores.append(node)
+
+  def check_escapes(self):
+    """After the walk, in a module of flax.optim: each optimizer its flow
+    proves going on to code migrate cannot follow (``_escape_analysis``),
+    and each value stored in an optimizer field it cannot prove one: what
+    keeps migrate's whole flow as it is, one finding per place."""
+    if not any(f.construct in _FLOW_PROVEN and f.confidence == 'certain'
+               for f in self.findings):
+      return  # no optimizer the flow proves here: none goes anywhere
+    module = _module_model.ModuleModel(
+        self.module.tree, self.module, frozenset(
+            f.line for f in self.findings
+            if f.construct in _plan_records.NOTE_CONSTRUCTS), self.flow)
+    section = _codes.BY_CODE[_codes.code_of(_plan_records.ESCAPE)].section
+    for escape in _escape_analysis.escapes(module):
+      self.add(escape.node, _plan_records.ESCAPE, escape.why, section)
+    for holder, value in module.unproven_field_stores():
+      self.add(value, _plan_records.ESCAPE, _plan_records.unproven_store_why(
+          holder, ast.unparse(value)), section)
+
+  def check_restores(self):
+    """After the walk: each restore into a template that holds an
+    optimizer (``_restores.fills_flow``: ``state`` with an optimizer in a
+    field), which migrate rewrites to read both layouts or keeps with its
+    reason, where no optimizer among its arguments made it a finding."""
+    if not self._restores:
+      return
+    view = _RestoreView(self.module, self.flow, tuple(self.findings))
+    for call in self._restores:
+      restore = _restores.restore_of(view, call)
+      if restore is not None and _restores.fills_flow(view, restore):
+        self.add(call, 'checkpoint', _restores.TEMPLATE_RESTORE)
+
+
+class _RestoreView(NamedTuple):
+  """What ``_restores`` asks of a module: its names, its optimizer flow and
+  its other findings (as it asks a planner)."""
+  names: _names.ModuleNames
+  flow: _flow.OptimizerFlow
+  findings: tuple
 
 
 def _method(kind: type):
@@ -612,6 +684,8 @@ def scan_source(source, path: str = '<string>', reexports=None,
   if not may_name_flax_optim:
     visitor.flow = _flow.NO_OPTIMIZERS  # (its cached value, never built)
   visitor.visit(tree)
+  visitor.check_escapes()  # (before the restores: not checkpoint lines)
+  visitor.check_restores()
   return sorted(set(visitor.findings))
 
 
