@@ -684,8 +684,10 @@ def scan_source(source, path: str = '<string>', reexports=None,
   if not may_name_flax_optim:
     visitor.flow = _flow.NO_OPTIMIZERS  # (its cached value, never built)
   visitor.visit(tree)
-  visitor.check_escapes()  # (before the restores: not checkpoint lines)
-  visitor.check_restores()
+  if may_name_flax_optim:  # (else no value here is an optimizer: none
+    # escapes, and no restore's template holds one)
+    visitor.check_escapes()  # (before the restores: not checkpoint lines)
+    visitor.check_restores()
   return sorted(set(visitor.findings))
 
 
