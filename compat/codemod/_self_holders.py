@@ -187,6 +187,8 @@ class SelfAttributes:
     """Every ``.<attr>`` of this module not through a method's instance
     parameter of the attribute's class, and every string spelling it
     (``getattr(agent, 'opt')``)."""
+    if not self.stores:
+      return  # no attribute to keep out (most modules store none)
     spelled: dict[str, list] = {}
     by_any_name = None  # the first ``setattr(x, name, v)``, ``x.__dict__``
     for node in ast.walk(tree):
