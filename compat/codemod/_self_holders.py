@@ -29,6 +29,7 @@ Stdlib only.
 """
 
 import ast
+import functools
 import re
 from typing import NamedTuple, Optional
 
@@ -308,6 +309,19 @@ def _first_spelling(source: bytes, word) -> Optional[int]:
   return None
 
 
+_CLASS_HEADER = re.compile(rb'^\s*class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:',
+                           re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=16384)
+def _class_headers(source: bytes) -> tuple:
+  """``((name, bases text), ...)`` of each class header ``source`` spells:
+  read once per source, not once per module's flow that asks
+  (``_ClassNames`` reads every source of the project)."""
+  return tuple((m.group(1).decode(), (m.group(2) or b'').decode())
+               for m in _CLASS_HEADER.finditer(source))
+
+
 class _ClassNames:
   """The project's classes by their last name and their bases' last
   names (read from every source, parsed or not): two classes share
@@ -315,16 +329,13 @@ class _ClassNames:
   Names alike are taken for one class (a name two classes share may only
   make more classes related)."""
 
-  _HEADER = re.compile(rb'^\s*class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:',
-                       re.MULTILINE)
-
   def __init__(self, sources, tree):
     self._bases: dict[str, set] = {}
     self._children: Optional[dict] = None
     self._descendants: dict[str, set] = {}
     for source in sources:
-      for match in self._HEADER.finditer(source):
-        self._add(match.group(1).decode(), (match.group(2) or b'').decode())
+      for name, bases in _class_headers(source):
+        self._add(name, bases)
     for node in ast.walk(tree):  # (this module's, also with no model)
       if isinstance(node, ast.ClassDef):
         self._add(node.name, ','.join(ast.unparse(b) for b in node.bases))
