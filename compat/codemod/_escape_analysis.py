@@ -126,7 +126,7 @@ def _kind(module, node):
   """True: ``node`` is an optimizer (plain or replicated); a tuple: a call
   returning a tuple with one; None: neither."""
   flow = module.flow
-  if flow.is_optimizer(node) or module.replicated.is_optimizer(node):
+  if flow.is_optimizer(node) or module.replicated_beside.is_optimizer(node):
     return True
   if isinstance(node, ast.Call):
     kind = flow.tuple_kind(node)
@@ -221,7 +221,7 @@ def _target_problem(module, target, node, kind, text) -> Optional[str]:
   flow = module.flow
   if isinstance(target, ast.Name):
     if kind is True and (flow.is_optimizer(target) or
-                         module.replicated.is_optimizer(target) or
+                         module.replicated_beside.is_optimizer(target) or
                          module.only_stored(target)):
       return None  # (or with a dict stand-in, only stored in a field)
     if kind is True:
@@ -275,7 +275,7 @@ def _in_tuple(module, display, node, text) -> Optional[str]:
         continue  # ``self.<attr>`` followed in its class (_self_holders)
       if not (isinstance(element, ast.Name) and (
           module.flow.is_optimizer(element) or
-          module.replicated.is_optimizer(element))):
+          module.replicated_beside.is_optimizer(element))):
         return (f'`{ast.unparse(element)[:40]}` takes the optimizer '
                 f'`{text}` and is not provably one where it is read')
     return None
@@ -365,7 +365,7 @@ def _passed(module, call, node, text) -> Optional[str]:
   if flow.keeps_kind(call, node) or call.lineno in module.checkpoint_lines:
     return None
   if flow.argument_proven(call, node) or (
-      module.replicated.argument_proven(call, node)):
+      module.replicated_beside.argument_proven(call, node)):
     return None
   if flow.argument_to_foreign_step(call, node):
     return None  # the step's module is linked to this one

@@ -8,6 +8,8 @@ import ast
 import functools
 
 from compat.codemod import _flow
+from compat.codemod import _members
+from compat.codemod import _names
 from compat.codemod import _project
 from compat.codemod import _walk
 
@@ -30,6 +32,31 @@ class ModuleModel:
     asked only in a module that replicates one (most do not, and a flow
     costs about a walk of the module)."""
     return _flow.OptimizerFlow(self.tree, self.names, replicated_of=self.flow)
+
+  @functools.cached_property
+  def replicated_beside(self):
+    """What the escape check asks after the plain flow said no (``flow.X
+    or replicated_beside.X``): the replicated flow where it can prove a
+    value, else ``_flow.NO_OPTIMIZERS``. It proves one only from a root:
+    a ``.replicate()`` read in this module, or a parameter of one of its
+    functions that other modules' calls prove (``_param_holds``'
+    elsewhere); what it proves without one (a parameter passed only to
+    itself), its plain flow, more permissive rule by rule, proves too."""
+    if self._replicates_here() or self._proven_elsewhere():
+      return self.replicated
+    return _flow.NO_OPTIMIZERS
+
+  def _replicates_here(self) -> bool:
+    return any(isinstance(node, ast.Attribute) and
+               node.attr == _members.REPLICATE
+               for node in _walk.nodes(self.tree))
+
+  def _proven_elsewhere(self) -> bool:
+    model = self.names.model
+    return model is not None and any(
+        model.param_verdict(self.names, name, parameter)
+        for name, function in self.flow.functions.items()
+        for parameter in _names.parameter_names(function))
 
   @functools.cached_property
   def field_stores(self) -> list:

@@ -29,6 +29,7 @@ Stdlib only.
 """
 
 import ast
+import functools
 import re
 from typing import NamedTuple, Optional
 
@@ -45,6 +46,7 @@ _ATTRIBUTE_PROTOCOL = ('__dict__', '__getattr__', '__getattribute__',
 # Bases (by last name) and class decorators of libraries that read no
 # attribute of an instance: an abstract base's checks, gin's wrapper of the
 # constructor that fills its arguments.
+_BLANKS = b' \t\n\r\x0c\x0b'  # what \s matches in a bytes pattern
 _QUIET_BASES = ('object', 'ABC', 'Generic')
 _QUIET_DECORATORS = ('gin.configurable',)
 
@@ -186,6 +188,8 @@ class SelfAttributes:
     """Every ``.<attr>`` of this module not through a method's instance
     parameter of the attribute's class, and every string spelling it
     (``getattr(agent, 'opt')``)."""
+    if not self.stores:
+      return  # no attribute to keep out (most modules store none)
     spelled: dict[str, list] = {}
     by_any_name = None  # the first ``setattr(x, name, v)``, ``x.__dict__``
     for node in ast.walk(tree):
@@ -245,16 +249,15 @@ class SelfAttributes:
     based = _base_why(key.owner, self._classes, self._names)
     if based is not None or model is None:
       return based
-    pattern = re.compile(rb'(?:\.\s*|[\'"])' + re.escape(key.attr.encode()) +
-                         rb'\b')
+    word = re.compile(re.escape(key.attr.encode()) + rb'\b')
     for path, source in sorted(model.sources.items()):
       if path == here or source is None:
         continue
-      match = pattern.search(source)
-      if match is None:
+      start = _first_spelling(source, word)
+      if start is None:
         continue
       tree = model.trees.get(path)
-      line = source.count(b'\n', 0, match.start()) + 1 if tree is None else (
+      line = source.count(b'\n', 0, start) + 1 if tree is None else (
           self._named_in(key, path, tree))
       if line is not None:
         return (f'`.{key.attr}` is also named at {path}:{line}, outside the '
@@ -287,6 +290,38 @@ class SelfAttributes:
     return self._class_names
 
 
+def _first_spelling(source: bytes, word) -> Optional[int]:
+  """Where ``source`` first spells the attribute ``word`` matches as
+  ``.<attr>`` (blanks allowed after the dot) or in quotes: the offset of
+  the dot or quote, as ``re.search(rb'(?:\\.\\s*|[\'"])<attr>\\b')`` would
+  give it. The word is searched first (a literal the regex engine finds
+  quickly; the pattern starting with the dot tried every offset of every
+  module, most of scan's time on a large project), then what precedes it
+  is read backwards."""
+  for match in word.finditer(source):
+    before = match.start()
+    if before and source[before - 1] in b'\'"':
+      return before - 1
+    while before and source[before - 1] in _BLANKS:
+      before -= 1
+    if before and source[before - 1] == ord('.'):
+      return before - 1
+  return None
+
+
+_CLASS_HEADER = re.compile(rb'^\s*class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:',
+                           re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=16384)
+def _class_headers(source: bytes) -> tuple:
+  """``((name, bases text), ...)`` of each class header ``source`` spells:
+  read once per source, not once per module's flow that asks
+  (``_ClassNames`` reads every source of the project)."""
+  return tuple((m.group(1).decode(), (m.group(2) or b'').decode())
+               for m in _CLASS_HEADER.finditer(source))
+
+
 class _ClassNames:
   """The project's classes by their last name and their bases' last
   names (read from every source, parsed or not): two classes share
@@ -294,16 +329,13 @@ class _ClassNames:
   Names alike are taken for one class (a name two classes share may only
   make more classes related)."""
 
-  _HEADER = re.compile(rb'^\s*class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:',
-                       re.MULTILINE)
-
   def __init__(self, sources, tree):
     self._bases: dict[str, set] = {}
     self._children: Optional[dict] = None
     self._descendants: dict[str, set] = {}
     for source in sources:
-      for match in self._HEADER.finditer(source):
-        self._add(match.group(1).decode(), (match.group(2) or b'').decode())
+      for name, bases in _class_headers(source):
+        self._add(name, bases)
     for node in ast.walk(tree):  # (this module's, also with no model)
       if isinstance(node, ast.ClassDef):
         self._add(node.name, ','.join(ast.unparse(b) for b in node.bases))
