@@ -72,7 +72,7 @@ import gc
 import json
 import os
 import sys
-from typing import Iterable, NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional, cast
 
 from compat import _atomic
 from compat import _lazy
@@ -682,7 +682,9 @@ def scan_source(source, path: str = '<string>', reexports=None,
            else _names.ModuleNames(tree, reexports, collect=False))
   visitor = _Visitor(path, names, text.splitlines())
   if not may_name_flax_optim:
-    visitor.flow = _flow.NO_OPTIMIZERS  # (its cached value, never built)
+    # Its cached value, never built: the stand-in answers what the walk asks
+    # (no value here is an optimizer); the checks below are not run.
+    visitor.flow = cast(_flow.OptimizerFlow, _flow.NO_OPTIMIZERS)
   visitor.visit(tree)
   if may_name_flax_optim:  # (else no value here is an optimizer: none
     # escapes, and no restore's template holds one)
