@@ -1047,31 +1047,27 @@ def format_unsafe_fixes(results) -> list:
 
 
 def _unsafe_fixes_section(results) -> list:
-  applied, hidden = unsafe_fixes_applied(results), unsafe_fixes_hidden(
-      results)
-  held = unsafe_fixes_held(results)
-  if not (applied or hidden or held):
+  hidden = unsafe_fixes_hidden(results)
+  groups = (
+      (unsafe_fixes_applied(results),
+       'Applied (--unsafe-fixes), each resting on the assumption stated: '
+       'check it (e.g. `--prove`):'),
+      (unsafe_fixes_held(results),
+       'Enabled, not applied: the flow each is in stays as it was for its '
+       'other links (listed under its file):'),
+      (hidden,
+       f'Available, not applied: {len(hidden)} hidden fix(es) can be '
+       'enabled with the `--unsafe-fixes` option; each flow they would '
+       'release stays on the shim until then:'))
+  if not any(fixes for fixes, _ in groups):
     return []
   lines = ['## Unsafe fixes', '']
-  if applied:
-    lines += ['Applied (--unsafe-fixes), each resting on the assumption '
-              'stated: check it (e.g. `--prove`):', '']
-    lines += [f'- {path}:{fix.line}: `{fix.code}`: {fix.reason}'
-              for path, fix in applied]
-    lines.append('')
-  if held:
-    lines += ['Enabled, not applied: the flow each is in stays as it was '
-              'for its other links (listed under its file):', '']
-    lines += [f'- {path}:{fix.line}: `{fix.code}`: {fix.reason}'
-              for path, fix in held]
-    lines.append('')
-  if hidden:
-    lines += [f'Available, not applied: {len(hidden)} hidden fix(es) can '
-              'be enabled with the `--unsafe-fixes` option; each flow they '
-              'would release stays on the shim until then:', '']
-    lines += [f'- {path}:{fix.line}: `{fix.code}`: {fix.reason}'
-              for path, fix in hidden]
-    lines.append('')
+  for fixes, heading in groups:
+    if fixes:
+      lines += [heading, '']
+      lines += [f'- {path}:{fix.line}: `{fix.code}`: {fix.reason}'
+                for path, fix in fixes]
+      lines.append('')
   return lines
 
 
