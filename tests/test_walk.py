@@ -4,6 +4,7 @@ their order: the first binding found, the first parent recorded)."""
 
 import ast
 import pathlib
+import sys
 
 import pytest
 
@@ -24,10 +25,18 @@ async def f(a, /, b=1, *c, d, **e):
       del a[1:2, ::3]
   try:
     raise E from None
-  except* ValueError as err:
+  except ValueError as err:
     global g
   lambda q=1, *r: q
   return f'{a!r:>{b}}'
+'''
+# Exception groups (``except*``) parse from Python 3.11 (setup.cfg allows
+# 3.10): sampled where they parse.
+_SAMPLE_311 = '''
+try:
+  pass
+except* ValueError as err:
+  raise err
 '''
 
 
@@ -35,6 +44,8 @@ def _sources():
   for path in sorted((ROOT / 'compat' / 'codemod').glob('*.py')):
     yield path.name, path.read_text()
   yield 'sample', _SAMPLE
+  if sys.version_info >= (3, 11):
+    yield 'sample_311', _SAMPLE_311
 
 
 def _reference_scope_nodes(node):
