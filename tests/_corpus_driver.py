@@ -192,26 +192,38 @@ def _nested_resume(mode, directory):
   checkpoint, a resumed one restores the latest), ``STEPS`` steps and its
   own save (``ckpt.save(...)``) on a new run; then ``STEPS`` steps more
   from the step the state holds."""
-  from flax import jax_utils  # noqa: PLC0415
   train, config, model, state, learning_rate_fn = _nested_setup()
+  yield from _clu_loop_resume(
+      mode, directory, train, 'train_and_evaluate', _nested_step,
+      config=config, model=model, state=state,
+      learning_rate_fn=learning_rate_fn)
+
+
+def _clu_loop_resume(mode, directory, train, function, step, **inputs):
+  """A train loop that keeps its state in clu's ``MultihostCheckpoint``
+  (nested's, l2p's): ``function``'s statements of module ``train`` from
+  the checkpoint's directory to the pmapped step, given ``inputs``, on a
+  new run ``STEPS`` steps and the loop's own save (``ckpt.save(...)``);
+  then ``STEPS`` steps more from the step the state holds.
+  ``step(p_train_step, state, rng, i)`` runs one step."""
+  from flax import jax_utils  # noqa: PLC0415
   _clu_files.use_files(train.checkpoint)
   created = _v033_driver.example_statements(
-      train, 'train_and_evaluate', 'checkpoint_dir', 'p_train_step',
-      config=config, model=model, state=state,
-      learning_rate_fn=learning_rate_fn, workdir=directory)
+      train, function, 'checkpoint_dir', 'p_train_step', workdir=directory,
+      **inputs)
   state, p_train_step = created['state'], created['p_train_step']
   carry = {'rng': np.random.RandomState(0)}
 
   def steps(first):
     nonlocal state
-    for step in range(first, first + STEPS):
-      state, trained = _nested_step(p_train_step, state, carry['rng'], step)
+    for i in range(first, first + STEPS):
+      state, trained = step(p_train_step, state, carry['rng'], i)
       yield trained
 
   if mode == 'save':
     for _ in steps(created['initial_step']):
       pass
-    _v033_driver.example_block(train, 'train_and_evaluate', 'ckpt.save(',
+    _v033_driver.example_block(train, function, 'ckpt.save(',
                                ckpt=created['ckpt'], state=state)
     _v033_driver.save_carry(carry, directory)
   else:
@@ -306,7 +318,7 @@ def _l2p():
 
 def _l2p_resume(mode, directory):
   """l2p's own checkpoint code: clu's ``MultihostCheckpoint`` in
-  ``directory`` (tests/_clu_files.py), as ``_nested_resume``:
+  ``directory`` (tests/_clu_files.py), run by ``_clu_loop_resume``:
   ``train_and_evaluate_per_task``'s statements from the checkpoint's
   directory to the pmapped step (``restore_or_initialize`` among them), on
   a new run ``STEPS`` steps and its loop's save (``ckpt.save(...)``); then
@@ -314,32 +326,10 @@ def _l2p_resume(mode, directory):
   the step a run starts at (``initial_step``), which l2p's constant
   learning rate (its config's) does not read: the original runs on as if
   never interrupted."""
-  from flax import jax_utils  # noqa: PLC0415
   train, config, model, state, task = _l2p_setup()
-  _clu_files.use_files(train.checkpoint)
-  created = _v033_driver.example_statements(
-      train, 'train_and_evaluate_per_task', 'checkpoint_dir', 'p_train_step',
-      config=config, model=model, state=state, workdir=directory, **task)
-  state, p_train_step = created['state'], created['p_train_step']
-  carry = {'rng': np.random.RandomState(0)}
-
-  def steps(first):
-    nonlocal state
-    for step in range(first, first + STEPS):
-      state, trained = _l2p_step(p_train_step, state, carry['rng'], step)
-      yield trained
-
-  if mode == 'save':
-    for _ in steps(created['initial_step']):
-      pass
-    _v033_driver.example_block(
-        train, 'train_and_evaluate_per_task', 'ckpt.save(',
-        ckpt=created['ckpt'], state=state)
-    _v033_driver.save_carry(carry, directory)
-  else:
-    carry.update(_v033_driver.load_carry(directory))
-  yield from steps(int(jax_utils.unreplicate(state).step) + 1)
-  yield _v033_driver.FINAL, jax_utils.unreplicate(state).optimizer
+  yield from _clu_loop_resume(
+      mode, directory, train, 'train_and_evaluate_per_task', _l2p_step,
+      config=config, model=model, state=state, **task)
 
 
 @contextlib.contextmanager
