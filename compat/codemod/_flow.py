@@ -32,6 +32,7 @@ from compat.codemod import _flow_values
 from compat.codemod import _legacy_trees
 from compat.codemod import _names
 from compat.codemod import _self_holders
+from compat.codemod import _walk
 
 OPTIMIZER_CLASSES = _names.OPTIMIZER_CLASSES
 # What other modules ask of a flow's values (``_flow_values``).
@@ -102,7 +103,10 @@ class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding):
     self._method_class: dict[int, ast.ClassDef] = {}
     self._receivers_open: set = set()  # (scope, name, field) being typed
     self._holding_open: set = set()  # names, parameters, functions asked
-    self._parents: dict = {}  # each node -> the node holding it
+    # The module's walk, shared with every other reader of the tree
+    # (``_walk``): each node -> the node holding it, and -> its children.
+    self._parents: dict = _walk.parents(tree)
+    self._children: dict = _walk.children(tree)
     self._scope_of: dict[ast.AST, _flow_values.Scope] = {}
     self._loads: list[ast.Name] = []  # every name read: escape candidates
     self._factories_open: set = set()  # factories being checked (recursion)

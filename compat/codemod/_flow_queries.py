@@ -105,7 +105,7 @@ class FlowQueries(_flow_solve.FlowSolver):
     constant key (where a read by the key may give one back)."""
     if function not in self._tree_entries_of:
       entries: dict = {}
-      for node in _walk.scope_nodes(function):
+      for node in _walk.scope_nodes(function, self._children):
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
             node.ctx, ast.Load):
           parent = self._parents.get(node)

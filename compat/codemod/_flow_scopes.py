@@ -30,7 +30,7 @@ class FlowScopes:
       for extra in (node.args.vararg, node.args.kwarg):
         if extra is not None:
           scope.bindings.setdefault(extra.arg, []).append('unknown')
-    for child in _walk.scope_nodes(node):
+    for child in _walk.scope_nodes(node, self._children):
       self._scope_of[child] = scope
       self._collect_node(child, scope)
 
@@ -94,7 +94,7 @@ class FlowScopes:
     self.scopes[node] = scope
     for arg in node.args.args + node.args.kwonlyargs:
       scope.bindings.setdefault(arg.arg, []).append('unknown')
-    for child in _walk.scope_nodes(node):
+    for child in _walk.scope_nodes(node, self._children):
       self._scope_of[child] = scope
       self._collect_node(child, scope)
 

@@ -19,17 +19,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
 
   # ---------------------------------------------------------------- solve
   def _solve(self):
-    parents = {}
-    # The module's scope comes first and holds every other: walking each
-    # scope again would only revisit nodes (once per enclosing scope). In
-    # ``ast.walk``'s order, each node's children listed once.
-    todo = collections.deque([next(iter(self.scopes.values())).node])
-    while todo:
-      node = todo.popleft()
-      for child in _walk.child_nodes(node):
-        parents.setdefault(child, node)
-        todo.append(child)
-    self._parents = parents
+    parents = self._parents
     wrapped = self._collect_aliases() | self._followed_step_references()
     for name in self._loads:
       parent = parents.get(name)
@@ -386,7 +376,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
     found = self._own_nodes_of.get(function)
     if found is None:
       found = self._own_nodes_of[function] = list(
-          _walk.scope_nodes(function))
+          _walk.scope_nodes(function, self._children))
     return found
 
   def _lookup(self, scope, name) -> Optional[_flow_values.Scope]:

@@ -71,7 +71,7 @@ class SelfAttributes:
     self._owner_why: dict[ast.ClassDef, str] = {}
     self._tree = tree
     self._class_names: Optional[_ClassNames] = None
-    for owner in ast.walk(tree):
+    for owner in _walk.statements(tree):  # (a class is a statement)
       if isinstance(owner, ast.ClassDef):
         self._read_class(owner)
     self._elsewhere_in_module(tree)
@@ -122,8 +122,7 @@ class SelfAttributes:
     receiver = _names.instance_parameter(method)
     if receiver is None:
       return
-    parents = {child: node for node in ast.walk(method)
-               for child in ast.iter_child_nodes(node)}
+    parents = _walk.parents(self._tree)  # (the module's, walked once)
     own = method.args.posonlyargs + method.args.args
     for node in ast.walk(method):
       if node is not method and node is not own[0] and _rebinds(node,
@@ -192,7 +191,7 @@ class SelfAttributes:
       return  # no attribute to keep out (most modules store none)
     spelled: dict[str, list] = {}
     by_any_name = None  # the first ``setattr(x, name, v)``, ``x.__dict__``
-    for node in ast.walk(tree):
+    for node in _walk.nodes(tree):
       if isinstance(node, ast.Attribute) and id(node) not in self._keys:
         spelled.setdefault(node.attr, []).append(node)
         if node.attr in _ATTRIBUTE_PROTOCOL:

@@ -62,17 +62,20 @@ def child_nodes(node: ast.AST) -> list:
 _OWN_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
-def scope_nodes(node: ast.AST) -> Iterator[ast.AST]:
+def scope_nodes(node: ast.AST, children=None) -> Iterator[ast.AST]:
   """The nodes of ``node``'s own scope: a function's body, or any other
   node's children, not entering the functions, lambdas and classes nested
-  in it (scopes of their own; they themselves are yielded)."""
+  in it (scopes of their own; they themselves are yielded). ``children``:
+  the tree's ``children`` map, where the caller holds it (no node's
+  children listed again)."""
+  kids = child_nodes if children is None else children.__getitem__
   stack = list(node.body) if isinstance(
-      node, (ast.FunctionDef, ast.AsyncFunctionDef)) else child_nodes(node)
+      node, (ast.FunctionDef, ast.AsyncFunctionDef)) else list(kids(node))
   while stack:
     child = stack.pop()
     yield child
     if not isinstance(child, _OWN_SCOPES):
-      stack += child_nodes(child)
+      stack += kids(child)
 
 
 # The nodes and parents of the last few trees walked: migrate's passes walk
@@ -94,22 +97,41 @@ def _memo(tree: ast.AST) -> dict:
   return entry[1]
 
 
+def _walk_once(tree: ast.AST) -> dict:
+  """``tree``'s walk, done once: its nodes in ``ast.walk``'s order
+  (breadth first; a node the parser shares, such as ``ast.Load()``, once
+  per place), each node's children and each node's parent (the last
+  holder of a shared one, as a dict built in that order keeps it)."""
+  memo = _memo(tree)
+  if 'children' not in memo:
+    order, children, parents = [tree], {}, {}
+    position = 0
+    while position < len(order):
+      node = order[position]
+      position += 1
+      kids = children[node] = child_nodes(node)
+      for kid in kids:
+        parents[kid] = node
+      order += kids
+    memo.update(nodes=tuple(order), children=children, parents=parents)
+  return memo
+
+
 def nodes(tree: ast.AST) -> tuple:
   """Every node of ``tree``, in ``ast.walk``'s order (walked once)."""
-  memo = _memo(tree)
-  if 'nodes' not in memo:
-    memo['nodes'] = tuple(ast.walk(tree))
-  return memo['nodes']
+  return _walk_once(tree)['nodes']
 
 
 def parents(tree: ast.AST) -> dict:
   """Each node of ``tree`` below it -> the node holding it, in
   ``ast.walk``'s order (computed once; not to be changed)."""
-  memo = _memo(tree)
-  if 'parents' not in memo:
-    memo['parents'] = {child: node for node in nodes(tree)
-                       for child in ast.iter_child_nodes(node)}
-  return memo['parents']
+  return _walk_once(tree)['parents']
+
+
+def children(tree: ast.AST) -> dict:
+  """Each node of ``tree`` -> its children, in ``ast.iter_child_nodes``'
+  order (computed once; neither the map nor its lists to be changed)."""
+  return _walk_once(tree)['children']
 
 
 def forget() -> None:
