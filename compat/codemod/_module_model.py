@@ -47,8 +47,13 @@ class ModuleModel:
     return _flow.NO_OPTIMIZERS
 
   def _replicates_here(self) -> bool:
+    """A ``.replicate`` read of a value the plain flow proves an optimizer:
+    the replicated flow's rule for ``x.replicate()`` proves nothing where
+    the plain flow does not prove ``x`` (``jax_utils.replicate(state)``,
+    the common one, is no root)."""
     return any(isinstance(node, ast.Attribute) and
-               node.attr == _members.REPLICATE
+               node.attr == _members.REPLICATE and
+               self.flow.is_optimizer(node.value)
                for node in _walk.nodes(self.tree))
 
   def _proven_elsewhere(self) -> bool:
