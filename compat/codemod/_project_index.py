@@ -224,6 +224,7 @@ class ProjectIndex:
 
   def _index(self, path, tree):
     names = self.names[path]
+    indexed = set()  # ids of this module's methods indexed below
     for node in tree.body:
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         self._add(path, node.name, _Function(path, node, False))
@@ -233,6 +234,7 @@ class ProjectIndex:
           if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function = _Function(path, item, True)
             self.methods.setdefault(item.name, []).append(function)
+            indexed.add(id(item))
             self._function_of[id(item)] = function
             self._add(path, f'{node.name}.{item.name}', function)
           elif isinstance(item, ast.AnnAssign) and isinstance(
@@ -247,8 +249,8 @@ class ProjectIndex:
     self.holders += holders_in(path, tree, names)
     # Every other function (top-level or nested) shares the name space of
     # methods called on an unknown receiver: such a name is no method's
-    # alone (see ``_method_candidates``).
-    indexed = {id(f.node) for group in self.methods.values() for f in group}
+    # alone (see ``_method_candidates``). (Each module is indexed once:
+    # only its own methods can be among its functions.)
     for node in _walk.statements(tree):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
           id(node) not in indexed):
