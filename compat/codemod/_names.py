@@ -732,6 +732,8 @@ class ModuleNames:
 
   def _reexported(self, path: str) -> str:
     """``mylib.optimizers.Adam`` -> ``flax.optim.Adam`` if mylib re-exports."""
+    if not self.reexports:
+      return path  # (most projects re-export nothing: no key to look up)
     key = (path, len(self.reexports))
     found = self._reexport_memo.get(key)
     if found is None:
