@@ -726,6 +726,9 @@ class ModuleNames:
       path = self._reexported(canonical(self.kernel.path(node.id)))
     else:
       return None
+    if not self.reexports:  # (no prefix can be re-exported)
+      attributes.append(path)
+      return '.'.join(reversed(attributes))
     for attribute in reversed(attributes):  # each prefix may be re-exported
       path = self._reexported(f'{path}.{attribute}')
     return path
