@@ -267,7 +267,8 @@ class FlowSolver(_flow_scopes.FlowScopes):
       return tuple(self.is_optimizer(e, scope) or _flow_values.ANY
                    for e in value.elts)
     if isinstance(value, ast.Call):
-      if self.names.resolve(value.func) in _flow_values.SAME_KIND:
+      called = self.names.resolve(value.func)
+      if called in _flow_values.SAME_KIND:
         argument = self._kept_argument(value)
         return None if argument is None else self._kind(argument, scope)
       returned = self._returned(value, scope)
@@ -286,8 +287,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
         return True if self.base is None and self.is_def(
             jitted.value, scope) else None
       func = value.func
-      if self.base is None and self.names.resolve(
-          func) in _flow_values.OPTIMIZER_CLASSES:
+      if self.base is None and called in _flow_values.OPTIMIZER_CLASSES:
         # optim.Optimizer(opt_def, state, target): one, if opt_def is.
         given = _state_layout.hand_built_parts(value)
         return True if given is not None and self.is_def(

@@ -171,6 +171,26 @@ _FROZEN_COPY_FIX = ('flax.core.copy(variables, add_or_replace): init returns '
                     'a plain dict today, whose copy takes no argument')
 
 
+def _words(paths) -> frozenset:
+  return frozenset(path.rpartition('.')[2] for path in paths)
+
+
+# The last words of the removed paths an attribute chain and a call's
+# callee can read (``_ends_elsewhere``).
+_ATTRIBUTE_WORDS = _words([*_RENAMED, *_MOVED, *_FLAX_NN_ACTIVATIONS,
+                           LR_SCHEDULE, *_REPORTED])
+_CALLEE_WORDS = _words(_AT_METHODS)
+
+
+def _ends_elsewhere(node, words, names) -> bool:
+  """``node`` is an attribute chain whose path cannot end in one of
+  ``words``: where the project re-exports nothing, a chain's path ends in
+  its own attribute (every scanned attribute and call asks, and most of
+  them read nothing removed)."""
+  return isinstance(node, ast.Attribute) and node.attr not in words and (
+      not names.reexports)
+
+
 def match(node, names) -> Optional[Removal]:
   """A removed API that ``node`` (an attribute, import, assignment, call or
   expression statement) uses."""
@@ -188,7 +208,8 @@ def match(node, names) -> Optional[Removal]:
   if isinstance(node, ast.Call):
     return (_match_positional_mask(node, names) or
             _match_frozen_copy(node) or _match_at_method(node, names))
-  if not isinstance(node, ast.Attribute):
+  if not isinstance(node, ast.Attribute) or _ends_elsewhere(
+      node, _ATTRIBUTE_WORDS, names):
     return None
   path = names.resolve(node)
   if path in _RENAMED:
@@ -301,6 +322,8 @@ def _match_moved_module_from(node: ast.ImportFrom) -> Optional[Removal]:
 def _match_at_method(node: ast.Call, names) -> Optional[Removal]:
   """``jax.ops.index_update(x, idx, y)``: ``jax.numpy.asarray(x).at[idx]
   .set(y)``, which converts ``x`` as the removed function did."""
+  if _ends_elsewhere(node.func, _CALLEE_WORDS, names):
+    return None
   path = names.resolve(node.func)
   if path not in _AT_METHODS:
     return None
