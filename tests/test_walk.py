@@ -71,3 +71,30 @@ def test_child_nodes_and_scope_nodes_are_the_standard_walks(name, source):
                          ast.Lambda, ast.ClassDef)):
       assert list(_walk.scope_nodes(node)) == list(
           _reference_scope_nodes(node)), name
+
+
+_SHARED = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
+           ast.unaryop)
+
+
+@pytest.mark.parametrize('name, source', list(_sources()),
+                         ids=[name for name, _ in _sources()])
+def test_one_walk_gives_the_standard_nodes_parents_and_children(name, source):
+  """The walk every reader of a tree shares (``_walk.nodes``, ``parents``,
+  ``children``): ``ast.walk``'s nodes in its order, each node's parent as a
+  dict built in that order keeps it, and each node's children but the
+  leaves the parser shares (contexts, operators); ``scope_nodes`` through
+  that map is the standard scope walk without those leaves."""
+  tree = ast.parse(source)
+  assert _walk.nodes(tree) == tuple(ast.walk(tree)), name
+  assert _walk.parents(tree) == {child: node for node in ast.walk(tree)
+                                 for child in ast.iter_child_nodes(node)}
+  children = _walk.children(tree)
+  for node in ast.walk(tree):
+    assert children[node] == [c for c in ast.iter_child_nodes(node)
+                              if not isinstance(c, _SHARED)], name
+    if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef,
+                         ast.Lambda, ast.ClassDef)):
+      assert list(_walk.scope_nodes(node, children)) == [
+          n for n in _reference_scope_nodes(node)
+          if not isinstance(n, _SHARED)], name

@@ -10,6 +10,14 @@ from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _walk
 
+# The nodes that bind a name, define a scope or declare a field
+# (``FlowScopes._collect_binding``).
+_BINDERS = frozenset((
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+    ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor,
+    ast.With, ast.AsyncWith, ast.NamedExpr, ast.ExceptHandler,
+    ast.comprehension, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal))
+
 
 class FlowScopes:
   """Collects each scope's bindings (``OptimizerFlow`` solves them). Part of
@@ -36,6 +44,19 @@ class FlowScopes:
 
 
   def _collect_node(self, child, scope):
+    kind = type(child)  # (most nodes read, call or bind nothing: by class)
+    if kind is ast.Name:
+      if isinstance(child.ctx, ast.Load):
+        self._loads.append(child)
+      return
+    if kind is ast.Call:
+      if isinstance(child.func, ast.Name):
+        self.calls.setdefault(child.func.id, []).append((child, scope))
+      return
+    if kind in _BINDERS:
+      self._collect_binding(child, scope)
+
+  def _collect_binding(self, child, scope):
     if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
       scope.bindings.setdefault(child.name, []).append('unknown')
       if scope.parent is None:
@@ -84,10 +105,6 @@ class FlowScopes:
       # name's other bindings decide.)
       for name in self._bound_names(child):
         scope.bindings.setdefault(name, []).append('unknown')
-    if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
-      self.calls.setdefault(child.func.id, []).append((child, scope))
-    if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
-      self._loads.append(child)
 
   def _collect_lambda(self, node, parent):
     scope = _flow_values.Scope(node, parent)

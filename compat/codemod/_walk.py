@@ -67,7 +67,7 @@ def scope_nodes(node: ast.AST, children=None) -> Iterator[ast.AST]:
   node's children, not entering the functions, lambdas and classes nested
   in it (scopes of their own; they themselves are yielded). ``children``:
   the tree's ``children`` map, where the caller holds it (no node's
-  children listed again)."""
+  children listed again; the shared leaves left out)."""
   kids = child_nodes if children is None else children.__getitem__
   stack = list(node.body) if isinstance(
       node, (ast.FunctionDef, ast.AsyncFunctionDef)) else list(kids(node))
@@ -97,11 +97,18 @@ def _memo(tree: ast.AST) -> dict:
   return entry[1]
 
 
+# The nodes the parser shares between places (one ``ast.Load()`` for every
+# read): no children, no position, and no scope of their own.
+_SHARED_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
+                  ast.unaryop)
+
+
 def _walk_once(tree: ast.AST) -> dict:
   """``tree``'s walk, done once: its nodes in ``ast.walk``'s order
   (breadth first; a node the parser shares, such as ``ast.Load()``, once
-  per place), each node's children and each node's parent (the last
-  holder of a shared one, as a dict built in that order keeps it)."""
+  per place), each node's children but the shared leaves and each node's
+  parent (the last holder of a shared one, as a dict built in that order
+  keeps it)."""
   memo = _memo(tree)
   if 'children' not in memo:
     order, children, parents = [tree], {}, {}
@@ -109,7 +116,9 @@ def _walk_once(tree: ast.AST) -> dict:
     while position < len(order):
       node = order[position]
       position += 1
-      kids = children[node] = child_nodes(node)
+      kids = child_nodes(node)
+      children[node] = [kid for kid in kids
+                        if not isinstance(kid, _SHARED_LEAVES)]
       for kid in kids:
         parents[kid] = node
       order += kids
@@ -129,8 +138,10 @@ def parents(tree: ast.AST) -> dict:
 
 
 def children(tree: ast.AST) -> dict:
-  """Each node of ``tree`` -> its children, in ``ast.iter_child_nodes``'
-  order (computed once; neither the map nor its lists to be changed)."""
+  """Each node of ``tree`` -> its children but the shared leaves (contexts
+  and operators), in ``ast.iter_child_nodes``' order (computed once;
+  neither the map nor its lists to be changed): what a walk for bindings,
+  calls and reads enters."""
   return _walk_once(tree)['children']
 
 
