@@ -113,15 +113,18 @@ def _walk_once(tree: ast.AST) -> dict:
   if 'children' not in memo:
     order, children, parents = [tree], {}, {}
     position = 0
-    while position < len(order):
+    while position < len(order):  # (child_nodes' loop, inlined: hot)
       node = order[position]
       position += 1
-      kids = child_nodes(node)
-      children[node] = [kid for kid in kids
-                        if not isinstance(kid, _SHARED_LEAVES)]
-      for kid in kids:
-        parents[kid] = node
-      order += kids
+      own = children[node] = []
+      for field in node._fields:
+        value = getattr(node, field, None)
+        for kid in (value if isinstance(value, list) else (value,)):
+          if isinstance(kid, ast.AST):
+            parents[kid] = node
+            order.append(kid)
+            if not isinstance(kid, _SHARED_LEAVES):
+              own.append(kid)
     memo.update(nodes=tuple(order), children=children, parents=parents)
   return memo
 
