@@ -283,9 +283,8 @@ class SelfAttributes:
   def _classes(self) -> '_ClassNames':
     if self._class_names is None:
       model = getattr(self._names, 'model', None)
-      sources = [] if model is None else [
-          s for s in model.sources.values() if s is not None]
-      self._class_names = _ClassNames(sources, self._tree)
+      self._class_names = _ClassNames(
+          {} if model is None else model.sources, self._tree)
     return self._class_names
 
 
@@ -321,6 +320,31 @@ def _class_headers(source: bytes) -> tuple:
                for m in _CLASS_HEADER.finditer(source))
 
 
+def _add_bases(bases: dict, name: str, text: str) -> None:
+  """Adds to ``bases`` the last names of the bases ``text`` (a class
+  header's, between its parentheses) lists for the class ``name``."""
+  bases[name] = bases.get(name, frozenset()).union(
+      part.strip().rpartition('.')[2] for part in text.split(',')
+      if part.strip() and '=' not in part)
+
+
+# The sources _project_bases last read, their number and their classes'
+# bases: each module's flow asks, and a run reads one project.
+_PROJECT_BASES: list = [None, 0, {}]
+
+
+def _project_bases(sources: dict) -> dict:
+  """Class name -> the last names of its bases, from every class header
+  the project's ``sources`` spell (parsed or not)."""
+  if _PROJECT_BASES[0] is not sources or _PROJECT_BASES[1] != len(sources):
+    bases: dict = {}
+    for source in sources.values():
+      for name, text in _class_headers(source) if source is not None else ():
+        _add_bases(bases, name, text)
+    _PROJECT_BASES[:] = [sources, len(sources), bases]
+  return _PROJECT_BASES[2]
+
+
 class _ClassNames:
   """The project's classes by their last name and their bases' last
   names (read from every source, parsed or not): two classes share
@@ -328,21 +352,17 @@ class _ClassNames:
   Names alike are taken for one class (a name two classes share may only
   make more classes related)."""
 
-  def __init__(self, sources, tree):
-    self._bases: dict[str, set] = {}
+  def __init__(self, sources: dict, tree):
+    """``sources``: the project's (path -> bytes, or None)."""
+    # (a copy: the project's classes are read once per run, then this
+    # module's parsed ones added)
+    self._bases: dict[str, frozenset] = dict(_project_bases(sources))
     self._children: Optional[dict] = None
     self._descendants: dict[str, set] = {}
-    for source in sources:
-      for name, bases in _class_headers(source):
-        self._add(name, bases)
-    for node in ast.walk(tree):  # (this module's, also with no model)
-      if isinstance(node, ast.ClassDef):
-        self._add(node.name, ','.join(ast.unparse(b) for b in node.bases))
-
-  def _add(self, name, bases):
-    self._bases.setdefault(name, set()).update(
-        part.strip().rpartition('.')[2] for part in bases.split(',')
-        if part.strip() and '=' not in part)
+    for node in _walk.statements(tree):  # (this module's, also with no
+      if isinstance(node, ast.ClassDef):  # model; a class is a statement)
+        _add_bases(self._bases, node.name,
+                   ','.join(ast.unparse(b) for b in node.bases))
 
   def outside_ancestor(self, name) -> Optional[str]:
     """The first class ``name`` is or derives from that the project does
