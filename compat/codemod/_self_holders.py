@@ -248,11 +248,10 @@ class SelfAttributes:
     based = _base_why(key.owner, self._classes, self._names)
     if based is not None or model is None:
       return based
-    word = re.compile(re.escape(key.attr.encode()) + rb'\b')
     for path, source in sorted(model.sources.items()):
       if path == here or source is None:
         continue
-      start = _first_spelling(source, word)
+      start = _spelling_in(model.sources, path, key.attr)
       if start is None:
         continue
       tree = model.trees.get(path)
@@ -286,6 +285,24 @@ class SelfAttributes:
       self._class_names = _ClassNames(
           {} if model is None else model.sources, self._tree)
     return self._class_names
+
+
+# The sources _spelling_in last read and, by (path, attr), what it found.
+_SPELLINGS: list = [None, {}]
+
+
+def _spelling_in(sources: dict, path: str, attr: str) -> Optional[int]:
+  """``_first_spelling`` of ``attr`` in the source at ``path`` of the
+  project's ``sources``, read once per project: the modules keeping an
+  attribute of the same name on ``self`` each look for it in every other
+  source."""
+  if _SPELLINGS[0] is not sources:
+    _SPELLINGS[:] = [sources, {}]
+  found = _SPELLINGS[1]
+  if (path, attr) not in found:
+    found[path, attr] = _first_spelling(sources[path], re.compile(
+        re.escape(attr.encode()) + rb'\b'))
+  return found[path, attr]
 
 
 def _first_spelling(source: bytes, word) -> Optional[int]:
