@@ -192,13 +192,16 @@ class SelfAttributes:
     spelled: dict[str, list] = {}
     by_any_name = None  # the first ``setattr(x, name, v)``, ``x.__dict__``
     for node in _walk.nodes(tree):
-      if isinstance(node, ast.Attribute) and id(node) not in self._keys:
-        spelled.setdefault(node.attr, []).append(node)
-        if node.attr in _ATTRIBUTE_PROTOCOL:
-          by_any_name = by_any_name or node
-      elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-        spelled.setdefault(node.value, []).append(node)
-      elif _by_computed_name(node):
+      kind = type(node)  # (a parsed tree's nodes are of ast's own classes)
+      if kind is ast.Attribute:
+        if id(node) not in self._keys:
+          spelled.setdefault(node.attr, []).append(node)
+          if node.attr in _ATTRIBUTE_PROTOCOL:
+            by_any_name = by_any_name or node
+      elif kind is ast.Constant:
+        if isinstance(node.value, str):
+          spelled.setdefault(node.value, []).append(node)
+      elif kind is ast.Call and _by_computed_name(node):
         by_any_name = by_any_name or node
     if by_any_name is not None:
       for key in self.stores:
