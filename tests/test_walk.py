@@ -98,3 +98,15 @@ def test_one_walk_gives_the_standard_nodes_parents_and_children(name, source):
       assert list(_walk.scope_nodes(node, children)) == [
           n for n in _reference_scope_nodes(node)
           if not isinstance(n, _SHARED)], name
+
+
+@pytest.mark.parametrize('name, source', list(_sources()),
+                         ids=[name for name, _ in _sources()])
+def test_below_is_the_standard_walk_without_the_shared_leaves(name, source):
+  tree = ast.parse(source)
+  children = _walk.children(tree)
+  for node in ast.walk(tree):
+    if isinstance(node, _SHARED):
+      continue
+    assert _walk.below(node, children) == [
+        n for n in ast.walk(node) if not isinstance(n, _SHARED)], name

@@ -124,7 +124,8 @@ class SelfAttributes:
       return
     parents = _walk.parents(self._tree)  # (the module's, walked once)
     own = method.args.posonlyargs + method.args.args
-    for node in ast.walk(method):
+    # (contexts and operators left out: neither binds nor reads a name)
+    for node in _walk.below(method, _walk.children(self._tree)):
       if node is not method and node is not own[0] and _rebinds(node,
                                                                 receiver):
         self._keep_out(owner, (

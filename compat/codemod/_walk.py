@@ -148,6 +148,16 @@ def children(tree: ast.AST) -> dict:
   return _walk_once(tree)['children']
 
 
+def below(node: ast.AST, children: dict) -> list:
+  """``node`` and every node under it but the shared leaves, in
+  ``ast.walk``'s order, through its tree's ``children`` map."""
+  order, position = [node], 0
+  while position < len(order):
+    order += children[order[position]]
+    position += 1
+  return order
+
+
 def forget() -> None:
   """Drops the trees kept (the end of a scan or migrate run)."""
   _walked.clear()
