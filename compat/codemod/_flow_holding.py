@@ -10,6 +10,7 @@ from compat.codemod import _legacy_trees
 from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _restores
+from compat.codemod import _serialization_helpers
 
 
 class FlowHolding(_flow_queries.FlowQueries):
@@ -197,8 +198,9 @@ class FlowHolding(_flow_queries.FlowQueries):
     if annotation is not None:
       return bool(self._class_fields(annotation))
     if self.functions.get(function.name) is not function or (
-        function.name in self.escaped):
-      return False
+        function.name in self.escaped) or _serialization_helpers.role_of(
+            function, name, self.names):
+      return False  # (a helper's callers give it flax.optim's tree)
     model = self.names.model
     elsewhere = None if model is None else model.passes_holding(
         function, self.names.path, name)
@@ -208,6 +210,16 @@ class FlowHolding(_flow_queries.FlowQueries):
     return _flow_values.every_site_passes(sites, function, name,
                                           binding.params[name],
                                           self.holds_optimizer)
+
+  def given_legacy_tree(self, node) -> bool:
+    """``node`` reads a parameter of the function it is in that only goes
+    to flax.serialization (``_serialization_helpers``): where its callers
+    give it an optimizer, they give flax.optim's tree of it."""
+    function = self.scope_of(node).node
+    return isinstance(node, ast.Name) and isinstance(
+        function, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            _serialization_helpers.role_of(function, node.id, self.names)
+            is not None)
 
   def optimizer_or_dict(self, node) -> bool:
     """``node`` is an optimizer or a dict display on every path (a name:
