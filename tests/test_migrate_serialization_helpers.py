@@ -20,6 +20,8 @@ from test_migrate_project import _reasons
 from test_migrate_project import _run
 from test_migrate_project import _write
 
+from compat.codemod import scan
+
 _SAVING = '''from flax import serialization
 
 
@@ -145,6 +147,9 @@ def test_helpers_of_another_module_save_and_restore_flax_optims_layout(
           b'self.critic_optimizer, load_model(filename, flax_optim_rules.'
           b'legacy_tree(self.critic_optimizer)))') in agent.new
   assert results['saving.py'].new == _SAVING.encode()  # kept as it is
+  # scan, whose model reads the helper's module too, agrees: no escape.
+  assert not [f for f in scan.scan_paths([str(project)]).findings
+              if f.construct == 'optimizer_escape']
   _writes_alike_and_resumes_from_old_files(tmp_path, project, migrated)
   _helpers_doing_more_keep_the_flow(tmp_path / 'more')
 

@@ -36,6 +36,9 @@ from compat.codemod import _members
 from compat.codemod import _names
 
 SAVE, RESTORE = 'save', 'restore'
+# What a module holding such a helper spells (``flax.serialization``, or
+# ``from flax import serialization``): scan's model reads such modules.
+MODULE_WORD = 'serialization'
 # flax.serialization's calls that read their first argument as a tree and
 # give back what is made of its leaves alone (bytes, a state dict).
 _WRITES = ('flax.serialization.to_bytes', 'flax.serialization.to_state_dict')
