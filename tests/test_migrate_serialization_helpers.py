@@ -20,6 +20,7 @@ from test_migrate_project import _reasons
 from test_migrate_project import _run
 from test_migrate_project import _write
 
+from compat.codemod import migrate
 from compat.codemod import scan
 
 _SAVING = '''from flax import serialization
@@ -81,12 +82,13 @@ def train(params, batches, filename, resume):
   return agent.params()
 '''
 
-# The helpers in the agent's own module.
-_ONE_MODULE = _AGENT.replace('from saving import load_model\n'
-                             'from saving import save_model\n',
-                             _SAVING.replace('from flax import serialization',
-                                             'from flax import serialization'
-                                             '\n'))
+# The helpers in the agent's own module, one given its optimizer by keyword.
+_ONE_MODULE = _AGENT.replace(
+    'save_model(filename, self.critic_optimizer)',
+    'save_model(filename, model=self.critic_optimizer)').replace(
+        'from saving import load_model\nfrom saving import save_model\n',
+        _SAVING.replace('from flax import serialization',
+                        'from flax import serialization\n'))
 
 
 def _project(tmp_path, files):
@@ -164,3 +166,9 @@ def test_helpers_of_the_same_module_are_kept_as_they_are(tmp_path):
           b'    return serialization.from_bytes(model, fp.read())\n'
           ) in agent.new
   _writes_alike_and_resumes_from_old_files(tmp_path, project, migrated)
+  # --tier stock: the stock transform's state has no flax.optim tree, so
+  # the flow stays whole with the reason, never half migrated.
+  new, plan = migrate.migrate_source(_ONE_MODULE.encode(), tier='stock')
+  assert new == _ONE_MODULE.encode()
+  assert any('--tier stock writes stock Optax rules' in left.reason
+             for left in plan.leftovers)

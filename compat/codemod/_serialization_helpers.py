@@ -55,34 +55,61 @@ class Passed(NamedTuple):
   role: str  # SAVE or RESTORE
 
 
+# The attribute of a FunctionDef caching its parameters' roles: the flow's
+# fixpoint asks about each call of a function again on every round.
+_ROLES = '_foc_serialization_roles'
+
+
 def role_of(function, parameter, names) -> Optional[str]:
   """``RESTORE`` where ``function`` (a FunctionDef of the module of
   ``names``) reads ``parameter`` only as the template of flax.serialization
   restores it returns (each return returns one); ``SAVE`` where it reads
   it only as what ``to_bytes``/``to_state_dict`` is given; else None."""
-  if function.decorator_list or _binds(function, parameter):
-    return None
-  uses = [node for node in ast.walk(function)
-          if isinstance(node, ast.Name) and node.id == parameter]
-  calls = [_serializing_call(function, use, names) for use in uses]
-  if not uses or None in calls:
-    return None
-  if not any(path in _RESTORES for path, _ in calls):
-    return SAVE
+  roles = getattr(function, _ROLES, None)
+  if roles is None:
+    roles = _roles(function, names)
+    setattr(function, _ROLES, roles)  # (a def has one module's names)
+  return roles.get(parameter)
+
+
+def _roles(function, names) -> dict:
+  """``{parameter: role}`` of ``function``'s parameters that have one."""
+  calls = {} if function.decorator_list else {
+      id(call): (path, call) for call in ast.walk(function)
+      if isinstance(call, ast.Call) and (
+          path := names.resolve(call.func)) in _WRITES + _RESTORES}
+  if not calls:
+    return {}  # (most functions: no flax.serialization call at all)
+  given = {}  # id(tree or template) -> the call given it
+  for path, call in calls.values():
+    if path in _WRITES and len(call.args) == 1 and not call.keywords:
+      given[id(call.args[0])] = path
+    elif path in _RESTORES and _template(call) is not None:
+      given[id(_template(call))] = path
   returns = [node for node in ast.walk(function)
              if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom))]
-  restores = {id(call) for path, call in calls if path in _RESTORES}
-  if all(isinstance(node, ast.Return) and id(node.value) in restores
-         for node in returns):
-    return RESTORE
-  return None
+  returns_restores = all(
+      isinstance(node, ast.Return) and id(node.value) in calls and
+      calls[id(node.value)][0] in _RESTORES for node in returns)
+  roles = {}
+  for parameter in _names.parameter_names(function):
+    uses = [node for node in ast.walk(function)
+            if isinstance(node, ast.Name) and node.id == parameter]
+    paths = [given.get(id(use)) for use in uses]
+    if not uses or None in paths or _binds(function, parameter):
+      continue
+    restored = [use for use, path in zip(uses, paths) if path in _RESTORES]
+    if not restored:
+      roles[parameter] = SAVE
+    elif returns_restores and all(
+        _template(node.value) in uses for node in returns):
+      roles[parameter] = RESTORE
+  return roles
 
 
 def _binds(function, parameter) -> bool:
   """``parameter`` is not a plain parameter of ``function`` alone: rebound,
   declared global or nonlocal, or bound again by a nested scope."""
-  if parameter not in _names.parameter_names(function):
-    return True
   for node in ast.walk(function):
     if isinstance(node, ast.Name) and node.id == parameter and not (
         isinstance(node.ctx, ast.Load)):
@@ -94,20 +121,6 @@ def _binds(function, parameter) -> bool:
         ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
       return True  # (a nested scope: its reads are not followed)
   return False
-
-
-def _serializing_call(function, use, names):
-  """``(path, call)`` where ``use`` is the tree a flax.serialization write
-  is given (its one argument) or the template a restore fills; else None."""
-  for call in ast.walk(function):
-    if not isinstance(call, ast.Call):
-      continue
-    path = names.resolve(call.func)
-    if path in _WRITES and call.args == [use] and not call.keywords:
-      return path, call
-    if path in _RESTORES and _template(call) is use:
-      return path, call
-  return None
 
 
 def _template(call) -> Optional[ast.AST]:
