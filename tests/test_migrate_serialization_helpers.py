@@ -91,6 +91,11 @@ _ONE_MODULE = _AGENT.replace(
                         'from flax import serialization\n'))
 
 
+def _line(source, text):
+  return next(number for number, line in enumerate(source.splitlines(), 1)
+              if text in line)
+
+
 def _project(tmp_path, files):
   project, migrated = tmp_path / 'project', tmp_path / 'migrated'
   _write(project, files)
@@ -149,9 +154,14 @@ def test_helpers_of_another_module_save_and_restore_flax_optims_layout(
           b'self.critic_optimizer, load_model(filename, flax_optim_rules.'
           b'legacy_tree(self.critic_optimizer)))') in agent.new
   assert results['saving.py'].new == _SAVING.encode()  # kept as it is
-  # scan, whose model reads the helper's module too, agrees: no escape.
-  assert not [f for f in scan.scan_paths([str(project)]).findings
-              if f.construct == 'optimizer_escape']
+  # scan, whose model reads the helper's module too, agrees: no escape,
+  # and a finding on each call through a helper (what migrate writes).
+  findings = scan.scan_paths([str(project)]).findings
+  assert not [f for f in findings if f.construct == 'optimizer_escape']
+  helped = {f.line for f in findings if f.construct == 'checkpoint' and (
+      f.replacement.startswith('flax_optim_rules.legacy_tree(opt)'))}
+  assert helped == {_line(_AGENT, 'save_model(filename, self'),
+                    _line(_AGENT, 'self.critic_optimizer = load_model')}
   _writes_alike_and_resumes_from_old_files(tmp_path, project, migrated)
   _helpers_doing_more_keep_the_flow(tmp_path / 'more')
 

@@ -39,6 +39,13 @@ SAVE, RESTORE = 'save', 'restore'
 # What a module holding such a helper spells (``flax.serialization``, or
 # ``from flax import serialization``): scan's model reads such modules.
 MODULE_WORD = 'serialization'
+# scan's finding on a call giving such a helper an optimizer (what
+# migrate writes there).
+THROUGH_HELPER = (
+    'flax_optim_rules.legacy_tree(opt) where the optimizer goes in, '
+    'flax_optim_rules.from_legacy_tree(opt, ...) around a restore: this '
+    'function of yours only saves or restores it with flax.serialization, '
+    "so migrate keeps it and its files keep flax.optim's layout")
 # flax.serialization's calls that read their first argument as a tree and
 # give back what is made of its leaves alone (bytes, a state dict).
 _WRITES = ('flax.serialization.to_bytes', 'flax.serialization.to_state_dict')
