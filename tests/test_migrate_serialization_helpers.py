@@ -139,6 +139,15 @@ def _helpers_doing_more_keep_the_flow(tmp_path):
   _, _, results = _project(tmp_path / 'b', {'agent.py': _AGENT,
                                            'saving.py': saving})
   assert results['agent.py'].new == _AGENT.encode()
+  # A parameter annotated optim.Optimizer is its own module's flow (its
+  # body rewritten for a TrainState): no tree of the optimizer goes there.
+  saving = _SAVING.replace('from flax import serialization',
+                           'from flax import optim, serialization').replace(
+                               'filename, model)',
+                               'filename, model: optim.Optimizer)')
+  _, _, results = _project(tmp_path / 'c', {'agent.py': _AGENT,
+                                           'saving.py': saving})
+  assert b'legacy_tree' not in results['agent.py'].new
 
 
 def test_helpers_of_another_module_save_and_restore_flax_optims_layout(

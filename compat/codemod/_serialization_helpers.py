@@ -100,6 +100,8 @@ def _roles(function, names) -> dict:
       calls[id(node.value)][0] in _RESTORES for node in returns)
   roles = {}
   for parameter in _names.parameter_names(function):
+    if _names.is_optimizer_annotation(names, _annotation(function, parameter)):
+      continue  # an optimizer there: its module's flow migrates the body
     uses = [node for node in ast.walk(function)
             if isinstance(node, ast.Name) and node.id == parameter]
     paths = [given.get(id(use)) for use in uses]
@@ -112,6 +114,12 @@ def _roles(function, names) -> dict:
         _template(node.value) in uses for node in returns):
       roles[parameter] = RESTORE
   return roles
+
+
+def _annotation(function, parameter) -> Optional[ast.AST]:
+  arguments = function.args
+  return next((a.annotation for a in arguments.posonlyargs + arguments.args +
+               arguments.kwonlyargs if a.arg == parameter), None)
 
 
 def _binds(function, parameter) -> bool:
