@@ -182,8 +182,6 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
     return (f'`{planner.text(restore.call.func)[:60]}` is not a restore '
             'migrate rewrites (flax.training.checkpoints.restore_checkpoint, '
             'flax.serialization.from_bytes and from_state_dict are)')
-  if planner.flow.given_legacy_tree(restore.target):
-    return None  # flax.optim's tree, restored as it was (its callers')
   if not fills_flow(planner, restore):
     # (clu's restore is rewritten whatever migrate sees of its template,
     # often the program's whole state, given from afar: where it holds no
@@ -191,6 +189,8 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
     # or raises naming the path)
     if isinstance(restore.target, ast.Constant):
       return None  # a raw restore (target=None): no template to fill
+    if planner.flow.given_legacy_tree(restore.target):
+      return None  # flax.optim's tree, restored as it was (its callers')
     return (f'migrate cannot tell whether `{planner.text(restore.target)[:60]}'
             '` holds an optimizer it migrates')
   why = _state_layout.unsupported(
