@@ -159,9 +159,10 @@ def passed(call, function, names) -> list:
     return []
   found = []
   for parameter in _names.parameter_names(function):
-    argument = _names.argument_for(function, parameter, call)
-    role = None if argument is None else role_of(function, parameter, names)
-    if role is not None:
+    role = role_of(function, parameter, names)  # (most: None, cached)
+    argument = None if role is None else _names.argument_for(
+        function, parameter, call)
+    if argument is not None:
       found.append(Passed(argument, role))
   return found
 
