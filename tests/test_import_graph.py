@@ -325,6 +325,7 @@ CODEMOD_LAYERS = (
     ('semantic', ('_names', '_project_index', '_classes')),
     # One module's optimizer flow, and what crosses a call between two.
     ('flow', ('_removals', '_restores', '_clu_restores', '_multi',
+              '_serialization_helpers',
               '_tree_walkers', '_legacy_trees', '_flow_values',
               '_flow_scopes', '_flow_solve', '_flow_queries', '_flow_holding',
               '_flow', '_escape_analysis', '_params', '_step_values',

@@ -13,6 +13,7 @@ from compat.codemod import _links
 from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _project_index
+from compat.codemod import _serialization_helpers
 
 # A module function can return an optimizer only where its module spells
 # one of these: what makes one, steps one, or types one.
@@ -216,13 +217,20 @@ class CrossModuleFlow:
     key = (path, node.lineno, parameter)
     if key in self._holding_open:
       return True  # its other callers decide
+    # (what a helper of flax.serialization is given an optimizer itself as
+    # is flax.optim's tree of it: _serialization_helpers)
+    helper = path in self.names and _serialization_helpers.role_of(
+        node, parameter, self.names[path]) is not None
     self._holding_open.add(key)
     try:
       for reference in references:
         argument = None if reference.call is None else _names.argument_for(
             node, parameter, reference.call)
-        if argument is None or reference.path not in self.trees or not (
-            self._holding_flow(reference.path).holds_optimizer(argument)):
+        if argument is None or reference.path not in self.trees:
+          return False
+        flow = self._holding_flow(reference.path)
+        if not (flow.holds_in_a_holder(argument) if helper else
+                flow.holds_optimizer(argument)):
           return False
       return True
     finally:

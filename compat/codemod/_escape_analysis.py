@@ -24,7 +24,9 @@ Where the value goes that migrate follows (an expression's parent):
   there from here must be an optimizer too); of a call that gives back what it
   is given (``jax_utils.replicate``, ``restore_checkpoint``: its result is
   checked in turn); of a checkpoint or pickle write (reported as such);
-  of ``print`` or ``logging``;
+  of ``print`` or ``logging``; of a function of the user's that only
+  saves or restores it with flax.serialization (``_serialization_helpers``:
+  its result is checked in turn);
 * a return of a module function (or a def nested in a function, called
   there by name) that only returns optimizers (its callers are proven by
   it, here and in other modules), or a tuple returned by such a function
@@ -369,6 +371,9 @@ def _passed(module, call, node, text) -> Optional[str]:
     return None
   if flow.argument_to_foreign_step(call, node):
     return None  # the step's module is linked to this one
+  if any(p.argument is node
+         for p in flow.helper_passes(call, flow.scope_of(call))):
+    return None  # saved or restored with flax.optim's tree of it
   model = names.model
   if model is not None and model.passes_linked(call, node, names):
     return None

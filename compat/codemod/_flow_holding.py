@@ -10,6 +10,7 @@ from compat.codemod import _legacy_trees
 from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _restores
+from compat.codemod import _serialization_helpers
 
 
 class FlowHolding(_flow_queries.FlowQueries):
@@ -205,9 +206,32 @@ class FlowHolding(_flow_queries.FlowQueries):
     sites = self._sites(function.name)
     if elsewhere is False or sites is None or (not sites and not elsewhere):
       return False
+    holds = self.holds_optimizer
+    if _serialization_helpers.role_of(function, name, self.names):
+      holds = self.holds_in_a_holder
     return _flow_values.every_site_passes(sites, function, name,
-                                          binding.params[name],
-                                          self.holds_optimizer)
+                                          binding.params[name], holds)
+
+  def holds_in_a_holder(self, value, scope=None) -> bool:
+    """``value`` holds an optimizer and is none itself: what a helper
+    given an optimizer itself holds is flax.optim's tree of it."""
+    return not self.is_optimizer(value, scope) and self.holds_optimizer(
+        value, scope)
+
+  def given_legacy_tree(self, node) -> bool:
+    """``node`` reads a parameter of the function it is in that only goes
+    to flax.serialization (``_serialization_helpers``), and a call in this
+    module gives it an optimizer: flax.optim's tree of it, once migrated."""
+    function = self.scope_of(node).node
+    if not isinstance(node, ast.Name) or not isinstance(
+        function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+            _serialization_helpers.role_of(function, node.id, self.names)
+            is None):
+      return False
+    return any(self.is_optimizer(argument, scope)
+               for call, scope in self.calls.get(function.name, ())
+               for argument in [_names.argument_for(function, node.id, call)]
+               if argument is not None)
 
   def optimizer_or_dict(self, node) -> bool:
     """``node`` is an optimizer or a dict display on every path (a name:

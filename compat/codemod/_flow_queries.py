@@ -7,6 +7,7 @@ from typing import Optional
 from compat.codemod import _flow_solve
 from compat.codemod import _flow_values
 from compat.codemod import _legacy_trees
+from compat.codemod import _serialization_helpers
 from compat.codemod import _walk
 
 
@@ -153,6 +154,13 @@ class FlowQueries(_flow_solve.FlowSolver):
       return None
     parameter = _flow_values.parameter_of(step.node, call, argument)
     return None if parameter is None else parameter in step.proven
+
+  def helper_passes(self, call, scope) -> list:
+    """``_serialization_helpers.passed`` of ``call``: what it gives a
+    function of the user's that only saves or restores it with
+    flax.serialization."""
+    return _serialization_helpers.passes_of(call, self._callee(call, scope),
+                                            self.names)
 
   def tuple_kind(self, call) -> Optional[tuple]:
     """The element kinds of the tuple ``call`` returns, or None."""

@@ -9,6 +9,7 @@ from compat.codemod import _flow_scopes
 from compat.codemod import _flow_values
 from compat.codemod import _members
 from compat.codemod import _names
+from compat.codemod import _serialization_helpers
 from compat.codemod import _state_layout
 from compat.codemod import _walk
 
@@ -237,8 +238,9 @@ class FlowSolver(_flow_scopes.FlowScopes):
   def _param_holds(self, function, name) -> bool:
     if function.name in self.escaped or function.name not in self.functions:
       return False
-    if self.functions[function.name] is not function:
-      return False
+    if self.functions[function.name] is not function or (
+        _serialization_helpers.role_of(function, name, self.names)):
+      return False  # (a helper's callers give it flax.optim's tree)
     # What the calls from other modules pass (the project's model: None
     # where no other module names the function).
     model = self.names.model
@@ -271,6 +273,11 @@ class FlowSolver(_flow_scopes.FlowScopes):
       if called in _flow_values.SAME_KIND:
         argument = self._kept_argument(value)
         return None if argument is None else self._kind(argument, scope)
+      restored = _serialization_helpers.restored(
+          value, self._callee(value, scope), self.names)
+      if restored is not None:  # the user's restore into an optimizer
+        return True if self.base is None and self._kind(
+            restored, scope) is True else None
       returned = self._returned(value, scope)
       if returned is not None:
         return returned

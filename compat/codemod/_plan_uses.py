@@ -11,6 +11,7 @@ from compat.codemod import _members
 from compat.codemod import _multi
 from compat.codemod import _plan_records
 from compat.codemod import _plan_rules
+from compat.codemod import _serialization_helpers
 from compat.codemod import _state_layout
 from compat.codemod import _walk
 
@@ -217,6 +218,36 @@ class PlanUses(_plan_rules.PlanRules):
     for read in verdict.display.loaded_back:
       self.edit(read, f'{_RULES}.from_legacy_tree({template}, '
                 '{read})', 'checkpoint', read=read)
+
+  def _plan_helper_call(self, call, passes) -> Optional[str]:
+    """``call`` gives optimizers to a function of the user's that only
+    saves or restores them with flax.serialization
+    (``_serialization_helpers``): flax.optim's tree of each goes in, and
+    the tree a restore gives back is turned into a TrainState, so the files
+    keep flax.optim's layout. Returns why not."""
+    why = _state_layout.unsupported(self, covered=('multi_optimizer',))
+    if why:
+      return why
+    restored = [p.argument for p in passes
+                if p.role == _serialization_helpers.RESTORE]
+    if any(not _plan_records.is_pure(template) for template in restored) or (
+        len(restored) > 1):
+      return ('the optimizer given to this restore is evaluated again to '
+              'turn what it restores into a TrainState; bind it to a name '
+              'first')
+    if any(self.replicated.is_optimizer(p.argument) for p in passes):
+      return ('migrate writes flax.optim\'s tree of an optimizer only where '
+              'it is not replicated')
+    self.imports.append((_RULES, None, None))
+    for given in passes:
+      self.edit(given.argument, f'{_RULES}.legacy_tree({{value}})',
+                'checkpoint', value=given.argument)
+    for template in restored:
+      text = _plan_records.literal_template(ast.unparse(template))
+      self.edit(call, f'{_RULES}.from_legacy_tree({text}, {{call}})',
+                'checkpoint', call=call)
+    self.legacy_layout_lines.add(call.lineno)
+    return None
 
   def _plan_apply_gradient(self, call, receiver) -> Optional[str]:
     if len(call.args) != 1 or any(isinstance(a, ast.Starred)

@@ -65,6 +65,7 @@ from compat.codemod import _names
 from compat.codemod import _params
 from compat.codemod import _project_index
 from compat.codemod import _project_links
+from compat.codemod import _serialization_helpers
 from compat.codemod import _step_values
 
 # The model's parts keep their public names here, where callers have
@@ -112,6 +113,8 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
     self._init_cross_flow()
     if links:
       self._link_project(sources, parse, unparsed)
+    else:
+      self._read_serialization_helpers(sources, parse, unparsed)
 
   def _read_flax_optim_modules(self, sources, parse) -> set:
     """Reads the modules that can see flax.optim, or name a factory or a
@@ -137,6 +140,19 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
         break
       tokens = tokens or set()
     return unparsed
+
+  def _read_serialization_helpers(self, sources, parse, unparsed):
+    """Reads the modules the modules read call that use flax.serialization
+    (``scan``, whose model follows no other call across modules): a helper
+    of the user's there that only saves or restores what it is given
+    (``_serialization_helpers``) passes an optimizer on as ``migrate``'s
+    model, which reads every callee's module, sees it."""
+    spells = _project_index.spells_any_of(
+        (_serialization_helpers.MODULE_WORD,))
+    self._read_paths(sorted(
+        p for p in _params.callee_modules(self)
+        if p not in unparsed and p in sources and spells(sources[p][0])),
+                     sources, parse, unparsed)
 
   def _link_project(self, sources, parse, unparsed):
     """Follows optimizers across modules and links the modules of each

@@ -152,7 +152,7 @@ class ProjectIndex:
   def _read_modules_naming(self, words, sources, parse, unparsed) -> list:
     """Reads every module not read yet whose source spells one of
     ``words`` (a parse that fails goes to ``unparsed``); returns them."""
-    spells = _spells_any_of(words)
+    spells = spells_any_of(words)
     return self._read_paths([
         p for p, (source, _) in sources.items()
         if p not in self.names and p not in unparsed and spells(source)],
@@ -292,7 +292,7 @@ class ProjectIndex:
     ``words``; a module the model did not read is parsed here (scan hands
     the model a parse callback instead of every tree), one that does not
     parse is left out."""
-    spells = _spells_any_of(words)
+    spells = spells_any_of(words)
     for path, (source, tree) in sources.items():
       if not spells(source):
         continue
@@ -357,7 +357,7 @@ def is_notebook(path: str) -> bool:
   return path.endswith('.ipynb')
 
 
-def _spells_any_of(words) -> Callable[[bytes], bool]:
+def spells_any_of(words) -> Callable[[bytes], bool]:
   """The test whether a module's bytes spell any of ``words`` as a whole
   word. Its pattern runs only where one is a substring: starting with
   ``\\b``, it is tried at every position (most modules spell none)."""

@@ -189,6 +189,8 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
     # or raises naming the path)
     if isinstance(restore.target, ast.Constant):
       return None  # a raw restore (target=None): no template to fill
+    if planner.flow.given_legacy_tree(restore.target):
+      return None  # flax.optim's tree, restored as it was (its callers')
     return (f'migrate cannot tell whether `{planner.text(restore.target)[:60]}'
             '` holds an optimizer it migrates')
   why = _state_layout.unsupported(

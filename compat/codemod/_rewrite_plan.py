@@ -323,6 +323,11 @@ class Planner(_plan_imports.PlanImports):
     if self._jitted_def_create(node) is not None:
       return self._left_if(node, _members.CREATE,
                            self._plan_jitted_create(node))
+    helped = [p for p in self.flow.helper_passes(
+        node, self.flow.scope_of(node)) if self.flow.is_optimizer(p.argument)]
+    if helped:
+      return self._left_if(node, 'checkpoint',
+                           self._plan_helper_call(node, helped))
     if _state_layout.plan_serialization(self, node, RULES_MODULE):
       self.legacy_layout_lines.add(node.lineno)
     elif self._planned_restore(node):

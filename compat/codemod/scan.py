@@ -93,6 +93,7 @@ from compat.codemod import _prefilter
 from compat.codemod import _project
 from compat.codemod import _removals
 from compat.codemod import _restores
+from compat.codemod import _serialization_helpers
 from compat.codemod import _source
 from compat.codemod import _state_layout
 from compat.codemod import _tree
@@ -576,6 +577,12 @@ class _Visitor(ast.NodeVisitor):
     for holder, value in module.unproven_field_stores():
       self.add(value, _plan_records.ESCAPE, _plan_records.unproven_store_why(
           holder, ast.unparse(value)), section)
+    flow = module.flow
+    for call in _walk.nodes(self.module.tree):
+      if isinstance(call, ast.Call) and any(
+          flow.is_optimizer(p.argument)
+          for p in flow.helper_passes(call, flow.scope_of(call))):
+        self.add(call, 'checkpoint', _serialization_helpers.THROUGH_HELPER)
 
   def check_restores(self):
     """After the walk: each restore into a template that holds an
