@@ -171,3 +171,62 @@ def test_into_a_project_function_and_out_through_its_holder(tmp_path):
   assert 'optax.tree_utils.tree_set(opt.opt_state, learning_rate=lr)' in (
       train)
   _assert_trains_and_resumes_alike(tmp_path, project, migrated)
+
+
+# bit_deterministic's shape: `checkpoint` names the tree loaded on resume
+# first, then, in the loop, the dict a pool's thread saves.
+_NAME_REUSED = unsafe_tests._TRAIN.replace(
+    'import os\n', 'import multiprocessing.pool\nimport os\n').replace(
+        "  for batch in batches:\n    opt = step(opt, batch)\n"
+        "  checkpoint_lib.save_checkpoint({'opt': opt, 'extra': extra}, "
+        'path)\n',
+        '  pool = multiprocessing.pool.ThreadPool(1)\n'
+        '  for batch in batches:\n'
+        '    opt = step(opt, batch)\n'
+        "    checkpoint = {'opt': opt, 'extra': extra}\n"
+        '    writer = pool.apply_async(checkpoint_lib.save_checkpoint,\n'
+        '                              (checkpoint, path))\n'
+        '    writer.get()\n'
+        '  pool.close()\n')
+
+
+def test_a_name_bound_to_the_loaded_tree_then_to_the_saved_dict(tmp_path):
+  # Before: `checkpoint['opt']` (the loaded tree, read before the loop) was
+  # taken for a read of the dict the loop builds later, where `opt` may
+  # name another value: the flow stayed.
+  assert _NAME_REUSED.count('pool.apply_async') == 1
+  files = {'checkpoint_lib.py': unsafe_tests._CHECKPOINT_LIB,
+           'train.py': _NAME_REUSED}
+  project, migrated, results = _migrated(tmp_path, files, unsafe_fixes=True)
+  project_tests._assert_fully_migrated(results)
+  train = results['train.py'].new.decode()
+  assert ("    checkpoint = {'opt': flax_optim_rules.legacy_tree(opt), "
+          "'extra': extra}\n") in train
+  assert ("    opt, extra = flax_optim_rules.from_legacy_tree(opt, "
+          "checkpoint['opt']), checkpoint['extra']\n") in train
+  _, batches = project_tests._data()
+  for name, directory in (('old', project), ('new', migrated)):
+    workdir = tmp_path / f'work_{name}'
+    workdir.mkdir()
+    unsafe_tests._train(directory, workdir, batches[:2], False)
+    unsafe_tests._train(directory, workdir, batches[2:], True)
+    shutil.copy(workdir / 'checkpoint.npz', tmp_path / f'{name}.npz')
+  assert unsafe_tests._npz(tmp_path / 'old.npz') == unsafe_tests._npz(
+      tmp_path / 'new.npz')
+
+
+def test_a_read_before_the_dict_in_the_same_loop_keeps_the_flow(tmp_path):
+  # The loop's next turn reads the dict the last one built: `opt` has
+  # been stepped since, so the read is no copy of what `opt` names there.
+  train = _NAME_REUSED.replace(
+      '    opt = step(opt, batch)\n',
+      "    if batch is not batches[0]:\n"
+      "      opt, extra = checkpoint['opt'], checkpoint['extra']\n"
+      '    opt = step(opt, batch)\n')
+  files = {'checkpoint_lib.py': unsafe_tests._CHECKPOINT_LIB,
+           'train.py': train}
+  _, _, results = _migrated(tmp_path, files, unsafe_fixes=True)
+  project_tests._assert_unchanged(results)
+  reasons = '\n'.join(l.reason for l in results['train.py'].plan.leftovers)
+  assert "`checkpoint['opt']` is read back where `opt` may name another " \
+      'value than the one put into the dict' in reasons, reasons
