@@ -230,3 +230,37 @@ def test_a_read_before_the_dict_in_the_same_loop_keeps_the_flow(tmp_path):
   reasons = '\n'.join(l.reason for l in results['train.py'].plan.leftovers)
   assert "`checkpoint['opt']` is read back where `opt` may name another " \
       'value than the one put into the dict' in reasons, reasons
+
+
+def test_script_directories_given_as_separate_paths_keep_their_own_helpers(
+    tmp_path):
+  # ub's corpus row names two directories (baselines/jft and
+  # experimental/multimodal), each with its own checkpoint_utils.py that
+  # its scripts import as `import checkpoint_utils`. Before: under either
+  # path the module's only name was `checkpoint_utils`, which two files
+  # share, so no call of it linked and every flow through it stayed. Now
+  # each also has its name under the directory holding both paths, as one
+  # scan of that directory would give it.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  helpers = project_tests._SCRIPT_DIRECTORY_HELPERS
+  main = project_tests._SCRIPT_DIRECTORY_MAIN
+  project_tests._write(project, {
+      'exp_a/helpers.py': helpers, 'exp_a/main.py': main,
+      'exp_b/helpers.py': helpers.replace('0.01', '0.02'),
+      'exp_b/main.py': main})
+  sources, results = migrate.migrate_paths(
+      [str(project / 'exp_a'), str(project / 'exp_b')])
+  named = {}
+  for path, result in zip(sources, results):
+    name = path[len(str(project)) + 1:]
+    (migrated / name).parent.mkdir(parents=True, exist_ok=True)
+    (migrated / name).write_bytes(result.new)
+    named[name] = result
+  assert sorted(named) == ['exp_a/helpers.py', 'exp_a/main.py',
+                           'exp_b/helpers.py', 'exp_b/main.py']
+  project_tests._assert_fully_migrated(named)
+  for directory in ('exp_a', 'exp_b'):
+    assert b'train_state.TrainState.create(' in named[
+        f'{directory}/helpers.py'].new
+    project_tests._assert_trains_alike(project / directory,
+                                       migrated / directory, 'main')
