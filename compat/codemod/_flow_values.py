@@ -33,6 +33,8 @@ SAME_KIND = {
     # A leaf-wise map keeps its first tree's structure and classes
     # (``jnp.where(is_finite, new, old)`` over two optimizers).
     'jax.tree_util.tree_map': (1, 'tree'),
+    # Its alias in jax's newer ``jax.tree`` namespace, the same signature.
+    'jax.tree.map': (1, 'tree'),
     # Every leaf fetched to the host, the tree's classes kept.
     'jax.device_get': (0, 'x'),
     # A copy is of the original's class.
@@ -46,7 +48,7 @@ SAME_KIND.update({old: SAME_KIND[name] for name in tuple(SAME_KIND)
 # Of those, the calls whose later positional arguments are trees of the
 # first one's structure (``tree_map(f, new, old)``): of its kind too.
 SAME_KIND_REST = frozenset(
-    ('jax.tree_util.tree_map',
+    ('jax.tree_util.tree_map', 'jax.tree.map',
      *_removals.removed_spellings('jax.tree_util.tree_map')))
 
 

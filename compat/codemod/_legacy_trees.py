@@ -500,11 +500,16 @@ class Checker:
     why = uses.problem()
     if why:
       return _Verdict(None, why)
-    for read in uses.loaded_back:
+    # The name is followed by its every binding; a read that runs before
+    # the dict is built reads another of them (another dict's verdict).
+    loaded_back = tuple(read for read in uses.loaded_back if _may_run_after(
+        parents, statement_of(parents, dict_node),
+        statement_of(parents, read)))
+    for read in loaded_back:
       why = _template_problem(uses, value, dict_node, read)
       if why:
         return _Verdict(None, why)
-    return _Verdict(Display(value, key, tuple(uses.loaded_back)), None,
+    return _Verdict(Display(value, key, loaded_back), None,
                     tuple(dict.fromkeys(uses.assumptions)))
 
 
@@ -521,6 +526,29 @@ def statement_of(parents, node):
   while node is not None and not isinstance(node, ast.stmt):
     node = parents.get(node)
   return node
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp,
+          ast.DictComp, ast.GeneratorExp)
+
+
+def _may_run_after(parents, first, later) -> bool:
+  """The statement ``later`` may run after ``first`` in one call of
+  their function: it is ``first``, starts after it, or a loop holds
+  both."""
+  if later is first or (later.lineno, later.col_offset) > (
+      first.lineno, first.col_offset):
+    return True
+  return bool(_loops_around(parents, first) & _loops_around(parents, later))
+
+
+def _loops_around(parents, node) -> set:
+  loops = set()
+  while node is not None:
+    if isinstance(node, _LOOPS):
+      loops.add(node)
+    node = parents.get(node)
+  return loops
 
 
 def _template_problem(uses, value, dict_node, read) -> Optional[str]:

@@ -903,11 +903,19 @@ class _ModuleTable:
     self.names_of: dict = {}  # file index -> its dotted names
     self.indices_of: dict = {}  # dotted name -> [file index]
     self._settled: dict = {}  # dotted name -> file index or None
+    common = _common_root(files.roots)
     for index, (path, root) in enumerate(zip(files.paths, files.roots)):
       if index in files.notebooks or isinstance(files.sources[index],
                                                 Exception):
         continue
       self.names_of[index] = _names.module_names(path, root)
+      if common is not None:
+        # Its name under the directory holding every scanned one, last:
+        # what tells apart ``checkpoint_utils`` of two scanned script
+        # directories, as one scan of that directory would.
+        self.names_of[index] += [
+            name for name in _names.module_names(path, common)[:1]
+            if name not in self.names_of[index]]
       for name in self.names_of[index]:
         self.indices_of.setdefault(name, []).append(index)
 
@@ -919,6 +927,19 @@ class _ModuleTable:
                    if self._files.parsed_tree(i) is not None]
       self._settled[name] = indices[0] if len(indices) == 1 else None
     return self._settled[name]
+
+
+def _common_root(roots) -> Optional[str]:
+  """The directory holding every scanned directory, where more than one
+  was given (else None)."""
+  directories = sorted({os.path.abspath(r) for r in roots
+                        if os.path.isdir(r)})
+  if len(directories) < 2:
+    return None
+  try:
+    return os.path.commonpath(directories)
+  except ValueError:  # on two drives
+    return None
 
 
 class _UniqueNames(collections.abc.Mapping):
