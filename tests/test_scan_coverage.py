@@ -142,3 +142,40 @@ def test_what_the_plan_finds_in_the_tree_is_a_finding(tmp_path, source, line,
   assert rule in [f.rule for f in found if f.line == line]
   touched, unreported = _corpus().unreported_statements([str(tmp_path)])
   assert touched >= 2 and unreported == []
+
+
+# Flows that cross modules (tests/fixtures/scan_across/README.md): what
+# migrate's plan follows there (a parameter, a return, a field, the links
+# that keep a flow whole), scan reports from the same analysis.
+@pytest.mark.parametrize('case', ['params', 'returns', 'fields'])
+def test_every_statement_of_a_flow_across_modules_has_a_finding(case):
+  touched, unreported = _corpus().unreported_statements(
+      [str(FIXTURES / 'scan_across' / case)])
+  assert touched >= 5  # the flow is planned
+  assert unreported == []
+
+
+def test_a_link_that_keeps_a_flow_is_found_at_both_ends():
+  # update() overrides a hyper-parameter per step, so the flow stays in
+  # both modules: the call and the function are left, each with its reason.
+  from compat.codemod import scan
+  project = FIXTURES / 'scan_across' / 'params' / 'proj'
+  found = scan.scan_paths([str(project.parent)]).findings
+  ends = {(pathlib.Path(f.path).name, f.line): f.rule for f in found
+          if f.line in (1, 8) and f.rule != 'FOC101'}  # (not train's import)
+  assert ends == {('steps.py', 1): 'FOC119', ('train.py', 8): 'FOC119'}
+
+
+def test_a_noqa_hides_a_finding_of_the_plan(tmp_path):
+  # The mark is used (no FOC901), and the line's finding is not reported.
+  import shutil
+  shutil.copytree(FIXTURES / 'scan_across' / 'params', tmp_path / 'params')
+  steps = tmp_path / 'params' / 'proj' / 'steps.py'
+  lines = steps.read_text().splitlines(keepends=True)
+  lines[0] = lines[0].rstrip('\n') + '  # noqa: FOC119\n'
+  steps.write_text(''.join(lines))
+  from compat.codemod import scan
+  found = scan.scan_paths([str(tmp_path / 'params')]).findings
+  assert [f.rule for f in found if f.path == str(steps).replace(
+      '\\', '/') and f.line == 1] == []
+  assert [f.rule for f in found if f.line == 8] == ['FOC119']
