@@ -7,6 +7,7 @@ or left line carries a scan finding (``scripts/corpus.py``'s
 statements of the old source).
 """
 
+import ast
 import importlib.util
 import pathlib
 
@@ -179,3 +180,41 @@ def test_a_noqa_hides_a_finding_of_the_plan(tmp_path):
   assert [f.rule for f in found if f.path == str(steps).replace(
       '\\', '/') and f.line == 1] == []
   assert [f.rule for f in found if f.line == 8] == ['FOC119']
+
+
+_TWO_STEPS = '''\
+from flax import optim
+
+
+def run(params, grads):
+  optimizer = optim.Adam(learning_rate=0.1).create(params)
+  optimizer = optimizer.apply_gradient(grads)
+  return optimizer.target
+'''
+
+
+def _planned(source: str, held=frozenset(), missed=None):
+  """``(plan, findings, tree)`` of ``source`` as one module, the walk's
+  findings on line ``missed`` left out (as if the walk missed them)."""
+  from compat.codemod import _rewrite_plan
+  from compat.codemod import scan
+  tree = ast.parse(source)
+  findings = [f for f in scan.scan_source(source, 'train.py', tree=tree)
+              if f.line != missed]
+  return _rewrite_plan.Planner(
+      source.encode(), tree, scan.module_names(tree, 'train.py'), findings,
+      held=held).plan(), findings, tree
+
+
+def test_a_noqa_on_a_plan_finding_holds_its_flow_in_migrate():
+  # As ruff keeps a suppressed diagnostic's fix: a statement scan reports
+  # only from the plan, marked # noqa for its code, keeps migrate's flow.
+  from compat.codemod import _plan_findings
+  plan, walked, _ = _planned(_TWO_STEPS, missed=6)
+  assert 6 in {e.line for e in plan.edits}  # the step is rewritten
+  marked = _TWO_STEPS.replace('(grads)\n', '(grads)  # noqa: FOC109\n')
+  held = _plan_findings.held(plan, walked, marked.encode(),
+                             ast.parse(marked), None)
+  assert held == {(6, 'FOC109')}
+  kept, _, _ = _planned(_TWO_STEPS, held, missed=6)
+  assert kept.edits == []  # nothing of the flow is rewritten
