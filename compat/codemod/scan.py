@@ -29,6 +29,14 @@ functions that return an OptimizerDef (``make_def(lr).create(params)``);
 where only a name suggests an optimizer (``optimizer``, ``opt``), the
 finding's confidence is ``likely`` instead of ``certain``.
 
+A tree is one project, analysed as ``migrate`` analyses it: the modules
+that can reach flax.optim are planned with ``migrate``'s planner (no edit
+is written; flows whose links across modules do not hold are kept, as
+``migrate`` keeps them), and each statement the plan changes or leaves
+that no finding above names is a finding with the code of the plan's
+construct (``_plan_findings``): every statement ``migrate`` changes or
+leaves carries a finding.
+
 Each kind of finding has a stable code (``FOC108``; ``--list-codes``,
 ``_codes``): ``--select``/``--ignore`` take codes and prefixes, a line
 ending in ``# noqa: FOC108`` (or a bare ``# noqa``) is not reported
