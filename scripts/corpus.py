@@ -94,6 +94,7 @@ import tarfile
 import tempfile
 from typing import NamedTuple, Optional
 
+from compat.codemod import _plan_findings
 from compat.codemod import migrate
 from compat.codemod import scan
 
@@ -832,26 +833,15 @@ def _resume_line(corpus_train, name: str, root: str) -> str:
 
 
 def _statement_spans(tree: ast.AST, removed_imports) -> list:
-  """``(first, last)`` line of each statement: a compound statement's span
-  is its header (up to its first body statement), so a line of its body is
-  the body statement's. An import of modules migrate removes nothing from
-  has none: migrate only adds names to it (``import ..., train_state``)."""
+  """``(first, last)`` line of each statement (as scan counts them:
+  ``_plan_findings.statement_spans``). An import of modules migrate
+  removes nothing from has none: migrate only adds names to it
+  (``import ..., train_state``)."""
   dropped = {module for module, _, _ in removed_imports}
-  spans = []
-  for node in ast.walk(tree):
-    if isinstance(node, ast.ImportFrom) and node.module not in dropped or (
-        isinstance(node, ast.Import) and
-        not {a.name for a in node.names} & dropped):
-      continue
-    if isinstance(node, ast.stmt):
-      body = getattr(node, 'body', None)
-      last = node.end_lineno
-      if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-        first_inner = min([body[0].lineno] + [
-            d.lineno for d in getattr(node, 'decorator_list', ())])
-        last = max(node.lineno, first_inner - 1)
-      spans.append((node.lineno, last))
-  return spans
+  return _plan_findings.statement_spans(tree, lambda node: not (
+      isinstance(node, ast.ImportFrom) and node.module not in dropped or (
+          isinstance(node, ast.Import) and
+          not {a.name for a in node.names} & dropped)))
 
 
 def _rewritten_lines(result) -> set:
@@ -875,12 +865,6 @@ def _import_lines(tree) -> set:
   return {line for node in ast.walk(tree)
           if isinstance(node, (ast.Import, ast.ImportFrom))
           for line in range(node.lineno, node.end_lineno + 1)}
-
-
-def _statement_of(spans: list, line: int) -> Optional[tuple]:
-  """The narrowest statement span holding ``line``."""
-  holding = [s for s in spans if s[0] <= line <= s[1]]
-  return min(holding, key=lambda s: s[1] - s[0]) if holding else None
 
 
 def unreported_statements(paths) -> tuple:
@@ -910,7 +894,8 @@ def statements_unreported(sources, results, scanned) -> tuple:
              for line in range(first, first + len(old_lines))}
     lines &= _rewritten_lines(result) | _import_lines(tree)
     lines |= {leftover.line for leftover in result.plan.leftovers}
-    statements = {_statement_of(spans, line) for line in lines} - {None}
+    statements = {_plan_findings.statement_holding(spans, line)
+                  for line in lines} - {None}
     touched += len(statements)
     found = reported[os.path.abspath(path)]
     text = old.splitlines()

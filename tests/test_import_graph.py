@@ -339,7 +339,7 @@ CODEMOD_LAYERS = (
                '_plan_imports', '_rewrite_plan', '_user_rules', '_self_check',
                '_skeleton')),
     # Configuration, suppressions, output formats.
-    ('report', ('_config', '_noqa', '_formats')),
+    ('report', ('_config', '_noqa', '_formats', '_plan_findings')),
     # The two commands. ``_prefilter`` (the index's first pass) sits here
     # while the words it looks for come from the flow's modules above the
     # index.

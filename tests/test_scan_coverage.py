@@ -7,6 +7,7 @@ or left line carries a scan finding (``scripts/corpus.py``'s
 statements of the old source).
 """
 
+import ast
 import importlib.util
 import pathlib
 
@@ -142,3 +143,78 @@ def test_what_the_plan_finds_in_the_tree_is_a_finding(tmp_path, source, line,
   assert rule in [f.rule for f in found if f.line == line]
   touched, unreported = _corpus().unreported_statements([str(tmp_path)])
   assert touched >= 2 and unreported == []
+
+
+# Flows that cross modules (tests/fixtures/scan_across/README.md): what
+# migrate's plan follows there (a parameter, a return, a field, the links
+# that keep a flow whole), scan reports from the same analysis.
+@pytest.mark.parametrize('case', ['params', 'returns', 'fields'])
+def test_every_statement_of_a_flow_across_modules_has_a_finding(case):
+  touched, unreported = _corpus().unreported_statements(
+      [str(FIXTURES / 'scan_across' / case)])
+  assert touched >= 5  # the flow is planned
+  assert unreported == []
+
+
+def test_a_link_that_keeps_a_flow_is_found_at_both_ends():
+  # update() overrides a hyper-parameter per step, so the flow stays in
+  # both modules: the call and the function are left, each with its reason.
+  from compat.codemod import scan
+  project = FIXTURES / 'scan_across' / 'params' / 'proj'
+  found = scan.scan_paths([str(project.parent)]).findings
+  ends = {(pathlib.Path(f.path).name, f.line): f.rule for f in found
+          if f.line in (1, 8) and f.rule != 'FOC101'}  # (not train's import)
+  assert ends == {('steps.py', 1): 'FOC119', ('train.py', 8): 'FOC119'}
+
+
+def test_a_noqa_hides_a_finding_of_the_plan(tmp_path):
+  # The mark is used (no FOC901), and the line's finding is not reported.
+  import shutil
+  shutil.copytree(FIXTURES / 'scan_across' / 'params', tmp_path / 'params')
+  steps = tmp_path / 'params' / 'proj' / 'steps.py'
+  lines = steps.read_text().splitlines(keepends=True)
+  lines[0] = lines[0].rstrip('\n') + '  # noqa: FOC119\n'
+  steps.write_text(''.join(lines))
+  from compat.codemod import scan
+  found = scan.scan_paths([str(tmp_path / 'params')]).findings
+  assert [f.rule for f in found if f.path == str(steps).replace(
+      '\\', '/') and f.line == 1] == []
+  assert [f.rule for f in found if f.line == 8] == ['FOC119']
+
+
+_TWO_STEPS = '''\
+from flax import optim
+
+
+def run(params, grads):
+  optimizer = optim.Adam(learning_rate=0.1).create(params)
+  optimizer = optimizer.apply_gradient(grads)
+  return optimizer.target
+'''
+
+
+def _planned(source: str, held=frozenset(), missed=None):
+  """``(plan, findings, tree)`` of ``source`` as one module, the walk's
+  findings on line ``missed`` left out (as if the walk missed them)."""
+  from compat.codemod import _rewrite_plan
+  from compat.codemod import scan
+  tree = ast.parse(source)
+  findings = [f for f in scan.scan_source(source, 'train.py', tree=tree)
+              if f.line != missed]
+  return _rewrite_plan.Planner(
+      source.encode(), tree, scan.module_names(tree, 'train.py'), findings,
+      held=held).plan(), findings, tree
+
+
+def test_a_noqa_on_a_plan_finding_holds_its_flow_in_migrate():
+  # As ruff keeps a suppressed diagnostic's fix: a statement scan reports
+  # only from the plan, marked # noqa for its code, keeps migrate's flow.
+  from compat.codemod import _plan_findings
+  plan, walked, _ = _planned(_TWO_STEPS, missed=6)
+  assert 6 in {e.line for e in plan.edits}  # the step is rewritten
+  marked = _TWO_STEPS.replace('(grads)\n', '(grads)  # noqa: FOC109\n')
+  held = _plan_findings.held(plan, walked, marked.encode(),
+                             ast.parse(marked), None)
+  assert held == {(6, 'FOC109')}
+  kept, _, _ = _planned(_TWO_STEPS, held, missed=6)
+  assert kept.edits == []  # nothing of the flow is rewritten

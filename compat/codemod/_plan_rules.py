@@ -59,14 +59,14 @@ class PlanRules(_plan_edits.PlanEdits):
     if decay is not None:
       if isinstance(decay, ast.AST):
         try:
-          decay_literal = ast.literal_eval(decay)
+          decay_literal = _literal(decay)
         except ValueError:
           # The stock spelling must know whether the decay is zero (flax.optim
           # skipped a zero decay term); the rules' function decides that on
           # the value itself when the definition is built, as flax.optim did.
           return self._plan_exact_rule(node, name, given, stock=False)
       else:
-        decay_literal = ast.literal_eval(decay)
+        decay_literal = _literal(decay)
     missing_rate = _flow.is_none(values['learning_rate'])
     if missing_rate and not self.inject:
       return ('no learning rate in the definition and none passed to '
@@ -244,3 +244,19 @@ class PlanRules(_plan_edits.PlanEdits):
         line_start, line_start, _plan_records.literal_template(comment), (),
         node.lineno, 'algorithm_stock'))
     return None
+
+
+def _literal(value):
+  """``ast.literal_eval(value)`` (a node or its source), a number read
+  directly: each call of ``literal_eval`` leaves a cycle of closures for
+  the collector, which ``scan`` keeps paused while it plans modules
+  (``scan.without_cycle_collection``)."""
+  node = ast.parse(value.lstrip(' \t'), mode='eval').body if isinstance(
+      value, str) else value
+  signs = {ast.USub: -1, ast.UAdd: 1}
+  sign = signs.get(type(node.op)) if isinstance(node, ast.UnaryOp) else 1
+  number = node.operand if isinstance(node, ast.UnaryOp) else node
+  if sign and isinstance(number, ast.Constant) and type(number.value) in (
+      int, float):
+    return sign * number.value
+  return ast.literal_eval(node)

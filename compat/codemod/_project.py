@@ -56,6 +56,8 @@ every file parsed by LibCST, several times slower than ``ast`` for ``scan``;
 its type inference needs pyre (a server, not here). Stdlib only.
 """
 
+import functools
+
 from compat.codemod import _classes
 from compat.codemod import _cross_flow
 from compat.codemod import _factories
@@ -105,6 +107,9 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
     one by one, not a tree: a definition called nowhere in them may be
     called in another."""
     sources = {path: (source, tree) for path, source, tree in parsed}
+    # Whether the flows across modules are followed (``scan`` plans the
+    # modules of such a model as ``migrate`` does: ``scan.scan_file``).
+    self.linked = links
     self._init_index(parsed, module_names_of, reexports, parse)
     self._init_factories()
     self._init_mentions(other_files)
@@ -115,6 +120,12 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
       self._link_project(sources, parse, unparsed)
     else:
       self._read_serialization_helpers(sources, parse, unparsed)
+
+  @functools.cached_property
+  def link_ends(self) -> frozenset:
+    """The modules at either end of a link (once the model is built)."""
+    return frozenset(path for link in self.links
+                     for path in (link.producer_path, link.consumer_path))
 
   def _read_flax_optim_modules(self, sources, parse) -> set:
     """Reads the modules that can see flax.optim, or name a factory or a

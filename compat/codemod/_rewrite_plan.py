@@ -96,7 +96,9 @@ class Planner(_plan_imports.PlanImports):
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
                tier: str = 'exact', exported=(), rate_set_elsewhere=False,
-               held=frozenset(), blocked=(), unsafe_fixes=False):
+               held=frozenset(), blocked=(), unsafe_fixes=False, flow=None):
+    """``flow``: the module's ``OptimizerFlow`` where scan's walk built one
+    (the same analysis, not built twice)."""
     self.source, self.tree, self.names = source, tree, names
     # Whether fixes resting on an assumption are applied (``--unsafe-fixes``);
     # each is recorded in ``self.unsafe``, enabled or not.
@@ -105,16 +107,16 @@ class Planner(_plan_imports.PlanImports):
     # Scan's findings on what the plan's own rules find in the tree
     # (restores into templates holding an optimizer, constructions of the
     # user's rule classes, optimizers escaping): planned, noted or left
-    # there, never as findings left over, nor held by a noqa mark.
+    # there, never as findings left over.
     findings = [f for f in findings
                 if not _plan_records.planned_from_tree(f)]
-    # (line, code) of findings kept as they are (noqa, --ignore): the
+    # (line, code) of scan's findings kept as they are (noqa, --ignore),
+    # those of its walk and of this plan alike (``_plan_findings``): the
     # flow is rewritten whole or not at all, so one held flax.optim finding
     # holds the file's flow; a held removal holds only itself.
     self.held = frozenset(held)
-    self.flow_held = any((f.line, f.rule) in self.held and
-                         f.rule.startswith(_codes.FLAX_OPTIM)
-                         for f in findings)
+    self.flow_held = any(code.startswith(_codes.FLAX_OPTIM)
+                         for _, code in self.held)
     # (line, construct, reason): links of this module's optimizer flow to
     # other modules that stay as they are; the flow here stays with them.
     self.blocked = blocked
@@ -125,7 +127,8 @@ class Planner(_plan_imports.PlanImports):
     self.rate_set_elsewhere = rate_set_elsewhere
     self.exported = frozenset(exported)  # names other modules import
     self.module = _module_model.ModuleModel(tree, names, frozenset(
-        f.line for f in self.findings if f.construct in NOTE_CONSTRUCTS))
+        f.line for f in self.findings if f.construct in NOTE_CONSTRUCTS),
+                                            flow)
     self.flow = self.module.flow
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)

@@ -62,6 +62,7 @@ from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
+from compat.codemod import _plan_findings
 from compat.codemod import _project
 from compat.codemod import _rewrite_plan
 from compat.codemod import _self_check
@@ -199,11 +200,19 @@ def migrate_source(source: bytes, path: str = '<string>',
   tree = ast.parse(source, filename=path)
   names = scan.module_names(tree, path, reexports, model)
   findings = scan.scan_source(source, path, reexports, tree, model)
-  planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
-                                  exported, rate_set_elsewhere,
-                                  _noqa.held(findings, source, chosen),
-                                  blocked, unsafe_fixes)
-  plan = planner.plan()
+  def planned(held):
+    return _rewrite_plan.Planner(source, tree, names, findings, tier,
+                                 exported, rate_set_elsewhere, held,
+                                 blocked, unsafe_fixes).plan()
+
+  held = _noqa.held(findings, source, chosen)
+  plan = planned(held)
+  # What scan reports from the plan alone, a noqa or the selection keeps
+  # too (as ruff keeps a suppressed diagnostic's fix): its flow stays.
+  also_held = _plan_findings.held(plan, findings, source, tree,
+                                    chosen) - held
+  if also_held:
+    plan = planned(held | also_held)
   plan.notes.extend(_undecided_kernel_names(tree, names, source))
   if not plan.edits:
     return source, plan

@@ -29,6 +29,14 @@ functions that return an OptimizerDef (``make_def(lr).create(params)``);
 where only a name suggests an optimizer (``optimizer``, ``opt``), the
 finding's confidence is ``likely`` instead of ``certain``.
 
+A tree is one project, analysed as ``migrate`` analyses it: the modules
+that can reach flax.optim are planned with ``migrate``'s planner (no edit
+is written; flows whose links across modules do not hold are kept, as
+``migrate`` keeps them), and each statement the plan changes or leaves
+that no finding above names is a finding with the code of the plan's
+construct (``_plan_findings``): every statement ``migrate`` changes or
+leaves carries a finding.
+
 Each kind of finding has a stable code (``FOC108``; ``--list-codes``,
 ``_codes``): ``--select``/``--ignore`` take codes and prefixes, a line
 ending in ``# noqa: FOC108`` (or a bare ``# noqa``) is not reported
@@ -88,6 +96,7 @@ from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
 from compat.codemod import _parallel
+from compat.codemod import _plan_findings
 from compat.codemod import _plan_records
 from compat.codemod import _prefilter
 from compat.codemod import _project
@@ -257,11 +266,9 @@ class _Visitor(ast.NodeVisitor):
   def add(self, node, construct, replacement=None, section=None,
           confidence='certain', removed=None):
     fixed_text, fixed_section = _FIXED.get(construct, ('', ''))
-    line = self.lines[node.lineno - 1].strip() if node.lineno <= len(
-        self.lines) else ''
     self.findings.append(Finding(
         self.path, node.lineno, node.col_offset + 1, construct,
-        line if len(line) <= 100 else line[:97] + '...',
+        _shown_line(self.lines, node.lineno),
         replacement or fixed_text, section or fixed_section, confidence,
         _codes.code_of(construct, removed)))
 
@@ -673,6 +680,15 @@ def scan_source(source, path: str = '<string>', reexports=None,
   ``kernel``: without a model, what a notebook's free names mean
   (``_names.kernel_bindings``: ``migrate`` re-scans its output so).
   """
+  return walk_module(source, path, reexports, tree, model, kernel)[0]
+
+
+def walk_module(source, path: str = '<string>', reexports=None,
+                tree: Optional[ast.Module] = None, model=None,
+                kernel: Optional[dict] = None) -> tuple:
+  """``(findings, flow)``: ``scan_source``'s findings and the module's
+  ``OptimizerFlow`` where the walk built one (else None), which its plan
+  reads too (``_plan_findings.plan``)."""
   if tree is None:
     tree = ast.parse(source, filename=path)
   text = source.decode('utf-8', 'replace') if isinstance(source,
@@ -683,7 +699,7 @@ def scan_source(source, path: str = '<string>', reexports=None,
   may_name_flax_optim = read_by_model or bool(kernel) or (
       _may_name_flax_optim(text, reexports))
   if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
-    return []  # none of the words any finding needs
+    return [], None  # none of the words any finding needs
   names = (module_names(tree, path, reexports, model, kernel)
            if may_name_flax_optim
            else _names.ModuleNames(tree, reexports, collect=False))
@@ -697,7 +713,9 @@ def scan_source(source, path: str = '<string>', reexports=None,
     # escapes, and no restore's template holds one)
     visitor.check_escapes()  # (before the restores: not checkpoint lines)
     visitor.check_restores()
-  return sorted(set(visitor.findings))
+  # (the cached property's value, where the walk asked for it)
+  flow = vars(visitor).get('flow') if may_name_flax_optim else None
+  return sorted(set(visitor.findings)), flow
 
 
 def _excluded(path: str, patterns) -> bool:
@@ -1049,10 +1067,9 @@ def in_file_lines(findings: list, notebook) -> list:
 def unused_noqa(path: str, lines: list):
   """``_noqa.apply``'s finding for a ``# noqa`` code that keeps nothing."""
   def finding(mark, code):
-    line = lines[mark.line - 1].strip() if mark.line <= len(lines) else ''
     known = '' if code in _codes.BY_CODE else ' (no such code)'
     return Finding(path, mark.line, mark.column, 'unused_noqa',
-                   line if len(line) <= 100 else line[:97] + '...',
+                   _shown_line(lines, mark.line),
                    f'remove {code}{known} from the # noqa comment: nothing '
                    'on this line has that code', rep.SECTION_FIND, 'certain',
                    _codes.UNUSED_NOQA)
@@ -1064,12 +1081,46 @@ def scan_file(source: bytes, shown: str, tree, reexports,
   """``(reported, suppressed)`` findings of one parsed file: only codes in
   ``chosen`` (default all), ``# noqa`` lines kept out of ``reported``;
   ``model``: the project's (``parse_project``; a ``-j`` worker's too);
-  ``kernel``: as for ``scan_source``."""
-  findings = scan_source(source, shown, reexports, tree, model, kernel)
+  ``kernel``: as for ``scan_source``. The findings of the walk alone: a
+  project's plans add theirs (``scan_paths``)."""
+  return reported(source, shown, scan_source(source, shown, reexports, tree,
+                                             model, kernel), chosen)
+
+
+def reported(source: bytes, shown: str, findings: list, chosen) -> tuple:
+  """``scan_file``'s ``(reported, suppressed)`` of a file's ``findings``."""
   marks = _noqa.suppressions(source)
   lines = source.decode('utf-8', 'replace').splitlines() if marks else []
   return _noqa.apply(findings, marks, set(_codes.BY_CODE) if chosen is None
                      else chosen, unused_noqa(shown, lines))
+
+
+def planned(model, shown: str, walked) -> bool:
+  """Whether ``scan_paths`` plans the module at ``shown`` (a notebook: its
+  code cells) as ``migrate`` does: one the project's ``model`` read (it
+  can reach flax.optim), where the model follows flows across modules,
+  and where a flax.optim finding of the walk (``walked``) or a link to
+  another module's flow gives its plan something to do besides the
+  walk's removals."""
+  return model is not None and model.linked and shown in model.names and (
+      shown in model.link_ends or
+      any(f.rule.startswith(_codes.FLAX_OPTIM) for f in walked))
+
+
+def plan_findings(source: bytes, shown: str, tree, walked, plan) -> list:
+  """The findings of a module's ``plan`` (of ``tree``) on statements the
+  walk's (``walked``) do not name (``_plan_findings``), as ``Finding``s."""
+  lines = source.decode('utf-8', 'replace').splitlines()
+  return [Finding(shown, f.line, f.column, f.construct,
+                  _shown_line(lines, f.line), f.replacement,
+                  _codes.BY_CODE[f.rule].section, 'certain', f.rule)
+          for f in _plan_findings.findings(plan, walked, source, tree)]
+
+
+def _shown_line(lines: list, line: int) -> str:
+  """A finding's ``code``: its source line, stripped, at most 100 long."""
+  text = lines[line - 1].strip() if line <= len(lines) else ''
+  return text if len(text) <= 100 else text[:97] + '...'
 
 
 def _reexports(table: _ModuleTable, text_of, tree_of) -> dict:
@@ -1131,22 +1182,85 @@ class _ShareInputs(NamedTuple):
   chosen: Optional[set]
 
 
+class _Planned(NamedTuple):
+  """A module ``scan_paths`` planned (``planned``): its file's index, the
+  walk's findings and the module's plan."""
+  index: int
+  walked: list
+  plan: object  # _plan_records.Plan
+
+
 def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
-  """``(findings, errors)`` of the files ``share`` indexes: each parsed
-  (unless the tables across modules kept its tree), scanned, its tree
-  dropped. In this process or a forked worker (``_parallel``)."""
-  files = inputs.files
-  findings, errors = [], []
+  """``(findings, errors, [_Planned])`` of the files ``share`` indexes:
+  each parsed (unless the tables across modules kept its tree), scanned,
+  its tree dropped; a module ``planned`` is planned too, its findings left
+  for ``_plans_reported``. In this process or a forked worker
+  (``_parallel``)."""
+  files, model = inputs.files, inputs.model
+  findings, errors, plans = [], [], []
   for index in share:
     shown = files.shown[index]
     try:
       tree = files.tree(index, keep=False)
-      found = scan_file(files.sources[index], shown, tree, inputs.reexports,
-                        inputs.chosen, inputs.model)[0]
+      source = files.sources[index]
+      walked, flow = walk_module(source, shown, inputs.reexports, tree,
+                                 model)
+      plan = _plan_of(source, shown, tree, walked, model, flow)
+      if plan is not None:
+        plans.append(_Planned(index, walked, plan))
+        continue
+      found = reported(source, shown, walked, inputs.chosen)[0]
     except Exception as e:  # pylint: disable=broad-except
       errors.append(failure(shown, e))
       continue
     findings += in_file_lines(found, files.notebooks.get(index))
+  return findings, errors, plans
+
+
+def _plan_of(source: bytes, shown: str, tree, walked, model, flow):
+  """The module's plan where it is ``planned`` (``flow``: its walk's, or
+  None), else None; None too where planning fails: ``migrate`` names that
+  failure for the file, and the walk's findings are still reported."""
+  if not planned(model, shown, walked):
+    return None
+  try:
+    return _plan_findings.plan(source, tree, model.module_names(shown, tree),
+                               walked, flow=flow)
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def _plans_reported(files: _Files, model, plans: list, chosen) -> tuple:
+  """``(findings, errors)`` of the modules planned (``_Planned``), each
+  with its plan's findings (``plan_findings``). As in ``migrate``, a flow
+  whose link to another module does not hold is planned again, kept as it
+  is with the link's lines (``_project.roll_back``)."""
+  by_path = {files.shown[p.index]: p for p in plans}
+  errors = []
+  notebooks = {files.shown[i]: n for i, n in files.notebooks.items()}
+  for path, blocked in _project.roll_back(
+      model.links, lambda key: by_path[key].plan if key in by_path else None,
+      _plan_records.flow_migrated, lambda key, line: notebooks[key].file_line(
+          line) if key in notebooks else line):
+    if path in by_path:
+      index, walked, _ = by_path[path]
+      try:
+        tree = files.tree(index)
+        by_path[path] = _Planned(index, walked, _plan_findings.plan(
+            files.sources[index], tree, model.module_names(path, tree),
+            walked, blocked))
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(path, e))
+  findings = []
+  for path, (index, walked, plan) in by_path.items():
+    source = files.sources[index]
+    try:
+      found = walked + plan_findings(source, path, files.tree(index),
+                                     walked, plan)
+      findings += in_file_lines(reported(source, path, found, chosen)[0],
+                                files.notebooks.get(index))
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(failure(path, e))
   return findings, errors
 
 
@@ -1179,17 +1293,23 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
   """
   with without_cycle_collection():
     files = _Files(paths, exclude)
-    across = _across_modules(files, links=False)
+    across = _across_modules(files)
     count = len(files.shown)
     results = _parallel.map_shares(
         _scan_share, _ShareInputs(files, across.reexports, across.model,
                                   chosen),
         count, min(jobs, count // _FILES_PER_JOB))
-    findings = []
+    findings, plans = [], []
     errors = list(across.errors) + files.unreadable_errors()
-    for share_findings, share_errors in results:
+    for share_findings, share_errors, share_plans in results:
       findings += share_findings
       errors += share_errors
+      plans += share_plans
+    if plans:
+      plans_found, plans_errors = _plans_reported(files, across.model, plans,
+                                                  chosen)
+      findings += plans_found
+      errors += plans_errors
     # The trees go before the collector comes back: not in cycles, which
     # would keep every file and tree for its first collection to walk (a
     # tenth of a second on scenic). The model's names refer back to it.
