@@ -150,6 +150,34 @@ class ClassHierarchy:
         return found
     return None
 
+  def instance_method(self, dotted, name) -> Optional[_Function]:
+    """The method ``name`` instances of the project's class ``dotted``
+    run, where it and every override below it is a method of a class all
+    of whose bases are the project's (``project_method``); else None."""
+    node = self.classes.get(dotted)
+    found = None if node is None else self._inherited_method(node, name,
+                                                             set())
+    if found is None or not self.project_method(found.node):
+      return None
+    overrides = [self._own_method(sub, name) for sub in self._subclasses(
+        node)]
+    return found if all(m is None or self.project_method(m.node)
+                        for m in overrides) else None
+
+  def project_method(self, method) -> bool:
+    """``method`` is defined by a class of the project whose bases, and
+    theirs, are all the project's: no library's class (flax.optim's
+    Optimizer among them) has a say in what it is."""
+    owner = next((c for c in self._bases if method in c.body), None)
+    return owner is not None and self._project_only(owner, set())
+
+  def _project_only(self, node, seen) -> bool:
+    if node in seen:
+      return True
+    seen.add(node)
+    return all(self.classes.get(dotted) is not None and self._project_only(
+        self.classes[dotted], seen) for dotted in self._bases[node])
+
   def _subclasses(self, root) -> list:
     """Every class of the project below ``root``, transitively (kept until
     the model reads more classes)."""

@@ -132,6 +132,9 @@ class Plan(NamedTuple):
   # Leftover-shaped (line, UNSAFE_FIX or HIDDEN_UNSAFE_FIX, code,
   # assumption): the unsafe fixes of the flow, enabled or not.
   unsafe: tuple = ()
+  # Lines of calls of the user's own methods named like the Optimizer's
+  # steps (``_own_methods``): no leftover where the output still has them.
+  own_steps: frozenset = frozenset()
 
 
 def _carried_out(plan) -> bool:

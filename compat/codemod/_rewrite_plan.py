@@ -54,6 +54,7 @@ from compat.codemod import _members
 from compat.codemod import _module_model
 from compat.codemod import _multi
 from compat.codemod import _names
+from compat.codemod import _own_methods
 from compat.codemod import _params
 from compat.codemod import _plan_imports
 from compat.codemod import _plan_records
@@ -212,7 +213,8 @@ class Planner(_plan_imports.PlanImports):
     return Plan(sorted(self.edits), sorted(set(self.leftovers)),
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
-                self.removed, tuple(sorted(set(self.unsafe))))
+                self.removed, tuple(sorted(set(self.unsafe))),
+                _own_methods.own_step_lines(self.names))
 
   def _called_nowhere_notes(self) -> list:
     """A factory or rule class of this module that nothing in the project

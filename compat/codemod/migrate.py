@@ -452,6 +452,7 @@ def left_in_output(result: FileResult, reexports=None,
   flow_left = any(l.construct in _rewrite_plan.FLOW_CONSTRUCTS
                   for l in planned) or rolled_back
   old_line = _old_lines_of_new(result.old, result.new)
+  items = _without_own_methods(items, result, old_line)
   noted = {(n.line, n.construct) for n in (plan.notes if plan else [])}
   if not flow_left:
     # The flow moved to TrainState: a checkpoint the plan noted now saves
@@ -474,6 +475,17 @@ def left_in_output(result: FileResult, reexports=None,
       reason = f'not rewritten; {fallback}'
     left.append(_rewrite_plan.Leftover(line, construct, code, reason))
   return tuple(sorted(left + rolled_back))  # rolled back: new is old
+
+
+def _without_own_methods(items, result, old_line) -> list:
+  """``items`` (by the output's file lines) less the steps the original's
+  project typed as the user's own methods (``_own_methods``), which the
+  output's scan, of one file alone, cannot type."""
+  own = result.plan.own_steps if result.plan else frozenset()
+  if own and result.path.endswith('.ipynb'):
+    own = frozenset(map(_notebook.Notebook(result.old).file_line, own))
+  return [i for i in items if i[1] not in _members.STEP_METHODS or
+          old_line.get(i[0]) not in own]
 
 
 _UNCHECKED_ACROSS_MODULES = (
