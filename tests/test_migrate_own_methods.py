@@ -4,7 +4,7 @@ jaxrl's shape: a ``flax.struct`` dataclass ``Model`` with an ``optimizer:
 Optional[Optimizer]`` field, a method that makes the optimizer and one,
 ``apply_gradient(loss_fn)``, that steps it inside; another module reaches
 those methods through a parameter annotated ``Model`` or through an
-attribute a holder class annotates ``Model``; a method empties the field
+attribute of a parameter annotated ``Pair``, which annotates it ``Model``; a method empties the field
 (``.replace(optimizer=None)``). The calls of the user's own
 ``apply_gradient`` are no flax.optim use: they stay, the method's body is
 rewritten with the field's flow, and the migrated program trains
@@ -48,6 +48,13 @@ class Model:
 class Pair:
   actor: Model
   critic: Model
+
+
+class Names:
+  # Another class with an attribute ``critic``, not annotated: what
+  # ``x.critic`` is follows from the class ``x`` is typed by.
+  def __init__(self):
+    self.critic = 'critic'
 '''
 
 _LEARNER = '''import jax

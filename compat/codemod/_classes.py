@@ -32,6 +32,8 @@ class ClassHierarchy:
     self._attribute_classes: dict[str, set] = {}
     self._unread_declarations: dict[str, bool] = {}  # attr -> may be
     self._subclasses_memo: dict = {}
+    # ClassDef -> {attribute: the dotted class its annotation names}
+    self._field_classes: dict = {}
 
   def _index_class(self, path, node, names):
     """The class by its dotted names, its bases, its annotated attributes
@@ -45,6 +47,9 @@ class ClassHierarchy:
       if isinstance(item, ast.AnnAssign) and isinstance(item.target,
                                                         ast.Name):
         annotated.add(item.target.id)
+        self._field_classes.setdefault(node, {})[item.target.id] = (
+            _project_index.dotted_name(_names.annotated_class(
+                names, item.annotation), names))
         self._attribute_classes.setdefault(item.target.id, set()).add(
             _project_index.dotted_name(item.annotation, names))
     for item in ast.walk(node):
@@ -148,6 +153,23 @@ class ClassHierarchy:
       found = self._inherited_method(base, name, seen)
       if found is not None:
         return found
+    return None
+
+  def field_class(self, dotted, attr) -> Optional[str]:
+    """The dotted class the project's class ``dotted`` (or a base of it
+    of the project) annotates its attribute ``attr`` with; None where
+    none does, or a subclass declares ``attr`` again."""
+    node = self.classes.get(dotted)
+    if node is None or any(attr in self._field_classes.get(sub, ())
+                           for sub in self._subclasses(node)):
+      return None
+    seen: set = set()
+    while node is not None and node not in seen:
+      seen.add(node)
+      if attr in self._field_classes.get(node, ()):
+        return self._field_classes[node][attr]
+      bases = [self.classes.get(b) for b in self._bases[node]]
+      node = bases[0] if len(bases) == 1 else None
     return None
 
   def instance_method(self, dotted, name) -> Optional[_Function]:

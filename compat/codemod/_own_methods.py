@@ -7,11 +7,13 @@ use: the method's body is (its field read through ``self`` is rewritten
 with the field's flow), the call stays as it is. A call runs the user's
 method where its receiver is typed as an instance of a project class:
 
-* ``x.attr.method(...)``: every class of the project declaring ``attr``
-  annotates it with a project class (``_classes._hierarchy_methods``);
 * ``x.method(...)``: ``x`` is a parameter annotated with a project class
   (``model: Model``) or a name bound once, to a construction of one
   (``model = Model(...)``), and bound nowhere else in its function;
+* ``x.attr.method(...)``: ``x`` is typed so and its class annotates
+  ``attr`` with a project class (``sac.actor`` of ``sac: ActorCriticTemp``),
+  or every class of the project declaring ``attr`` annotates it with one
+  (``_classes._hierarchy_methods``);
 
 and every class the call may run the method of, with all of its bases,
 is a class of the project (``_classes.project_method``: a subclass of a
@@ -21,6 +23,7 @@ Stdlib only.
 
 import ast
 import functools
+from typing import Optional
 
 from compat.codemod import _members
 from compat.codemod import _names
@@ -36,17 +39,29 @@ def runs_own_method(model, names, call) -> bool:
   func = call.func
   if model is None or not isinstance(func, ast.Attribute):
     return False
+  dotted = _receiver_class(model, names, func.value)
+  if dotted is not None:
+    return model.instance_method(dotted, func.attr) is not None
   if isinstance(func.value, ast.Attribute):
     methods = model._hierarchy_methods(call)  # pylint: disable=protected-access
     return bool(methods) and all(
         model.project_method(m.node) for m in methods)
-  if not isinstance(func.value, ast.Name):
-    return False
-  typed = _typed_names(names).get(id(func.value))
-  dotted = None if typed is None else _project_index.dotted_name(
-      typed, names)
-  return dotted is not None and model.instance_method(
-      dotted, func.attr) is not None
+  return False
+
+
+def _receiver_class(model, names, node) -> Optional[str]:
+  """The dotted name of the project's class ``node`` is an instance of: a
+  typed name (``_typed_names``), or ``x.attr`` where ``x``'s class
+  annotates ``attr`` with a class (``sac.actor`` of ``sac:
+  ActorCriticTemp``); None where migrate cannot tell."""
+  if isinstance(node, ast.Name):
+    typed = _typed_names(names).get(id(node))
+    return None if typed is None else _project_index.dotted_name(
+        typed, names)
+  if isinstance(node, ast.Attribute):
+    owner = _receiver_class(model, names, node.value)
+    return None if owner is None else model.field_class(owner, node.attr)
+  return None
 
 
 def own_step_lines(names) -> frozenset:
