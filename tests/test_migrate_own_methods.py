@@ -4,12 +4,13 @@ jaxrl's shape: a ``flax.struct`` dataclass ``Model`` with an ``optimizer:
 Optional[Optimizer]`` field, a method that makes the optimizer and one,
 ``apply_gradient(loss_fn)``, that steps it inside; another module reaches
 those methods through a parameter annotated ``Model`` or through an
-attribute of a parameter annotated ``Pair``, which annotates it ``Model``; a method empties the field
-(``.replace(optimizer=None)``). The calls of the user's own
-``apply_gradient`` are no flax.optim use: they stay, the method's body is
-rewritten with the field's flow, and the migrated program trains
-bit-identically to the original under the shim. A receiver migrate cannot
-type keeps the flow as it was.
+attribute of a ``Pair`` (annotated ``Model`` there), the pair typed by
+its parameter's annotation or by a helper's tuple returning its
+``replace``; a method empties the field (``.replace(optimizer=None)``).
+The calls of the user's own ``apply_gradient`` are no flax.optim use:
+they stay, the method's body is rewritten with the field's flow, and the
+migrated program trains bit-identically to the original under the shim.
+A receiver migrate cannot type keeps the flow as it was.
 """
 
 import _legacy_imports
@@ -50,6 +51,13 @@ class Pair:
   critic: Model
 
 
+# A helper handing the holder back in a tuple, through its ``replace``
+# (jaxrl's ``models, v1, v2 = get_value(models, ...)``).
+def counted(pair: Pair, batch):
+  new_pair = pair.replace(actor=pair.actor)
+  return new_pair, batch['x'].shape[0]
+
+
 class Names:
   # Another class with an attribute ``critic``, not annotated: what
   # ``x.critic`` is follows from the class ``x`` is typed by.
@@ -62,6 +70,7 @@ import jax.numpy as jnp
 
 from common import Model
 from common import Pair
+from common import counted
 
 
 def _loss(batch):
@@ -78,6 +87,7 @@ def update_actor(actor: Model, batch):
 
 @jax.jit
 def update_pair(pair: Pair, batch):
+  pair, size = counted(pair, batch)
   critic, _ = pair.critic.apply_gradient(_loss(batch))
   return pair.replace(critic=critic)
 
@@ -125,9 +135,8 @@ def test_an_untyped_receiver_keeps_the_flow(tmp_path):
   # same project migrates whole.
   learner = _LEARNER.replace('def update_actor(actor: Model, batch)',
                              'def update_actor(actor, batch)')
-  for files, kept in (({'common.py': _COMMON, 'learner.py': learner}, True),
-                      ({'common.py': _COMMON, 'learner.py': _LEARNER},
-                       False)):
+  for source, kept in ((learner, True), (_LEARNER, False)):
+    files = {'common.py': _COMMON, 'learner.py': source}
     project, migrated = tmp_path / str(kept) / 'p', tmp_path / str(kept) / 'm'
     _write(project, files)
     results = _migrate_into(project, migrated)

@@ -17,6 +17,7 @@ from compat.codemod import _names
 from compat.codemod import _project_index
 
 _Function = _project_index._Function  # a function or method indexed
+_STRUCT_DATACLASS = 'flax.struct.dataclass'
 
 
 class ClassHierarchy:
@@ -34,12 +35,18 @@ class ClassHierarchy:
     self._subclasses_memo: dict = {}
     # ClassDef -> {attribute: the dotted class its annotation names}
     self._field_classes: dict = {}
+    # Dotted names of the classes ``flax.struct.dataclass`` makes.
+    self._struct_classes: set = set()
 
   def _index_class(self, path, node, names):
     """The class by its dotted names, its bases, its annotated attributes
     (what ``self.factory.method()`` may run, see ``_hierarchy_methods``)."""
+    struct = any(names.resolve(d) == _STRUCT_DATACLASS
+                 for d in node.decorator_list)
     for module in self.module_names_of.get(path, ()):
       self.classes[f'{module}.{node.name}'] = node
+      if struct:
+        self._struct_classes.add(f'{module}.{node.name}')
     self._bases[node] = tuple(_project_index.dotted_name(base, names)
                               for base in node.bases)
     annotated = set()
@@ -171,6 +178,15 @@ class ClassHierarchy:
       bases = [self.classes.get(b) for b in self._bases[node]]
       node = bases[0] if len(bases) == 1 else None
     return None
+
+  def replaces_alike(self, dotted) -> bool:
+    """``x.replace(...)`` of an instance of the project's class ``dotted``
+    gives an instance of it: a ``flax.struct`` dataclass that defines no
+    ``replace`` of its own (nor a subclass does)."""
+    node = self.classes.get(dotted)
+    return node is not None and dotted in self._struct_classes and all(
+        self._own_method(c, 'replace') is None
+        for c in [node] + self._subclasses(node))
 
   def instance_method(self, dotted, name) -> Optional[_Function]:
     """The method ``name`` instances of the project's class ``dotted``
