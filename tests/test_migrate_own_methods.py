@@ -199,3 +199,27 @@ def test_none_stored_in_an_optional_optimizer_field_migrates(tmp_path):
   params, batches = _data()
   _assert_same_bits(_run(project, 'trainer', params, batches),
                     _run(migrated, 'trainer', params, batches))
+
+
+def test_a_definition_passed_to_the_holder_method_is_named_as_the_reason(
+    tmp_path):
+  # jaxrl's ``with_optimizer(self, optim_def)``, given ``optim.Adam(...)``
+  # by another module: migrate does not follow a definition passed as an
+  # argument, so the field's flow stays, and the report says why.
+  common = _COMMON.replace(
+      '''  def with_optimizer(self, learning_rate):
+    optimizer = optim.Adam(learning_rate).create(self.params)''',
+      '''  def with_optimizer(self, optim_def):
+    optimizer = optim_def.create(self.params)''')
+  learner = 'from flax import optim\n' + _LEARNER.replace(
+      'with_optimizer(0.01)', 'with_optimizer(optim.Adam(0.01))').replace(
+          'with_optimizer(0.02)', 'with_optimizer(optim.Adam(0.02))')
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, {'common.py': common, 'learner.py': learner})
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert result.new == result.old, name
+  reasons = '\n'.join(l.reason for l in results['common.py'].plan.leftovers)
+  assert ('(it is made by `optim_def.create(...)` of the parameter '
+          '`optim_def` of with_optimizer(), and migrate does not follow a '
+          'definition passed as an argument)') in reasons

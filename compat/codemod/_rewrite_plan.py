@@ -395,7 +395,9 @@ class Planner(_plan_imports.PlanImports):
     an optimizer: its uses elsewhere would be rewritten while it stays."""
     return [self._leftover(value, _project.HELD_IN_FIELD,
                            _plan_records.unproven_store_why(
-                               holder, self.text(value)))
+                               holder, self.text(value),
+                               _plan_records.created_from_parameter(
+                                   self.flow, value)))
             for holder, value in self.module.unproven_field_stores()]
 
   def _planned_restore(self, call) -> bool:
