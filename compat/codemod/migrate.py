@@ -284,7 +284,8 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
       field: type(getattr(plan, field))(
           item._replace(line=notebook.file_line(item.line))
           for item in getattr(plan, field))
-      for field in ('leftovers', 'notes', 'unsafe')})
+      for field in ('leftovers', 'notes', 'unsafe')},
+      own_steps=frozenset(map(notebook.file_line, plan.own_steps)))
   if new == combined:
     return raw, plan
   return notebook.rewrite(new.decode('utf-8')), plan
@@ -482,8 +483,6 @@ def _without_own_methods(items, result, old_line) -> list:
   project typed as the user's own methods (``_own_methods``), which the
   output's scan, of one file alone, cannot type."""
   own = result.plan.own_steps if result.plan else frozenset()
-  if own and result.path.endswith('.ipynb'):
-    own = frozenset(map(_notebook.Notebook(result.old).file_line, own))
   return [i for i in items if i[1] not in _members.STEP_METHODS or
           old_line.get(i[0]) not in own]
 
