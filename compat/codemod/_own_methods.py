@@ -3,9 +3,10 @@
 A class of the project may wrap its optimizer behind methods of the same
 names (jaxrl's ``Model.apply_gradient(loss_fn)``, which steps the
 ``optimizer`` field inside). A call of such a method is no flax.optim
-use: the method's body is (its field read through ``self`` is rewritten
-with the field's flow), the call stays as it is. A call runs the user's
-method where its receiver is typed as an instance of a project class:
+use: the method's body is the one (its field read through ``self`` is
+rewritten with the field's flow), the call stays as it is. A call runs
+the user's method where its receiver is typed as an instance of a
+project class:
 
 * ``x.method(...)``: every binding of ``x`` in its function gives an
   instance of one project class: a parameter annotated with it (``model:
@@ -70,6 +71,8 @@ def own_step_lines(names) -> frozenset:
   scan of the migrated module alone, which has no project to type the
   receiver by, reports none of them as left."""
   model = getattr(names, 'model', None)
+  if model is None:
+    return frozenset()  # (a module alone: no class of a project to type by)
   return frozenset(
       node.lineno for node in _walk.nodes(names.tree)
       if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
