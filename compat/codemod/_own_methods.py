@@ -80,28 +80,23 @@ def own_step_lines(names) -> frozenset:
           model, names, node))
 
 
-# id(ModuleNames) -> (the names, their table): one table per module, and
-# the modules whose table is being built (a function returning another
-# module's typed name asks that module's table; a cycle types nothing).
+# id(ModuleNames) -> (the names, their table): one table per module; and
+# the functions whose returns are being typed (a cycle of functions
+# handing each other's results back types nothing).
 _TABLES: dict = {}
-_BUILDING: set = set()
 _KEPT_TABLES = 64
+_RETURNS_OPEN: set = set()
 
 
 def _typed_names(names) -> dict:
   """id(Name read) -> the dotted class its value is an instance of, for
   each read of a name every binding of its function types alike
-  (``_FunctionTypes``); read once per module."""
+  (``_FunctionTypes``), in the functions that call a method named like an
+  Optimizer step (the only reads asked); read once per module."""
   kept = _TABLES.get(id(names))
   if kept is not None and kept[0] is names:
     return kept[1]
-  if id(names) in _BUILDING:
-    return {}
-  _BUILDING.add(id(names))
-  try:
-    table = _find_typed_names(names)
-  finally:
-    _BUILDING.discard(id(names))
+  table = _find_typed_names(names)
   if len(_TABLES) >= _KEPT_TABLES:
     _TABLES.clear()
   _TABLES[id(names)] = (names, table)
@@ -111,7 +106,7 @@ def _typed_names(names) -> dict:
 def _find_typed_names(names) -> dict:
   found = {}
   for function in _walk.nodes(names.tree):
-    if isinstance(function, _FUNCTIONS):
+    if isinstance(function, _FUNCTIONS) and _calls_a_step(function):
       types = _FunctionTypes(function, names)
       for name in types.sources:
         dotted = types.class_of(name)
@@ -120,6 +115,12 @@ def _find_typed_names(names) -> dict:
                        if isinstance(read, ast.Name) and read.id == name
                        and isinstance(read.ctx, ast.Load))
   return found
+
+
+def _calls_a_step(function) -> bool:
+  return any(isinstance(node, ast.Call) and isinstance(
+      node.func, ast.Attribute) and node.func.attr in _members.STEP_METHODS
+             for node in ast.walk(function))
 
 
 class _FunctionTypes:
@@ -211,12 +212,16 @@ class _FunctionTypes:
     names = None if function is None else self._model.names.get(
         function.path)
     returns = [] if names is None else _names.own_returns(function.node)
-    if not returns or not all(isinstance(r, ast.Tuple) and len(
-        r.elts) > index and isinstance(r.elts[index], ast.Name)
-                              for r in returns):
+    if not returns or id(function.node) in _RETURNS_OPEN or not all(
+        isinstance(r, ast.Tuple) and len(r.elts) > index and isinstance(
+            r.elts[index], ast.Name) for r in returns):
       return None
-    table = _typed_names(names)
-    found = {table.get(id(r.elts[index])) for r in returns}
+    _RETURNS_OPEN.add(id(function.node))
+    try:
+      types = _FunctionTypes(function.node, names)
+      found = {types.class_of(r.elts[index].id) for r in returns}
+    finally:
+      _RETURNS_OPEN.discard(id(function.node))
     return found.pop() if len(found) == 1 else None
 
 
