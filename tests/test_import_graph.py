@@ -322,7 +322,7 @@ CODEMOD_LAYERS = (
                '_parallel')),
     # Per module: its names, imports and bindings; per project: which
     # module defines what (``_project_index``, its classes: ``_classes``).
-    ('semantic', ('_names', '_project_index', '_classes')),
+    ('semantic', ('_names', '_project_index', '_classes', '_own_methods')),
     # One module's optimizer flow, and what crosses a call between two.
     ('flow', ('_removals', '_restores', '_clu_restores', '_multi',
               '_serialization_helpers',

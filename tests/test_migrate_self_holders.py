@@ -346,3 +346,21 @@ def test_a_tuple_display_unpacked_into_two_attributes(tmp_path):
   new = _migrates_and_trains_alike(tmp_path, source, exact=False)
   assert 'self.critic_optimizer, self.actor_optimizer = (' in new
   assert 'return self.critic_optimizer.params' in new
+
+
+def test_a_subclass_in_another_module_storing_the_attribute_is_the_reason(
+    tmp_path):
+  # dopamine's shape: JaxFullRainbowAgent (its own module) derives from
+  # JaxDQNAgent and stores ``self.optimizer`` too. Followed within one
+  # module only: the flow stays, and the report names the subclass.
+  subclass = ('import agent\n\n\n'
+              'class Fuller(agent.Agent):\n\n'
+              '  def reset(self, params):\n'
+              '    self.actor_optimizer = agent.optim.GradientDescent(0.01)'
+              '.create(params)\n')
+  reasons = _kept_whole(tmp_path, {'agent.py': _AGENT, 'fuller.py': subclass})
+  why = reasons['agent.py', _line(_AGENT, 'self.actor_optimizer = optim')]
+  assert ('`self.actor_optimizer` is also an attribute of Fuller, which '
+          'shares instances with Agent, in another module (') in why
+  assert ('fuller.py:7): migrate follows an attribute through `self` '
+          'within one module') in why

@@ -17,6 +17,7 @@ from compat.codemod import _names
 from compat.codemod import _project_index
 
 _Function = _project_index._Function  # a function or method indexed
+_STRUCT_DATACLASS = 'flax.struct.dataclass'
 
 
 class ClassHierarchy:
@@ -32,12 +33,20 @@ class ClassHierarchy:
     self._attribute_classes: dict[str, set] = {}
     self._unread_declarations: dict[str, bool] = {}  # attr -> may be
     self._subclasses_memo: dict = {}
+    # ClassDef -> {attribute: the dotted class its annotation names}
+    self._field_classes: dict = {}
+    # Dotted names of the classes ``flax.struct.dataclass`` makes.
+    self._struct_classes: set = set()
 
   def _index_class(self, path, node, names):
     """The class by its dotted names, its bases, its annotated attributes
     (what ``self.factory.method()`` may run, see ``_hierarchy_methods``)."""
+    struct = any(names.resolve(d) == _STRUCT_DATACLASS
+                 for d in node.decorator_list)
     for module in self.module_names_of.get(path, ()):
       self.classes[f'{module}.{node.name}'] = node
+      if struct:
+        self._struct_classes.add(f'{module}.{node.name}')
     self._bases[node] = tuple(_project_index.dotted_name(base, names)
                               for base in node.bases)
     annotated = set()
@@ -45,6 +54,9 @@ class ClassHierarchy:
       if isinstance(item, ast.AnnAssign) and isinstance(item.target,
                                                         ast.Name):
         annotated.add(item.target.id)
+        self._field_classes.setdefault(node, {})[item.target.id] = (
+            _project_index.dotted_name(_names.annotated_class(
+                names, item.annotation), names))
         self._attribute_classes.setdefault(item.target.id, set()).add(
             _project_index.dotted_name(item.annotation, names))
     for item in ast.walk(node):
@@ -149,6 +161,60 @@ class ClassHierarchy:
       if found is not None:
         return found
     return None
+
+  def field_class(self, dotted, attr) -> Optional[str]:
+    """The dotted class the project's class ``dotted`` (or a base of it
+    of the project) annotates its attribute ``attr`` with; None where
+    none does, or a subclass declares ``attr`` again."""
+    node = self.classes.get(dotted)
+    if node is None or any(attr in self._field_classes.get(sub, ())
+                           for sub in self._subclasses(node)):
+      return None
+    seen: set = set()
+    while node is not None and node not in seen:
+      seen.add(node)
+      if attr in self._field_classes.get(node, ()):
+        return self._field_classes[node][attr]
+      bases = [self.classes.get(b) for b in self._bases[node]]
+      node = bases[0] if len(bases) == 1 else None
+    return None
+
+  def replaces_alike(self, dotted) -> bool:
+    """``x.replace(...)`` of an instance of the project's class ``dotted``
+    gives an instance of it: a ``flax.struct`` dataclass that defines no
+    ``replace`` of its own (nor a subclass does)."""
+    node = self.classes.get(dotted)
+    return node is not None and dotted in self._struct_classes and all(
+        self._own_method(c, 'replace') is None
+        for c in [node] + self._subclasses(node))
+
+  def instance_method(self, dotted, name) -> Optional[_Function]:
+    """The method ``name`` instances of the project's class ``dotted``
+    run, where it and every override below it is a method of a class all
+    of whose bases are the project's (``project_method``); else None."""
+    node = self.classes.get(dotted)
+    found = None if node is None else self._inherited_method(node, name,
+                                                             set())
+    if found is None or not self.project_method(found.node):
+      return None
+    overrides = [self._own_method(sub, name) for sub in self._subclasses(
+        node)]
+    return found if all(m is None or self.project_method(m.node)
+                        for m in overrides) else None
+
+  def project_method(self, method) -> bool:
+    """``method`` is defined by a class of the project whose bases, and
+    theirs, are all the project's: no library's class (flax.optim's
+    Optimizer among them) has a say in what it is."""
+    owner = next((c for c in self._bases if method in c.body), None)
+    return owner is not None and self._project_only(owner, set())
+
+  def _project_only(self, node, seen) -> bool:
+    if node in seen:
+      return True
+    seen.add(node)
+    return all(self.classes.get(dotted) is not None and self._project_only(
+        self.classes[dotted], seen) for dotted in self._bases[node])
 
   def _subclasses(self, root) -> list:
     """Every class of the project below ``root``, transitively (kept until

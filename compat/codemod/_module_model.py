@@ -96,8 +96,10 @@ class ModuleModel:
     stand-in (``{'target': restored}``: read as a dict, before and after).
     A name bound to either must be read only to be stored (``stored``: the
     ids of every value this module stores in such a field): any other
-    read stays as it was, and would meet a TrainState."""
-    if self.flow.is_optimizer(value):
+    read stays as it was, and would meet a TrainState. ``None`` (a field
+    ``Optional[optim.Optimizer]`` emptied: ``.replace(optimizer=None)``)
+    is read alike too: code reading the field meets None before and after."""
+    if self.flow.is_optimizer(value) or _is_none(value):
       return True
     if not self.flow.optimizer_or_dict(value):
       return False
@@ -108,3 +110,7 @@ class ModuleModel:
                if isinstance(read, ast.Name) and read.id == value.id and
                isinstance(read.ctx, ast.Load) and
                self.flow.binding_scope_of(read, read.id) is scope)
+
+
+def _is_none(value) -> bool:
+  return isinstance(value, ast.Constant) and value.value is None

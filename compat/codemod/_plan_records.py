@@ -79,13 +79,39 @@ def layout_key_reads(tree: ast.Module) -> list:
           node.slice.value in LAYOUT_KEYS]
 
 
-def unproven_store_why(holder, text: str) -> str:
+def unproven_store_why(holder, text: str, cause: str = '') -> str:
   """Why a value stored in an optimizer field (``text``: its source) keeps
-  the flows reading that field as they are."""
+  the flows reading that field as they are (``cause``: why the value is
+  not proven, where migrate can say it)."""
   return (f'`{text[:60]}` goes into the field `{holder.field}` of '
           f'{holder.name}, annotated flax.optim.Optimizer, and is not '
-          'provably a flax.optim Optimizer here: the modules that read the '
-          'field stay with it')
+          'provably a flax.optim Optimizer here' + (
+              f' ({cause})' if cause else '') + ': the modules that read '
+          'the field stay with it')
+
+
+def created_from_parameter(flow, value) -> str:
+  """Why ``value`` is not proven an optimizer where it is made by
+  ``.create`` of a definition its function takes as a parameter
+  (``optimizer = optim_def.create(self.params)`` in ``with_optimizer(self,
+  optim_def)``): migrate does not follow a definition passed as an
+  argument; '' otherwise."""
+  scope = flow.binding_scope_of(value, value.id) if isinstance(
+      value, ast.Name) else None
+  bound = [] if scope is None else scope.bindings.get(value.id, [])
+  made = bound[0] if len(bound) == 1 else value
+  if not (isinstance(made, ast.Call) and isinstance(
+      made.func, ast.Attribute) and made.func.attr == _members.CREATE and
+          isinstance(made.func.value, ast.Name)):
+    return ''
+  definition = made.func.value.id
+  function = getattr(flow.scope_of(made), 'node', None)
+  if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+      definition not in _names.parameter_names(function)):
+    return ''
+  return (f'it is made by `{definition}.{_members.CREATE}(...)` of the '
+          f'parameter `{definition}` of {function.name}(), and migrate does '
+          'not follow a definition passed as an argument')
 
 
 def planned_from_tree(finding) -> bool:
@@ -132,6 +158,9 @@ class Plan(NamedTuple):
   # Leftover-shaped (line, UNSAFE_FIX or HIDDEN_UNSAFE_FIX, code,
   # assumption): the unsafe fixes of the flow, enabled or not.
   unsafe: tuple = ()
+  # Lines of calls of the user's own methods named like the Optimizer's
+  # steps (``_own_methods``): no leftover where the output still has them.
+  own_steps: frozenset = frozenset()
 
 
 def _carried_out(plan) -> bool:

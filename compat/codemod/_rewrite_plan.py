@@ -54,6 +54,7 @@ from compat.codemod import _members
 from compat.codemod import _module_model
 from compat.codemod import _multi
 from compat.codemod import _names
+from compat.codemod import _own_methods
 from compat.codemod import _params
 from compat.codemod import _plan_imports
 from compat.codemod import _plan_records
@@ -215,7 +216,8 @@ class Planner(_plan_imports.PlanImports):
     return Plan(sorted(self.edits), sorted(set(self.leftovers)),
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
-                self.removed, tuple(sorted(set(self.unsafe))))
+                self.removed, tuple(sorted(set(self.unsafe))),
+                _own_methods.own_step_lines(self.names))
 
   def _called_nowhere_notes(self) -> list:
     """A factory or rule class of this module that nothing in the project
@@ -401,7 +403,9 @@ class Planner(_plan_imports.PlanImports):
     an optimizer: its uses elsewhere would be rewritten while it stays."""
     return [self._leftover(value, _project.HELD_IN_FIELD,
                            _plan_records.unproven_store_why(
-                               holder, self.text(value)))
+                               holder, self.text(value),
+                               _plan_records.created_from_parameter(
+                                   self.flow, value)))
             for holder, value in self.module.unproven_field_stores()]
 
   def _planned_restore(self, call) -> bool:

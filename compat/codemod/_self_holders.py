@@ -259,17 +259,24 @@ class SelfAttributes:
       if start is None:
         continue
       tree = model.trees.get(path)
-      line = source.count(b'\n', 0, start) + 1 if tree is None else (
-          self._named_in(key, path, tree))
+      line, related = (source.count(b'\n', 0, start) + 1, None) if (
+          tree is None) else self._named_in(key, path, tree)
+      if line is not None and related is not None:
+        return (f'`self.{key.attr}` is also an attribute of {related}, '
+                f'which shares instances with {key.owner.name}, in another '
+                f'module ({path}:{line}): migrate follows an attribute '
+                'through `self` within one module')
       if line is not None:
         return (f'`.{key.attr}` is also named at {path}:{line}, outside the '
                 f'methods of {key.owner.name}')
     return None
 
-  def _named_in(self, key, path, tree) -> Optional[int]:
-    """The line where the parsed module ``tree`` names ``key``'s
+  def _named_in(self, key, path, tree) -> tuple:
+    """``(line, class)``: where the parsed module ``tree`` names ``key``'s
     attribute other than through the instance parameter of a class
-    sharing no instance with the attribute's class."""
+    sharing no instance with the attribute's class, and that class where
+    it is one sharing instances (a subclass's ``self.<attr>``; None
+    otherwise); ``(None, None)`` where it does not."""
     if path not in self._receivers:
       self._receivers[path] = _instance_reads(tree)
     receivers = self._receivers[path]
@@ -278,10 +285,10 @@ class SelfAttributes:
         owner = receivers.get(id(node))
         if owner is None or self._classes().related(owner,
                                                     key.owner.name):
-          return node.lineno
+          return node.lineno, owner
       elif isinstance(node, ast.Constant) and node.value == key.attr:
-        return node.lineno
-    return None
+        return node.lineno, None
+    return None, None
 
   def _classes(self) -> '_ClassNames':
     if self._class_names is None:

@@ -293,7 +293,8 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
       field: type(getattr(plan, field))(
           item._replace(line=notebook.file_line(item.line))
           for item in getattr(plan, field))
-      for field in ('leftovers', 'notes', 'unsafe')})
+      for field in ('leftovers', 'notes', 'unsafe')},
+      own_steps=frozenset(map(notebook.file_line, plan.own_steps)))
   if new == combined:
     return raw, plan
   return notebook.rewrite(new.decode('utf-8')), plan
@@ -461,6 +462,7 @@ def left_in_output(result: FileResult, reexports=None,
   flow_left = any(l.construct in _rewrite_plan.FLOW_CONSTRUCTS
                   for l in planned) or rolled_back
   old_line = _old_lines_of_new(result.old, result.new)
+  items = _without_own_methods(items, result, old_line)
   noted = {(n.line, n.construct) for n in (plan.notes if plan else [])}
   if not flow_left:
     # The flow moved to TrainState: a checkpoint the plan noted now saves
@@ -483,6 +485,15 @@ def left_in_output(result: FileResult, reexports=None,
       reason = f'not rewritten; {fallback}'
     left.append(_rewrite_plan.Leftover(line, construct, code, reason))
   return tuple(sorted(left + rolled_back))  # rolled back: new is old
+
+
+def _without_own_methods(items, result, old_line) -> list:
+  """``items`` (by the output's file lines) less the steps the original's
+  project typed as the user's own methods (``_own_methods``), which the
+  output's scan, of one file alone, cannot type."""
+  own = result.plan.own_steps if result.plan else frozenset()
+  return [i for i in items if i[1] not in _members.STEP_METHODS or
+          old_line.get(i[0]) not in own]
 
 
 _UNCHECKED_ACROSS_MODULES = (

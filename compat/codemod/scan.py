@@ -95,6 +95,7 @@ from compat.codemod import _module_model
 from compat.codemod import _names
 from compat.codemod import _noqa
 from compat.codemod import _notebook
+from compat.codemod import _own_methods
 from compat.codemod import _parallel
 from compat.codemod import _plan_findings
 from compat.codemod import _plan_records
@@ -524,6 +525,8 @@ class _Visitor(ast.NodeVisitor):
       return
     if method == _members.REPLICATE and module.resolve(receiver) is not None:
       return  # jax_utils.replicate(...) and other module functions
+    if _own_methods.runs_own_method(module.model, module, node):
+      return  # the user's class wraps its optimizer behind this method
     confidence = ('certain' if self.flow.is_optimizer(receiver) else
                   module.optimizer_confidence(receiver))
     if method == _members.APPLY_GRADIENT and confidence is None:
