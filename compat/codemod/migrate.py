@@ -176,7 +176,8 @@ def _drop_dotted_imports(code: str, removed) -> str:
 def migrate_source(source: bytes, path: str = '<string>',
                    tier: str = 'exact', reexports=None, exported=(),
                    rate_set_elsewhere: bool = False, chosen=None,
-                   model=None, blocked=(), unsafe_fixes: bool = False):
+                   model=None, blocked=(), unsafe_fixes: bool = False,
+                   memo: Optional[dict] = None):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
@@ -193,16 +194,19 @@ def migrate_source(source: bytes, path: str = '<string>',
   this module's optimizer flow that other modules keep as they are
   (``migrate_paths``): given, the flow here stays too. ``unsafe_fixes``:
   also apply the fixes that rest on an assumption (``--unsafe-fixes``;
-  each is in ``plan.unsafe``, applied or not).
+  each is in ``plan.unsafe``, applied or not). ``memo``: a dict kept
+  across the calls of one run with the same ``reexports`` and ``model``
+  (``migrate_paths``): a module migrated again (``blocked``) is not parsed
+  and scanned again.
   """
   read = _source.read(source)  # raises what Python would refuse
-  tree = ast.parse(source, filename=path)
-  names = scan.module_names(tree, path, reexports, model)
-  findings = scan.scan_source(source, path, reexports, tree, model)
+  tree, names, scanned = _scanned(source, path, reexports, model,
+                                  {} if memo is None else memo)
+  findings = scanned.findings
   planner = _rewrite_plan.Planner(source, tree, names, findings, tier,
                                   exported, rate_set_elsewhere,
                                   _noqa.held(findings, source, chosen),
-                                  blocked, unsafe_fixes)
+                                  blocked, unsafe_fixes, scanned.facts)
   plan = planner.plan()
   plan.notes.extend(_undecided_kernel_names(tree, names, source))
   if not plan.edits:
@@ -223,6 +227,19 @@ def migrate_source(source: bytes, path: str = '<string>',
   if problems:
     return source, rolled_back(source, plan, problems)
   return new, plan
+
+
+def _scanned(source: bytes, path: str, reexports, model, memo: dict):
+  """``(tree, names, scan.ScannedModule)`` of a module, once per source
+  in ``memo``: the names are the scan's, so the flow it proved is the
+  plan's too (the plan reads the tree, it never changes it)."""
+  key = (path, source)
+  if key not in memo:
+    tree = ast.parse(source, filename=path)
+    names = scan.module_names(tree, path, reexports, model)
+    memo[key] = (tree, names, scan.scan_module(source, path, reexports, tree,
+                                               model, names=names))
+  return memo[key]
 
 
 def _undecided_kernel_names(tree: ast.Module, names, source: bytes) -> list:
@@ -263,7 +280,7 @@ def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
 def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
                      reexports=None, chosen=None, model=None, blocked=(),
                      rate_set_elsewhere: bool = False,
-                     unsafe_fixes: bool = False):
+                     unsafe_fixes: bool = False, memo=None):
   """``(new_notebook_bytes, plan)``: all code cells migrated as one module.
 
   Only the source lines that change differ in the file's bytes
@@ -272,14 +289,14 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
   the cells joined, where the project's links name them). ``model``: the
   project's (a notebook is a consumer of the package's modules, as a
   script is: the fields, factories, rule classes and links it reads
-  come from there); ``rate_set_elsewhere``, ``unsafe_fixes``: as for
-  ``migrate_source``.
+  come from there); ``rate_set_elsewhere``, ``unsafe_fixes``, ``memo``: as
+  for ``migrate_source``.
   """
   notebook = _notebook.Notebook(raw)
   combined = notebook.module.encode('utf-8')
   new, plan = migrate_source(combined, path, tier, reexports, (),
                              rate_set_elsewhere, chosen, model, blocked,
-                             unsafe_fixes)
+                             unsafe_fixes, memo)
   plan = plan._replace(**{
       field: type(getattr(plan, field))(
           item._replace(line=notebook.file_line(item.line))
@@ -328,11 +345,12 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
 def migrate_file(path: str, tier: str = 'exact',
                  project: Optional[scan.Project] = None,
                  rate_elsewhere: bool = False, chosen=None,
-                 blocked=(), unsafe_fixes: bool = False) -> FileResult:
+                 blocked=(), unsafe_fixes: bool = False,
+                 memo=None) -> FileResult:
   """One file migrated in memory; ``project``: re-exports and the flows
   across modules to follow; ``rate_elsewhere``:
-  ``rate_set_elsewhere(project)``; ``blocked``, ``unsafe_fixes``: see
-  ``migrate_source``."""
+  ``rate_set_elsewhere(project)``; ``blocked``, ``unsafe_fixes``,
+  ``memo``: see ``migrate_source``."""
   shown = _shown(path)
   try:
     with open(path, 'rb') as f:
@@ -343,7 +361,7 @@ def migrate_file(path: str, tier: str = 'exact',
     if path.endswith('.ipynb') and project is not None:
       new, plan = migrate_notebook(
           old, path.replace(os.sep, '/'), tier, project.reexports, chosen,
-          project.model, blocked, rate_elsewhere, unsafe_fixes)
+          project.model, blocked, rate_elsewhere, unsafe_fixes, memo)
     elif path.endswith('.ipynb'):
       new, plan = migrate_notebook(old, shown, tier, chosen=chosen,
                                    unsafe_fixes=unsafe_fixes)
@@ -351,7 +369,7 @@ def migrate_file(path: str, tier: str = 'exact',
       new, plan = migrate_source(
           old, path.replace(os.sep, '/'), tier, project.reexports,
           project.exported.get(os.path.abspath(path), ()), rate_elsewhere,
-          chosen, project.model, blocked, unsafe_fixes)
+          chosen, project.model, blocked, unsafe_fixes, memo)
     else:
       new, plan = migrate_source(old, shown, tier, chosen=chosen,
                                  unsafe_fixes=unsafe_fixes)
@@ -505,10 +523,11 @@ def _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes):
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)
+  memo: dict = {}  # (path, source) -> its parse and scan, for every round
 
   def migrate_one(path, blocked=()):
     return migrate_file(path, tier, project, rate_elsewhere, chosen,
-                        blocked, unsafe_fixes)
+                        blocked, unsafe_fixes, memo)
 
   results = {p: migrate_one(p) for p in sources}
   if project.model is None and any(

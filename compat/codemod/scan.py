@@ -72,7 +72,7 @@ import gc
 import json
 import os
 import sys
-from typing import Iterable, NamedTuple, Optional, cast
+from typing import Iterable, NamedTuple, Optional, Union, cast
 
 from compat import _atomic
 from compat import _lazy
@@ -227,6 +227,8 @@ class _Visitor(ast.NodeVisitor):
     # Restores no finding names yet, asked about once the walk has found
     # the module's other findings (``check_restores``).
     self._restores: list[ast.Call] = []
+    # The escape check's facts of the module, where it ran.
+    self.escapes_model: Optional[_module_model.ModuleModel] = None
 
   # NodeVisitor's own visit/generic_visit look the method up by name on
   # every node and descend into contexts and operators too; scanning is
@@ -566,7 +568,7 @@ class _Visitor(ast.NodeVisitor):
     if not any(f.construct in _FLOW_PROVEN and f.confidence == 'certain'
                for f in self.findings):
       return  # no optimizer the flow proves here: none goes anywhere
-    module = _module_model.ModuleModel(
+    module = self.escapes_model = _module_model.ModuleModel(
         self.module.tree, self.module, frozenset(
             f.line for f in self.findings
             if f.construct in _plan_records.NOTE_CONSTRUCTS), self.flow)
@@ -668,6 +670,25 @@ def scan_source(source, path: str = '<string>', reexports=None,
   """
   if tree is None:
     tree = ast.parse(source, filename=path)
+  return scan_module(source, path, reexports, tree, model, kernel).findings
+
+
+class ScannedModule(NamedTuple):
+  """``scan_module``'s result: the findings and what the walk built on the
+  way that ``migrate``'s plan of the same tree reads too."""
+  findings: list
+  # The ``ModuleModel`` of the escape check (its flow, parents, replicated
+  # flow as far as computed), else the flow alone, else None (none built).
+  facts: Optional[Union[_module_model.ModuleModel, _flow.OptimizerFlow]]
+
+
+def scan_module(source, path: str, reexports, tree: ast.Module, model=None,
+                kernel: Optional[dict] = None,
+                names=None) -> ScannedModule:
+  """``scan_source`` of a parsed module, with the facts it built
+  (``ScannedModule``); ``names``: ``module_names(tree, path, reexports,
+  model, kernel)`` where the caller has it (a flow it built is proven for
+  these very names, which ``migrate``'s plan then shares)."""
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
   # A module the project's model read names a factory of another module
@@ -676,10 +697,11 @@ def scan_source(source, path: str = '<string>', reexports=None,
   may_name_flax_optim = read_by_model or bool(kernel) or (
       _may_name_flax_optim(text, reexports))
   if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
-    return []  # none of the words any finding needs
-  names = (module_names(tree, path, reexports, model, kernel)
-           if may_name_flax_optim
-           else _names.ModuleNames(tree, reexports, collect=False))
+    return ScannedModule([], None)  # none of the words any finding needs
+  if not may_name_flax_optim:
+    names = _names.ModuleNames(tree, reexports, collect=False)
+  elif names is None:
+    names = module_names(tree, path, reexports, model, kernel)
   visitor = _Visitor(path, names, text.splitlines())
   if not may_name_flax_optim:
     # Its cached value, never built: the stand-in answers what the walk asks
@@ -690,7 +712,9 @@ def scan_source(source, path: str = '<string>', reexports=None,
     # escapes, and no restore's template holds one)
     visitor.check_escapes()  # (before the restores: not checkpoint lines)
     visitor.check_restores()
-  return sorted(set(visitor.findings))
+  return ScannedModule(sorted(set(visitor.findings)), visitor.escapes_model or
+                       (visitor.__dict__.get('flow')
+                        if may_name_flax_optim else None))
 
 
 def _excluded(path: str, patterns) -> bool:
