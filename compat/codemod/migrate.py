@@ -57,6 +57,7 @@ from libcst.codemod import visitors
 from compat import _atomic
 from compat.codemod import _codes
 from compat.codemod import _config
+from compat.codemod import _libcst_visitors
 from compat.codemod import _line_match
 from compat.codemod import _members
 from compat.codemod import _names
@@ -127,10 +128,12 @@ def _libcst_fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
                                                        obj, asname)
   # Each visitor copies the module and walks it (the second resolving
   # scopes): one with nothing to do would give the module back as it was.
-  if plan.imports:
-    module = visitors.AddImportsVisitor(context).transform_module(module)
-  if plan.removed_imports:
-    module = visitors.RemoveImportsVisitor(context).transform_module(module)
+  with _libcst_visitors.read_once():
+    if plan.imports:
+      module = visitors.AddImportsVisitor(context).transform_module(module)
+    if plan.removed_imports:
+      module = visitors.RemoveImportsVisitor(context).transform_module(
+          module)
   return module.code
 
 
