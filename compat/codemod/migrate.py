@@ -387,7 +387,7 @@ def migrate_file(path: str, tier: str = 'exact',
   result = FileResult(shown, old, new, plan, None)
   try:
     return result._replace(left=left_in_output(
-        result, project.reexports if project else None, chosen))
+        result, project.reexports if project else None, chosen, memo=memo))
   except Exception as e:  # pylint: disable=broad-except
     return FileResult(shown, old, old, None, 'not migrated: re-scanning the '
                       f'result failed: {scan.failure(shown, e).message}')
@@ -429,8 +429,22 @@ def references(tree: ast.Module, reexports=None, kernel=None) -> list:
   return sorted(found)
 
 
+def _output_scan(module: bytes, path: str, reexports, kernel,
+                 memo: dict) -> tuple:
+  """``(reported findings, references)`` of a migrated module, once
+  per output in ``memo`` (a module migrated again in a later round often
+  comes out as in an earlier one)."""
+  key = ('output', path, module, repr(kernel))
+  if key not in memo:
+    tree = ast.parse(module, filename=path)
+    memo[key] = (scan.scan_file(module, path, tree, reexports,
+                                kernel=kernel)[0],
+                 references(tree, reexports, kernel))
+  return memo[key]
+
+
 def left_in_output(result: FileResult, reexports=None,
-                   chosen=None, kernel=None) -> tuple:
+                   chosen=None, kernel=None, memo=None) -> tuple:
   """Every flax.optim usage (scan's findings) and reference left in
   ``result.new``, as ``Leftover``s at their lines there, each with the
   plan's reason for leaving it (or why no rule covered it). What the
@@ -438,18 +452,18 @@ def left_in_output(result: FileResult, reexports=None,
   ``chosen``: the selected codes (default all): a finding of another code
   is not left (as ``scan --select/--ignore`` would not report it), nor a
   reference unless flax.optim's import (FOC101) is selected; ``kernel``:
-  what a notebook's free names mean in the migrated project."""
+  what a notebook's free names mean in the migrated project; ``memo``:
+  as for ``migrate_source``."""
   notebook = None
   module = result.new
   if result.path.endswith('.ipynb'):
     notebook = _notebook.Notebook(result.new)
     module = notebook.module.encode('utf-8')
-  tree = ast.parse(module, filename=result.path)
   # (line in the module, construct, what to do by hand)
   # What a scan of the output reports: lines kept by a noqa are not left,
   # nor findings of unselected codes (their lines keep their references).
-  every = scan.scan_file(module, result.path, tree, reexports,
-                         kernel=kernel)[0]
+  every, referenced = _output_scan(module, result.path, reexports, kernel,
+                                   {} if memo is None else memo)
   # What the plan's own rules found there, it lists itself (its leftovers).
   every = [f for f in every if not _rewrite_plan.planned_from_tree(f)]
   chosen = set(_codes.BY_CODE) if chosen is None else chosen
@@ -458,7 +472,7 @@ def left_in_output(result: FileResult, reexports=None,
            f.rule in chosen]
   # A line with a noqa mark keeps its references too (the mark held them).
   covered = {f.line for f in every} | set(_noqa.suppressions(module))
-  for line, path in references(tree, reexports, kernel):
+  for line, path in referenced:
     if line not in covered and _codes.code_of('import') in chosen:
       covered.add(line)
       found.append((line, 'reference', f'{path} is still named here'))
@@ -526,7 +540,7 @@ def _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes):
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)
-  memo: dict = {}  # (path, source) -> its parse and scan, for every round
+  memo: dict = {}  # each module's scans (input and output), for every round
 
   def migrate_one(path, blocked=()):
     return migrate_file(path, tier, project, rate_elsewhere, chosen,
