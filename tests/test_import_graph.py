@@ -337,7 +337,7 @@ CODEMOD_LAYERS = (
     # The plan of each module's rewrites and the edits that carry it out.
     ('fixes', ('_plan_records', '_plan_edits', '_plan_rules', '_plan_uses',
                '_plan_imports', '_rewrite_plan', '_user_rules', '_self_check',
-               '_skeleton')),
+               '_skeleton', '_libcst_visitors')),
     # Configuration, suppressions, output formats.
     ('report', ('_config', '_noqa', '_formats', '_plan_findings')),
     # The two commands. ``_prefilter`` (the index's first pass) sits here

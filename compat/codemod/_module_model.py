@@ -5,6 +5,7 @@ fields annotated ``optim.Optimizer``. An analysis reads these, never the
 planner. Stdlib only."""
 
 import ast
+import copy
 import functools
 
 from compat.codemod import _flow
@@ -25,6 +26,14 @@ class ModuleModel:
     # Lines where scan found a checkpoint or pickle write or read.
     self.checkpoint_lines = checkpoint_lines
     self.parents = _walk.parents(tree)  # each node -> the node holding it
+
+  def with_checkpoint_lines(self, checkpoint_lines: frozenset):
+    """This module's facts with other checkpoint lines (a plan's, from
+    scan's model of the same tree and names): what was computed so far,
+    the flows first, is shared, not built again."""
+    shared = copy.copy(self)
+    shared.checkpoint_lines = checkpoint_lines
+    return shared
 
   @functools.cached_property
   def replicated(self) -> _flow.OptimizerFlow:

@@ -167,7 +167,8 @@ def solve(model, solve_givers) -> list:
       verdicts[key] = False
     solve_givers()
     return []
-  return _links(model, candidates, references)
+  # The last round changed no verdict: its flows saw the model as it is.
+  return _links(model, candidates, references, flows)
 
 
 def why_unproven(model, names, tree, line, code) -> str:
@@ -188,11 +189,13 @@ def why_unproven(model, names, tree, line, code) -> str:
   return '; '.join(r for r in reasons if r)
 
 
-def _links(model, candidates, references) -> list:
+def _links(model, candidates, references, flows) -> list:
   """``(caller path, call line, function)`` per call from another module
-  passing a parameter that the function's own flow proves."""
+  passing a parameter that the function's own flow proves; ``flows``:
+  those the fixpoint's last round built, by path (the model has not
+  changed since)."""
   links = []
-  own_flows = {}
+  own_flows = dict(flows)
   for key, found in references.items():
     function = candidates[key]
     flow = own_flows.get(function.path)

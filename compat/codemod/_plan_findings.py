@@ -62,16 +62,16 @@ def code_of(construct: str) -> str:
   return _codes.code_of(_SCAN_CONSTRUCT.get(construct, construct))
 
 
-def plan(source: bytes, tree, names, walked, blocked=(), flow=None):
+def plan(source: bytes, tree, names, walked, blocked=(), scanned=None):
   """The module's ``_plan_records.Plan``, planned as ``migrate`` plans it
   (``names``: the module's, seeing the project; ``walked``: scan's
-  findings there; ``blocked``: as ``migrate_source``'s; ``flow``: the
-  module's ``OptimizerFlow`` where the walk built it), without the
+  findings there; ``blocked``: as ``migrate_source``'s; ``scanned``: what
+  the module's walk built, ``scan.ScannedModule.facts``), without the
   marks and the selection that keep findings as they are: a ``# noqa``
   hides its own line's findings in ``scan``, of the walk and of the plan
   alike."""
   return _rewrite_plan.Planner(source, tree, names, walked, blocked=blocked,
-                               flow=flow).plan()
+                               scanned=scanned).plan()
 
 
 def findings(plan, walked, source: bytes, tree: ast.Module) -> list:

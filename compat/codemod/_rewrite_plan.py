@@ -92,14 +92,23 @@ _STOCK_EXACT = _plan_records.STOCK_EXACT
 _line_offsets = _plan_records.line_offsets
 
 
+def _module_of(tree, names, checkpoint_lines, scanned):
+  """The plan's ``ModuleModel``: scan's (``scanned``) where it built one,
+  with the plan's checkpoint lines; else one around scan's flow, if any."""
+  if isinstance(scanned, _module_model.ModuleModel):
+    return scanned.with_checkpoint_lines(checkpoint_lines)
+  return _module_model.ModuleModel(tree, names, checkpoint_lines, scanned)
+
+
 class Planner(_plan_imports.PlanImports):
   """Builds the ``Plan`` of one module from its scan findings."""
 
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
                tier: str = 'exact', exported=(), rate_set_elsewhere=False,
-               held=frozenset(), blocked=(), unsafe_fixes=False, flow=None):
-    """``flow``: the module's ``OptimizerFlow`` where scan's walk built one
-    (the same analysis, not built twice)."""
+               held=frozenset(), blocked=(), unsafe_fixes=False,
+               scanned=None):
+    """``scanned``: what scan built for this tree and ``names``
+    (``scan.ScannedModule.facts``), shared rather than built again."""
     self.source, self.tree, self.names = source, tree, names
     # Whether fixes resting on an assumption are applied (``--unsafe-fixes``);
     # each is recorded in ``self.unsafe``, enabled or not.
@@ -127,9 +136,9 @@ class Planner(_plan_imports.PlanImports):
     # did not create: definitions that leave this module get injected.
     self.rate_set_elsewhere = rate_set_elsewhere
     self.exported = frozenset(exported)  # names other modules import
-    self.module = _module_model.ModuleModel(tree, names, frozenset(
+    self.module = _module_of(tree, names, frozenset(
         f.line for f in self.findings if f.construct in NOTE_CONSTRUCTS),
-                                            flow)
+                             scanned)
     self.flow = self.module.flow
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)

@@ -57,6 +57,7 @@ from libcst.codemod import visitors
 from compat import _atomic
 from compat.codemod import _codes
 from compat.codemod import _config
+from compat.codemod import _libcst_visitors
 from compat.codemod import _line_match
 from compat.codemod import _members
 from compat.codemod import _names
@@ -128,10 +129,12 @@ def _libcst_fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
                                                        obj, asname)
   # Each visitor copies the module and walks it (the second resolving
   # scopes): one with nothing to do would give the module back as it was.
-  if plan.imports:
-    module = visitors.AddImportsVisitor(context).transform_module(module)
-  if plan.removed_imports:
-    module = visitors.RemoveImportsVisitor(context).transform_module(module)
+  with _libcst_visitors.read_once():
+    if plan.imports:
+      module = visitors.AddImportsVisitor(context).transform_module(module)
+    if plan.removed_imports:
+      module = visitors.RemoveImportsVisitor(context).transform_module(
+          module)
   return module.code
 
 
@@ -177,7 +180,8 @@ def _drop_dotted_imports(code: str, removed) -> str:
 def migrate_source(source: bytes, path: str = '<string>',
                    tier: str = 'exact', reexports=None, exported=(),
                    rate_set_elsewhere: bool = False, chosen=None,
-                   model=None, blocked=(), unsafe_fixes: bool = False):
+                   model=None, blocked=(), unsafe_fixes: bool = False,
+                   memo: Optional[dict] = None):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
@@ -194,16 +198,19 @@ def migrate_source(source: bytes, path: str = '<string>',
   this module's optimizer flow that other modules keep as they are
   (``migrate_paths``): given, the flow here stays too. ``unsafe_fixes``:
   also apply the fixes that rest on an assumption (``--unsafe-fixes``;
-  each is in ``plan.unsafe``, applied or not).
+  each is in ``plan.unsafe``, applied or not). ``memo``: a dict kept
+  across the calls of one run with the same ``reexports`` and ``model``
+  (``migrate_paths``): a module migrated again (``blocked``) is not parsed
+  and scanned again.
   """
   read = _source.read(source)  # raises what Python would refuse
-  tree = ast.parse(source, filename=path)
-  names = scan.module_names(tree, path, reexports, model)
-  findings = scan.scan_source(source, path, reexports, tree, model)
+  tree, names, scanned = _scanned(source, path, reexports, model,
+                                  {} if memo is None else memo)
+  findings = scanned.findings
   def planned(held):
     return _rewrite_plan.Planner(source, tree, names, findings, tier,
                                  exported, rate_set_elsewhere, held,
-                                 blocked, unsafe_fixes).plan()
+                                 blocked, unsafe_fixes, scanned.facts).plan()
 
   held = _noqa.held(findings, source, chosen)
   plan = planned(held)
@@ -232,6 +239,19 @@ def migrate_source(source: bytes, path: str = '<string>',
   if problems:
     return source, rolled_back(source, plan, problems)
   return new, plan
+
+
+def _scanned(source: bytes, path: str, reexports, model, memo: dict):
+  """``(tree, names, scan.ScannedModule)`` of a module, once per source
+  in ``memo``: the names are the scan's, so the flow it proved is the
+  plan's too (the plan reads the tree, it never changes it)."""
+  key = (path, source)
+  if key not in memo:
+    tree = ast.parse(source, filename=path)
+    names = scan.module_names(tree, path, reexports, model)
+    memo[key] = (tree, names, scan.scan_module(source, path, reexports, tree,
+                                               model, names=names))
+  return memo[key]
 
 
 def _undecided_kernel_names(tree: ast.Module, names, source: bytes) -> list:
@@ -272,7 +292,7 @@ def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
 def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
                      reexports=None, chosen=None, model=None, blocked=(),
                      rate_set_elsewhere: bool = False,
-                     unsafe_fixes: bool = False):
+                     unsafe_fixes: bool = False, memo=None):
   """``(new_notebook_bytes, plan)``: all code cells migrated as one module.
 
   Only the source lines that change differ in the file's bytes
@@ -281,14 +301,14 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
   the cells joined, where the project's links name them). ``model``: the
   project's (a notebook is a consumer of the package's modules, as a
   script is: the fields, factories, rule classes and links it reads
-  come from there); ``rate_set_elsewhere``, ``unsafe_fixes``: as for
-  ``migrate_source``.
+  come from there); ``rate_set_elsewhere``, ``unsafe_fixes``, ``memo``: as
+  for ``migrate_source``.
   """
   notebook = _notebook.Notebook(raw)
   combined = notebook.module.encode('utf-8')
   new, plan = migrate_source(combined, path, tier, reexports, (),
                              rate_set_elsewhere, chosen, model, blocked,
-                             unsafe_fixes)
+                             unsafe_fixes, memo)
   plan = plan._replace(**{
       field: type(getattr(plan, field))(
           item._replace(line=notebook.file_line(item.line))
@@ -338,11 +358,12 @@ def rate_set_elsewhere(project: scan.Project) -> bool:
 def migrate_file(path: str, tier: str = 'exact',
                  project: Optional[scan.Project] = None,
                  rate_elsewhere: bool = False, chosen=None,
-                 blocked=(), unsafe_fixes: bool = False) -> FileResult:
+                 blocked=(), unsafe_fixes: bool = False,
+                 memo=None) -> FileResult:
   """One file migrated in memory; ``project``: re-exports and the flows
   across modules to follow; ``rate_elsewhere``:
-  ``rate_set_elsewhere(project)``; ``blocked``, ``unsafe_fixes``: see
-  ``migrate_source``."""
+  ``rate_set_elsewhere(project)``; ``blocked``, ``unsafe_fixes``,
+  ``memo``: see ``migrate_source``."""
   shown = _shown(path)
   try:
     with open(path, 'rb') as f:
@@ -353,7 +374,7 @@ def migrate_file(path: str, tier: str = 'exact',
     if path.endswith('.ipynb') and project is not None:
       new, plan = migrate_notebook(
           old, path.replace(os.sep, '/'), tier, project.reexports, chosen,
-          project.model, blocked, rate_elsewhere, unsafe_fixes)
+          project.model, blocked, rate_elsewhere, unsafe_fixes, memo)
     elif path.endswith('.ipynb'):
       new, plan = migrate_notebook(old, shown, tier, chosen=chosen,
                                    unsafe_fixes=unsafe_fixes)
@@ -361,7 +382,7 @@ def migrate_file(path: str, tier: str = 'exact',
       new, plan = migrate_source(
           old, path.replace(os.sep, '/'), tier, project.reexports,
           project.exported.get(os.path.abspath(path), ()), rate_elsewhere,
-          chosen, project.model, blocked, unsafe_fixes)
+          chosen, project.model, blocked, unsafe_fixes, memo)
     else:
       new, plan = migrate_source(old, shown, tier, chosen=chosen,
                                  unsafe_fixes=unsafe_fixes)
@@ -376,7 +397,7 @@ def migrate_file(path: str, tier: str = 'exact',
   result = FileResult(shown, old, new, plan, None)
   try:
     return result._replace(left=left_in_output(
-        result, project.reexports if project else None, chosen))
+        result, project.reexports if project else None, chosen, memo=memo))
   except Exception as e:  # pylint: disable=broad-except
     return FileResult(shown, old, old, None, 'not migrated: re-scanning the '
                       f'result failed: {scan.failure(shown, e).message}')
@@ -418,8 +439,22 @@ def references(tree: ast.Module, reexports=None, kernel=None) -> list:
   return sorted(found)
 
 
+def _output_scan(module: bytes, path: str, reexports, kernel,
+                 memo: dict) -> tuple:
+  """``(reported findings, references)`` of a migrated module, once
+  per output in ``memo`` (a module migrated again in a later round often
+  comes out as in an earlier one)."""
+  key = ('output', path, module, repr(kernel))
+  if key not in memo:
+    tree = ast.parse(module, filename=path)
+    memo[key] = (scan.scan_file(module, path, tree, reexports,
+                                kernel=kernel)[0],
+                 references(tree, reexports, kernel))
+  return memo[key]
+
+
 def left_in_output(result: FileResult, reexports=None,
-                   chosen=None, kernel=None) -> tuple:
+                   chosen=None, kernel=None, memo=None) -> tuple:
   """Every flax.optim usage (scan's findings) and reference left in
   ``result.new``, as ``Leftover``s at their lines there, each with the
   plan's reason for leaving it (or why no rule covered it). What the
@@ -427,18 +462,18 @@ def left_in_output(result: FileResult, reexports=None,
   ``chosen``: the selected codes (default all): a finding of another code
   is not left (as ``scan --select/--ignore`` would not report it), nor a
   reference unless flax.optim's import (FOC101) is selected; ``kernel``:
-  what a notebook's free names mean in the migrated project."""
+  what a notebook's free names mean in the migrated project; ``memo``:
+  as for ``migrate_source``."""
   notebook = None
   module = result.new
   if result.path.endswith('.ipynb'):
     notebook = _notebook.Notebook(result.new)
     module = notebook.module.encode('utf-8')
-  tree = ast.parse(module, filename=result.path)
   # (line in the module, construct, what to do by hand)
   # What a scan of the output reports: lines kept by a noqa are not left,
   # nor findings of unselected codes (their lines keep their references).
-  every = scan.scan_file(module, result.path, tree, reexports,
-                         kernel=kernel)[0]
+  every, referenced = _output_scan(module, result.path, reexports, kernel,
+                                   {} if memo is None else memo)
   # What the plan's own rules found there, it lists itself (its leftovers).
   every = [f for f in every if not _rewrite_plan.planned_from_tree(f)]
   chosen = set(_codes.BY_CODE) if chosen is None else chosen
@@ -447,7 +482,7 @@ def left_in_output(result: FileResult, reexports=None,
            f.rule in chosen]
   # A line with a noqa mark keeps its references too (the mark held them).
   covered = {f.line for f in every} | set(_noqa.suppressions(module))
-  for line, path in references(tree, reexports, kernel):
+  for line, path in referenced:
     if line not in covered and _codes.code_of('import') in chosen:
       covered.add(line)
       found.append((line, 'reference', f'{path} is still named here'))
@@ -525,10 +560,11 @@ def _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes):
   sources = list(iter_sources(paths, exclude))
   project = scan.parse_project(paths, exclude)
   rate_elsewhere = rate_set_elsewhere(project)
+  memo: dict = {}  # each module's scans (input and output), for every round
 
   def migrate_one(path, blocked=()):
     return migrate_file(path, tier, project, rate_elsewhere, chosen,
-                        blocked, unsafe_fixes)
+                        blocked, unsafe_fixes, memo)
 
   results = {p: migrate_one(p) for p in sources}
   if project.model is None and any(

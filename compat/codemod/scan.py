@@ -80,7 +80,7 @@ import gc
 import json
 import os
 import sys
-from typing import Iterable, NamedTuple, Optional, cast
+from typing import Iterable, NamedTuple, Optional, Union, cast
 
 from compat import _atomic
 from compat import _lazy
@@ -238,6 +238,8 @@ class _Visitor(ast.NodeVisitor):
     # Restores no finding names yet, asked about once the walk has found
     # the module's other findings (``check_restores``).
     self._restores: list[ast.Call] = []
+    # The escape check's facts of the module, where it ran.
+    self.escapes_model: Optional[_module_model.ModuleModel] = None
 
   # NodeVisitor's own visit/generic_visit look the method up by name on
   # every node and descend into contexts and operators too; scanning is
@@ -577,7 +579,7 @@ class _Visitor(ast.NodeVisitor):
     if not any(f.construct in _FLOW_PROVEN and f.confidence == 'certain'
                for f in self.findings):
       return  # no optimizer the flow proves here: none goes anywhere
-    module = _module_model.ModuleModel(
+    module = self.escapes_model = _module_model.ModuleModel(
         self.module.tree, self.module, frozenset(
             f.line for f in self.findings
             if f.construct in _plan_records.NOTE_CONSTRUCTS), self.flow)
@@ -689,11 +691,30 @@ def scan_source(source, path: str = '<string>', reexports=None,
 def walk_module(source, path: str = '<string>', reexports=None,
                 tree: Optional[ast.Module] = None, model=None,
                 kernel: Optional[dict] = None) -> tuple:
-  """``(findings, flow)``: ``scan_source``'s findings and the module's
-  ``OptimizerFlow`` where the walk built one (else None), which its plan
-  reads too (``_plan_findings.plan``)."""
+  """``(findings, facts)``: ``scan_source``'s findings and what the walk
+  built (``ScannedModule.facts``), which its plan reads too
+  (``_plan_findings.plan``)."""
   if tree is None:
     tree = ast.parse(source, filename=path)
+  return tuple(scan_module(source, path, reexports, tree, model, kernel))
+
+
+class ScannedModule(NamedTuple):
+  """``scan_module``'s result: the findings and what the walk built on the
+  way that ``migrate``'s plan of the same tree reads too."""
+  findings: list
+  # The ``ModuleModel`` of the escape check (its flow, parents, replicated
+  # flow as far as computed), else the flow alone, else None (none built).
+  facts: Optional[Union[_module_model.ModuleModel, _flow.OptimizerFlow]]
+
+
+def scan_module(source, path: str, reexports, tree: ast.Module, model=None,
+                kernel: Optional[dict] = None,
+                names=None) -> ScannedModule:
+  """``scan_source`` of a parsed module, with the facts it built
+  (``ScannedModule``); ``names``: ``module_names(tree, path, reexports,
+  model, kernel)`` where the caller has it (a flow it built is proven for
+  these very names, which ``migrate``'s plan then shares)."""
   text = source.decode('utf-8', 'replace') if isinstance(source,
                                                          bytes) else source
   # A module the project's model read names a factory of another module
@@ -702,10 +723,11 @@ def walk_module(source, path: str = '<string>', reexports=None,
   may_name_flax_optim = read_by_model or bool(kernel) or (
       _may_name_flax_optim(text, reexports))
   if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
-    return [], None  # none of the words any finding needs
-  names = (module_names(tree, path, reexports, model, kernel)
-           if may_name_flax_optim
-           else _names.ModuleNames(tree, reexports, collect=False))
+    return ScannedModule([], None)  # none of the words any finding needs
+  if not may_name_flax_optim:
+    names = _names.ModuleNames(tree, reexports, collect=False)
+  elif names is None:
+    names = module_names(tree, path, reexports, model, kernel)
   visitor = _Visitor(path, names, text.splitlines())
   if not may_name_flax_optim:
     # Its cached value, never built: the stand-in answers what the walk asks
@@ -716,9 +738,9 @@ def walk_module(source, path: str = '<string>', reexports=None,
     # escapes, and no restore's template holds one)
     visitor.check_escapes()  # (before the restores: not checkpoint lines)
     visitor.check_restores()
-  # (the cached property's value, where the walk asked for it)
-  flow = vars(visitor).get('flow') if may_name_flax_optim else None
-  return sorted(set(visitor.findings)), flow
+  return ScannedModule(sorted(set(visitor.findings)), visitor.escapes_model or
+                       (visitor.__dict__.get('flow')
+                        if may_name_flax_optim else None))
 
 
 def _excluded(path: str, patterns) -> bool:
@@ -1206,9 +1228,9 @@ def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
     try:
       tree = files.tree(index, keep=False)
       source = files.sources[index]
-      walked, flow = walk_module(source, shown, inputs.reexports, tree,
-                                 model)
-      plan = _plan_of(source, shown, tree, walked, model, flow)
+      walked, facts = walk_module(source, shown, inputs.reexports, tree,
+                                  model)
+      plan = _plan_of(source, shown, tree, walked, model, facts)
       if plan is not None:
         plans.append(_Planned(index, walked, plan))
         continue
@@ -1220,15 +1242,16 @@ def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
   return findings, errors, plans
 
 
-def _plan_of(source: bytes, shown: str, tree, walked, model, flow):
-  """The module's plan where it is ``planned`` (``flow``: its walk's, or
-  None), else None; None too where planning fails: ``migrate`` names that
-  failure for the file, and the walk's findings are still reported."""
+def _plan_of(source: bytes, shown: str, tree, walked, model, facts):
+  """The module's plan where it is ``planned`` (``facts``: what its walk
+  built, ``ScannedModule.facts``), else None; None too where planning
+  fails: ``migrate`` names that failure for the file, and the walk's
+  findings are still reported."""
   if not planned(model, shown, walked):
     return None
   try:
     return _plan_findings.plan(source, tree, model.module_names(shown, tree),
-                               walked, flow=flow)
+                               walked, scanned=facts)
   except Exception:  # pylint: disable=broad-except
     return None
 
