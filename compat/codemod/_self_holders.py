@@ -85,6 +85,10 @@ class SelfAttributes:
         self.why_not[key] = why
         del self.stores[key]
 
+  def keys(self) -> set:
+    """Every attribute read or stored through ``self`` in this module."""
+    return set(self._keys.values())
+
   def key_of(self, node) -> Optional[Key]:
     """The attribute ``node`` (a ``self.<attr>`` of some class's method)
     reads or stores."""
@@ -141,6 +145,8 @@ class SelfAttributes:
         self._keep_out(owner, (
             f'{method.name}() reaches `{ast.unparse(parent)}` (line '
             f'{node.lineno}), which reads or writes any attribute by name'))
+      elif _names_own_super(parent, owner, node):
+        continue  # (a base's method on this instance: read there too)
       elif isinstance(parent, ast.Attribute):
         key = Key(owner, parent.attr)
         self._keys[id(parent)] = key
@@ -259,36 +265,41 @@ class SelfAttributes:
       if start is None:
         continue
       tree = model.trees.get(path)
-      line, related = (source.count(b'\n', 0, start) + 1, None) if (
+      named = _Named(source.count(b'\n', 0, start) + 1, None, None, None) if (
           tree is None) else self._named_in(key, path, tree)
-      if line is not None and related is not None:
-        return (f'`self.{key.attr}` is also an attribute of {related}, '
-                f'which shares instances with {key.owner.name}, in another '
-                f'module ({path}:{line}): migrate follows an attribute '
-                'through `self` within one module')
-      if line is not None:
-        return (f'`.{key.attr}` is also named at {path}:{line}, outside the '
-                f'methods of {key.owner.name}')
+      why = named.why(model, here, key, path)
+      if why is not None:
+        return why
     return None
 
-  def _named_in(self, key, path, tree) -> tuple:
-    """``(line, class)``: where the parsed module ``tree`` names ``key``'s
-    attribute other than through the instance parameter of a class
-    sharing no instance with the attribute's class, and that class where
-    it is one sharing instances (a subclass's ``self.<attr>``; None
-    otherwise); ``(None, None)`` where it does not."""
+  def _named_in(self, key, path, tree) -> '_Named':
+    """Where the parsed module ``tree`` names ``key``'s attribute: through
+    the instance parameter of classes sharing instances with the
+    attribute's class (a subclass's ``self.<attr>``), and otherwise than
+    through that of a class sharing none."""
     if path not in self._receivers:
       self._receivers[path] = _instance_reads(tree)
     receivers = self._receivers[path]
+    first = other = related = None
+    family: set = set()
     for node in _walk.nodes(tree):
       if isinstance(node, ast.Attribute) and node.attr == key.attr:
         owner = receivers.get(id(node))
-        if owner is None or self._classes().related(owner,
-                                                    key.owner.name):
-          return node.lineno, owner
+        if owner is not None and not self._classes().related(
+            owner, key.owner.name):
+          continue
+        if owner is not None:
+          family.add(owner)
+        elif other is None:
+          other = node.lineno
       elif isinstance(node, ast.Constant) and node.value == key.attr:
-        return node.lineno, None
-    return None, None
+        owner = None
+        other = node.lineno if other is None else other
+      else:
+        continue
+      if first is None:
+        first, related = node.lineno, owner
+    return _Named(first, related, frozenset(family), other)
 
   def _classes(self) -> '_ClassNames':
     if self._class_names is None:
@@ -296,6 +307,51 @@ class SelfAttributes:
       self._class_names = _ClassNames(
           {} if model is None else model.sources, self._tree)
     return self._class_names
+
+
+class _Named(NamedTuple):
+  """Where another module names an attribute kept through ``self``:
+  ``line``, ``related`` (its first naming, and the class there sharing
+  instances whose ``self.<attr>`` it is, None where it is no such), every
+  such class (``family``) and the first other naming (``other``)."""
+  line: Optional[int]
+  related: Optional[str]
+  family: Optional[frozenset]
+  other: Optional[int]
+
+  def why(self, model, here, key, path) -> Optional[str]:
+    """Why the naming keeps ``key``'s attribute out, None where it does
+    not: the classes sharing instances in ``path`` keep the attribute
+    there proven an optimizer by that module's own flow (every store and
+    read of it there one), and nothing else there names it: the two
+    modules are then linked (migrated together or not at all)."""
+    if self.line is None:
+      return None
+    if self.family and self.other is None and _one_holder(
+        model, here, key, path, self.line, self.family):
+      return None
+    if self.related is not None:
+      return (f'`self.{key.attr}` is also an attribute of {self.related}, '
+              f'which shares instances with {key.owner.name}, in another '
+              f'module ({path}:{self.line}): migrate follows an attribute '
+              'through `self` across modules only where each module proves '
+              'it an optimizer')
+    return (f'`.{key.attr}` is also named at {path}:{self.other or self.line}'
+            f', outside the methods of {key.owner.name}')
+
+
+def _one_holder(model, here, key, path, line, family) -> bool:
+  """The classes ``family`` of the module ``path`` of the project
+  ``model`` keep ``key``'s attribute proven an optimizer there: then they
+  and ``key``'s class are one holder, and their two modules are linked."""
+  keeps = getattr(model, 'keeps_self_attribute', None)
+  if keeps is None or here is None or not keeps(path, key.attr, family):
+    return False
+  model.link_self_attribute(here, key.owner.lineno, path, line, (
+      f'stores or reads `self.{key.attr}`, which {key.owner.name} (declared '
+      f'at {here}:{key.owner.lineno}) keeps too: one holder with '
+      f'{", ".join(sorted(family))}, migrated together or not at all'))
+  return True
 
 
 # The sources _spelling_in last read and, by (path, attr), what it found.
@@ -448,6 +504,17 @@ def _instance_reads(tree) -> dict:
   return found
 
 
+def _names_own_super(call, owner, receiver) -> bool:
+  """``call`` is ``super(<owner>, <receiver>)``: a method of a base class
+  run on the instance (the project's bases: their methods are read as
+  the attribute's class's own family)."""
+  return isinstance(call, ast.Call) and isinstance(
+      call.func, ast.Name) and call.func.id == 'super' and not (
+          call.keywords) and len(call.args) == 2 and isinstance(
+              call.args[0], ast.Name) and call.args[0].id == owner.name and (
+                  call.args[1] is receiver)
+
+
 def _by_computed_name(node) -> bool:
   """``node`` calls ``getattr``/``setattr``/``delattr``/``hasattr`` with a
   name that is no constant, or ``vars``."""
@@ -559,6 +626,13 @@ class SelfHolding:
     it is no ``self.<attr>``, or no reason stands against it)."""
     key = self.self_attributes.key_of(node)
     return None if key is None else self.self_attributes.why_not.get(key)
+
+  def keeps_self_attribute(self, attr, classes) -> bool:
+    """Every class of ``classes`` naming ``self.<attr>`` in this module
+    keeps it proven an optimizer, and one does."""
+    keys = {key for key in self.self_attributes.keys()
+            if key.attr == attr and key.owner.name in classes}
+    return bool(keys) and keys <= self.alive_attributes
 
   def is_holding_property(self, function) -> bool:
     """``function`` is a property of its class proven to return an
