@@ -364,9 +364,9 @@ def test_a_subclass_in_another_module_storing_the_attribute_is_the_reason(
   why = reasons['agent.py', _line(_AGENT, 'self.actor_optimizer = optim')]
   assert ('`self.actor_optimizer` is also an attribute of Fuller, which '
           'shares instances with Agent, in another module (') in why
-  assert ('fuller.py:7): migrate follows an attribute through `self` '
-          'across modules only where each module proves it an optimizer'
-          ) in why
+  assert ('fuller.py:7): not followed in ') in why
+  assert ('fuller.py: `self.actor_optimizer` also takes `None` (line 10), '
+          'not provably an optimizer') in why
 
 
 # A base class in one module keeping ``self.critic_optimizer``, made in a

@@ -201,18 +201,20 @@ class CrossModuleFlow:
                                                       self.names[path])
     return self._holding_flows[path]
 
-  def keeps_self_attribute(self, path, attr, classes) -> bool:
-    """The module ``path``'s own flow proves ``self.<attr>`` an optimizer
-    in every class of ``classes`` naming it there (``SelfHolding``); a
-    question asked again while open is answered by the others."""
+  def self_attribute_why(self, path, attr, classes) -> Optional[tuple]:
+    """``(path, why)``: where and why the module ``path``'s own flow does
+    not prove ``self.<attr>`` an optimizer in every class of ``classes``
+    naming it there (``SelfHolding``); None where it does. A question
+    asked again while open is answered by the others."""
     if path not in self.trees or path not in self.names:
-      return False
+      return path, 'migrate reads no optimizer flow there'
     key = ('self', path, attr)
     if key in self._holding_open:
-      return True
+      return None
     self._holding_open.add(key)
     try:
-      return self._holding_flow(path).keeps_self_attribute(attr, classes)
+      return self._holding_flow(path).self_attribute_family_why(attr,
+                                                                classes)
     finally:
       self._holding_open.discard(key)
 

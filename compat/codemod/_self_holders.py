@@ -76,6 +76,9 @@ class SelfAttributes:
         self._read_class(owner)
     self._elsewhere_in_module(tree)
     self._outside: dict[Key, Optional[str]] = {}  # outside_why, once asked
+    # key -> (path, why) of the module of its family where the attribute
+    # is not followed for a reason of its own (``_family_why``)
+    self.family_roots: dict[Key, tuple] = {}
     self._receivers: dict[str, dict] = {}  # path -> _instance_reads
     for key in list(self.stores):
       why = self._owner_why.get(key.owner) or self.why_not.get(key)
@@ -267,7 +270,9 @@ class SelfAttributes:
       tree = model.trees.get(path)
       named = _Named(source.count(b'\n', 0, start) + 1, None, None, None) if (
           tree is None) else self._named_in(key, path, tree)
-      why = named.why(model, here, key, path)
+      why, root = named.why(model, here, key, path)
+      if root is not None:
+        self.family_roots[key] = root
       if why is not None:
         return why
     return None
@@ -319,39 +324,50 @@ class _Named(NamedTuple):
   family: Optional[frozenset]
   other: Optional[int]
 
-  def why(self, model, here, key, path) -> Optional[str]:
-    """Why the naming keeps ``key``'s attribute out, None where it does
-    not: the classes sharing instances in ``path`` keep the attribute
-    there proven an optimizer by that module's own flow (every store and
-    read of it there one), and nothing else there names it: the two
-    modules are then linked (migrated together or not at all)."""
+  def why(self, model, here, key, path) -> tuple:
+    """``(why, root)``: why the naming keeps ``key``'s attribute out (None
+    where it does not: the classes sharing instances in ``path`` keep the
+    attribute there proven an optimizer by that module's own flow, and
+    nothing else there names it; the two modules are then linked,
+    migrated together or not at all), and where that rests on a module
+    of the family not following it for a reason of its own, ``(path,
+    reason)`` of that one."""
     if self.line is None:
-      return None
-    if self.family and self.other is None and _one_holder(
-        model, here, key, path, self.line, self.family):
-      return None
+      return None, None
+    root = None
+    if self.family and self.other is None:
+      root = _family_root(model, here, key, path, self.line, self.family)
+      if root is None:
+        return None, None
     if self.related is not None:
       return (f'`self.{key.attr}` is also an attribute of {self.related}, '
               f'which shares instances with {key.owner.name}, in another '
-              f'module ({path}:{self.line}): migrate follows an attribute '
-              'through `self` across modules only where each module proves '
-              'it an optimizer')
+              f'module ({path}:{self.line}): ' + (
+                  'migrate follows an attribute through `self` across '
+                  'modules only where each module proves it an optimizer'
+                  if root is None else
+                  f'not followed in {root[0]}: {root[1]}')), root
     return (f'`.{key.attr}` is also named at {path}:{self.other or self.line}'
-            f', outside the methods of {key.owner.name}')
+            f', outside the methods of {key.owner.name}'), None
 
 
-def _one_holder(model, here, key, path, line, family) -> bool:
-  """The classes ``family`` of the module ``path`` of the project
-  ``model`` keep ``key``'s attribute proven an optimizer there: then they
-  and ``key``'s class are one holder, and their two modules are linked."""
-  keeps = getattr(model, 'keeps_self_attribute', None)
-  if keeps is None or here is None or not keeps(path, key.attr, family):
-    return False
+def _family_root(model, here, key, path, line, family) -> Optional[tuple]:
+  """``(path, why)`` of a module where the classes sharing instances
+  with ``key``'s class (``family`` in the module ``path`` of the project
+  ``model``, and theirs elsewhere) do not keep the attribute proven an
+  optimizer, for a reason of its own; None where they do: then the two
+  modules are linked."""
+  why_there = getattr(model, 'self_attribute_why', None)
+  if why_there is None or here is None:  # (no project: one module read)
+    return path, 'migrate follows an attribute through `self` within one module'
+  root = why_there(path, key.attr, family)
+  if root is not None:
+    return root
   model.link_self_attribute(here, key.owner.lineno, path, line, (
       f'stores or reads `self.{key.attr}`, which {key.owner.name} (declared '
       f'at {here}:{key.owner.lineno}) keeps too: one holder with '
       f'{", ".join(sorted(family))}, migrated together or not at all'))
-  return True
+  return None
 
 
 # The sources _spelling_in last read and, by (path, attr), what it found.
@@ -627,12 +643,24 @@ class SelfHolding:
     key = self.self_attributes.key_of(node)
     return None if key is None else self.self_attributes.why_not.get(key)
 
-  def keeps_self_attribute(self, attr, classes) -> bool:
-    """Every class of ``classes`` naming ``self.<attr>`` in this module
-    keeps it proven an optimizer, and one does."""
-    keys = {key for key in self.self_attributes.keys()
-            if key.attr == attr and key.owner.name in classes}
-    return bool(keys) and keys <= self.alive_attributes
+  def self_attribute_family_why(self, attr, classes) -> Optional[tuple]:
+    """``(path, why)``: where and why ``self.<attr>`` is not proven an
+    optimizer in every class of ``classes`` naming it in this module (in
+    this module, or in another module of their family); None where it
+    is."""
+    here = getattr(self.names, 'path', None)
+    keys = sorted((key for key in self.self_attributes.keys()
+                   if key.attr == attr and key.owner.name in classes),
+                  key=lambda key: key.owner.lineno)
+    if not keys:
+      return here, f'no method keeps `self.{attr}` itself'
+    for key in keys:
+      if key not in self.alive_attributes:
+        return self.self_attributes.family_roots.get(key) or (here, (
+            self.self_attributes.why_not.get(key) or
+            f'`self.{attr}` is not provably an optimizer in '
+            f'{key.owner.name}'))
+    return None
 
   def is_holding_property(self, function) -> bool:
     """``function`` is a property of its class proven to return an
