@@ -4,7 +4,13 @@ An attribute ``self.<attr>`` of a class is followed like a name when every
 store and every read of it is visible in the class's own methods: stores
 are plain assignments (``self.opt = value``, or an element of a tuple
 unpacked, ``self.opt, loss = step(...)``) through the methods' instance
-parameter, and nothing else in the project names the attribute. The flow
+parameter, and nothing else in the project names the attribute, but
+classes sharing its instances in other modules (a subclass, a base,
+resolved by their headers' names) through theirs: those form one holder
+with it where each module's own flow proves the attribute an optimizer
+there, and their modules are linked (``link_self_attribute``: migrated
+together or not at all). ``super(<class>, self)`` runs a base's method,
+read as the family's own. The flow
 then proves it an optimizer where every value stored there is one (part of
 its fixpoint: a store may be the step of the attribute itself), and every
 ``self.<attr>`` read in the class is one. A property whose every return is
@@ -12,8 +18,9 @@ proven the same way is followed alike (its reads are ``self.<property>``).
 
 Anything migrate could not see keeps the attribute out, with the reason
 (``why_not``): the attribute named elsewhere (in a class sharing instances
-with this one, a subclass or a base; outside a class's own methods; in
-another module, except as ``self.<attr>`` of a class sharing none; a
+with this one in the same module, or in another module not proving it
+one there; outside a class's own methods; in another module, except as
+``self.<attr>`` of a class sharing none or one of the holder; a
 string, as ``getattr`` takes it), the instance itself handed on
 (``f(self)``, ``vars(self)``), the instance parameter rebound, an attribute
 protocol (``__dict__``, ``__getattr__``...), a class body declaring the
