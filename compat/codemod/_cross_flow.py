@@ -201,6 +201,32 @@ class CrossModuleFlow:
                                                       self.names[path])
     return self._holding_flows[path]
 
+  def self_attribute_why(self, path, attr, classes) -> Optional[tuple]:
+    """``(path, why)``: where and why the module ``path``'s own flow does
+    not prove ``self.<attr>`` an optimizer in every class of ``classes``
+    naming it there (``SelfHolding``); None where it does. A question
+    asked again while open is answered by the others."""
+    if path not in self.trees or path not in self.names:
+      return path, 'migrate reads no optimizer flow there'
+    key = ('self', path, attr)
+    if key in self._holding_open:
+      return None
+    self._holding_open.add(key)
+    try:
+      return self._holding_flow(path).self_attribute_family_why(attr,
+                                                                classes)
+    finally:
+      self._holding_open.discard(key)
+
+  def link_self_attribute(self, path, line, other, other_line, reason):
+    """Links the module ``path`` keeping an attribute through ``self``
+    (its class at ``line``) with ``other``, whose classes sharing its
+    instances keep it too: their whole flows agree."""
+    link = _links.Link(path, line, other, other_line, other_line, reason,
+                       'field')
+    if link not in self.links:
+      self.links.append(link)
+
   def passes_holding(self, node, path, parameter) -> Optional[bool]:
     """Whether every call of the module function ``node`` of ``path`` from
     another module passes a value holding an optimizer as ``parameter``

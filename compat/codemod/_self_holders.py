@@ -4,7 +4,13 @@ An attribute ``self.<attr>`` of a class is followed like a name when every
 store and every read of it is visible in the class's own methods: stores
 are plain assignments (``self.opt = value``, or an element of a tuple
 unpacked, ``self.opt, loss = step(...)``) through the methods' instance
-parameter, and nothing else in the project names the attribute. The flow
+parameter, and nothing else in the project names the attribute, but
+classes sharing its instances in other modules (a subclass, a base,
+resolved by their headers' names) through theirs: those form one holder
+with it where each module's own flow proves the attribute an optimizer
+there, and their modules are linked (``link_self_attribute``: migrated
+together or not at all). ``super(<class>, self)`` runs a base's method,
+read as the family's own. The flow
 then proves it an optimizer where every value stored there is one (part of
 its fixpoint: a store may be the step of the attribute itself), and every
 ``self.<attr>`` read in the class is one. A property whose every return is
@@ -12,8 +18,9 @@ proven the same way is followed alike (its reads are ``self.<property>``).
 
 Anything migrate could not see keeps the attribute out, with the reason
 (``why_not``): the attribute named elsewhere (in a class sharing instances
-with this one, a subclass or a base; outside a class's own methods; in
-another module, except as ``self.<attr>`` of a class sharing none; a
+with this one in the same module, or in another module not proving it
+one there; outside a class's own methods; in another module, except as
+``self.<attr>`` of a class sharing none or one of the holder; a
 string, as ``getattr`` takes it), the instance itself handed on
 (``f(self)``, ``vars(self)``), the instance parameter rebound, an attribute
 protocol (``__dict__``, ``__getattr__``...), a class body declaring the
@@ -76,6 +83,9 @@ class SelfAttributes:
         self._read_class(owner)
     self._elsewhere_in_module(tree)
     self._outside: dict[Key, Optional[str]] = {}  # outside_why, once asked
+    # key -> (path, why) of the module of its family where the attribute
+    # is not followed for a reason of its own (``_family_why``)
+    self.family_roots: dict[Key, tuple] = {}
     self._receivers: dict[str, dict] = {}  # path -> _instance_reads
     for key in list(self.stores):
       why = self._owner_why.get(key.owner) or self.why_not.get(key)
@@ -84,6 +94,10 @@ class SelfAttributes:
       elif why is not None:
         self.why_not[key] = why
         del self.stores[key]
+
+  def keys(self) -> set:
+    """Every attribute read or stored through ``self`` in this module."""
+    return set(self._keys.values())
 
   def key_of(self, node) -> Optional[Key]:
     """The attribute ``node`` (a ``self.<attr>`` of some class's method)
@@ -141,6 +155,8 @@ class SelfAttributes:
         self._keep_out(owner, (
             f'{method.name}() reaches `{ast.unparse(parent)}` (line '
             f'{node.lineno}), which reads or writes any attribute by name'))
+      elif _names_own_super(parent, owner, node):
+        continue  # (a base's method on this instance: read there too)
       elif isinstance(parent, ast.Attribute):
         key = Key(owner, parent.attr)
         self._keys[id(parent)] = key
@@ -259,36 +275,43 @@ class SelfAttributes:
       if start is None:
         continue
       tree = model.trees.get(path)
-      line, related = (source.count(b'\n', 0, start) + 1, None) if (
+      named = _Named(source.count(b'\n', 0, start) + 1, None, None, None) if (
           tree is None) else self._named_in(key, path, tree)
-      if line is not None and related is not None:
-        return (f'`self.{key.attr}` is also an attribute of {related}, '
-                f'which shares instances with {key.owner.name}, in another '
-                f'module ({path}:{line}): migrate follows an attribute '
-                'through `self` within one module')
-      if line is not None:
-        return (f'`.{key.attr}` is also named at {path}:{line}, outside the '
-                f'methods of {key.owner.name}')
+      why, root = named.why(model, here, key, path)
+      if root is not None:
+        self.family_roots[key] = root
+      if why is not None:
+        return why
     return None
 
-  def _named_in(self, key, path, tree) -> tuple:
-    """``(line, class)``: where the parsed module ``tree`` names ``key``'s
-    attribute other than through the instance parameter of a class
-    sharing no instance with the attribute's class, and that class where
-    it is one sharing instances (a subclass's ``self.<attr>``; None
-    otherwise); ``(None, None)`` where it does not."""
+  def _named_in(self, key, path, tree) -> '_Named':
+    """Where the parsed module ``tree`` names ``key``'s attribute: through
+    the instance parameter of classes sharing instances with the
+    attribute's class (a subclass's ``self.<attr>``), and otherwise than
+    through that of a class sharing none."""
     if path not in self._receivers:
       self._receivers[path] = _instance_reads(tree)
     receivers = self._receivers[path]
+    first = other = related = None
+    family: set = set()
     for node in _walk.nodes(tree):
       if isinstance(node, ast.Attribute) and node.attr == key.attr:
         owner = receivers.get(id(node))
-        if owner is None or self._classes().related(owner,
-                                                    key.owner.name):
-          return node.lineno, owner
+        if owner is not None and not self._classes().related(
+            owner, key.owner.name):
+          continue
+        if owner is not None:
+          family.add(owner)
+        elif other is None:
+          other = node.lineno
       elif isinstance(node, ast.Constant) and node.value == key.attr:
-        return node.lineno, None
-    return None, None
+        owner = None
+        other = node.lineno if other is None else other
+      else:
+        continue
+      if first is None:
+        first, related = node.lineno, owner
+    return _Named(first, related, frozenset(family), other)
 
   def _classes(self) -> '_ClassNames':
     if self._class_names is None:
@@ -296,6 +319,62 @@ class SelfAttributes:
       self._class_names = _ClassNames(
           {} if model is None else model.sources, self._tree)
     return self._class_names
+
+
+class _Named(NamedTuple):
+  """Where another module names an attribute kept through ``self``:
+  ``line``, ``related`` (its first naming, and the class there sharing
+  instances whose ``self.<attr>`` it is, None where it is no such), every
+  such class (``family``) and the first other naming (``other``)."""
+  line: Optional[int]
+  related: Optional[str]
+  family: Optional[frozenset]
+  other: Optional[int]
+
+  def why(self, model, here, key, path) -> tuple:
+    """``(why, root)``: why the naming keeps ``key``'s attribute out (None
+    where it does not: the classes sharing instances in ``path`` keep the
+    attribute there proven an optimizer by that module's own flow, and
+    nothing else there names it; the two modules are then linked,
+    migrated together or not at all), and where that rests on a module
+    of the family not following it for a reason of its own, ``(path,
+    reason)`` of that one."""
+    if self.line is None:
+      return None, None
+    root = None
+    if self.family and self.other is None:
+      root = _family_root(model, here, key, path, self.line, self.family)
+      if root is None:
+        return None, None
+    if self.related is not None:
+      return (f'`self.{key.attr}` is also an attribute of {self.related}, '
+              f'which shares instances with {key.owner.name}, in another '
+              f'module ({path}:{self.line}): ' + (
+                  'migrate follows an attribute through `self` across '
+                  'modules only where each module proves it an optimizer'
+                  if root is None else
+                  f'not followed in {root[0]}: {root[1]}')), root
+    return (f'`.{key.attr}` is also named at {path}:{self.other or self.line}'
+            f', outside the methods of {key.owner.name}'), None
+
+
+def _family_root(model, here, key, path, line, family) -> Optional[tuple]:
+  """``(path, why)`` of a module where the classes sharing instances
+  with ``key``'s class (``family`` in the module ``path`` of the project
+  ``model``, and theirs elsewhere) do not keep the attribute proven an
+  optimizer, for a reason of its own; None where they do: then the two
+  modules are linked."""
+  why_there = getattr(model, 'self_attribute_why', None)
+  if why_there is None or here is None:  # (no project: one module read)
+    return path, 'migrate follows an attribute through `self` within one module'
+  root = why_there(path, key.attr, family)
+  if root is not None:
+    return root
+  model.link_self_attribute(here, key.owner.lineno, path, line, (
+      f'stores or reads `self.{key.attr}`, which {key.owner.name} (declared '
+      f'at {here}:{key.owner.lineno}) keeps too: one holder with '
+      f'{", ".join(sorted(family))}, migrated together or not at all'))
+  return None
 
 
 # The sources _spelling_in last read and, by (path, attr), what it found.
@@ -448,6 +527,17 @@ def _instance_reads(tree) -> dict:
   return found
 
 
+def _names_own_super(call, owner, receiver) -> bool:
+  """``call`` is ``super(<owner>, <receiver>)``: a method of a base class
+  run on the instance (the project's bases: their methods are read as
+  the attribute's class's own family)."""
+  return isinstance(call, ast.Call) and isinstance(
+      call.func, ast.Name) and call.func.id == 'super' and not (
+          call.keywords) and len(call.args) == 2 and isinstance(
+              call.args[0], ast.Name) and call.args[0].id == owner.name and (
+                  call.args[1] is receiver)
+
+
 def _by_computed_name(node) -> bool:
   """``node`` calls ``getattr``/``setattr``/``delattr``/``hasattr`` with a
   name that is no constant, or ``vars``."""
@@ -559,6 +649,25 @@ class SelfHolding:
     it is no ``self.<attr>``, or no reason stands against it)."""
     key = self.self_attributes.key_of(node)
     return None if key is None else self.self_attributes.why_not.get(key)
+
+  def self_attribute_family_why(self, attr, classes) -> Optional[tuple]:
+    """``(path, why)``: where and why ``self.<attr>`` is not proven an
+    optimizer in every class of ``classes`` naming it in this module (in
+    this module, or in another module of their family); None where it
+    is."""
+    here = getattr(self.names, 'path', None)
+    keys = sorted((key for key in self.self_attributes.keys()
+                   if key.attr == attr and key.owner.name in classes),
+                  key=lambda key: key.owner.lineno)
+    if not keys:
+      return here, f'no method keeps `self.{attr}` itself'
+    for key in keys:
+      if key not in self.alive_attributes:
+        return self.self_attributes.family_roots.get(key) or (here, (
+            self.self_attributes.why_not.get(key) or
+            f'`self.{attr}` is not provably an optimizer in '
+            f'{key.owner.name}'))
+    return None
 
   def is_holding_property(self, function) -> bool:
     """``function`` is a property of its class proven to return an
