@@ -257,7 +257,8 @@ class Linker:
     a holder of it (``_flow.OptimizerFlow.holds_field``); ``self.<field>``
     in the methods of a class declaring it otherwise is that class's own."""
     names = self.names.get(path)
-    flow = None if names is None else _flow.OptimizerFlow(tree, names)
+    flows: list = []  # the module's flow, built at the first use met (most
+    # modules read have none: a flow costs about what parsing them does)
     own = _own_members(tree, fields)
     parents = _walk.parents(tree)
     found: dict = {}
@@ -272,8 +273,11 @@ class Linker:
         used = [(k.arg, node.func.value) for k in node.keywords
                 if k.arg in fields]
       for field, receiver in used:
-        if field not in found and not (flow is not None and flow.holds_field(
-            receiver, field)):
+        if field in found:
+          continue
+        if names is not None and not flows:
+          flows.append(_flow.OptimizerFlow(tree, names))
+        if not (flows and flows[0].holds_field(receiver, field)):
           found[field] = (path, node.lineno, ast.unparse(node)[:60])
     return found
 
