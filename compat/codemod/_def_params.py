@@ -118,9 +118,11 @@ def _attributes(tree, name):
 
 
 def _passes_definition(model, flows, path, call, function, parameter):
-  """``call`` (of the method ``function``) passes a definition its
-  module's flow proves as ``parameter``."""
-  argument = _names.argument_for(_bound(function.node), parameter, call)
+  """``call`` (``x.method(...)`` of the method ``function``) passes a
+  definition its module's flow proves as ``parameter``."""
+  as_function = ast.Call(func=call.func, args=[call.func.value, *call.args],
+                         keywords=call.keywords)  # (``C.method(x, ...)``)
+  argument = _names.argument_for(function.node, parameter, as_function)
   if argument is None:
     return False
   flow = flows.get(path)
@@ -128,13 +130,3 @@ def _passes_definition(model, flows, path, call, function, parameter):
     flow = flows[path] = _flow.OptimizerFlow(model.trees[path],
                                              model.names[path])
   return flow.is_def(argument)
-
-
-def _bound(method):
-  """``method`` as its instance's calls see it: without its first
-  parameter."""
-  bound = ast.FunctionDef(name=method.name, args=ast.arguments(
-      posonlyargs=[], args=(method.args.posonlyargs + method.args.args)[1:],
-      vararg=None, kwonlyargs=method.args.kwonlyargs, kw_defaults=[],
-      kwarg=None, defaults=[]), body=[], decorator_list=[])
-  return bound

@@ -226,7 +226,7 @@ class _FunctionTypes:
         return _OPEN_REPLACED
       return owner if owner is not None and self._model.replaces_alike(
           owner) else None
-    if isinstance(func, ast.Attribute) and func.attr in self._methods():
+    if isinstance(func, ast.Attribute) and func.attr in self._model.methods:
       # ``actor = actor.with_optimizer(d)``: a method giving its instance
       # back (``_keeps_class``), checked once the class is known.
       owner = self._value_class(func.value)
@@ -237,9 +237,6 @@ class _FunctionTypes:
     if not isinstance(func, (ast.Name, ast.Attribute)):
       return None
     return self._project_class(func) or self._returned_class(value)
-
-  def _methods(self) -> dict:
-    return self._model.methods
 
   def _returned_class(self, call) -> Optional[str]:
     """The class every return of the project's module function ``call``
