@@ -454,7 +454,7 @@ def _layout_views(tree: ast.AST) -> set:
   return views
 
 
-def _legacy_api_uses(tree: ast.AST) -> list:
+def _legacy_api_uses(tree: ast.AST, own_methods=frozenset()) -> list:
   """``[(line, text)]``: uses of the legacy Optimizer API whatever the
   value: ``.apply_gradient``, ``.optimizer_def``, ``.param_states`` on
   anything, ``.target``/``.state`` on a name or field called like an
@@ -462,7 +462,9 @@ def _legacy_api_uses(tree: ast.AST) -> list:
   program, each of them is broken. A user's rule kept on
   ``flax_optim_rules.RuleDef`` keeps the legacy layout (``RuleState``'s
   ``step`` and ``param_states``): its methods are not such uses; nor are
-  reads of flax_optim_rules' view of that layout (``_layout_views``)."""
+  reads of flax_optim_rules' view of that layout (``_layout_views``), nor
+  calls of a method named so that a class of the program defines itself
+  (``own_methods``: a model wrapping its optimizer's step)."""
   kept_rules = [node for node in ast.walk(tree)
                 if isinstance(node, ast.ClassDef) and any(
                     ast.unparse(b).endswith('RuleDef') for b in node.bases)]
@@ -473,7 +475,7 @@ def _legacy_api_uses(tree: ast.AST) -> list:
     if not isinstance(node, ast.Attribute) or id(node) in inside:
       continue
     if node.attr in ('param_states', 'step') and (
-        _is_layout_view(node.value, views)):
+        _is_layout_view(node.value, views)) or node.attr in own_methods:
       continue
     receiver = _dotted(node.value)
     named = receiver[-1].lower() if receiver else ''
@@ -553,6 +555,10 @@ def broken_links(old_sources: dict, new_sources: dict) -> list:
   legacy_left = any(count_usages(t) or legacy_imports(t)
                     for p, t in new_trees.items() if p.endswith('.py'))
   fields = _migrated_fields(old_trees, new_trees)
+  own_methods = frozenset(
+      item.name for tree in new_trees.values() for node in ast.walk(tree)
+      if isinstance(node, ast.ClassDef) for item in node.body
+      if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))
   for path, tree in new_trees.items():
     for line, text in _legacy_on_migrated(tree, producers):
       broken.append((path, line,
@@ -561,7 +567,7 @@ def broken_links(old_sources: dict, new_sources: dict) -> list:
       broken.append((path, line, f'{text}: legacy Optimizer API on a field '
                      'whose class now holds a TrainState there'))
     if not legacy_left:
-      for line, text in _legacy_api_uses(tree):
+      for line, text in _legacy_api_uses(tree, own_methods):
         broken.append((path, line, f'{text}: legacy Optimizer API, but no '
                        'module makes a flax.optim optimizer any more'))
   return sorted(set(broken))

@@ -157,6 +157,21 @@ def test_legacy_api_is_broken_once_no_module_makes_a_legacy_optimizer():
   assert not _broken(old, old)
 
 
+def test_a_method_of_the_programs_own_class_is_no_legacy_api():
+  # jaxrl's Model wraps its optimizer's step in its own ``apply_gradient``:
+  # once migrated, calls of it are the class's, not flax.optim's.
+  model = ('class Model:\n  def apply_gradient(self, loss_fn):\n'
+           '    return self\n')
+  step = 'def step(model, loss_fn):\n  return model.apply_gradient(loss_fn)\n'
+  old = {'model.py': 'from flax import optim\n' + model, 'step.py': step}
+  new = {'model.py': 'import optax\n' + model, 'step.py': step}
+  assert not _broken(old, new)
+  # Without the class defining it, the same call is flax.optim's API.
+  bare = {'model.py': 'import optax\n', 'step.py': step}
+  assert _broken(dict(old, **{'model.py': 'from flax import optim\n'}),
+                 bare) == [('step.py', 2)]
+
+
 def test_a_complete_migration_has_no_broken_links():
   old = {'train.py': 'from flax import optim\n'
                      'def init(p):\n  return optim.Adam(1).create(p)\n'

@@ -58,6 +58,9 @@ class CrossModuleFlow:
     self._holding_flows: dict = {}
     self._holding_open: set = set()
     self.param_why: dict = {}  # the same keys -> why a verdict is False
+    # (path, line of a method's def, parameter) -> whether every call of
+    # the method in the project passes a definition there (``_def_params``).
+    self.def_param_verdicts: dict = {}
     # (FunctionDef, parameter) -> the StepSignature of the factory's step
     # every call passes there; the step factories whose calls elsewhere
     # are all followed (``_step_values``).
@@ -112,6 +115,12 @@ class CrossModuleFlow:
     ``parameter`` (None: no other module names it)."""
     return self._of_parameter(self.param_verdicts, names, function,
                               parameter)
+
+  def def_param_verdict(self, names, function, parameter) -> bool:
+    """Every call of the method ``function`` (a def of the module of
+    ``names``) in the project passes a definition as ``parameter``."""
+    return bool(self.def_param_verdicts.get(
+        (names.path, function.lineno, parameter)))
 
   def step_param(self, names, function, parameter):
     """The step every call of the module function named ``function`` (in

@@ -289,10 +289,21 @@ class FlowHolding(_flow_queries.FlowQueries):
       return False  # unbound, or bound to itself (``a = b; b = a``)
     self._defs_open.add((binding, node.id))
     try:  # ``backbone_def = other_def``: the other name's definitions
-      return all(isinstance(v, (ast.Call, ast.Name)) and self.is_def(
-          v, binding) for v in binding.bindings[node.id])
+      return all(self._is_def_binding(v, binding)
+                 for v in binding.bindings[node.id])
     finally:
       self._defs_open.discard((binding, node.id))
+
+  def _is_def_binding(self, value, binding) -> bool:
+    """A binding of a name gives a definition: a call or name that is
+    one, or a parameter every call in the project passes one as
+    (``_def_params``)."""
+    if isinstance(value, tuple) and value[0] == 'param':
+      model = self.names.model
+      return self.base is None and model is not None and (
+          model.def_param_verdict(self.names, value[1], value[2]))
+    return isinstance(value, (ast.Call, ast.Name)) and self.is_def(
+        value, binding)
 
   def _returns_def(self, function) -> bool:
     """Every return of a module function is an OptimizerDef."""

@@ -168,12 +168,34 @@ class _FunctionTypes:
       found = {self._source_class(source) for source in sources}
     finally:
       self._open.discard(name)
-    classes = found - {_OPEN, _OPEN_REPLACED}
+    kept = {c[1] for c in found if isinstance(c, tuple)}  # _KEPT_BY
+    classes = found - {_OPEN, _OPEN_REPLACED} - {(_KEPT_BY, m) for m in kept}
     if None in found or len(classes) != 1:
       return None
     dotted = classes.pop()
+    if not all(self._keeps_class(dotted, method) for method in kept):
+      return None
     return dotted if _OPEN_REPLACED not in found or (
         self._model.replaces_alike(dotted)) else None
+
+  def _keeps_class(self, dotted, method) -> bool:
+    """Every return of the method ``method`` instances of ``dotted`` run
+    is the instance itself or its ``replace(...)`` (a ``flax.struct``
+    dataclass's copy: ``return self.replace(params=None, ...)``)."""
+    found = self._model.instance_method(dotted, method)
+    positional = [] if found is None else found.node.args.posonlyargs + (
+        found.node.args.args)
+    if not positional:
+      return False
+    own = positional[0].arg
+    returns = _names.own_returns(found.node)
+    return bool(returns) and all(
+        isinstance(r, ast.Name) and r.id == own or isinstance(
+            r, ast.Call) and isinstance(r.func, ast.Attribute) and (
+                r.func.attr == _REPLACE) and isinstance(
+                    r.func.value, ast.Name) and r.func.value.id == own and (
+                        self._model.replaces_alike(dotted))
+        for r in returns)
 
   def _source_class(self, source) -> Optional[str]:
     kind, value = source[0], source[1]
@@ -204,8 +226,36 @@ class _FunctionTypes:
         return _OPEN_REPLACED
       return owner if owner is not None and self._model.replaces_alike(
           owner) else None
-    return self._project_class(func) if isinstance(
-        func, (ast.Name, ast.Attribute)) else None
+    if isinstance(func, ast.Attribute) and func.attr in self._model.methods:
+      # ``actor = actor.with_optimizer(d)``: a method giving its instance
+      # back (``_keeps_class``), checked once the class is known.
+      owner = self._value_class(func.value)
+      if owner in (_OPEN, _OPEN_REPLACED):
+        return (_KEPT_BY, func.attr)
+      return owner if owner is not None and self._keeps_class(
+          owner, func.attr) else None
+    if not isinstance(func, (ast.Name, ast.Attribute)):
+      return None
+    return self._project_class(func) or self._returned_class(value)
+
+  def _returned_class(self, call) -> Optional[str]:
+    """The class every return of the project's module function ``call``
+    runs is an instance of (``return Model(model_def, params=params)``)."""
+    function = self._model.callee(call, self._names)
+    names = None if function is None or function.is_method else (
+        self._model.names.get(function.path))
+    returns = [] if names is None else _names.own_returns(function.node)
+    if not returns or None in returns or id(function.node) in _RETURNS_OPEN:
+      return None
+    _RETURNS_OPEN.add(id(function.node))
+    try:
+      types = _FunctionTypes(function.node, names)
+      found = {types._value_class(r) for r in returns}  # pylint: disable=protected-access
+    finally:
+      _RETURNS_OPEN.discard(id(function.node))
+    dotted = found.pop() if len(found) == 1 else None
+    return dotted if isinstance(dotted, str) and dotted not in (
+        _OPEN, _OPEN_REPLACED) else None
 
   def _returned_item_class(self, call, index) -> Optional[str]:
     function = self._model.callee(call, self._names)
@@ -230,6 +280,9 @@ _REPLACE = 'replace'
 # reads it: as it is, or through ``.replace``.
 _OPEN = '<the name itself>'
 _OPEN_REPLACED = '<the name itself, replaced>'
+# (_KEPT_BY, method): the name itself, through a method of its class that
+# gives the instance back.
+_KEPT_BY = '<the name itself, through a method>'
 
 
 def _assigned_sources(target, value) -> list:
@@ -261,3 +314,13 @@ def _bound_names(node) -> list:
     return [node.name]
   name = getattr(node, 'name', None)  # ``except E as x``, match patterns
   return [name] if isinstance(name, str) else []
+
+
+def class_read_in(function, names, node) -> Optional[str]:
+  """The dotted name of the project's class ``node``, read in
+  ``function`` (a name, ``x.attr``, a call), is an instance of, by every
+  binding of the names it reads there (``_FunctionTypes``); None where
+  migrate cannot tell."""
+  dotted = _FunctionTypes(function, names)._value_class(node)  # pylint: disable=protected-access
+  return dotted if isinstance(dotted, str) and dotted not in (
+      _OPEN, _OPEN_REPLACED) else None

@@ -60,6 +60,7 @@ import functools
 
 from compat.codemod import _classes
 from compat.codemod import _cross_flow
+from compat.codemod import _def_params
 from compat.codemod import _factories
 from compat.codemod import _links
 from compat.codemod import _mentions
@@ -169,6 +170,8 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
     """Follows optimizers across modules and links the modules of each
     flow (what ``migrate`` checks)."""
     self._read_calls(sources, parse, unparsed)
+    given_defs = _def_params.solve(
+        self, lambda words: self._trees_spelling(words, sources, parse))
     passing = _params.solve(
         self, lambda: self._solve_optimizer_givers(sources, parse, unparsed))
     self._solve_factories()  # over the modules the givers' callers added
@@ -180,6 +183,12 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
       self._link_disagreeing_overrides(path, self.trees[path])
     self._link_unseen_callers()
     self._link_holders(sources, parse)
+    for path, line, function in given_defs:
+      self.links.append(Link(
+          function.path, function.node.lineno, path, line, line,
+          f'passes a flax.optim definition to {function.node.name}() '
+          f'({function.path}:{function.node.lineno}), which makes its '
+          'optimizer', 'call'))
     for path, line, function in passing:
       self.links.append(Link(
           function.path, function.node.lineno, path, line, line,
