@@ -1210,7 +1210,7 @@ class _ShareInputs(NamedTuple):
 class _Planned(NamedTuple):
   """A module ``scan_paths`` planned (``planned``): its file's index, the
   walk's findings and the module's plan."""
-  index: int
+  file_index: int
   walked: list
   plan: object  # _plan_records.Plan
 
@@ -1261,7 +1261,7 @@ def _plans_reported(files: _Files, model, plans: list, chosen) -> tuple:
   with its plan's findings (``plan_findings``). As in ``migrate``, a flow
   whose link to another module does not hold is planned again, kept as it
   is with the link's lines (``_project.roll_back``)."""
-  by_path = {files.shown[p.index]: p for p in plans}
+  by_path = {files.shown[p.file_index]: p for p in plans}
   errors = []
   notebooks = {files.shown[i]: n for i, n in files.notebooks.items()}
   for path, blocked in _project.roll_back(
