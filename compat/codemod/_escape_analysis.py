@@ -47,6 +47,7 @@ import ast
 from typing import NamedTuple, Optional
 
 from compat.codemod import _flow
+from compat.codemod import _flow_values
 from compat.codemod import _legacy_trees
 from compat.codemod import _names
 from compat.codemod import _walk
@@ -132,7 +133,7 @@ def _kind(module, node):
     return True
   if isinstance(node, ast.Call):
     kind = flow.tuple_kind(node)
-    if kind is not None and True in kind:
+    if _flow_values.holds_optimizer(kind):
       return kind
   return None
 
@@ -235,18 +236,7 @@ def _target_problem(module, target, node, kind, text) -> Optional[str]:
     return (f'`{target.id}` holds the tuple `{text}` gives, which migrate '
             'does not follow into its uses')
   if isinstance(target, (ast.Tuple, ast.List)) and kind is not True:
-    if len(target.elts) != len(kind) or any(
-        isinstance(e, ast.Starred) for e in target.elts):
-      return (f'the tuple `{text}` gives is unpacked into another number of '
-              'names')
-    for element, holds in zip(target.elts, kind):
-      if holds is True and not (isinstance(element, ast.Name) and (
-          flow.is_optimizer(element)) or flow.self_attribute_holds(element)):
-        why = flow.self_attribute_why(element)
-        return (f'`{ast.unparse(element)[:40]}` takes the optimizer of the '
-                f'tuple `{text}` gives and is not provably one where it is '
-                'read' + (f' ({why})' if why else ''))
-    return None
+    return _unpacked_problem(module, target, kind, text)
   if isinstance(target, ast.Attribute) and kind is True and (
       flow.is_optimizer(target)):
     return None  # a field of the user's class annotated optim.Optimizer
@@ -256,10 +246,42 @@ def _target_problem(module, target, node, kind, text) -> Optional[str]:
           'a TrainState' + (f' ({why})' if why else ''))
 
 
+def _unpacked_problem(module, target, kind, text) -> Optional[str]:
+  """Why the tuple ``kind`` of ``text`` unpacked into ``target`` reaches
+  names not provably optimizers (a tuple nested in it into a tuple nested
+  there alike), or None."""
+  flow = module.flow
+  if len(target.elts) != len(kind) or any(
+      isinstance(e, ast.Starred) for e in target.elts):
+    return (f'the tuple `{text}` gives is unpacked into another number of '
+            'names')
+  for element, holds in zip(target.elts, kind):
+    if isinstance(holds, tuple):  # (a nested tuple holding an optimizer)
+      why = _unpacked_problem(module, element, holds, text) if isinstance(
+          element, (ast.Tuple, ast.List)) else (
+              f'`{ast.unparse(element)[:40]}` takes a tuple holding an '
+              f'optimizer out of the tuple `{text}` gives, which migrate '
+              'does not follow into its uses')
+      if why:
+        return why
+    if holds is True and not (isinstance(element, ast.Name) and (
+        flow.is_optimizer(element)) or flow.self_attribute_holds(element)):
+      why = flow.self_attribute_why(element)
+      return (f'`{ast.unparse(element)[:40]}` takes the optimizer of the '
+              f'tuple `{text}` gives and is not provably one where it is '
+              'read' + (f' ({why})' if why else ''))
+  return None
+
+
 def _in_tuple(module, display, node, text) -> Optional[str]:
   """An optimizer in a tuple display: unpacked into proven names, or
-  returned."""
-  outer = module.parents.get(display)
+  returned (also in a tuple nested in the one returned)."""
+  outer, top = module.parents.get(display), display
+  while isinstance(outer, (ast.Tuple, ast.List)):
+    outer, top = module.parents.get(outer), outer
+  if top is not display:
+    return _returned(module, top, None, text) if isinstance(
+        outer, ast.Return) else _goes_into(display, text)
   if isinstance(outer, ast.Return):
     return _returned(module, display, None, text)
   if isinstance(outer, ast.Call) and display in outer.args + [
@@ -292,6 +314,10 @@ def _returned(module, value, kind, text) -> Optional[str]:
       flow.local_home(function) is not None)
   if kind is True and flow.is_holding_property(function):
     return None  # read only as ``self.<property>``, proven alike
+  if kind is None and flow.spread_into_proven(function, value):
+    return None  # its elements go to proven parameters where it is read
+  if flow.aux_followed(function):
+    return None  # followed where the call differentiating it gives it
   if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
       flow.functions.get(function.name) is not function):
     where = 'a method' if _is_method(module, function) else (
@@ -369,6 +395,8 @@ def _passed(module, call, node, text) -> Optional[str]:
   if flow.argument_proven(call, node) or (
       module.replicated_beside.argument_proven(call, node)):
     return None
+  if flow.bound_argument_proven(node):
+    return None  # bound by partial to a differentiated def's parameter
   if flow.argument_to_foreign_step(call, node):
     return None  # the step's module is linked to this one
   if any(p.argument is node

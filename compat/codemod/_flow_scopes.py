@@ -52,6 +52,8 @@ class FlowScopes:
     if kind is ast.Call:
       if isinstance(child.func, ast.Name):
         self.calls.setdefault(child.func.id, []).append((child, scope))
+      elif isinstance(child.func, ast.Call):  # ``jax.grad(f)(x)``?
+        self._grad_candidates.append((child, scope))
       return
     if kind in _BINDERS:
       self._collect_binding(child, scope)

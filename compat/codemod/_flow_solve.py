@@ -22,6 +22,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
   def _solve(self):
     parents = self._parents
     wrapped = self._collect_aliases() | self._followed_step_references()
+    self._resolve_differentiated()
     for name in self._loads:
       parent = parents.get(name)
       if name not in wrapped and not (isinstance(parent, ast.Call) and
@@ -216,13 +217,12 @@ class FlowSolver(_flow_scopes.FlowScopes):
           sites.append((call, scope, bound.args, bound.keywords))
     resolved = []
     for call, scope, args, keywords in sites:
-      if any(isinstance(a, ast.Starred) for a in call.args) or any(
-          k.arg is None for k in call.keywords):
+      spread = self.spread_arguments(call, scope)
+      if spread is None or any(k.arg is None for k in call.keywords):
         return None
       merged = dict(keywords)
       merged.update({k.arg: (k.value, scope) for k in call.keywords})
-      resolved.append(_flow_values.Site(
-          args + tuple((a, scope) for a in call.args), merged))
+      resolved.append(_flow_values.Site(args + spread, merged))
     return resolved
 
   def _binding_holds(self, scope, name, value) -> bool:
@@ -236,6 +236,11 @@ class FlowSolver(_flow_scopes.FlowScopes):
     return self._value_holds(value, scope)
 
   def _param_holds(self, function, name) -> bool:
+    differentiated = self.differentiated_sites(function)
+    if differentiated is not None:  # (told by its def, not its name)
+      return _flow_values.every_site_passes(
+          differentiated, function, name, self.scopes[function].params[name],
+          self._value_holds)
     if function.name in self.escaped or function.name not in self.functions:
       return False
     if self.functions[function.name] is not function or (
@@ -257,18 +262,20 @@ class FlowSolver(_flow_scopes.FlowScopes):
 
   def _value_holds(self, value, scope) -> bool:
     if isinstance(value, tuple) and value[0] == 'item':
-      _, inner, index = value
-      kind = self._kind(inner, scope)
-      return (isinstance(kind, tuple) and index < len(kind) and
-              kind[index] is True)
+      return self._kind(value, scope) is True
     return self.is_optimizer(value, scope)
 
   def _kind(self, value, scope):
-    """True (an optimizer), a tuple of element kinds, or None (unknown)."""
+    """True (an optimizer), a tuple of element kinds (a tuple holding an
+    optimizer nested in it is one of them), or None (unknown)."""
+    if isinstance(value, tuple) and value[0] == 'item':  # one unpacked
+      return _flow_values.element_kind(self._kind(value[1], scope), value[2])
     if isinstance(value, (ast.Tuple, ast.List)):
-      return tuple(self.is_optimizer(e, scope) or _flow_values.ANY
-                   for e in value.elts)
+      return tuple(self._element_kind(e, scope) for e in value.elts)
     if isinstance(value, ast.Call):
+      differentiated = self.grad_call_kind(value)
+      if differentiated is not False:
+        return differentiated
       called = self.names.resolve(value.func)
       if called in _flow_values.SAME_KIND:
         argument = self._kept_argument(value)
@@ -317,6 +324,17 @@ class FlowSolver(_flow_scopes.FlowScopes):
       return None
     return True if self.is_optimizer(value, scope) else None
 
+  def _element_kind(self, element, scope):
+    """An element's kind in a tuple display: True, the kind of a tuple
+    display nested there holding an optimizer, else ``ANY``."""
+    if self.is_optimizer(element, scope):
+      return True
+    if isinstance(element, (ast.Tuple, ast.List)):
+      kind = self._kind(element, scope)
+      if _flow_values.holds_optimizer(kind):
+        return kind
+    return _flow_values.ANY
+
   def _returned(self, call, scope):
     """What a call to a module function returns: True, a tuple, or None.
 
@@ -326,7 +344,11 @@ class FlowSolver(_flow_scopes.FlowScopes):
     rests on its other returns and the walk ends.
     """
     function = self._callee(call, scope)
-    if function is None or function in self._returns_open:
+    return None if function is None else self._function_kind(function)
+
+  def _function_kind(self, function):
+    """What every return of ``function`` gives (``_returned``)."""
+    if function in self._returns_open:
       return None
     if function in self._returned_memo:
       return self._returned_memo[function]
@@ -357,8 +379,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
     kind = kinds[0]
     if not all(k == kind for k in kinds):
       return None
-    return kind if kind is True or (isinstance(kind, tuple) and
-                                    True in kind) else None
+    return kind if _flow_values.holds_optimizer(kind) else None
 
   def returns_optimizer(self, function) -> bool:
     """Every return of the module function ``function`` is an optimizer

@@ -147,6 +147,21 @@ def simple_name_bindings(target, value, out):
       simple_name_bindings(element, ('item', value, index), out)
 
 
+def holds_optimizer(kind) -> bool:
+  """``kind`` (True, a tuple of element kinds, or None) is an optimizer
+  or a tuple holding one, also in a tuple nested in it."""
+  return kind is True or isinstance(kind, tuple) and any(
+      holds_optimizer(element) for element in kind)
+
+
+def element_kind(kind, index):
+  """The kind of element ``index`` of a tuple of kind ``kind``: True, the
+  kind of a tuple nested there holding an optimizer, or None."""
+  element = kind[index] if isinstance(kind, tuple) and index < len(
+      kind) else None
+  return element if element is True or isinstance(element, tuple) else None
+
+
 class Bound(NamedTuple):
   """A function reached through partials/wrappers, with its bound arguments."""
   name: str  # the module-level function

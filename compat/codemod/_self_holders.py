@@ -72,6 +72,8 @@ class SelfAttributes:
   def __init__(self, tree: ast.Module, names):
     self._names = names
     self._keys: dict[int, Key] = {}  # id(self.<attr> node) -> its key
+    self._reads: dict[Key, list] = {}  # key -> its self.<attr> reads
+    self._properties: set = set()  # the keys of read-only properties
     self.stores: dict[Key, list] = {}  # key -> [value or ('item', v, i)]
     self.why_not: dict[Key, str] = {}
     self._declared: set = set()  # keys the class body declares
@@ -126,6 +128,7 @@ class SelfAttributes:
 
   def _read_property(self, owner, method):
     key = Key(owner, method.name)
+    self._properties.add(key)
     returns = _names.own_returns(method)
     self.stores[key] = [r for r in returns if r is not None]
     if not returns or None in returns:
@@ -163,6 +166,8 @@ class SelfAttributes:
         self.stores.setdefault(key, [])
         if not isinstance(parent.ctx, ast.Load):
           self._read_store(key, parent, parents)
+        else:
+          self._reads.setdefault(key, []).append(parent)
       else:
         self._keep_out(owner, (
             f'the instance `{receiver}` itself goes into `'
@@ -240,6 +245,29 @@ class SelfAttributes:
             f'`.{key.attr}` is also named at line {node.lineno} (`'
             f'{ast.unparse(node)[:40]}`), outside the methods of '
             f'{key.owner.name}'))
+
+  def spread_display(self, node) -> Optional[ast.AST]:
+    """The tuple display a read-only property returns, where ``node``
+    reads it as ``self.<property>``, the property returns nothing else and
+    nothing outside its class's methods names it (``step(*self.args)``
+    takes its elements); else None."""
+    key = self.key_of(node)
+    if key not in self._properties or key not in self.stores:
+      return None
+    values = self.stores[key]
+    if len(values) != 1 or not isinstance(values[0], (
+        ast.Tuple, ast.List)) or any(isinstance(e, ast.Starred)
+                                     for e in values[0].elts):
+      return None
+    return values[0] if self.outside_why(key) is None else None
+
+  def spread_reads(self, display) -> list:
+    """Every ``self.<property>`` read of the property returning
+    ``display`` where it is followed (``spread_display``), else none."""
+    key = next((k for k in self._properties
+                if self.stores.get(k) == [display]), None)
+    reads = self._reads.get(key, [])
+    return reads if reads and self.spread_display(reads[0]) is display else []
 
   def unproven(self, key, value):
     """Notes that ``key``'s attribute also takes ``value``, not provably
