@@ -233,3 +233,24 @@ def test_a_tuple_nested_in_a_returned_one_migrates(tmp_path):
     assert ('return loss, (optimizer.apply_gradients(grads=grad), grad)'
             in learner)
     _trains_alike(project, migrated)
+
+
+def test_a_returned_tuple_indexed_where_it_holds_the_optimizer(tmp_path):
+  # ``update(...)[0]`` takes the optimizer out of the tuple by index, where
+  # migrate does not follow it: the flow stays as it was, with the reason
+  # (before: rewritten, and ``stepped.target`` met a TrainState); ``[1]``
+  # takes the loss only, and the flow migrates.
+  returns_pair = _NESTED.replace(
+      'return loss, (optimizer.apply_gradient(grad), grad)',
+      'return optimizer.apply_gradient(grad), loss')
+  tails = {0: 'stepped = update(optimizer, batch)[0]\n'
+              '    print(stepped.target)',
+           1: 'print(update(optimizer, batch)[1])'}
+  for index, tail in tails.items():
+    project = tmp_path / str(index)
+    _write(project, {'learner.py': returns_pair.replace('UNPACK', tail)})
+    result = _migrate_into(project, tmp_path / f'{index}-m')['learner.py']
+    assert (result.new == result.old) == (index == 0)
+    reasons = '\n'.join(l.reason for l in result.plan.leftovers)
+    assert ('gives a tuple holding an optimizer, read here by index' in
+            reasons) == (index == 0)

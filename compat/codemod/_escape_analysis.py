@@ -159,7 +159,7 @@ def _why_escapes(module, node, kind) -> Optional[str]:
       return _goes_into(parent, text)
     return None
   if isinstance(parent, ast.Subscript) and parent.value is node:
-    return None  # neither an Optimizer nor a TrainState is indexed
+    return None if kind is True else _indexed(parent, kind, text)
   if isinstance(parent, (ast.Assign, ast.AnnAssign)) and (
       parent.value is node):
     return _assigned(module, parent, node, kind, text)
@@ -178,6 +178,19 @@ def _why_escapes(module, node, kind) -> Optional[str]:
   if isinstance(parent, ast.Call) and parent.func is node:
     return None  # calling it fails alike
   return _goes_into(parent, text)
+
+
+def _indexed(subscript, kind, text) -> Optional[str]:
+  """A tuple holding an optimizer, indexed: only an element holding none
+  may be taken (where the optimizer goes, migrate does not follow)."""
+  index = subscript.slice
+  if isinstance(index, ast.Constant) and type(index.value) is int and (
+      -len(kind) <= index.value < len(kind)) and not (
+          _flow_values.holds_optimizer(kind[index.value])):
+    return None
+  return (f'`{text}` gives a tuple holding an optimizer, read here by index '
+          f'(`{ast.unparse(subscript)[:60]}`), where migrate cannot follow '
+          'it')
 
 
 def _tree_problem(module, verdict, text) -> Optional[str]:

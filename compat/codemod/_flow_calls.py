@@ -102,7 +102,8 @@ class FlowCallForms:
     bound = {id(node): (function, named[index])
              for index, (node, _) in enumerate(args) if index < len(named)}
     bound.update({id(node): (function, name)
-                  for name, (node, _) in parts[2].items()})
+                  for name, (node, _) in parts[2].items()
+                  if name in self.scopes[function].params})
     return (GradCall(function, has_aux.value, with_value), site, reference,
             bound)
 
@@ -214,11 +215,13 @@ class FlowCallForms:
                               call.func.id))
     named = callee.args.posonlyargs + callee.args.args
     first = len(bound.args) if bound else 0
-    for position, (node, _) in enumerate(spread, start=first):
-      if not any(node is e for e in display.elts) or not self.is_optimizer(
-          node):
+    for position, (node, inner) in enumerate(spread, start=first):
+      if not any(node is e for e in display.elts):
         continue
-      if position >= len(named) or (self.scopes[callee], named[
-          position].arg) not in self.alive:
-        return False
+      kind = self._element_kind(node, inner)
+      if kind is _flow_values.ANY:
+        continue
+      if kind is not True or position >= len(named) or (
+          self.scopes[callee], named[position].arg) not in self.alive:
+        return False  # (a tuple holding one goes in unproven)
     return True
