@@ -165,12 +165,28 @@ def _mirror_git_dir(mirrors: str, repo: str) -> Optional[str]:
   return None
 
 
+def _enclosing_inits(paths) -> list:
+  """The ``__init__.py`` of each directory above ``paths`` in the
+  repository: a clone has them, so the packages a path sits in name its
+  modules (``dopamine/jax`` is ``dopamine.jax`` where ``dopamine`` holds
+  one) as they do for a user who scans those paths in a checkout."""
+  found = []
+  for path in paths:
+    parent = os.path.dirname(path.rstrip('/'))
+    while parent:
+      found.append(f'{parent}/__init__.py')
+      parent = os.path.dirname(parent)
+  return sorted(set(found))
+
+
 def _mirrored_files(git_dir: str, entry: Repo) -> list:
-  """The files of ``entry`` under its paths that a mirror holds: a mirror
-  may lack large blobs (data, binaries), which nothing here reads."""
+  """The files of ``entry`` under its paths that a mirror holds (a mirror
+  may lack large blobs: data, binaries, which nothing here reads), and the
+  ``__init__.py`` of the packages they sit in (``_enclosing_inits``)."""
   listing = subprocess.run(
       ['git', '--git-dir', git_dir, 'ls-tree', '-r', '-l', '-z',
-       entry.commit, '--', *entry.paths], capture_output=True, check=True)
+       entry.commit, '--', *entry.paths, *_enclosing_inits(entry.paths)],
+      capture_output=True, check=True)
   files = []
   for record in listing.stdout.decode('utf-8').split('\0'):
     if not record:

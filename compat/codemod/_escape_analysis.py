@@ -332,18 +332,21 @@ def _returned(module, value, kind, text) -> Optional[str]:
   if flow.aux_followed(function):
     return None  # followed where the call differentiating it gives it
   if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
-      flow.functions.get(function.name) is not function):
+      not flow.is_module_function(function)):
     where = 'a method' if _is_method(module, function) else (
         'a nested function or lambda')
     return (f'`{text}` is returned by {where}, whose callers migrate does '
             'not follow')
+  # Other modules reach the def the name is bound to once the module has
+  # run (a script may redefine it section by section: ``defs_named``).
+  named = flow.functions[function.name]
   if function.name in flow.escaped:
     return (f'`{text}` is returned by {function.name}(), which is used '
             'otherwise than by calling it here, so its callers are not known')
   model = module.names.model
   path = module.names.path
   if model is not None and path is not None and not local:
-    where = model.used_otherwise_elsewhere(function, path)
+    where = model.used_otherwise_elsewhere(named, path)
     if where:
       return (f'`{text}` is returned by {function.name}(), which {where} '
               'uses otherwise than by calling it, so its callers are not '
@@ -356,10 +359,10 @@ def _returned(module, value, kind, text) -> Optional[str]:
   if local:
     return None  # called only where its def is bound: followed there
   if model is not None and path is not None and model.gives_tuple(
-      function, path):
+      named, path):
     return None  # its callers elsewhere are linked and unpack it
   where = None if model is None or path is None else model.called_elsewhere(
-      function, path)
+      named, path)
   if where:
     return (f'{function.name}() returns a tuple holding the optimizer '
             f'`{text}` and is {where}: callers there are not followed into '

@@ -81,6 +81,9 @@ class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding,
     self.base = replicated_of
     self.scopes: dict[ast.AST, _flow_values.Scope] = {}
     self.functions: dict[str, ast.AST] = {}  # module-level defs by name
+    # Every def of the module's top level by name, in order (a script
+    # redefining ``train_step`` section by section has several).
+    self._module_defs: dict[str, list] = {}
     # A def nested in a function, bound once there and the module's only
     # def of its name (``def update_fn`` in ``main``): called like a module
     # function where a read sees that binding. Name -> that scope.

@@ -150,7 +150,7 @@ class FlowCallForms:
     grad = self._grad_calls.get(call)
     if grad is None:
       return False
-    kind = self._function_kind(grad.function) if grad.has_aux else None
+    kind = self._returned_by(grad.function) if grad.has_aux else None
     if not isinstance(kind, tuple) or len(kind) != 2:
       return None  # (its first element is the value differentiated: a
       # scalar, never an optimizer, where the program runs)

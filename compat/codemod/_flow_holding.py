@@ -197,7 +197,7 @@ class FlowHolding(_flow_queries.FlowQueries):
     annotation = binding.annotated.get(name)
     if annotation is not None:
       return bool(self._class_fields(annotation))
-    if self.functions.get(function.name) is not function or (
+    if not self.is_module_function(function) or (
         function.name in self.escaped):
       return False
     model = self.names.model

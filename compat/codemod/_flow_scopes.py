@@ -19,6 +19,11 @@ _BINDERS = frozenset((
     ast.comprehension, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal))
 
 
+def _spelled(bound_values) -> tuple:
+  """Bound arguments ((node, scope), ...) as their code and scope."""
+  return tuple((ast.dump(node), id(scope)) for node, scope in bound_values)
+
+
 class FlowScopes:
   """Collects each scope's bindings (``OptimizerFlow`` solves them). Part of
   ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
@@ -62,7 +67,7 @@ class FlowScopes:
     if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
       scope.bindings.setdefault(child.name, []).append('unknown')
       if scope.parent is None:
-        self.functions[child.name] = child
+        self._add_module_def(child)
       self._collect(child, scope)
     elif isinstance(child, ast.ClassDef):
       scope.bindings.setdefault(child.name, []).append('unknown')
@@ -255,6 +260,57 @@ class FlowScopes:
     return inner._replace(
         args=inner.args + tuple((a, scope) for a in node.args[1:]),
         keywords=keywords)
+
+  def _alias_groups(self) -> dict:
+    """{(scope, name): [value, ...]} of the names each of whose bindings
+    is a plain ``name = value`` (an alias candidate)."""
+    groups: dict = {}
+    for scope, name, value in self._alias_candidates:
+      groups.setdefault((scope, name), []).append(value)
+    return {key: values for key, values in groups.items()
+            if len(values) == len(key[0].bindings[key[1]])}
+
+  def _alike_bounds(self, scope, values) -> list:
+    """The functions ``values`` wrap where every one wraps the same module
+    function with the same spelled arguments (``train_pstep =
+    jax.pmap(train_step, ...)`` once per section of a script): a call of
+    the name then runs that function whichever binding it sees; else []."""
+    if any(isinstance(value, ast.Name) for value in values):
+      return []  # plain rebindings: the name escapes as before
+    bounds = [self._unwrap(value, scope) for value in values]
+    if any(b is None for b in bounds):
+      return []
+    spelled = {(b.name, _spelled(b.args), _spelled(b.keywords.values()),
+                tuple(b.keywords)) for b in bounds}
+    return bounds if len(spelled) == 1 else []
+
+  def _add_module_def(self, node):
+    """Registers a def of the top level; of several under one name, the
+    last in the source is the one the name holds once the module has run
+    (the walk meets them in any order)."""
+    defs = self._module_defs.setdefault(node.name, [])
+    defs.append(node)
+    defs.sort(key=lambda d: d.lineno)
+    self.functions[node.name] = defs[-1]
+
+  def defs_named(self, name) -> list:
+    """The module functions a call of ``name`` may run: the one registered
+    under it, or every def of a name the module's top level binds by defs
+    alone (a script redefining ``train_step`` section by section): which
+    one a read sees depends on where it is, so what is proven of such a
+    call must hold of each."""
+    registered = self.functions.get(name)
+    if registered is None:
+      return []
+    defs = self._module_defs.get(name, [])
+    if len(defs) < 2 or registered is not defs[-1] or len(
+        self._scope_of[registered].bindings.get(name, ())) != len(defs):
+      return [registered]  # (a nested def registered, or another binding)
+    return defs
+
+  def is_module_function(self, function) -> bool:
+    """``function`` is one a call of its name may run (``defs_named``)."""
+    return any(d is function for d in self.defs_named(function.name))
 
   def _is_wrapper_decorator(self, decorator) -> bool:
     """``@jax.jit``, ``@jax.pmap(...)``, ``@functools.partial(jax.jit, ..)``."""

@@ -30,7 +30,8 @@ class FlowSolver(_flow_scopes.FlowScopes):
         self.escaped.add(name.id)  # e.g. passed on to another function
     for function in self.functions.values():
       if not all(self._is_wrapper_decorator(d)
-                 for d in function.decorator_list):
+                 for each in self.defs_named(function.name)
+                 for d in each.decorator_list):
         self.escaped.add(function.name)
     for (_, alias), bound in self.aliases.items():
       if alias in self.escaped:  # the alias itself goes where we cannot see
@@ -134,26 +135,34 @@ class FlowSolver(_flow_scopes.FlowScopes):
     steps = self.returned_steps = self._add_returned_steps()
     self._add_local_functions()
     model = self.names.model
-    for scope, name, value in self._alias_candidates:
+    consumed = set()
+    for (scope, name), values in self._alias_groups().items():
+      if len(values) > 1:
+        bounds = self._alike_bounds(scope, values)
+        if bounds:
+          self.aliases[(scope, name)] = bounds[0]
+          consumed.update(bound.reference for bound in bounds)
+        continue
+      value = values[0]
       if isinstance(value, ast.Name):
         continue  # a plain rebinding: the name escapes as before
       if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
           value.func.id in steps) and self._lookup(
-              scope, value.func.id) is None and len(scope.bindings[name]) == 1:
+              scope, value.func.id) is None:
         step, reference = steps[value.func.id]
         self.aliases[(scope, name)] = _flow_values.Bound(step, reference, (),
                                                          {})
         continue
       bound = self._unwrap(value, scope)
-      if bound is not None and len(scope.bindings[name]) == 1:
+      if bound is not None:
         self.aliases[(scope, name)] = bound
         continue
       step = None if model is None or not isinstance(value, ast.Call) or (
           self._callee(value, scope) is not None) else model.foreign_step(
               value, self.names)
-      if step is not None and len(scope.bindings[name]) == 1:
+      if step is not None:
         self.foreign_steps[(scope, name)] = step
-    return {bound.reference for bound in self.aliases.values()}
+    return consumed | {bound.reference for bound in self.aliases.values()}
 
   def _followed_step_references(self) -> set:
     """The ``return step`` of each step factory here whose calls in other
@@ -243,7 +252,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
           self._value_holds)
     if function.name in self.escaped or function.name not in self.functions:
       return False
-    if self.functions[function.name] is not function or (
+    if not self.is_module_function(function) or (
         _serialization_helpers.role_of(function, name, self.names)):
       return False  # (a helper's callers give it flax.optim's tree)
     # What the calls from other modules pass (the project's model: None
@@ -336,18 +345,23 @@ class FlowSolver(_flow_scopes.FlowScopes):
     return _flow_values.ANY
 
   def _returned(self, call, scope):
-    """What a call to a module function returns: True, a tuple, or None.
+    """What a call to a module function returns: True, a tuple, or None
+    (the same of every def the call may run, ``defs_named``)."""
+    function = self._callee(call, scope)
+    if function is None:
+      return None
+    kinds = [self._returned_by(each)
+             for each in self.defs_named(function.name)]
+    return kinds[0] if all(k == kinds[0] for k in kinds) else None
+
+  def _returned_by(self, function):
+    """What every return of ``function`` gives: True, a tuple, or None.
 
     A function whose result flows back into itself (directly or through
     other functions: ``return get_mesh(x.sharding)``) is being asked about
     already; that inner question proves nothing (None), so the answer
     rests on its other returns and the walk ends.
     """
-    function = self._callee(call, scope)
-    return None if function is None else self._function_kind(function)
-
-  def _function_kind(self, function):
-    """What every return of ``function`` gives (``_returned``)."""
     if function in self._returns_open:
       return None
     if function in self._returned_memo:

@@ -38,6 +38,11 @@ KEPT_WITH_FLOW = ('kept as it was with its whole flow across modules (a '
                   'definition, its optimizer and every use are rewritten '
                   'together or not at all): ')
 
+# The reason of a place holding a flow where an unsafe fix could migrate
+# it (ruff's ``Applicability::Unsafe``): ``why`` it holds, what the fix
+# assumes.
+HIDDEN_FIX_REASON = ('{why}; an unsafe fix is available, hidden without '
+                     '--unsafe-fixes: {assumption}')
 # The construct of a field link's line kept as it was, and of a value
 # stored in such a field that is not provably an optimizer (a flow one:
 # the module's flow stays with it).
@@ -62,6 +67,10 @@ class Link(NamedTuple):
   # `optim.Optimizer`, the consumer module makes, stores or uses what the
   # field holds (the two modules' whole flows must agree).
   kind: str = 'definition'
+  # Where migrating across the link rests on an assumption (an unsafe fix,
+  # ``migrate --unsafe-fixes``): what it assumes. Such a link holds the
+  # flow only where unsafe fixes are not enabled (``assumed_away``).
+  assumption: Optional[str] = None
 
   def describe(self, file_line=None) -> str:
     """``file_line(path, line)``: the line a user sees for a line of the
@@ -75,6 +84,13 @@ class Link(NamedTuple):
             f'{shown(self.producer_path, self.producer_line)} makes the '
             f'definition, {self.consumer_path}:'
             f'{shown(self.consumer_path, where)}: {self.reason}')
+
+
+def assumed_away(links, unsafe_fixes: bool) -> list:
+  """``links`` less those resting on an assumption where unsafe fixes are
+  enabled (each is then applied, and listed with its assumption)."""
+  return [link for link in links
+          if not (unsafe_fixes and link.assumption is not None)]
 
 
 def flow_violations(links, rewritten) -> list:

@@ -21,8 +21,7 @@ ESCAPE = 'optimizer_escape'
 # its place holds the flow as an escape.
 UNSAFE_FIX = 'unsafe_fix'
 HIDDEN_UNSAFE_FIX = 'hidden_unsafe_fix'
-HIDDEN_FIX_REASON = ('{why}; an unsafe fix is available, hidden without '
-                     '--unsafe-fixes: {assumption}')
+HIDDEN_FIX_REASON = _project.HIDDEN_FIX_REASON
 # Constructs that are part of an optimizer's flow: all or none get rewritten.
 FLOW_CONSTRUCTS = frozenset((
     'algorithm', _members.CREATE, _members.APPLY_GRADIENT,

@@ -260,7 +260,9 @@ class ProjectIndex:
   def _add(self, path, local, function):
     for module in self.module_names_of.get(path, ()):
       dotted = f'{module}.{local}'
-      if dotted in self.functions and self.functions[dotted] is not function:
+      known = self.functions.get(dotted)
+      if known is not None and known is not function and not _redefines(
+          function, known):
         self._taken.add(dotted)
       self.functions[dotted] = function
 
@@ -350,6 +352,15 @@ class ProjectIndex:
     return {id(f.node) for f in registered
             if f is not None and f.path == path and
             f.node.lineno == node.lineno}
+
+
+def _redefines(function: _Function, known: _Function) -> bool:
+  """``function`` is a later def of the top level of ``known``'s module
+  under its name (a script redefining ``train_step`` section by section):
+  the one other modules call, the module having run by then."""
+  return function.path == known.path and not (
+      function.is_method or known.is_method) and (
+          known.node.lineno < function.node.lineno)
 
 
 def is_notebook(path: str) -> bool:

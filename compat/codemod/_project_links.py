@@ -33,6 +33,19 @@ _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 _CREATE = _members.CREATE
 
 
+def decorated_factory_assumption(function, decorators) -> str:
+  """What migrating a factory the project calls assumes where decorators
+  (gin's ``configurable`` and its kind) wrap it: the body proves what it
+  returns, the decorators' code (a library's) and their registry (a config
+  file may call it) are not read."""
+  spelled = ', '.join(f'`@{ast.unparse(d)}`' for d in decorators)
+  return (f'{spelled} of {function.name}() hands each call to its body and '
+          'gives back what the body returns (a flax.optim definition, now an '
+          'Optax transform), and nothing outside the scanned code calls it '
+          '(a config file binding it, another package): such a caller would '
+          'get the Optax transform')
+
+
 class Linker:
   """Finds the links of the project's flows (a part of
   ``_project.Model``)."""
@@ -156,10 +169,15 @@ class Linker:
       if node in self._called and not decorated:
         continue
       function = functions[id(node)]
+      assumption = None
       if decorated:
         reason = (f'{node.name}() is decorated with '
                   f'`{ast.unparse(decorated[0])}`: its callers are not in '
                   'the scanned code')
+        if node in self._called:
+          assumption = decorated_factory_assumption(node, decorated)
+          reason = _links.HIDDEN_FIX_REASON.format(why=reason,
+                                                   assumption=assumption)
       elif function.is_method:
         reason = (f'{node.name}() is a method called nowhere in the scanned '
                   'code: a base class outside it may call it (a hook), or '
@@ -175,7 +193,8 @@ class Linker:
                   'config system) cannot be rewritten with it')
       for path, line in self._producers(function):
         self.links.append(_links.Link(path, line, function.path, None,
-                                      node.lineno, reason))
+                                      node.lineno, reason,
+                                      assumption=assumption))
 
   def _link_holders(self, sources, parse):
     """A field link from each class holding an optimizer to every module

@@ -222,11 +222,24 @@ class Planner(_plan_imports.PlanImports):
       self._plan_import_removals()
     self._plan_class_references()
     self._plan_removals()
+    self.unsafe += self._assumed_links()
     return Plan(sorted(self.edits), sorted(set(self.leftovers)),
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
                 self.removed, tuple(sorted(set(self.unsafe))),
                 _own_methods.own_step_lines(self.names))
+
+  def _assumed_links(self) -> list:
+    """The unsafe fixes of the project's links that end here (a decorated
+    factory of this module, ``_project_links``): applied where unsafe
+    fixes are enabled (``migrate`` then drops the links), else listed."""
+    model = self.names.model
+    construct = UNSAFE_FIX if self.unsafe_fixes else HIDDEN_UNSAFE_FIX
+    return [Leftover(link.call_line, construct, self._line(link.call_line),
+                     link.assumption)
+            for link in (model.links if model is not None else ())
+            if link.assumption is not None and (
+                link.consumer_path == self.names.path)]
 
   def _called_nowhere_notes(self) -> list:
     """A factory or rule class of this module that nothing in the project

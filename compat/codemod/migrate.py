@@ -579,7 +579,8 @@ def _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes):
                                             _UNCHECKED_ACROSS_MODULES)])
   key_of = {p.replace(os.sep, '/'): p for p in sources}
   for path, blocked in _project.roll_back(
-      project.model.links if project.model else [],
+      _project.assumed_away(project.model.links if project.model else [],
+                            unsafe_fixes),
       lambda key: _result_plan(results, key_of, key),
       _rewrite_plan.flow_migrated,
       lambda key, line: project.notebooks[key].file_line(line)
