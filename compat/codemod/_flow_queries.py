@@ -7,6 +7,7 @@ from typing import Optional
 from compat.codemod import _flow_solve
 from compat.codemod import _flow_values
 from compat.codemod import _legacy_trees
+from compat.codemod import _names
 from compat.codemod import _serialization_helpers
 from compat.codemod import _walk
 
@@ -23,6 +24,24 @@ class FlowQueries(_flow_solve.FlowSolver):
   def binding_scope_of(self, node, name) -> Optional[_flow_values.Scope]:
     """The scope whose binding of ``name`` a read at ``node`` sees."""
     return self._binding_scope(self.scope_of(node), name)
+
+  def returned_kind(self, function):
+    """True where every return of the module function ``function`` is an
+    optimizer, the tuple of element kinds where every return is a tuple
+    of those kinds holding one (proven in this module), else None."""
+    returns = _names.own_returns(function)
+    if not returns or None in returns:
+      return None
+    kinds = [self._kind(value, self.scopes[function]) for value in returns]
+    kind = kinds[0]
+    if not all(k == kind for k in kinds):
+      return None
+    return kind if _flow_values.holds_optimizer(kind) else None
+
+  def returns_optimizer(self, function) -> bool:
+    """Every return of the module function ``function`` is an optimizer
+    (proven in this module; what its callers pass proves nothing here)."""
+    return self.returned_kind(function) is True
 
   def is_optimizer(self, node, scope=None) -> bool:
     """True when ``node`` evaluates to a legacy ``Optimizer`` on every path."""

@@ -382,24 +382,6 @@ class FlowSolver(_flow_scopes.FlowScopes):
       self._returned_memo[function] = kind
     return kind
 
-  def returned_kind(self, function):
-    """True where every return of the module function ``function`` is an
-    optimizer, the tuple of element kinds where every return is a tuple
-    of those kinds holding one (proven in this module), else None."""
-    returns = _names.own_returns(function)
-    if not returns or None in returns:
-      return None
-    kinds = [self._kind(value, self.scopes[function]) for value in returns]
-    kind = kinds[0]
-    if not all(k == kind for k in kinds):
-      return None
-    return kind if _flow_values.holds_optimizer(kind) else None
-
-  def returns_optimizer(self, function) -> bool:
-    """Every return of the module function ``function`` is an optimizer
-    (proven in this module; what its callers pass proves nothing here)."""
-    return self.returned_kind(function) is True
-
   def _callee(self, call, scope):
     """The module function a call runs (directly or via an alias), or None."""
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
