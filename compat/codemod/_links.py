@@ -90,7 +90,8 @@ class Link(NamedTuple):
   # what must be rewritten with it in the consumer's module (its
   # ``.create``, the MultiOptimizer it goes into, the rule class's call or
   # subclass); None where the consumer is not followed (a return of
-  # another factory) or there is none (``consumer_line`` None).
+  # another factory) or there is none (``consumer_line`` None). Of a call
+  # link (``call_link``): the function and its call.
   producer_element: Optional[Element] = None
   consumer_element: Optional[Element] = None
 
@@ -106,6 +107,14 @@ class Link(NamedTuple):
             f'{shown(self.producer_path, self.producer_line)} makes the '
             f'definition, {self.consumer_path}:'
             f'{shown(self.consumer_path, where)}: {self.reason}')
+
+
+def call_link(path, call, function, reason) -> Link:
+  """The whole-flow link of ``call`` in the module ``path`` to the project
+  function it calls (``function``: its ``path`` and ``node``)."""
+  return Link(function.path, function.node.lineno, path, call.lineno,
+              call.lineno, reason, 'call', Element.of(function.node),
+              Element.of(call))
 
 
 def flow_violations(links, migrated) -> list:

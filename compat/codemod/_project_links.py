@@ -112,11 +112,10 @@ class Linker:
       if function is None or function.path == path or (
           function.node not in functions):
         continue
-      self.links.append(_links.Link(
-          function.path, function.node.lineno, path, node.lineno,
-          node.lineno, f'calls {function.node.name}() '
+      self.links.append(_links.call_link(
+          path, node, function, f'calls {function.node.name}() '
           f'({function.path}:{function.node.lineno}), which gives or '
-          'takes a flax.optim Optimizer (or a step that does)', 'call'))
+          'takes a flax.optim Optimizer (or a step that does)'))
 
   def _link_disagreeing_overrides(self, path, tree):
     """A method call some of whose overrides return a definition and some
