@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from compat.codemod import _links
 from compat.codemod import _notebook
 from compat.codemod import _project
-from compat.codemod import _rewrite_plan
 from compat.codemod import migrate
 
 STEPS = 4
@@ -210,33 +210,63 @@ def test_one_link_that_cannot_be_followed_keeps_every_module_of_the_flow(
                     _run(migrated, 'main', params, batches, 'adam').target)
 
 
-class _Plan:
-
-  def __init__(self, *edits):
-    self.edits = [_rewrite_plan.Edit(0, 0, '', (), line, construct)
-                  for line, construct in edits]
-
-
 def test_flow_violations_finds_each_link_rewritten_on_one_side_only():
+  made = _links.Element('Call', 12, 11, 12, 25)
+  created = _links.Element('Call', 21, 4, 21, 30)
   link = _project.Link('configs.py', 12, 'training.py', 21, 20,
-                       _project._CREATED_HERE)
+                       _project._CREATED_HERE, producer_element=made,
+                       consumer_element=created)
   lost = _project.Link('configs.py', 12, 'inspect.py', None, 3,
-                       '`d` goes on into `print(d)`')
-  plans = {'configs.py': _Plan((12, 'algorithm')),
-           'training.py': _Plan((21, 'create'))}
+                       '`d` goes on into `print(d)`', producer_element=made)
+  migrated = {'configs.py': {made}, 'training.py': {created}}
 
-  def rewritten(path, line, construct):
-    plan = plans.get(path)
-    return plan is not None and any(e.line == line and e.construct ==
-                                    construct for e in plan.edits)
+  def rewritten(path, element):
+    return element in migrated.get(path, ())
 
   assert _project.flow_violations([link], rewritten) == []
   assert _project.flow_violations([link, lost], rewritten) == [lost]
-  plans['training.py'] = _Plan()  # the .create stayed: broken program
+  migrated['training.py'] = set()  # the .create stayed: broken program
   assert _project.flow_violations([link], rewritten) == [link]
-  plans['configs.py'] = _Plan()  # both stayed: the shim runs both
+  migrated['configs.py'] = set()  # both stayed: the shim runs both
   assert _project.flow_violations([link, lost], rewritten) == []
 
+
+_MADE_ELSEWHERE = {
+    'configs.py': '''from flax import optim
+
+
+def make_def():
+  return optim.Adam(0.1)
+''',
+    # The definition reaches `d`, but so may `other`: `d.create(params)` is
+    # no provable `.create` of a definition and stays as it is. The
+    # `.create` beside it on its line is rewritten.
+    'training.py': '''from flax import optim
+
+import configs
+
+
+def init(params, other, use_other):
+  d = configs.make_def()
+  if use_other:
+    d = other
+  first, second = d.create(params), optim.Momentum(0.1).create(params)
+  return first, second
+''',
+}
+
+
+def test_a_link_asks_about_its_own_create_not_its_line(tmp_path):
+  # The link from make_def's definition names the `.create` it meets, not
+  # its line: matched by line and construct, the other `.create` rewritten
+  # there passed for it, and make_def was rewritten into an Optax
+  # transform that `d.create(params)`, left as it was, then called.
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, _MADE_ELSEWHERE)
+  results = _migrate_into(project, migrated)
+  _assert_unchanged(results)
+  assert 'training.py:10: its `.create(...)` is here' in _reasons(
+      results)['configs.py', 5]
 
 _PACKAGE = {
     'pkg/__init__.py': '',

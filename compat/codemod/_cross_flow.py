@@ -291,9 +291,9 @@ class CrossModuleFlow:
     if function is None:
       return False
     parameter = _flow.parameter_of(function.node, call, argument)
+    ends = (function.path, _links.Element.of(function.node),
+            _links.Element.of(call))
     return parameter is not None and bool(
         self.param_verdicts.get((function.node, parameter))) and any(
-            link.kind in _links.WHOLE_FLOW_KINDS and link.consumer_line ==
-            call.lineno and link.producer_path == function.path and
-            link.producer_line == function.node.lineno
-            for link in self.links)
+            (link.producer_path, link.producer_element,
+             link.consumer_element) == ends for link in self.links)

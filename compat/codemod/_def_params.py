@@ -62,7 +62,7 @@ def candidates(model) -> list:
 def solve(model, spelling) -> list:
   """Fills ``model.def_param_verdicts``; ``spelling(words)`` gives the
   ``(path, tree)`` of each project module spelling one of the words.
-  Returns the links ``(caller path, call line, _Function)`` of the calls
+  Returns the links ``(caller path, call, _Function)`` of the calls
   of a method whose parameters are all proven."""
   found = candidates(model)
   if not found:
@@ -79,7 +79,7 @@ def solve(model, spelling) -> list:
                                 parameter)] = proven
     if calls and all(model.def_param_verdicts[(
         function.path, function.node.lineno, p)] for p in parameters):
-      links += [(path, call.lineno, function) for path, call in calls]
+      links += [(path, call, function) for path, call in calls]
   return links
 
 

@@ -11,6 +11,7 @@ of ``_project.Model``. Stdlib only.
 import ast
 from typing import NamedTuple
 
+from compat.codemod import _links
 from compat.codemod import _names
 from compat.codemod import _params
 
@@ -121,7 +122,8 @@ class Factories:
             names.collect()
 
   def _producers(self, function, seen=None) -> list:
-    """(path, line) of each flax.optim definition a factory returns."""
+    """(path, ``_links.Element``) of each flax.optim definition a factory
+    returns (the call making it)."""
     seen = set() if seen is None else seen
     if function.node in seen:
       return []
@@ -153,7 +155,7 @@ class Factories:
       return found
     if names.legacy_class(value.func) is not None or names.user_rule(
         value.func):  # also a rule class of another module
-      return [(function.path, value.lineno)]
+      return [(function.path, _links.Element.of(value))]
     return []
 
   def _factory_producers(self, call, names) -> list:

@@ -3,10 +3,14 @@ all-or-none check ``migrate`` runs over them.
 
 A ``Link`` is data: the project's model (``_project.Model``) finds them,
 ``flow_violations`` tells which ones a set of planned rewrites breaks, and
-``roll_back`` names the modules to plan again with their flows kept.
-Stdlib only.
+``roll_back`` names the modules to plan again with their flows kept. A
+link names the elements of the flow it joins (``Element``: the definition
+made, its ``.create``, the MultiOptimizer or rule class use), and the check
+asks each module's plan whether it rewrites that element (``Plan.migrated``),
+never which of its edits happen to sit on a line. Stdlib only.
 """
 
+import ast
 from typing import NamedTuple, Optional
 
 from compat.codemod import _members
@@ -49,12 +53,32 @@ HIDDEN_FIX_REASON = ('{why}; an unsafe fix is available, hidden without '
 HELD_IN_FIELD = 'optimizer_field'
 
 
+class Element(NamedTuple):
+  """One element of a module's optimizer flow, named as data: the kind of
+  node and its span in the module read (the joined cells of a notebook).
+  The project's model names a link's ends so, the planner the elements
+  it rewrites (``Plan.migrated``): two nodes of one kind never share a
+  span, so two constructs on one line stay apart."""
+  kind: str
+  line: int
+  column: int
+  end_line: int
+  end_column: int
+
+  @classmethod
+  def of(cls, node: ast.AST) -> 'Element':
+    return cls(type(node).__name__, node.lineno, node.col_offset,
+               node.end_lineno, node.end_col_offset)
+
+
 class Link(NamedTuple):
   """A definition made in one module and consumed in another.
 
   ``consumer_line`` is the ``.create(...)`` that must be rewritten with the
   producer, or None where the value goes somewhere migrate cannot follow
-  (``reason`` says where); ``call_line``: the factory's call.
+  (``reason`` says where); ``call_line``: the factory's call. The lines are
+  what the report shows; the elements (``Element``) are what the check
+  asks the plans about.
   """
   producer_path: str
   producer_line: int
@@ -67,6 +91,14 @@ class Link(NamedTuple):
   # `optim.Optimizer`, the consumer module makes, stores or uses what the
   # field holds (the two modules' whole flows must agree).
   kind: str = 'definition'
+  # Of a definition link: the definition made (or the rule class), and
+  # what must be rewritten with it in the consumer's module (its
+  # ``.create``, the MultiOptimizer it goes into, the rule class's call or
+  # subclass); None where the consumer is not followed (a return of
+  # another factory) or there is none (``consumer_line`` None). Of a call
+  # link (``call_link``): the function and its call.
+  producer_element: Optional[Element] = None
+  consumer_element: Optional[Element] = None
   # Where migrating across the link rests on an assumption (an unsafe fix,
   # ``migrate --unsafe-fixes``): what it assumes. Such a link holds the
   # flow only where unsafe fixes are not enabled (``assumed_away``).
@@ -93,38 +125,43 @@ def assumed_away(links, unsafe_fixes: bool) -> list:
           if not (unsafe_fixes and link.assumption is not None)]
 
 
-def flow_violations(links, rewritten) -> list:
+def call_link(path, call, function, reason) -> Link:
+  """The whole-flow link of ``call`` in the module ``path`` to the project
+  function it calls (``function``: its ``path`` and ``node``)."""
+  return Link(function.path, function.node.lineno, path, call.lineno,
+              call.lineno, reason, 'call', Element.of(function.node),
+              Element.of(call))
+
+
+def flow_violations(links, migrated) -> list:
   """Links whose two ends were not rewritten alike: a definition rewritten
   into an Optax transform meets a ``.create`` left as it was (or a
   ``TrainState.create`` meets a flax.optim definition).
 
-  ``rewritten(path, line, construct)``: whether the planned result of
-  ``path`` rewrites ``construct`` at ``line`` (``WHOLE_FLOW``, line None:
-  whether the module's optimizer flow is migrated, for field links). A
-  link with no consumer line is violated as soon as its producer is
-  rewritten. ``migrate`` calls this before anything is written and rolls
-  back every module of a violated flow; any other writer of migrated code
-  can call it the same way.
+  ``migrated(path, element)``: whether the planned result of ``path``
+  rewrites ``element`` (an ``Element``; ``WHOLE_FLOW``: whether the
+  module's optimizer flow is migrated, for field and call links). A link
+  with no consumer line is violated as soon as its producer is rewritten.
+  ``migrate`` calls this before anything is written and rolls back every
+  module of a violated flow; any other writer of migrated code can call it
+  the same way.
   """
   violations = []
   for link in links:
     if link.kind == HELD:
-      if rewritten(link.producer_path, None, WHOLE_FLOW):
+      if migrated(link.producer_path, WHOLE_FLOW):
         violations.append(link)
       continue
     if link.kind in WHOLE_FLOW_KINDS:
-      if rewritten(link.producer_path, None, WHOLE_FLOW) != rewritten(
-          link.consumer_path, None, WHOLE_FLOW):
+      if migrated(link.producer_path, WHOLE_FLOW) != migrated(
+          link.consumer_path, WHOLE_FLOW):
         violations.append(link)
       continue
-    made = rewritten(link.producer_path, link.producer_line, 'algorithm')
-    if link.consumer_line is None:
+    made = migrated(link.producer_path, link.producer_element)
+    if link.consumer_element is not None:
+      used = migrated(link.consumer_path, link.consumer_element)
+    elif link.consumer_line is None:
       used = False
-    elif link.reason == CREATED_HERE:
-      used = rewritten(link.consumer_path, link.consumer_line, _members.CREATE)
-    elif link.reason in (RULE_USED_HERE, _multi.IN_MULTI_OPTIMIZER):
-      # A rule's use, a definition in a MultiOptimizer: rewritten with it.
-      used = rewritten(link.consumer_path, link.consumer_line, 'algorithm')
     else:  # a return of another factory: linked through its own calls
       continue
     if made != used:
@@ -132,12 +169,10 @@ def flow_violations(links, rewritten) -> list:
   return violations
 
 
-def _rewrites(plan, line, construct, flow_migrated) -> bool:
-  if construct == WHOLE_FLOW:
+def _migrates(plan, element, flow_migrated) -> bool:
+  if element == WHOLE_FLOW:
     return plan is not None and flow_migrated(plan)
-  return plan is not None and any(
-      e.line == line and e.construct.startswith(construct)
-      for e in plan.edits)
+  return plan is not None and element in plan.migrated
 
 
 def roll_back(links, plan_of, flow_migrated=lambda plan: True,
@@ -145,21 +180,22 @@ def roll_back(links, plan_of, flow_migrated=lambda plan: True,
   """Yields ``(path, blocked)`` for each module whose optimizer flow must
   stay as it was, until ``flow_violations`` finds none.
 
-  ``plan_of(path)``: the module's current plan (None: not migrated);
-  ``flow_migrated(plan)``: whether that plan migrates the module's
-  optimizer flow (nothing of it left as it was). The
-  caller plans each yielded module again with ``blocked`` (``(line,
-  construct, code, reason)`` of every link of the flow there) before the
-  next one is asked for: a rolled-back module may break another link, so
-  the check runs again on the new plans. Whole components of linked
+  ``plan_of(path)``: the module's current plan (None: not migrated; its
+  ``migrated``: the elements it rewrites); ``flow_migrated(plan)``: whether
+  that plan migrates the module's optimizer flow (nothing of it left as it
+  was). The caller plans each yielded module again with ``blocked``
+  (``(line, construct, reason)`` of every link of the flow there: where the
+  report shows what holds it) before the next one is asked for: a
+  rolled-back module may break another link, so the check runs again on
+  the new plans. Whole components of linked
   modules roll back together; each module at most once. ``file_line``:
   see ``Link.describe``.
   """
   done: set[str] = set()
   while True:
     violated = flow_violations(
-        links, lambda path, line, construct: _rewrites(
-            plan_of(path), line, construct, flow_migrated))
+        links, lambda path, element: _migrates(plan_of(path), element,
+                                               flow_migrated))
     component = _linked(links, {p for link in violated for p in (
         link.producer_path, link.consumer_path)}) - done
     if not component:

@@ -114,7 +114,7 @@ def solve(model, solve_givers) -> list:
   (``Model._read_calls`` read the callers and callees first);
   ``solve_givers()`` computes the functions returning an optimizer from
   the current verdicts (each round). Returns the whole-flow links
-  ``(caller path, call line, function)`` of calls passing a parameter the
+  ``(caller path, call, function)`` of calls passing a parameter the
   function's flow proves."""
   candidates = _candidates(model)
   if not candidates:
@@ -190,7 +190,7 @@ def why_unproven(model, names, tree, line, code) -> str:
 
 
 def _links(model, candidates, references, flows) -> list:
-  """``(caller path, call line, function)`` per call from another module
+  """``(caller path, call, function)`` per call from another module
   passing a parameter that the function's own flow proves; ``flows``:
   those the fixpoint's last round built, by path (the model has not
   changed since)."""
@@ -208,5 +208,5 @@ def _links(model, candidates, references, flows) -> list:
               (scope, p) in flow.alive]
     if not proven:
       continue
-    links += [(r.path, r.call.lineno, function) for r in found]
+    links += [(r.path, r.call, function) for r in found]
   return links

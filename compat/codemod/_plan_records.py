@@ -160,6 +160,11 @@ class Plan(NamedTuple):
   # Lines of calls of the user's own methods named like the Optimizer's
   # steps (``_own_methods``): no leftover where the output still has them.
   own_steps: frozenset = frozenset()
+  # The elements of the flow (``_links.Element``: a definition made, a
+  # ``.create``, a rule class...) this plan rewrites: what a link to
+  # another module asks (``_links.flow_violations``). Empty where the flow
+  # stays as it was.
+  migrated: frozenset = frozenset()
 
 
 def _carried_out(plan) -> bool:

@@ -185,14 +185,14 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
       self._link_disagreeing_overrides(path, self.trees[path])
     self._link_unseen_callers()
     self._link_holders(sources, parse)
-    for path, line, function in given_defs:
-      self.links.append(Link(
-          function.path, function.node.lineno, path, line, line,
+    for path, call, function in given_defs:
+      self.links.append(_links.call_link(
+          path, call, function,
           f'passes a flax.optim definition to {function.node.name}() '
           f'({function.path}:{function.node.lineno}), which makes its '
-          'optimizer', 'call'))
-    for path, line, function in passing:
-      self.links.append(Link(
-          function.path, function.node.lineno, path, line, line,
+          'optimizer'))
+    for path, call, function in passing:
+      self.links.append(_links.call_link(
+          path, call, function,
           f'passes an optimizer to {function.node.name}() '
-          f'({function.path}:{function.node.lineno}), which uses it', 'call'))
+          f'({function.path}:{function.node.lineno}), which uses it'))

@@ -76,10 +76,11 @@ class Linker:
       if not producers:
         continue
       consumers = self._consumers(node, parents, names)
-      for producer_path, producer_line in producers:
-        for line, reason in consumers:
-          self.links.append(_links.Link(producer_path, producer_line, path,
-                                        line, node.lineno, reason))
+      for producer_path, made in producers:
+        for line, used, reason in consumers:
+          self.links.append(_links.Link(
+              producer_path, made.line, path, line, node.lineno, reason,
+              producer_element=made, consumer_element=used))
 
   def _link_rule_uses(self, path, tree):
     """A link from a user rule class to each use of it in another module:
@@ -92,20 +93,22 @@ class Linker:
       if rule is None or rule[0] == path:
         continue
       if isinstance(parent, ast.Call) and parent.func is node:
-        line, reason = parent.lineno, _links.RULE_USED_HERE
+        used, reason = _links.Element.of(parent), _links.RULE_USED_HERE
         self.called_rules.update(
             f'{module}.{rule[1].name}'
             for module in self.module_names_of.get(rule[0], ()))
       elif isinstance(parent, ast.ClassDef) and node in parent.bases:
-        line, reason = parent.lineno, _links.RULE_USED_HERE
+        used, reason = _links.Element.of(parent), _links.RULE_USED_HERE
       elif isinstance(parent, (ast.Import, ast.ImportFrom, ast.alias)):
         continue
       else:
-        line, reason = None, (f'the rule class goes into '
+        used, reason = None, (f'the rule class goes into '
                               f'`{ast.unparse(parent)[:80]}`, which migrate '
                               'cannot follow')
-      self.links.append(_links.Link(rule[0], rule[1].lineno, path, line,
-                                    node.lineno, reason))
+      self.links.append(_links.Link(
+          rule[0], rule[1].lineno, path, None if used is None else used.line,
+          node.lineno, reason, producer_element=_links.Element.of(rule[1]),
+          consumer_element=used))
 
   def _link_optimizer_calls(self, path, tree):
     """A whole-flow link per call of another module's function that gives
@@ -122,11 +125,10 @@ class Linker:
       if function is None or function.path == path or (
           function.node not in functions):
         continue
-      self.links.append(_links.Link(
-          function.path, function.node.lineno, path, node.lineno,
-          node.lineno, f'calls {function.node.name}() '
+      self.links.append(_links.call_link(
+          path, node, function, f'calls {function.node.name}() '
           f'({function.path}:{function.node.lineno}), which gives or '
-          'takes a flax.optim Optimizer (or a step that does)', 'call'))
+          'takes a flax.optim Optimizer (or a step that does)'))
 
   def _link_disagreeing_overrides(self, path, tree):
     """A method call some of whose overrides return a definition and some
@@ -146,10 +148,10 @@ class Linker:
       reason = (f'{node.func.attr}() may run the override at '
                 f'{other.path}:{other.node.lineno}, which does not return a '
                 'flax.optim definition: what the call gives is not known')
-      for producer_path, producer_line in self._factory_producers(
-          node, names):
-        self.links.append(_links.Link(producer_path, producer_line, path,
-                                      None, node.lineno, reason))
+      for producer_path, made in self._factory_producers(node, names):
+        self.links.append(_links.Link(producer_path, made.line, path, None,
+                                      node.lineno, reason,
+                                      producer_element=made))
 
   def _link_unseen_callers(self):
     """A factory no code of the project calls hands its definition to code
@@ -191,9 +193,10 @@ class Linker:
         reason = (f'{node.name}() is called nowhere in the scanned code but '
                   f'{where}: its callers (a registry, another package, a '
                   'config system) cannot be rewritten with it')
-      for path, line in self._producers(function):
-        self.links.append(_links.Link(path, line, function.path, None,
+      for path, made in self._producers(function):
+        self.links.append(_links.Link(path, made.line, function.path, None,
                                       node.lineno, reason,
+                                      producer_element=made,
                                       assumption=assumption))
 
   def _link_holders(self, sources, parse):
@@ -301,17 +304,20 @@ class Linker:
     return found
 
   def _consumers(self, call, parents, names) -> list:
-    """[(line of the .create, reason)], or [(None, why not)]."""
+    """[(line of the .create, its ``_links.Element``, reason)], or
+    [(None, None, why not)]; a return of another factory: its line, no
+    element (its own calls are linked)."""
     parent = parents.get(call)
     code = ast.unparse(parent if parent is not None else call)[:80]
     if isinstance(parent, ast.Attribute) and parent.attr == _CREATE:
-      return [(parent.lineno, _links.CREATED_HERE)]
+      return [(parent.lineno, _created_by(parent, parents, names),
+               _links.CREATED_HERE)]
     if isinstance(parent, ast.Return):
-      return [(call.lineno, 'returned by another definition factory')]
+      return [(call.lineno, None, 'returned by another definition factory')]
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and (
         isinstance(parent.targets[0], ast.Name)):
       return self._name_consumers(parent, parents, names, set())
-    return [(None, f'the definition goes into `{code}`, which migrate '
+    return [(None, None, f'the definition goes into `{code}`, which migrate '
              'cannot follow')]
 
   def _name_consumers(self, assign, parents, names, seen) -> list:
@@ -330,21 +336,38 @@ class Linker:
       holder = parents.get(read)
       multi = _multi.definition_consumer(read, parents, names)
       if isinstance(holder, ast.Attribute) and holder.attr == _CREATE:
-        found.append((holder.lineno, _links.CREATED_HERE))
+        found.append((holder.lineno, _created_by(holder, parents, names),
+                      _links.CREATED_HERE))
       elif isinstance(holder, ast.Return):
-        found.append((read.lineno, 'returned by another definition '
-                       'factory'))
+        found.append((read.lineno, None, 'returned by another definition '
+                      'factory'))
       elif multi is not None:
-        found.append((multi.lineno, _multi.IN_MULTI_OPTIMIZER))
+        found.append((multi.lineno, _links.Element.of(multi),
+                      _multi.IN_MULTI_OPTIMIZER))
       elif isinstance(holder, ast.Assign) and len(holder.targets) == 1 and (
           isinstance(holder.targets[0], ast.Name)) and (
               holder.targets[0].id not in seen):
         found += self._name_consumers(holder, parents, names, seen)
       else:
-        found.append((None, f'`{name}` goes on into '
+        found.append((None, None, f'`{name}` goes on into '
                       f'`{ast.unparse(holder)[:80]}`, which migrate '
                       'cannot follow'))
-    return found or [(None, f'`{name}` is never created')]
+    return found or [(None, None, f'`{name}` is never created')]
+
+
+def _created_by(create, parents, names) -> _links.Element:
+  """The element the plan rewrites for ``<definition>.create`` (the
+  attribute ``create``): the call ``d.create(p)``, or the outer call of
+  ``jax.jit(d.create, ...)(p)``; else the attribute itself, which no plan
+  rewrites (what it makes goes where migrate does not follow)."""
+  call = parents.get(create)
+  if isinstance(call, ast.Call) and call.func is create:
+    return _links.Element.of(call)
+  outer = parents.get(call)
+  if isinstance(outer, ast.Call) and _flow.jitted_create(outer,
+                                                          names) is create:
+    return _links.Element.of(outer)
+  return _links.Element.of(create)
 
 
 def _holder_touches(tree, holders) -> list:

@@ -50,6 +50,7 @@ import ast
 from compat.codemod import _codes
 from compat.codemod import _escape_analysis
 from compat.codemod import _flow
+from compat.codemod import _links
 from compat.codemod import _members
 from compat.codemod import _module_model
 from compat.codemod import _multi
@@ -143,6 +144,8 @@ class Planner(_plan_imports.PlanImports):
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
     self.edits, self.leftovers, self.notes = [], [], []
+    # The flow's elements whose planning made edits (``Plan.migrated``).
+    self.elements: list = []
     # ids of nodes a user rule's rewrite edits (its base, OptimizerState).
     self.claimed: set[int] = set()
     self.kept_rules: list = []  # the user's classes moved onto RuleDef
@@ -189,6 +192,7 @@ class Planner(_plan_imports.PlanImports):
                                      reason))
     if flow_leftovers:
       self.leftovers += flow_leftovers
+      self.elements = []
       self.edits = [e for e in self.edits if e not in flow_edits]
       for edit in flow_edits:
         self.leftovers.append(Leftover(
@@ -227,7 +231,8 @@ class Planner(_plan_imports.PlanImports):
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
                 self.removed, tuple(sorted(set(self.unsafe))),
-                _own_methods.own_step_lines(self.names))
+                _own_methods.own_step_lines(self.names),
+                frozenset(self.elements))
 
   def _assumed_links(self) -> list:
     """The unsafe fixes of the project's links that end here (a decorated
@@ -268,7 +273,10 @@ class Planner(_plan_imports.PlanImports):
     leftovers = self._reexport_leftovers()
     self.inject = self._injects_rates()
     for node in _walk.nodes(self.tree):
+      made = len(self.edits)
       leftovers += self._plan_flow_node(node)
+      if len(self.edits) > made:
+        self.elements.append(_links.Element.of(node))
     leftovers += self._unproven_field_stores()
     for escape in _escape_analysis.escapes(self.module):
       leftovers += self._escape_leftovers(escape)

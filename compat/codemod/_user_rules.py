@@ -230,8 +230,7 @@ def plan_class(planner, node: ast.ClassDef, rules_module: str
   planner.edit(base, f'{rules_module}.' + (
       MULTI_BASE if is_multi_subclass(planner.names, node) else RULE_BASE),
                'algorithm_rule')
-  # The edit counts at the class's line: where scan reports the class and
-  # where the project's links look for it.
+  # The edit counts at the class's line: where scan reports the class.
   planner.edits[-1] = planner.edits[-1]._replace(line=node.lineno)
   for sub in ast.walk(node):
     if isinstance(sub, (ast.Name, ast.Attribute)) and (

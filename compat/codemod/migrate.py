@@ -286,7 +286,7 @@ def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
           lines) else '', f'the rewrite of this file was rolled back: '
       f'{p.reason}') for p in problems]
   return plan._replace(edits=[], leftovers=sorted(set(leftovers)),
-                       imports=[], removed_imports=[])
+                       imports=[], removed_imports=[], migrated=frozenset())
 
 
 def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
