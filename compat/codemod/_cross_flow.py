@@ -66,6 +66,10 @@ class CrossModuleFlow:
     # are all followed (``_step_values``).
     self.step_params: dict = {}
     self.followed_factories: set = set()
+    # (factory FunctionDef, parameter of its step) -> whether every call of
+    # the step from other modules passes an optimizer there
+    # (``_step_calls``).
+    self.step_call_verdicts: dict = {}
 
   def _solve_optimizer_givers(self, sources, parse, unparsed):
     """``optimizer_givers``: the module functions whose every return is an
@@ -129,9 +133,21 @@ class CrossModuleFlow:
 
   def factory_followed(self, names, factory) -> bool:
     """Every call of the step factory named ``factory`` (in the module of
-    ``names``) from another module is followed (``_step_values``)."""
+    ``names``) from another module is followed (``_step_values``), or taken
+    for followed while a verdict on its step's calls holds
+    (``_step_calls``, which checks it)."""
     found = self._module_function(names, factory)
-    return found is not None and found.node in self.followed_factories
+    return found is not None and (
+        found.node in self.followed_factories or any(
+            holds for (node, _), holds in self.step_call_verdicts.items()
+            if node is found.node))
+
+  def step_call_verdict(self, names, factory, parameter) -> bool:
+    """Every call from other modules of the step that the factory named
+    ``factory`` (in the module of ``names``) returns passes an optimizer
+    as ``parameter`` (``_step_calls``)."""
+    return bool(self._of_parameter(self.step_call_verdicts, names, factory,
+                                   parameter))
 
   def param_why_of(self, names, function, parameter) -> Optional[str]:
     """Why ``param_verdict`` is False (None where it is not)."""
@@ -181,11 +197,13 @@ class CrossModuleFlow:
     return False
 
   def foreign_step(self, call, names) -> Optional[_flow.StepSignature]:
-    """The step ``call`` (of another module's step factory) returns."""
-    function = self.callee(call, names)
-    if function is None or function.is_method:
+    """The step ``call`` (of another module's step factory, or of one of
+    several through a module alias) returns."""
+    steps = [self.step_factories.get(f.node) if not f.is_method else None
+             for f in self.callees(call, names)]
+    if not steps or None in steps:
       return None
-    return self.step_factories.get(function.node)
+    return steps[0] if len(steps) == 1 else _flow.merged_step(steps)
 
   def returned_kind(self, call, names):
     """What a call of another module's function returns: True (an
