@@ -143,3 +143,53 @@ def test_a_module_alias_going_elsewhere_keeps_the_flows(tmp_path):
     _, _, results = project_tests._migrated(
         tmp_path / what.replace(' ', '_'), files)
     project_tests._assert_unchanged(results)
+
+
+# The alias runs plain functions of the modules: one steps the optimizer
+# with a rate per step (the script's definition gets the rate injected),
+# the other reads it.
+_STEPPER = '''import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def step(opt, batch, lr):
+  def loss_fn(params):
+    return jnp.mean((batch['x'] @ params['w'] - SCALE * batch['y']) ** 2)
+  return opt.apply_gradient(jax.grad(loss_fn)(opt.target), learning_rate=lr)
+
+
+def norm(opt):
+  return jnp.sum(opt.target['w'] ** 2)
+'''
+
+_STEPPER_TRAIN = '''import flax
+
+import plain_steps
+import scaled_steps
+
+
+def train(params, batches, scaled=False):
+  if scaled:
+    steps = scaled_steps
+  else:
+    steps = plain_steps
+  opt = flax.optim.Momentum(learning_rate=0.01, beta=0.9).create(params)
+  for index, batch in enumerate(batches):
+    opt = steps.step(opt, batch, 0.01 / (index + 1))
+  assert steps.norm(opt) > 0
+  return opt
+'''
+
+
+def test_a_module_alias_runs_each_modules_function_taking_the_optimizer(
+    tmp_path):
+  files = {'plain_steps.py': 'SCALE = 1.0\n' + _STEPPER,
+           'scaled_steps.py': 'SCALE = 3.0\n' + _STEPPER,
+           'train.py': _STEPPER_TRAIN}
+  project, migrated, results = project_tests._migrated(tmp_path, files)
+  project_tests._assert_fully_migrated(results)
+  assert b'inject_learning_rate' in results['train.py'].new or (
+      b'inject_hyperparams' in results['train.py'].new)
+  for scaled in (True, False):
+    project_tests._assert_trains_alike(project, migrated, 'train', scaled)

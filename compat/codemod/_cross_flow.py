@@ -6,6 +6,7 @@ Stdlib only.
 """
 
 import ast
+import itertools
 from typing import Optional
 
 from compat.codemod import _flow
@@ -189,7 +190,8 @@ class CrossModuleFlow:
     that sets hyper-parameters per step (``rate_setters``)."""
     if not self.rate_setters:
       return False
-    for _, _, dotted in _names.references(tree, names):
+    for _, _, dotted in itertools.chain(
+        _names.references(tree, names), self.alias_references(tree, names)):
       function = self.functions.get(dotted)
       if function is not None and function.path != path and (
           function.node in self.rate_setters):
@@ -207,13 +209,12 @@ class CrossModuleFlow:
 
   def returned_kind(self, call, names):
     """What a call of another module's function returns: True (an
-    optimizer), a tuple of element kinds holding one, or None."""
-    function = self.callee(call, names)
-    if function is None:
-      return None
-    if function.node in self.optimizer_givers:
-      return True
-    return self.tuple_givers.get(function.node)
+    optimizer), a tuple of element kinds holding one, or None (through a
+    module alias: what every function it may run returns alike)."""
+    kinds = [True if f.node in self.optimizer_givers else
+             self.tuple_givers.get(f.node)
+             for f in self.callees(call, names)]
+    return kinds[0] if kinds and all(k == kinds[0] for k in kinds) else None
 
   def gives_tuple(self, node, path) -> bool:
     """The module function ``node`` of ``path`` (another parse of it)
@@ -304,10 +305,14 @@ class CrossModuleFlow:
 
   def passes_linked(self, call, argument, names) -> bool:
     """``call`` passes ``argument`` to another module's function whose flow
-    proves that parameter an optimizer (the two modules are linked)."""
-    function = self.callee(call, names)
-    if function is None:
-      return False
+    proves that parameter an optimizer (the two modules are linked); through
+    a module alias, to each function it may run."""
+    functions = self.callees(call, names)
+    return bool(functions) and all(
+        self._passes_linked_to(function, call, argument)
+        for function in functions)
+
+  def _passes_linked_to(self, function, call, argument) -> bool:
     parameter = _flow.parameter_of(function.node, call, argument)
     return parameter is not None and bool(
         self.param_verdicts.get((function.node, parameter))) and any(

@@ -36,6 +36,7 @@ Stdlib only.
 """
 
 import ast
+import itertools
 import re
 from typing import NamedTuple, Optional
 
@@ -76,20 +77,11 @@ def _references(model, candidates) -> dict:
   found: dict = {}
   for path, names in model.names.items():
     tree = model.trees[path]
-    for node, parent, dotted in _names.references(tree, names):
+    for node, parent, dotted in itertools.chain(
+        _names.references(tree, names),
+        model.alias_references(tree, names)):
       _add_reference(model, candidates, found, path, node, parent,
                      model.functions.get(dotted))
-    aliases = model.module_aliases(names)
-    if not aliases:
-      continue
-    parents = _walk.parents(tree)
-    for node in _walk.nodes(tree):
-      if isinstance(node, ast.Attribute) and isinstance(
-          node.value, ast.Name) and node.value.id in aliases:
-        for module in aliases[node.value.id]:
-          _add_reference(model, candidates, found, path, node,
-                         parents.get(node),
-                         model.functions.get(f'{module}.{node.attr}'))
   return found
 
 

@@ -348,6 +348,20 @@ class ProjectIndex:
                                          self._is_module))
     return self._aliases_of[path]
 
+  def alias_references(self, tree, names):
+    """``(node, parent, dotted)`` per module ``f`` that an attribute
+    ``alias.f`` of ``tree`` (the module of ``names``) may name through a
+    module alias, as ``_names.references`` gives the others."""
+    aliases = self.module_aliases(names)
+    if not aliases:
+      return
+    parents = _walk.parents(tree)
+    for node in _walk.nodes(tree):
+      if isinstance(node, ast.Attribute) and isinstance(
+          node.value, ast.Name) and node.value.id in aliases:
+        for module in aliases[node.value.id]:
+          yield node, parents.get(node), f'{module}.{node.attr}'
+
   @functools.cached_property
   def _modules(self) -> frozenset:
     """The dotted names of the project's modules."""
