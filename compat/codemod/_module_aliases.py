@@ -28,12 +28,31 @@ def module_aliases(tree, names, is_module) -> dict:
   """``{name: (dotted module, ...)}`` of the module ``tree`` (its
   ``_names.ModuleNames`` ``names``); ``is_module(dotted)``: the project
   has a module of that name."""
-  parents = _walk.parents(tree)
+  nodes = _walk.nodes(tree)
   chosen: dict = {}
-  spoiled = set(names.bindings)  # imported or defined at the top level
-  for node in ast.walk(tree):
-    spoiled |= _other_bindings(node)
-    if not isinstance(node, ast.Name):
+  for node in nodes:  # the assignments of a module to a plain name
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and (
+        isinstance(node.targets[0], ast.Name)) and isinstance(
+            node.value, (ast.Name, ast.Attribute)):
+      dotted = names.resolve(node.value)
+      if dotted is not None and is_module(dotted):
+        modules = chosen.setdefault(node.targets[0].id, ())
+        if dotted not in modules:
+          chosen[node.targets[0].id] = modules + (dotted,)
+  if not chosen:
+    return {}
+  return {name: modules for name, modules in chosen.items()
+          if name not in _spoiled(nodes, _walk.parents(tree), names,
+                                  is_module, set(chosen))}
+
+
+def _spoiled(nodes, parents, names, is_module, wanted) -> set:
+  """The names of ``wanted`` bound otherwise than to a module, or read
+  otherwise than as an attribute's value."""
+  spoiled = wanted & set(names.bindings)  # imported at the top level
+  for node in nodes:
+    spoiled |= wanted & _other_bindings(node)
+    if not isinstance(node, ast.Name) or node.id not in wanted:
       continue
     parent = parents.get(node)
     if isinstance(node.ctx, ast.Load):
@@ -44,11 +63,7 @@ def module_aliases(tree, names, is_module) -> dict:
         parent, ast.Assign) and parent.targets == [node] else None
     if dotted is None or not is_module(dotted):
       spoiled.add(node.id)
-      continue
-    if dotted not in chosen.setdefault(node.id, ()):
-      chosen[node.id] += (dotted,)
-  return {name: modules for name, modules in chosen.items()
-          if name not in spoiled}
+  return spoiled
 
 
 def _other_bindings(node) -> set:
