@@ -322,7 +322,8 @@ CODEMOD_LAYERS = (
                '_parallel')),
     # Per module: its names, imports and bindings; per project: which
     # module defines what (``_project_index``, its classes: ``_classes``).
-    ('semantic', ('_names', '_project_index', '_classes', '_own_methods')),
+    ('semantic', ('_names', '_module_aliases', '_project_index', '_classes',
+                  '_own_methods')),
     # One module's optimizer flow, and what crosses a call between two.
     ('flow', ('_removals', '_restores', '_clu_restores', '_multi',
               '_serialization_helpers',
@@ -330,7 +331,7 @@ CODEMOD_LAYERS = (
               '_flow_scopes', '_flow_solve', '_flow_queries', '_flow_holding',
               '_flow_calls',
               '_flow', '_escape_analysis', '_params', '_def_params',
-              '_step_values',
+              '_step_values', '_step_calls',
               '_self_holders')),
     # The project as one program: its factories, the flow across modules,
     # the links that keep a flow all or none.

@@ -6,6 +6,7 @@ Stdlib only.
 """
 
 import ast
+import itertools
 from typing import Optional
 
 from compat.codemod import _flow
@@ -66,6 +67,10 @@ class CrossModuleFlow:
     # are all followed (``_step_values``).
     self.step_params: dict = {}
     self.followed_factories: set = set()
+    # (factory FunctionDef, parameter of its step) -> whether every call of
+    # the step from other modules passes an optimizer there
+    # (``_step_calls``).
+    self.step_call_verdicts: dict = {}
 
   def _solve_optimizer_givers(self, sources, parse, unparsed):
     """``optimizer_givers``: the module functions whose every return is an
@@ -129,9 +134,21 @@ class CrossModuleFlow:
 
   def factory_followed(self, names, factory) -> bool:
     """Every call of the step factory named ``factory`` (in the module of
-    ``names``) from another module is followed (``_step_values``)."""
+    ``names``) from another module is followed (``_step_values``), or taken
+    for followed while a verdict on its step's calls holds
+    (``_step_calls``, which checks it)."""
     found = self._module_function(names, factory)
-    return found is not None and found.node in self.followed_factories
+    return found is not None and (
+        found.node in self.followed_factories or any(
+            holds for (node, _), holds in self.step_call_verdicts.items()
+            if node is found.node))
+
+  def step_call_verdict(self, names, factory, parameter) -> bool:
+    """Every call from other modules of the step that the factory named
+    ``factory`` (in the module of ``names``) returns passes an optimizer
+    as ``parameter`` (``_step_calls``)."""
+    return bool(self._of_parameter(self.step_call_verdicts, names, factory,
+                                   parameter))
 
   def param_why_of(self, names, function, parameter) -> Optional[str]:
     """Why ``param_verdict`` is False (None where it is not)."""
@@ -173,7 +190,8 @@ class CrossModuleFlow:
     that sets hyper-parameters per step (``rate_setters``)."""
     if not self.rate_setters:
       return False
-    for _, _, dotted in _names.references(tree, names):
+    for _, _, dotted in itertools.chain(
+        _names.references(tree, names), self.alias_references(tree, names)):
       function = self.functions.get(dotted)
       if function is not None and function.path != path and (
           function.node in self.rate_setters):
@@ -181,21 +199,22 @@ class CrossModuleFlow:
     return False
 
   def foreign_step(self, call, names) -> Optional[_flow.StepSignature]:
-    """The step ``call`` (of another module's step factory) returns."""
-    function = self.callee(call, names)
-    if function is None or function.is_method:
+    """The step ``call`` (of another module's step factory, or of one of
+    several through a module alias) returns."""
+    steps = [self.step_factories.get(f.node) if not f.is_method else None
+             for f in self.callees(call, names)]
+    if not steps or None in steps:
       return None
-    return self.step_factories.get(function.node)
+    return steps[0] if len(steps) == 1 else _flow.merged_step(steps)
 
   def returned_kind(self, call, names):
     """What a call of another module's function returns: True (an
-    optimizer), a tuple of element kinds holding one, or None."""
-    function = self.callee(call, names)
-    if function is None:
-      return None
-    if function.node in self.optimizer_givers:
-      return True
-    return self.tuple_givers.get(function.node)
+    optimizer), a tuple of element kinds holding one, or None (through a
+    module alias: what every function it may run returns alike)."""
+    kinds = [True if f.node in self.optimizer_givers else
+             self.tuple_givers.get(f.node)
+             for f in self.callees(call, names)]
+    return kinds[0] if kinds and all(k == kinds[0] for k in kinds) else None
 
   def gives_tuple(self, node, path) -> bool:
     """The module function ``node`` of ``path`` (another parse of it)
@@ -286,10 +305,14 @@ class CrossModuleFlow:
 
   def passes_linked(self, call, argument, names) -> bool:
     """``call`` passes ``argument`` to another module's function whose flow
-    proves that parameter an optimizer (the two modules are linked)."""
-    function = self.callee(call, names)
-    if function is None:
-      return False
+    proves that parameter an optimizer (the two modules are linked); through
+    a module alias, to each function it may run."""
+    functions = self.callees(call, names)
+    return bool(functions) and all(
+        self._passes_linked_to(function, call, argument)
+        for function in functions)
+
+  def _passes_linked_to(self, function, call, argument) -> bool:
     parameter = _flow.parameter_of(function.node, call, argument)
     ends = (function.path, _links.Element.of(function.node),
             _links.Element.of(call))

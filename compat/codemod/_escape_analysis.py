@@ -116,13 +116,13 @@ def _unproven_to_foreign_step(module, call) -> list:
     return [(call, f'`{ast.unparse(call)[:60]}` passes arguments with * or '
              f'** to the step {step.node.name}(), whose optimizer '
              'parameters migrate')]
-  passed = {_flow.parameter_of(step.node, call, value): value
+  passed = {_flow.required(step, call, value): value
             for value in call.args + [k.value for k in call.keywords]}
   return [(value, f'`{ast.unparse(value)[:60]}` is not provably an '
            f'optimizer and goes in as `{name}` of the step '
            f'{step.node.name}(), whose module migrates that parameter')
           for name, value in passed.items()
-          if name in step.proven and not module.flow.is_optimizer(value)]
+          if name is not None and not module.flow.is_optimizer(value)]
 
 
 def _kind(module, node):
@@ -358,6 +358,8 @@ def _returned(module, value, kind, text) -> Optional[str]:
             'not provably an optimizer on another: its callers cannot tell')
   if local:
     return None  # called only where its def is bound: followed there
+  if flow.is_followed_step(function):
+    return None  # its callers elsewhere are followed and unpack it
   if model is not None and path is not None and model.gives_tuple(
       named, path):
     return None  # its callers elsewhere are linked and unpack it

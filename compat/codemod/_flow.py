@@ -44,6 +44,9 @@ creates_whole = _flow_values.creates_whole
 parameter_of = _flow_values.parameter_of
 sets_hyper_params = _flow_values.sets_hyper_params
 StepSignature = _flow_values.StepSignature
+merged_step = _flow_values.merged_step
+runs = _flow_values.runs
+required = _flow_values.required
 
 
 class _NoOptimizers:

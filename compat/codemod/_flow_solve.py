@@ -71,9 +71,10 @@ class FlowSolver(_flow_scopes.FlowScopes):
     if not references or len({r.id for r in references}) != 1:
       return None
     name = references[0].id
-    if name not in nested or scope.bindings.get(name) != ['unknown'] or (
-        nested[name].decorator_list):
-      return None
+    if name not in nested or scope.bindings.get(name) != ['unknown'] or not (
+        all(self._is_wrapper_decorator(d)
+            for d in nested[name].decorator_list)):
+      return None  # (``@jax.pmap`` keeps what it is called with)
     return references[0] if len(references) == 1 else None
 
   def _add_returned_steps(self) -> dict:
@@ -92,6 +93,19 @@ class FlowSolver(_flow_scopes.FlowScopes):
       self.functions[nested.name] = nested
       steps[factory.name] = (nested.name, reference)
     return steps
+
+  def _factory_of_step(self, function) -> Optional[str]:
+    """The name of the module function returning the step ``function``."""
+    return next((factory for factory, (step, _) in self.returned_steps.items()
+                 if self.functions.get(step) is function), None)
+
+  def is_followed_step(self, function) -> bool:
+    """``function`` is the step of a factory here whose calls in other
+    modules are all followed (``_step_values``, ``_step_calls``)."""
+    factory = self._factory_of_step(function)
+    model = self.names.model
+    return factory is not None and model is not None and (
+        model.factory_followed(self.names, factory))
 
   def _add_local_functions(self):
     """Registers the defs nested in a function that are called like module
@@ -260,6 +274,10 @@ class FlowSolver(_flow_scopes.FlowScopes):
     model = self.names.model
     elsewhere = None if model is None else model.param_verdict(
         self.names, function.name, name)
+    factory = self._factory_of_step(function)
+    if factory is not None and model is not None and (
+        model.step_call_verdict(self.names, factory, name)):
+      elsewhere = True  # a step's calls elsewhere (refuted: each one says)
     if elsewhere is False:
       return False
     sites = self._sites(function.name)

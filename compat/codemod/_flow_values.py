@@ -180,6 +180,56 @@ class StepSignature(NamedTuple):
   # learning_rate=lr)``): the definitions of what it is given take the rate
   # as an injected hyper-parameter, wherever they are made.
   overrides: bool = False
+  # A call through a module alias (``_module_aliases``): every step it may
+  # run (``merged_step``); empty for one step.
+  nodes: tuple = ()
+  # ``(step node, parameter)`` that only some of ``nodes`` prove: a caller
+  # must pass an optimizer there too (``required``).
+  unshared: tuple = ()
+
+
+def merged_step(steps) -> Optional[StepSignature]:
+  """The signature of a call that runs one of ``steps`` (a module alias
+  chose the factory), where they give alike (else None): it proves the
+  parameters every step proves at the same position under the same name,
+  and requires an optimizer where any step proves one (``required``)."""
+  first = steps[0]
+  if any(step.kind != first.kind for step in steps):
+    return None
+  proven = [set(_proven_positions(step)) for step in steps]
+  every = set.intersection(*proven)
+  shared = {name for _, name in every}
+  return StepSignature(first.node, first.kind,
+                       tuple(name for _, name in sorted(every)),
+                       any(s.overrides for s in steps),
+                       tuple(s.node for s in steps),
+                       tuple((s.node, name) for s in steps
+                             for name in s.proven if name not in shared))
+
+
+def _proven_positions(step) -> list:
+  """``[(position, name)]`` of the parameters ``step`` proves (-1: a
+  keyword-only one)."""
+  named = [a.arg for a in step.node.args.posonlyargs + step.node.args.args]
+  return [(named.index(p) if p in named else -1, p) for p in step.proven]
+
+
+def required(signature, call, argument) -> Optional[str]:
+  """The parameter ``call`` passes ``argument`` to where a step it may run
+  takes an optimizer (``signature.proven``; through a module alias, also
+  where only some of its steps prove one); None where none does."""
+  for node in signature.nodes or (signature.node,):
+    name = parameter_of(node, call, argument)
+    if name is not None and (name in signature.proven or any(
+        other is node and name == unshared
+        for other, unshared in signature.unshared)):
+      return name
+  return None
+
+
+def runs(signature, step) -> bool:
+  """A call of ``signature`` may run the step FunctionDef ``step``."""
+  return signature.node is step or any(n is step for n in signature.nodes)
 
 
 class Site(NamedTuple):

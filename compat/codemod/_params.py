@@ -36,6 +36,7 @@ Stdlib only.
 """
 
 import ast
+import itertools
 import re
 from typing import NamedTuple, Optional
 
@@ -75,16 +76,24 @@ def _references(model, candidates) -> dict:
   function's own."""
   found: dict = {}
   for path, names in model.names.items():
-    for node, parent, dotted in _names.references(model.trees[path], names):
-      function = model.functions.get(dotted)
-      if function is None or id(function.node) not in candidates or (
-          function.path == path):
-        continue
-      call = parent if isinstance(parent, ast.Call) and (
-          parent.func is node) else None
-      found.setdefault(id(function.node), []).append(
-          _Reference(path, node, call))
+    tree = model.trees[path]
+    for node, parent, dotted in itertools.chain(
+        _names.references(tree, names),
+        model.alias_references(tree, names)):
+      _add_reference(model, candidates, found, path, node, parent,
+                     model.functions.get(dotted))
   return found
+
+
+def _add_reference(model, candidates, found, path, node, parent, function):
+  """Records ``node`` (in ``path``) as a reference to ``function`` where
+  that is a candidate of another module."""
+  if function is None or id(function.node) not in candidates or (
+      function.path == path):
+    return
+  call = parent if isinstance(parent, ast.Call) and (
+      parent.func is node) else None
+  found.setdefault(id(function.node), []).append(_Reference(path, node, call))
 
 
 def callee_modules(model) -> set:
@@ -94,13 +103,24 @@ def callee_modules(model) -> set:
              for dotted in dotteds}
   found = set()
   for path, names in list(model.names.items()):
+    aliases = model.module_aliases(names)
     for node in _walk.nodes(model.trees[path]):
       if isinstance(node, ast.Call):
         dotted = names.resolve(node.func)
-        callee = path_of.get(dotted.rpartition('.')[0]) if dotted else None
-        if callee is not None and callee not in model.names:
-          found.add(callee)
+        modules = [dotted.rpartition('.')[0]] if dotted else (
+            _aliased_modules(aliases, node.func))
+        for module in modules:
+          callee = path_of.get(module)
+          if callee is not None and callee not in model.names:
+            found.add(callee)
   return found
+
+
+def _aliased_modules(aliases, func) -> tuple:
+  """The modules a call of ``alias.f`` may run ``f`` of."""
+  if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+    return aliases.get(func.value.id, ())
+  return ()
 
 
 def function_names(model) -> set:

@@ -69,6 +69,7 @@ from compat.codemod import _params
 from compat.codemod import _project_index
 from compat.codemod import _project_links
 from compat.codemod import _serialization_helpers
+from compat.codemod import _step_calls
 from compat.codemod import _step_values
 
 # The model's parts keep their public names here, where callers have
@@ -168,6 +169,13 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
         if p not in unparsed and p in sources and spells(sources[p][0])),
                      sources, parse, unparsed)
 
+  def _solve_steps(self, *givers_from):
+    """The followed step factories (``_step_values``); with
+    ``givers_from`` (sources, parse, unparsed) the step factories first."""
+    if givers_from:
+      self._solve_optimizer_givers(*givers_from)
+    self.step_params, self.followed_factories = _step_values.solve(self)
+
   def _link_project(self, sources, parse, unparsed):
     """Follows optimizers across modules and links the modules of each
     flow (what ``migrate`` checks)."""
@@ -177,7 +185,9 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
     passing = _params.solve(
         self, lambda: self._solve_optimizer_givers(sources, parse, unparsed))
     self._solve_factories()  # over the modules the givers' callers added
-    self.step_params, self.followed_factories = _step_values.solve(self)
+    self._solve_steps()
+    _step_calls.solve(self, lambda: self._solve_steps(sources, parse,
+                                                      unparsed))
     for path in self.names:
       self._link_calls(path, self.trees[path])
       self._link_rule_uses(path, self.trees[path])

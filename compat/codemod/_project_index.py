@@ -16,6 +16,7 @@ import re
 from typing import Callable, NamedTuple, Optional
 
 from compat.codemod import _members
+from compat.codemod import _module_aliases
 from compat.codemod import _names
 from compat.codemod import _walk
 
@@ -121,6 +122,8 @@ class ProjectIndex:
     self.holders: list[Holder] = []  # classes with an optimizer field
     self._function_of: dict[int, _Function] = {}  # id(method node) -> it
     self._taken: set[str] = set()  # dotted names two functions share
+    # path -> its module aliases (``module_aliases``), found when asked.
+    self._aliases_of: dict[str, dict] = {}
     self._init_classes()
     self.sources = {path: source for path, source, _ in parsed}
     self._init_kernel(parsed, parse)
@@ -319,6 +322,56 @@ class ProjectIndex:
     if path is not None:
       return self.functions.get(path)
     return None
+
+  def callees(self, call, names) -> list:
+    """``[_Function]``: the function ``call`` runs (``callee``), or each
+    one it may run through a module alias (``_module_aliases``: every
+    module the alias is bound to defines the function); [] where that is
+    not known."""
+    function = self.callee(call, names)
+    if function is not None:
+      return [function]
+    func = call.func if isinstance(call, ast.Call) else None
+    if not (isinstance(func, ast.Attribute) and isinstance(
+        func.value, ast.Name)):
+      return []
+    modules = self.module_aliases(names).get(func.value.id, ())
+    found = [self.functions.get(f'{module}.{func.attr}') for module in modules]
+    if not found or any(f is None or f.is_method for f in found):
+      return []
+    return found
+
+  def module_aliases(self, names) -> dict:
+    """``_module_aliases.module_aliases`` of the module of ``names``."""
+    path = names.path
+    if path not in self._aliases_of:
+      self._aliases_of[path] = {} if path not in self.trees else (
+          _module_aliases.module_aliases(self.trees[path], names,
+                                         self._is_module))
+    return self._aliases_of[path]
+
+  def alias_references(self, tree, names):
+    """``(node, parent, dotted)`` per module ``f`` that an attribute
+    ``alias.f`` of ``tree`` (the module of ``names``) may name through a
+    module alias, as ``_names.references`` gives the others."""
+    aliases = self.module_aliases(names)
+    if not aliases:
+      return
+    parents = _walk.parents(tree)
+    for node in _walk.nodes(tree):
+      if isinstance(node, ast.Attribute) and isinstance(
+          node.value, ast.Name) and node.value.id in aliases:
+        for module in aliases[node.value.id]:
+          yield node, parents.get(node), f'{module}.{node.attr}'
+
+  @functools.cached_property
+  def _modules(self) -> frozenset:
+    """The dotted names of the project's modules."""
+    return frozenset(dotted for dotteds in self.module_names_of.values()
+                     for dotted in dotteds)
+
+  def _is_module(self, dotted) -> bool:
+    return dotted in self._modules
 
   def _method_candidates(self, call) -> list:
     func = call.func

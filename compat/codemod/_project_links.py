@@ -121,14 +121,13 @@ class Linker:
     for node in _walk.nodes(tree):
       if not isinstance(node, ast.Call):
         continue
-      function = self.callee(node, names)
-      if function is None or function.path == path or (
-          function.node not in functions):
-        continue
-      self.links.append(_links.call_link(
-          path, node, function, f'calls {function.node.name}() '
-          f'({function.path}:{function.node.lineno}), which gives or '
-          'takes a flax.optim Optimizer (or a step that does)'))
+      for function in self.callees(node, names):
+        if function.path == path or function.node not in functions:
+          continue
+        self.links.append(_links.call_link(
+            path, node, function, f'calls {function.node.name}() '
+            f'({function.path}:{function.node.lineno}), which gives or '
+            'takes a flax.optim Optimizer (or a step that does)'))
 
   def _link_disagreeing_overrides(self, path, tree):
     """A method call some of whose overrides return a definition and some

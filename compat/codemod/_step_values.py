@@ -239,4 +239,4 @@ def _use_follows(model, flow, load, step, step_params) -> bool:
     return False
   parameter = _flow.parameter_of(function.node, call, load)
   given = step_params.get((function.node, parameter))
-  return given is not None and given.node is step.node
+  return given is not None and _flow.runs(given, step.node)
