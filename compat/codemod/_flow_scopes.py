@@ -312,6 +312,51 @@ class FlowScopes:
     """``function`` is one a call of its name may run (``defs_named``)."""
     return any(d is function for d in self.defs_named(function.name))
 
+  def _returned_step(self, factory) -> Optional[ast.Name]:
+    """The reference to a nested function that every return of module
+    function ``factory`` gives back (through jit/pmap), or None.
+
+    ``return jax.pmap(update_fn, ...)`` with ``def update_fn`` nested once
+    in ``factory``: a name bound to ``factory(...)`` is then an alias of
+    ``update_fn`` (its calls are the step's calls, its results the step's).
+    """
+    scope = self.scopes[factory]
+    references = []
+    for value in _names.own_returns(factory):
+      while isinstance(value, ast.Call) and value.args and (
+          self.names.resolve(value.func) in _flow_values.WRAPPERS):
+        value = value.args[0]
+      if not isinstance(value, ast.Name):
+        return None
+      references.append(value)
+    nested = {n.name: n for n in scope.node.body
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if not references or len({r.id for r in references}) != 1:
+      return None
+    name = references[0].id
+    if name not in nested or scope.bindings.get(name) != ['unknown'] or not (
+        all(self._is_wrapper_decorator(d)
+            for d in nested[name].decorator_list)):
+      return None  # (``@jax.pmap`` keeps what it is called with)
+    return references[0] if len(references) == 1 else None
+
+  def _add_returned_steps(self) -> dict:
+    """Makes each nested step a factory returns callable by its name here
+    (as module functions are); ``{factory name: (step name, reference)}``."""
+    steps = {}
+    for factory in list(self.functions.values()):
+      reference = self._returned_step(factory)
+      if reference is None:
+        continue
+      nested = next(n for n in factory.body if isinstance(
+          n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name ==
+                    reference.id)
+      if nested.name in self.functions:
+        continue  # the name is a module function's (or another step's)
+      self.functions[nested.name] = nested
+      steps[factory.name] = (nested.name, reference)
+    return steps
+
   def _is_wrapper_decorator(self, decorator) -> bool:
     """``@jax.jit``, ``@jax.pmap(...)``, ``@functools.partial(jax.jit, ..)``."""
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
