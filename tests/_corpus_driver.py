@@ -830,40 +830,61 @@ def _restarted_run(mode, directory, program):
     yield _v033_driver.FINAL, program.optimizers(agent)
 
 
-# jaxrl's SACLearner creates its Models in this order (its __init__).
-_JAXRL_MODELS = ('actor', 'critic', 'target_critic', 'temp')
+# jaxrl's learners: (module, class, small arguments, the Models its
+# __init__ creates, in that order). SAC's target critic is updated every
+# 2nd step (its critic optimizer's step read); AWAC's actor Adam has
+# flax.optim's weight decay; BC's policy is a mixture.
+_JAXRL_LEARNERS = {
+    'sac': ('jax_rl.agents.sac.sac_learner', 'SACLearner',
+            dict(hidden_dims=(8, 8), target_update_period=2),
+            ('actor', 'critic', 'target_critic', 'temp')),
+    'awac': ('jax_rl.agents.awac.awac_learner', 'AWACLearner',
+             dict(actor_hidden_dims=(8, 8), critic_hidden_dims=(8, 8),
+                  actor_optim_kwargs={'learning_rate': 3e-4,
+                                      'weight_decay': 1e-4}),
+             ('actor', 'critic', 'target_critic')),
+    'bc': ('jax_rl.agents.bc.bc_learner', 'BCLearner',
+           dict(hidden_dims=(8, 8)), ('actor',)),
+}
 
 
-def _jaxrl_learner(directory=None):
-  """jaxrl's ``SACLearner`` for 3 observations and 2 actions, two hidden
-  layers of 8, the target critic updated every 2nd step (its optimizer's
-  step read), made by its own ``__init__``. ``directory``: each Model
-  ``__init__`` creates goes through jaxrl's own restore (``Model.load``:
-  the params saved, no optimizer) before ``__init__`` gives it its
-  optimizer (``with_optimizer``): the way jaxrl's checkpoint (params only)
+def _jaxrl_learner(name, directory=None):
+  """jaxrl's learner ``name`` for 3 observations and 2 actions, made by
+  its own ``__init__``. ``directory``: each Model ``__init__`` creates goes
+  through jaxrl's own restore (``Model.load``: the params saved, no
+  optimizer) before ``__init__`` gives it its optimizer
+  (``with_optimizer``): the way jaxrl's checkpoint (params only)
   resumes."""
-  sac_learner = importlib.import_module('jax_rl.agents.sac.sac_learner')
-  create_model = sac_learner.create_model
-  names = iter(_JAXRL_MODELS)
+  module_name, class_name, arguments, models = _JAXRL_LEARNERS[name]
+  module = importlib.import_module(module_name)
+  create_model = module.create_model
+  saved = iter(models)
 
   def create_loaded(model_def, inputs):
     model = create_model(model_def, inputs)
-    return model.load(os.path.join(directory, next(names)))
+    return model.load(os.path.join(directory, f'{name}_{next(saved)}'))
 
-  with mock.patch.object(sac_learner, 'create_model',
+  with mock.patch.object(module, 'create_model',
                          create_loaded if directory else create_model):
-    return sac_learner.SACLearner(
+    return getattr(module, class_name)(
         seed=0, observations=np.zeros((1, 3), np.float32),
-        actions=np.zeros((1, 2), np.float32), hidden_dims=(8, 8),
-        target_update_period=2)
+        actions=np.zeros((1, 2), np.float32), **arguments)
+
+
+def _jaxrl_models(name, learner) -> dict:
+  """A learner's Models by name: where each learner keeps them."""
+  holder = {'sac': lambda: learner.sac, 'awac': lambda: learner.models,
+            'bc': lambda: learner}[name]()
+  return {model: getattr(holder, model) for model in _JAXRL_LEARNERS[name][3]}
 
 
 def _jaxrl_steps(agent, count):
-  """``count`` calls of the learner's own ``update`` (critic, target
-  critic, actor, temperature) on batches drawn from ``agent['rng']``: each
-  Model's params, the update's info and the learner's key."""
+  """``count`` calls of each learner's own ``update`` on a batch drawn
+  from ``agent['rng']``, then its own ``sample_actions`` (its policy's
+  params read through its optimizer): each Model's params, the update's
+  info and the actions sampled."""
   batch_type = importlib.import_module('jax_rl.datasets.dataset').Batch
-  learner, rng = agent['learner'], agent['rng']
+  rng = agent['rng']
   for _ in range(count):
     batch = batch_type(
         observations=rng.randn(4, 3).astype(np.float32),
@@ -871,32 +892,40 @@ def _jaxrl_steps(agent, count):
         rewards=rng.randn(4).astype(np.float32),
         masks=rng.randint(0, 2, 4).astype(np.float32),
         next_observations=rng.randn(4, 3).astype(np.float32))
-    info = learner.update(batch)
-    models = {name: getattr(learner.sac, name) for name in _JAXRL_MODELS}
-    yield ({name: model.params if model.optimizer is None else
-            _v033_driver.params_of(model.optimizer)
-            for name, model in models.items()},
-           {'info': info, 'rng': learner.sac.rng})
+    params, metrics = {}, {}
+    for name in _JAXRL_LEARNERS:
+      learner = agent[name]
+      metrics[name] = {'info': learner.update(batch),
+                       'actions': learner.sample_actions(batch.observations)}
+      params[name] = {
+          model_name: model.params if model.optimizer is None else
+          _v033_driver.params_of(model.optimizer)
+          for model_name, model in _jaxrl_models(name, learner).items()}
+    yield params, metrics
 
 
 def _jaxrl_save(agent, directory):
   """jaxrl's own save (``Model.save``: the params) of each Model."""
-  for name in _JAXRL_MODELS:
-    getattr(agent['learner'].sac, name).save(os.path.join(directory, name))
+  for name in _JAXRL_LEARNERS:
+    for model_name, model in _jaxrl_models(name, agent[name]).items():
+      model.save(os.path.join(directory, f'{name}_{model_name}'))
   return {'rng': agent['rng']}
+
+
+def _jaxrl_start(directory=None):
+  return {name: _jaxrl_learner(name, directory) for name in _JAXRL_LEARNERS}
 
 
 def _jaxrl_run(mode, directory):
   return _restarted_run(mode, directory, types.SimpleNamespace(
-      start=lambda: {'learner': _jaxrl_learner(),
-                     'rng': np.random.RandomState(0)},
+      start=lambda: {**_jaxrl_start(), 'rng': np.random.RandomState(0)},
       save=lambda agent: _jaxrl_save(agent, directory),
-      restore=lambda carried: {'learner': _jaxrl_learner(directory),
-                               **carried},
+      restore=lambda carried: {**_jaxrl_start(directory), **carried},
       steps=_jaxrl_steps,
       optimizers=lambda agent: tuple(
-          getattr(agent['learner'].sac, name).optimizer
-          for name in ('actor', 'critic', 'temp'))))
+          model.optimizer for name in _JAXRL_LEARNERS
+          for model in _jaxrl_models(name, agent[name]).values()
+          if model.optimizer is not None)))
 
 
 def _jaxrl():
