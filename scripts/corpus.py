@@ -207,8 +207,9 @@ def get_repo(entry: Repo, into: str, mirrors: Optional[str]) -> str:
     with open(marker, encoding='utf-8') as f:
       if f.read().strip() == entry.commit:
         return target
+  # Made once there is something to put there: a row the mirrors lack
+  # leaves no directory (tests/test_corpus_train.py: not available).
   shutil.rmtree(target, ignore_errors=True)
-  os.makedirs(target)
   git_dir = mirrors and _mirror_git_dir(mirrors, entry.repo)
   if mirrors and not git_dir:
     raise NotMirrored(f'no mirror of {entry.repo} under {mirrors}')
@@ -224,6 +225,7 @@ def get_repo(entry: Repo, into: str, mirrors: Optional[str]) -> str:
     if archive.returncode:
       raise OSError(f'git archive {entry.commit} in {git_dir}: '
                     f'{archive.stderr.decode(errors="replace").strip()}')
+    os.makedirs(target)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
       tar.extractall(target, filter='data')
   else:

@@ -801,7 +801,226 @@ def _score_sde():
   return _score_sde_run('train', os.path.abspath('no-checkpoints'))
 
 
-RESUME = {'hypernerf': _hypernerf_run, 'l2p': _l2p_resume,
+def _restarted_run(mode, directory, program):
+  """A run of ``mode`` (``train``, ``save`` or ``restore``) of a program
+  whose checkpoint holds less than its training state, so that its resumed
+  run is a new start from it (jaxrl's and jax_rl's agents: a new agent,
+  then its own restore from ``directory``): ``save``: ``STEPS`` steps not
+  compared, its own save, then the original too goes on as its resumed run
+  does, through its own restore of its own checkpoint; then (every mode)
+  ``STEPS`` steps, and after a resume ``(FINAL, its optimizers)``.
+
+  ``program``: ``start()`` the program new; ``save(agent)`` its own save
+  into ``directory``, returning what the harness carries beside it (what
+  the program keeps out of its checkpoint); ``restore(carried)`` the
+  program as its own restore makes it, ``carried`` put back; ``steps(agent,
+  count)`` yielding each step's (params, metrics); ``optimizers(agent)``.
+  """
+  if mode == 'restore':
+    agent = program.restore(_v033_driver.load_carry(directory))
+  else:
+    agent = program.start()
+  if mode == 'save':
+    for _ in program.steps(agent, STEPS):
+      pass
+    _v033_driver.save_carry(program.save(agent), directory)
+    agent = program.restore(_v033_driver.load_carry(directory))
+  yield from program.steps(agent, STEPS)
+  if mode != 'train':
+    yield _v033_driver.FINAL, program.optimizers(agent)
+
+
+# jaxrl's learners: (module, class, small arguments, the Models its
+# __init__ creates, in that order). SAC's target critic is updated every
+# 2nd step (its critic optimizer's step read); AWAC's actor Adam has
+# flax.optim's weight decay; BC's policy is a mixture.
+_JAXRL_LEARNERS = {
+    'sac': ('jax_rl.agents.sac.sac_learner', 'SACLearner',
+            dict(hidden_dims=(8, 8), target_update_period=2),
+            ('actor', 'critic', 'target_critic', 'temp')),
+    'awac': ('jax_rl.agents.awac.awac_learner', 'AWACLearner',
+             dict(actor_hidden_dims=(8, 8), critic_hidden_dims=(8, 8),
+                  actor_optim_kwargs={'learning_rate': 3e-4,
+                                      'weight_decay': 1e-4}),
+             ('actor', 'critic', 'target_critic')),
+    'bc': ('jax_rl.agents.bc.bc_learner', 'BCLearner',
+           dict(hidden_dims=(8, 8)), ('actor',)),
+}
+
+
+def _jaxrl_learner(name, directory=None):
+  """jaxrl's learner ``name`` for 3 observations and 2 actions, made by
+  its own ``__init__``. ``directory``: each Model ``__init__`` creates goes
+  through jaxrl's own restore (``Model.load``: the params saved, no
+  optimizer) before ``__init__`` gives it its optimizer
+  (``with_optimizer``): the way jaxrl's checkpoint (params only)
+  resumes."""
+  module_name, class_name, arguments, models = _JAXRL_LEARNERS[name]
+  module = importlib.import_module(module_name)
+  create_model = module.create_model
+  saved = iter(models)
+
+  def create_loaded(model_def, inputs):
+    model = create_model(model_def, inputs)
+    return model.load(os.path.join(directory, f'{name}_{next(saved)}'))
+
+  with mock.patch.object(module, 'create_model',
+                         create_loaded if directory else create_model):
+    return getattr(module, class_name)(
+        seed=0, observations=np.zeros((1, 3), np.float32),
+        actions=np.zeros((1, 2), np.float32), **arguments)
+
+
+def _jaxrl_models(name, learner) -> dict:
+  """A learner's Models by name: where each learner keeps them."""
+  holder = {'sac': lambda: learner.sac, 'awac': lambda: learner.models,
+            'bc': lambda: learner}[name]()
+  return {model: getattr(holder, model) for model in _JAXRL_LEARNERS[name][3]}
+
+
+def _jaxrl_steps(agent, count):
+  """``count`` calls of each learner's own ``update`` on a batch drawn
+  from ``agent['rng']``, then its own ``sample_actions`` (its policy's
+  params read through its optimizer): each Model's params, the update's
+  info and the actions sampled."""
+  batch_type = importlib.import_module('jax_rl.datasets.dataset').Batch
+  rng = agent['rng']
+  for _ in range(count):
+    batch = batch_type(
+        observations=rng.randn(4, 3).astype(np.float32),
+        actions=rng.uniform(-1, 1, (4, 2)).astype(np.float32),
+        rewards=rng.randn(4).astype(np.float32),
+        masks=rng.randint(0, 2, 4).astype(np.float32),
+        next_observations=rng.randn(4, 3).astype(np.float32))
+    params, metrics = {}, {}
+    for name in _JAXRL_LEARNERS:
+      learner = agent[name]
+      metrics[name] = {'info': learner.update(batch),
+                       'actions': learner.sample_actions(batch.observations)}
+      params[name] = {
+          model_name: model.params if model.optimizer is None else
+          _v033_driver.params_of(model.optimizer)
+          for model_name, model in _jaxrl_models(name, learner).items()}
+    yield params, metrics
+
+
+def _jaxrl_save(agent, directory):
+  """jaxrl's own save (``Model.save``: the params) of each Model."""
+  for name in _JAXRL_LEARNERS:
+    for model_name, model in _jaxrl_models(name, agent[name]).items():
+      model.save(os.path.join(directory, f'{name}_{model_name}'))
+  return {'rng': agent['rng']}
+
+
+def _jaxrl_start(directory=None):
+  return {name: _jaxrl_learner(name, directory) for name in _JAXRL_LEARNERS}
+
+
+def _jaxrl_run(mode, directory):
+  return _restarted_run(mode, directory, types.SimpleNamespace(
+      start=lambda: {**_jaxrl_start(), 'rng': np.random.RandomState(0)},
+      save=lambda agent: _jaxrl_save(agent, directory),
+      restore=lambda carried: {**_jaxrl_start(directory), **carried},
+      steps=_jaxrl_steps,
+      optimizers=lambda agent: tuple(
+          model.optimizer for name in _JAXRL_LEARNERS
+          for model in _jaxrl_models(name, agent[name]).values()
+          if model.optimizer is not None)))
+
+
+def _jaxrl():
+  return _jaxrl_run('train', os.path.abspath('no-checkpoints'))
+
+
+_JAX_RL_AGENTS = ('TD3', 'SAC')
+
+
+def _jax_rl_agents():
+  """jax_rl's TD3 and SAC (their own classes; their networks the
+  repository's, 256 units wide) for 3 state and 2 action dimensions, the
+  actor stepped every 2nd call, and the repository's replay buffer holding
+  64 synthetic transitions."""
+  from flax import io as flax_io  # noqa: PLC0415 - after the stand-ins
+  saving = importlib.import_module('jax_rl.saving')
+  # saving.py writes through tensorflow's gfile (a stand-in here): flax.io's
+  # file functions on Python's files serve it, where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  saving.gfile = flax_io
+  buffer = importlib.import_module('jax_rl.buffers').ReplayBuffer(
+      3, 2, max_size=64)
+  rng = np.random.RandomState(0)
+  for _ in range(64):
+    buffer.add(rng.randn(3), rng.uniform(-1, 1, 2), rng.randn(3),
+               rng.randn(), float(rng.rand() < 0.1))
+  agents = {name: getattr(importlib.import_module(f'jax_rl.{name}'), name)(
+      state_dim=3, action_dim=2, max_action=1., policy_freq=2, seed=0)
+            for name in _JAX_RL_AGENTS}
+  return {'buffer': buffer, **agents}
+
+
+def _jax_rl_optimizers(agent):
+  """An agent's optimizers, by name (SAC's temperature among them)."""
+  names = [name for name in ('actor_optimizer', 'critic_optimizer',
+                             'log_alpha_optimizer') if hasattr(agent, name)]
+  return {name: getattr(agent, name) for name in names}
+
+
+def _jax_rl_steps(agents, count):
+  """``count`` calls of each agent's own ``train`` (a batch of 8 drawn
+  from the buffer by its own key sequence): each optimizer's params, the
+  target params and the iteration count."""
+  for _ in range(count):
+    params, metrics = {}, {}
+    for name in _JAX_RL_AGENTS:
+      agent = agents[name]
+      agent.train(agents['buffer'], batch_size=8)
+      params[name] = {key: _v033_driver.params_of(optimizer) for key,
+                      optimizer in _jax_rl_optimizers(agent).items()}
+      metrics[name] = {key: getattr(agent, key) for key in (
+          'critic_target_params', 'actor_target_params', 'total_it')
+                       if hasattr(agent, key)}
+    yield params, metrics
+
+
+def _jax_rl_save(agents, directory):
+  """Each agent's own save (its ``save``: critic and actor optimizers,
+  through jax_rl's ``save_model``); the harness carries what it keeps out
+  of its checkpoint (its key sequence, its iteration count: main_gym's
+  resumed run restarts both) so that what differs is its checkpoint's."""
+  for name in _JAX_RL_AGENTS:
+    agents[name].save(os.path.join(directory, name))
+  return {name: (agents[name].rng.internal_state, agents[name].total_it)
+          for name in _JAX_RL_AGENTS}
+
+
+def _jax_rl_restore(directory, carried):
+  """New agents and their own restore (``load``, as main_gym resumes),
+  the harness's carried values put back."""
+  agents = _jax_rl_agents()
+  for name in _JAX_RL_AGENTS:
+    agents[name].load(os.path.join(directory, name))
+    agents[name].rng.replace_internal_state(carried[name][0])
+    agents[name].total_it = carried[name][1]
+  return agents
+
+
+def _jax_rl_run(mode, directory):
+  return _restarted_run(mode, directory, types.SimpleNamespace(
+      start=_jax_rl_agents,
+      save=lambda agents: _jax_rl_save(agents, directory),
+      restore=lambda carried: _jax_rl_restore(directory, carried),
+      steps=_jax_rl_steps,
+      optimizers=lambda agents: tuple(
+          optimizer for name in _JAX_RL_AGENTS
+          for optimizer in _jax_rl_optimizers(agents[name]).values())))
+
+
+def _jax_rl():
+  return _jax_rl_run('train', os.path.abspath('no-checkpoints'))
+
+
+RESUME = {'hypernerf': _hypernerf_run, 'jax_rl': _jax_rl_run,
+          'jaxrl': _jaxrl_run, 'l2p': _l2p_resume,
           'mipnerf': _mipnerf_resume, 'nerfies': _nerfies_run,
           'nested': _nested_resume,
           'scenic': _scenic_resume, 'score_sde': _score_sde_run,
@@ -837,6 +1056,15 @@ RECIPES = {
     'score_sde': (('.',), ('tensorflow', 'tensorflow_gan', 'tensorflow_hub',
                            'tensorflow_datasets', 'PIL', 'six'),
                   ('flax.metrics.tensorboard',), _score_sde),
+    # Environments, offline data sets and video: gym's spaces and wrappers,
+    # d4rl's and the AWAC data's loaders, dm_control through dmc2gym; the
+    # learners never call them (tensorflow_probability's distributions,
+    # the policies', are real).
+    'jaxrl': (('.',), ('gym', 'd4rl', 'dmc2gym', 'imageio', 'gdown'), (),
+              _jaxrl),
+    # tensorflow: saving.py's gfile, served by flax.io (_jax_rl_agents);
+    # haiku's PRNGSequence, the agents' key sequence, is real.
+    'jax_rl': (('.',), ('tensorflow',), (), _jax_rl),
 }
 
 

@@ -19,22 +19,24 @@ import numpy as np
 
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
-RESUMES = ('hypernerf', 'l2p', 'mipnerf', 'nerfies', 'nested', 'scenic',
-           'score_sde', 'vit')
+RESUMES = ('hypernerf', 'jax_rl', 'jaxrl', 'l2p', 'mipnerf', 'nerfies',
+           'nested', 'scenic', 'score_sde', 'vit')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
-RUNS = {'hypernerf': '', 'l2p': '', 'mipnerf': '', 'nerfies': '',
-        'nested': '', 'scenic': 'scenic/train_lib/', 'score_sde': '',
-        'vit': 'vit_jax/'}
+RUNS = {'hypernerf': '', 'jax_rl': 'jax_rl/', 'jaxrl': '', 'l2p': '',
+        'mipnerf': '', 'nerfies': '', 'nested': '',
+        'scenic': 'scenic/train_lib/', 'score_sde': '', 'vit': 'vit_jax/'}
 # Repository -> removed APIs next to flax.optim (as migrate's report names
 # them) that migrate leaves in its RUNS subdirectory and that its recipe
 # serves to both copies alike (tests/_corpus_driver.py says how): those
 # leftovers do not block. Its flax.optim code must still all migrate.
 SERVED = {'scenic': ('flax.core.pop(variables, key)',)}
-# Files there that the recipe imports but whose leftovers it never runs:
-# score_sde's noise-conditional WideResNet (a classifier for controllable
-# sampling) is flax.nn, out of migrate's scope.
-NOT_RUN = {'score_sde': ('models/wideresnet_noise_conditional.py:',)}
+# Files there whose leftovers the recipe never runs: score_sde's
+# noise-conditional WideResNet (a classifier for controllable sampling,
+# imported) is flax.nn, out of migrate's scope; jax_rl's MPO agent, a
+# module of its own, is not imported (the recipe trains TD3 and SAC).
+NOT_RUN = {'jax_rl': ('jax_rl/MPO.py:',),
+           'score_sde': ('models/wideresnet_noise_conditional.py:',)}
 
 
 def blocking(name, problems) -> list:

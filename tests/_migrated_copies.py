@@ -15,17 +15,26 @@ import shutil
 
 import _legacy_imports
 
+from compat.codemod import _removals
 from compat.codemod import _rewrite_plan
 from compat.codemod import migrate
 
 
 def removals_only(source: bytes, path: str) -> bytes:
-  """``source`` with only migrate's neighbouring-removal edits applied."""
+  """``source`` with only migrate's neighbouring-removal edits applied, and
+  the imports they need (``functools`` for ``jax.partial``)."""
   _, plan = migrate.migrate_source(source, path)
   edits = [e for e in plan.edits if e.construct == 'removed_api']
   rendered, dropped = _rewrite_plan.render(source, edits)
   assert not dropped, dropped
-  return rendered
+  needed = {_removals.needed_import(e.template) for e in edits}
+  imports = [i for i in plan.imports if i == (i[0], None, None) and
+             i[0] in needed]
+  if not imports:
+    return rendered
+  text = rendered.decode('utf-8')
+  return migrate._fix_imports(  # noqa: SLF001 - migrate's own step
+      text, plan._replace(imports=imports, removed_imports=[])).encode('utf-8')
 
 
 def copies(source_dir, tmp_path, exclude=()):

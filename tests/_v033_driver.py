@@ -596,21 +596,30 @@ def train_save_resume(mode, steps, save, carry, directory, trained):
 def final_arrays(trained) -> dict:
   """A legacy Optimizer's or a TrainState's step, params and optimizer
   moments (every array leaf of its optimizer state but scalars, as a
-  sorted list: the two layouts name them differently)."""
+  sorted list: the two layouts name them differently). A tuple of them
+  (an agent's optimizers): each one's under its index
+  (``final/params/1/0``)."""
+  if isinstance(trained, tuple):
+    return {key: value for index, one in enumerate(trained)
+            for key, value in _final_arrays(one, f'{index}/').items()}
+  return _final_arrays(trained, '')
+
+
+def _final_arrays(trained, index: str) -> dict:
   import jax  # noqa: PLC0415 - after the stand-ins are installed
   if hasattr(trained, 'target'):
     step, params = trained.state.step, trained.target
     moments = trained.state.param_states
   else:
     step, params, moments = trained.step, trained.params, trained.opt_state
-  arrays = {'final/step': np.asarray(int(step))}
+  arrays = {f'final/step/{index}'.rstrip('/'): np.asarray(int(step))}
   for key, leaf in enumerate(jax.tree_util.tree_leaves(params)):
-    arrays[f'final/params/{key}'] = np.asarray(leaf)
+    arrays[f'final/params/{index}{key}'] = np.asarray(leaf)
   leaves = sorted((np.asarray(m) for m in jax.tree_util.tree_leaves(moments)
                    if np.ndim(m) > 0),
                   key=lambda a: (str(a.dtype), a.shape, a.tobytes()))
   for key, leaf in enumerate(leaves):
-    arrays[f'final/moments/{key}'] = leaf
+    arrays[f'final/moments/{index}{key}'] = leaf
   return arrays
 
 

@@ -18,12 +18,22 @@ pytestmark = pytest.mark.skipif(
     not CORPUS, reason='FLAX_OPTIM_CORPUS_DIR names the fetched corpus')
 
 
+def _repository(name) -> str:
+  """Where the corpus holds ``name``; a row it lacks (the mirrors lack
+  it: scripts/corpus.py names it not available) is not available here
+  either."""
+  path = os.path.join(CORPUS, name)
+  if not os.path.isdir(path):
+    pytest.skip(f'{name}: not available (not in {CORPUS})')
+  return path
+
+
 @pytest.mark.parametrize('name', sorted(_corpus_train.RUNS))
 def test_migrated_repository_trains_bit_identically(name, tmp_path):
-  _corpus_train.compare(name, os.path.join(CORPUS, name), tmp_path)
+  _corpus_train.compare(name, _repository(name), tmp_path)
 
 
 @pytest.mark.parametrize('name', _corpus_train.RESUMES)
 def test_migrated_repository_resumes_the_originals_checkpoint(name,
                                                               tmp_path):
-  _corpus_train.compare_resume(name, os.path.join(CORPUS, name), tmp_path)
+  _corpus_train.compare_resume(name, _repository(name), tmp_path)
