@@ -87,7 +87,30 @@ _KEPT = 4
 _walked: collections.OrderedDict = collections.OrderedDict()
 
 
+# The trees a run keeps for all its phases (the project's model reads them
+# in one phase after another, hundreds of trees apart): their walks stay
+# until ``forget`` too, with the trees, in a run that forgets at its end.
+_kept_whole: dict = {}
+_keeping = [False]
+
+
+def start_run() -> None:
+  """From now until ``forget`` (which the caller promises), ``keep``
+  keeps."""
+  _keeping[0] = True
+
+
+def keep(tree: ast.AST) -> None:
+  """Keeps ``tree``'s walk, once made, until ``forget`` (a tree the caller
+  keeps that long itself), in a run (``start_run``)."""
+  if _keeping[0] and id(tree) not in _kept_whole:
+    _kept_whole[id(tree)] = (tree, {})
+
+
 def _memo(tree: ast.AST) -> dict:
+  entry = _kept_whole.get(id(tree))
+  if entry is not None and entry[0] is tree:
+    return entry[1]
   entry = _walked.get(id(tree))
   if entry is None or entry[0] is not tree:
     entry = _walked[id(tree)] = (tree, {})
@@ -161,3 +184,5 @@ def below(node: ast.AST, children: dict) -> list:
 def forget() -> None:
   """Drops the trees kept (the end of a scan or migrate run)."""
   _walked.clear()
+  _kept_whole.clear()
+  _keeping[0] = False

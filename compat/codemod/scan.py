@@ -902,6 +902,8 @@ class _Files:
       found = self._parse(index)
       if keep:
         self.kept[index] = found
+        if isinstance(found, ast.AST):
+          _walk.keep(found)  # walked again in each phase that reads it
     if isinstance(found, Exception):
       # A copy: the one raised holds the frames it goes through, and this
       # one holds the exception kept (a cycle, which keeps every file
@@ -1190,6 +1192,7 @@ def without_cycle_collection():
   whatever else has one is collected once the scan is over."""
   enabled = gc.isenabled()
   gc.disable()
+  _walk.start_run()  # the trees kept keep their walks until it is over
   try:
     yield
   finally:
