@@ -1212,10 +1212,12 @@ class _ShareInputs(NamedTuple):
 
 class _Planned(NamedTuple):
   """A module ``scan_paths`` planned (``planned``): its file's index, the
-  walk's findings and the module's plan."""
+  walk's findings and the module's plan; at a link's end, its plan with
+  the flow kept as it is, if made (``_plan_findings.plan_and_kept``)."""
   file_index: int
   walked: list
   plan: object  # _plan_records.Plan
+  kept: object = None  # _plan_records.Plan
 
 
 def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
@@ -1233,9 +1235,9 @@ def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
       source = files.sources[index]
       walked, facts = walk_module(source, shown, inputs.reexports, tree,
                                   model)
-      plan = _plan_of(source, shown, tree, walked, model, facts)
+      plan, kept = _plan_of(source, shown, tree, walked, model, facts)
       if plan is not None:
-        plans.append(_Planned(index, walked, plan))
+        plans.append(_Planned(index, walked, plan, kept))
         continue
       found = reported(source, shown, walked, inputs.chosen)[0]
     except Exception as e:  # pylint: disable=broad-except
@@ -1245,18 +1247,24 @@ def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
   return findings, errors, plans
 
 
-def _plan_of(source: bytes, shown: str, tree, walked, model, facts):
-  """The module's plan where it is ``planned`` (``facts``: what its walk
-  built, ``ScannedModule.facts``), else None; None too where planning
-  fails: ``migrate`` names that failure for the file, and the walk's
-  findings are still reported."""
+def _plan_of(source: bytes, shown: str, tree, walked, model, facts) -> tuple:
+  """``(plan, kept)``: the module's plan where it is ``planned``
+  (``facts``: what its walk built, ``ScannedModule.facts``), else None;
+  None too where planning fails: ``migrate`` names that failure for the
+  file, and the walk's findings are still reported. ``kept``: at a link's
+  end (where a roll-back may keep the flow), the plan with the flow kept
+  (``_plan_findings.plan_and_kept``), else None."""
   if not planned(model, shown, walked):
-    return None
+    return None, None
+  names = model.module_names(shown, tree)
   try:
-    return _plan_findings.plan(source, tree, model.module_names(shown, tree),
-                               walked, scanned=facts)
+    if shown in model.link_ends:
+      return _plan_findings.plan_and_kept(source, tree, names, walked,
+                                          scanned=facts)
+    return _plan_findings.plan(source, tree, names, walked,
+                               scanned=facts), None
   except Exception:  # pylint: disable=broad-except
-    return None
+    return None, None
 
 
 def _plans_reported(files: _Files, model, plans: list, chosen) -> tuple:
@@ -1272,16 +1280,13 @@ def _plans_reported(files: _Files, model, plans: list, chosen) -> tuple:
       _plan_records.flow_migrated, lambda key, line: notebooks[key].file_line(
           line) if key in notebooks else line):
     if path in by_path:
-      index, walked, _ = by_path[path]
       try:
-        tree = files.tree(index)
-        by_path[path] = _Planned(index, walked, _plan_findings.plan(
-            files.sources[index], tree, model.module_names(path, tree),
-            walked, blocked))
+        by_path[path] = _rolled_back(files, model, by_path[path], path,
+                                     blocked)
       except Exception as e:  # pylint: disable=broad-except
         errors.append(failure(path, e))
   findings = []
-  for path, (index, walked, plan) in by_path.items():
+  for path, (index, walked, plan, _) in by_path.items():
     source = files.sources[index]
     try:
       found = walked + plan_findings(source, path, files.tree(index),
@@ -1291,6 +1296,21 @@ def _plans_reported(files: _Files, model, plans: list, chosen) -> tuple:
     except Exception as e:  # pylint: disable=broad-except
       errors.append(failure(path, e))
   return findings, errors
+
+
+def _rolled_back(files: _Files, model, planned_module: _Planned, path: str,
+                 blocked) -> _Planned:
+  """``planned_module`` with its flow kept as it is with ``blocked``: from
+  its plan with the flow kept where it has one, else planned again."""
+  index, walked, _, kept = planned_module
+  source = files.sources[index]
+  plan = None if kept is None else _plan_records.with_blocked(
+      kept, source, blocked)
+  if plan is None:
+    tree = files.tree(index)
+    plan = _plan_findings.plan(source, tree, model.module_names(path, tree),
+                               walked, blocked)
+  return _Planned(index, walked, plan)
 
 
 def default_jobs() -> int:
