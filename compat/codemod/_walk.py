@@ -122,7 +122,7 @@ def _memo(tree: ast.AST) -> dict:
 
 # The nodes the parser shares between places (one ``ast.Load()`` for every
 # read): no children, no position, and no scope of their own.
-_SHARED_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
+SHARED_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
                   ast.unaryop)
 
 
@@ -146,7 +146,7 @@ def _walk_once(tree: ast.AST) -> dict:
           if isinstance(kid, ast.AST):
             parents[kid] = node
             order.append(kid)
-            if not isinstance(kid, _SHARED_LEAVES):
+            if not isinstance(kid, SHARED_LEAVES):
               own.append(kid)
     memo.update(nodes=tuple(order), children=children, parents=parents)
   return memo
