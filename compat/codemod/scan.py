@@ -1221,13 +1221,17 @@ class _Planned(NamedTuple):
 
 
 def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
-  """``(findings, errors, [_Planned])`` of the files ``share`` indexes:
-  each parsed (unless the tables across modules kept its tree), scanned,
-  its tree dropped; a module ``planned`` is planned too, its findings left
-  for ``_plans_reported``. In this process or a forked worker
-  (``_parallel``)."""
+  """``(findings, errors, [_Planned], [Link])`` of the files ``share``
+  indexes: each parsed (unless the tables across modules kept its tree),
+  scanned, its tree dropped; a module ``planned`` is planned too, its
+  findings left for ``_plans_reported``. In this process or a forked
+  worker (``_parallel``). The links: those the share's flows added to the
+  project's model (an attribute kept through ``self`` by classes of two
+  modules: ``_self_holders``), which a worker's copy of the model keeps
+  to itself, and the roll-back reads (``_add_links``)."""
   files, model = inputs.files, inputs.model
   findings, errors, plans = [], [], []
+  known = len(model.links) if model is not None else 0
   for index in share:
     shown = files.shown[index]
     try:
@@ -1244,7 +1248,16 @@ def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
       errors.append(failure(shown, e))
       continue
     findings += in_file_lines(found, files.notebooks.get(index))
-  return findings, errors, plans
+  return findings, errors, plans, (model.links[known:] if model is not None
+                                   else [])
+
+
+def _add_links(model, links: list) -> None:
+  """Adds to ``model`` the ``links`` a share's flows added (in a worker's
+  copy of it; in this process, already there), as its flows add them."""
+  for link in links:
+    if link not in model.links:
+      model.links.append(link)
 
 
 def _plan_of(source: bytes, shown: str, tree, walked, model, facts) -> tuple:
@@ -1350,10 +1363,11 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
         count, min(jobs, count // _FILES_PER_JOB))
     findings, plans = [], []
     errors = list(across.errors) + files.unreadable_errors()
-    for share_findings, share_errors, share_plans in results:
+    for share_findings, share_errors, share_plans, links in results:
       findings += share_findings
       errors += share_errors
       plans += share_plans
+      _add_links(across.model, links)
     if plans:
       plans_found, plans_errors = _plans_reported(files, across.model, plans,
                                                   chosen)
