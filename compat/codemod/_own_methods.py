@@ -140,13 +140,9 @@ def _functions_calling_a_step(tree) -> set:
 
 def _function_nodes(function, names) -> list:
   """Every node under ``function`` (itself included) but the leaves the
-  parser shares (contexts, operators), in ``ast.walk``'s order: from the
-  walk of its module's tree (``names.tree``) where it is there."""
-  children = _walk.children(names.tree)
-  if function in children:
-    return _walk.below(function, children)
-  return [n for n in ast.walk(function)
-          if not isinstance(n, _walk.SHARED_LEAVES)]
+  parser shares (contexts, operators), in ``ast.walk``'s order, from the
+  walk of its module's tree (``names.tree``)."""
+  return _walk.under(function, names.tree)
 
 
 class _FunctionTypes:

@@ -181,6 +181,15 @@ def below(node: ast.AST, children: dict) -> list:
   return order
 
 
+def under(node: ast.AST, tree: ast.AST) -> list:
+  """``below(node, children(tree))`` where ``node`` is in ``tree`` (whose
+  walk is shared), else the same nodes walked here."""
+  kids = children(tree)
+  if node in kids:
+    return below(node, kids)
+  return [n for n in ast.walk(node) if not isinstance(n, SHARED_LEAVES)]
+
+
 def forget() -> None:
   """Drops the trees kept (the end of a scan or migrate run)."""
   _walked.clear()
