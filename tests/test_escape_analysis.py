@@ -6,6 +6,7 @@ was rewritten into one that fails: its ``.create`` became a
 optimizer where it reads it, kept ``.target``.
 """
 
+import ast
 import importlib
 import sys
 
@@ -13,7 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from compat.codemod import _escape_analysis
+from compat.codemod import _module_model
 from compat.codemod import migrate
+from compat.codemod import scan
 
 _HEAD = b'''import logging
 
@@ -429,3 +433,23 @@ def test_a_tuple_kept_whole_by_another_module_keeps_the_flow(tmp_path):
              if l.construct == 'optimizer_escape']
   assert any('`opt` also holds values not provably' in r
              for r in reasons), reasons
+
+
+def test_escapes_are_found_once_per_model_and_checkpoint_lines(monkeypatch):
+  """scan's check and the module's plan share the model (the plan's with
+  its own checkpoint lines): the same lines ask once, others again (what
+  goes into a checkpoint call does not escape there)."""
+  source = _HEAD + _ESCAPES['dict'][0]
+  tree = ast.parse(source)
+  model = _module_model.ModuleModel(tree, scan.module_names(tree, 'm.py'),
+                                    frozenset())
+  found = []
+  finding = _escape_analysis._escapes  # pylint: disable=protected-access
+  monkeypatch.setattr(_escape_analysis, '_escapes',
+                      lambda module: found.append(1) or finding(module))
+  first = _escape_analysis.escapes(model)
+  assert first and _escape_analysis.escapes(
+      model.with_checkpoint_lines(frozenset())) == first
+  assert len(found) == 1
+  _escape_analysis.escapes(model.with_checkpoint_lines(frozenset({12})))
+  assert len(found) == 2

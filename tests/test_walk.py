@@ -110,3 +110,28 @@ def test_below_is_the_standard_walk_without_the_shared_leaves(name, source):
       continue
     assert _walk.below(node, children) == [
         n for n in ast.walk(node) if not isinstance(n, _SHARED)], name
+
+
+def _walk_many_others():
+  for i in range(_walk._KEPT + 2):  # pylint: disable=protected-access
+    _walk.parents(ast.parse(f'x{i} = {i}'))
+
+
+def test_a_tree_kept_in_a_run_keeps_its_walk_until_the_run_ends():
+  """A run's kept trees are walked once, however many trees are walked
+  between two phases that read them; outside a run, and after it, a kept
+  tree is one of the last few walked only (no tree outlives its run)."""
+  tree = ast.parse(_SAMPLE)
+  _walk.start_run()
+  try:
+    _walk.keep(tree)
+    first = _walk.parents(tree)
+    _walk_many_others()
+    assert _walk.parents(tree) is first
+  finally:
+    _walk.forget()
+  _walk.keep(tree)  # no run: nothing kept
+  first = _walk.parents(tree)
+  _walk_many_others()
+  assert _walk.parents(tree) is not first
+  assert _walk.parents(tree) == first

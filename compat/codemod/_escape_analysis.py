@@ -69,7 +69,16 @@ class Escape(NamedTuple):
 def escapes(module) -> list:
   """``[Escape]``: each place of ``module`` (a
   ``_module_model.ModuleModel``) where a value its flow proves an optimizer
-  goes on to code migrate cannot follow, or follows only on an assumption."""
+  goes on to code migrate cannot follow, or follows only on an assumption.
+  Found once per model and checkpoint lines (what it reads besides the
+  flow): scan's check and the module's plan share the model."""
+  key = ('escapes', module.checkpoint_lines)
+  if key not in module.analyses:
+    module.analyses[key] = _escapes(module)
+  return list(module.analyses[key])
+
+
+def _escapes(module) -> list:
   found = []
   for node in _walk.nodes(module.tree):
     if isinstance(node, ast.Call):

@@ -26,6 +26,11 @@ class ModuleModel:
     # Lines where scan found a checkpoint or pickle write or read.
     self.checkpoint_lines = checkpoint_lines
     self.parents = _walk.parents(tree)  # each node -> the node holding it
+    # What analyses of these facts found, by the analysis and what it read
+    # (``_escape_analysis``): shared with the copies for other checkpoint
+    # lines (``with_checkpoint_lines``), so scan's check and the plan's
+    # ask once where they read alike.
+    self.analyses: dict = {}
 
   def with_checkpoint_lines(self, checkpoint_lines: frozenset):
     """This module's facts with other checkpoint lines (a plan's, from

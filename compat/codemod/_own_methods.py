@@ -105,22 +105,44 @@ def _typed_names(names) -> dict:
 
 def _find_typed_names(names) -> dict:
   found = {}
+  calling = _functions_calling_a_step(names.tree)
   for function in _walk.nodes(names.tree):
-    if isinstance(function, _FUNCTIONS) and _calls_a_step(function):
-      types = _FunctionTypes(function, names)
+    if function in calling:
+      nodes = _function_nodes(function, names)
+      types = _FunctionTypes(function, names, nodes)
+      reads: dict = {}  # name -> [each read of it in the function]
+      for read in nodes:
+        if isinstance(read, ast.Name) and isinstance(read.ctx, ast.Load):
+          reads.setdefault(read.id, []).append(read)
       for name in types.sources:
         dotted = types.class_of(name)
         if dotted is not None:
-          found.update((id(read), dotted) for read in ast.walk(function)
-                       if isinstance(read, ast.Name) and read.id == name
-                       and isinstance(read.ctx, ast.Load))
+          found.update((id(read), dotted) for read in reads.get(name, ()))
   return found
 
 
-def _calls_a_step(function) -> bool:
-  return any(isinstance(node, ast.Call) and isinstance(
-      node.func, ast.Attribute) and node.func.attr in _members.STEP_METHODS
-             for node in ast.walk(function))
+def _functions_calling_a_step(tree) -> set:
+  """The functions of ``tree`` holding (at any depth) a call of a method
+  named like an Optimizer step: found from the calls up, not by walking
+  each function (and each nested one again)."""
+  parents = _walk.parents(tree)
+  found = set()
+  for node in _walk.nodes(tree):
+    if isinstance(node, ast.Call) and isinstance(
+        node.func, ast.Attribute) and node.func.attr in _members.STEP_METHODS:
+      holder = parents.get(node)
+      while holder is not None:
+        if isinstance(holder, _FUNCTIONS):
+          found.add(holder)
+        holder = parents.get(holder)
+  return found
+
+
+def _function_nodes(function, names) -> list:
+  """Every node under ``function`` (itself included) but the leaves the
+  parser shares (contexts, operators), in ``ast.walk``'s order, from the
+  walk of its module's tree (``names.tree``)."""
+  return _walk.under(function, names.tree)
 
 
 class _FunctionTypes:
@@ -133,8 +155,12 @@ class _FunctionTypes:
   project function each of whose returns is a tuple holding an instance of
   one class there."""
 
-  def __init__(self, function, names):
+  def __init__(self, function, names, nodes=None):
+    """``nodes``: ``_function_nodes(function, names)``, where the caller
+    has them."""
     self._names, self._model = names, names.model
+    if nodes is None:
+      nodes = _function_nodes(function, names)
     self.sources: dict = {}  # name -> [its bindings' sources]
     arguments = function.args
     for argument in (arguments.posonlyargs + arguments.args +
@@ -143,11 +169,11 @@ class _FunctionTypes:
           None if argument.annotation is None else ('annotation',
                                                     argument.annotation))
     assigned = {}  # id(a Name stored) -> its source
-    for node in ast.walk(function):
+    for node in nodes:
       if isinstance(node, ast.Assign) and len(node.targets) == 1:
         assigned.update(_assigned_sources(node.targets[0], node.value))
     own = {id(a) for a in ast.walk(arguments)}
-    for node in ast.walk(function):
+    for node in nodes:
       if node is not function and id(node) not in own:
         for name in _bound_names(node):
           self.sources.setdefault(name, []).append(assigned.get(id(node)))

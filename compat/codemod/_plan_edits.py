@@ -32,8 +32,7 @@ class PlanEdits:
                                          node.lineno, construct))
 
   def _line(self, line: int) -> str:
-    return self.source.splitlines()[line - 1].decode('utf-8',
-                                                     'replace').strip()
+    return _plan_records.source_line(self.source, line)
 
   def leave(self, node, construct, reason):
     self.leftovers.append(_plan_records.Leftover(node.lineno, construct,

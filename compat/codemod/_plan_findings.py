@@ -74,6 +74,21 @@ def plan(source: bytes, tree, names, walked, blocked=(), scanned=None):
                                scanned=scanned).plan()
 
 
+def plan_and_kept(source: bytes, tree, names, walked, scanned=None) -> tuple:
+  """``(plan(...), kept)``: ``kept`` is the module's plan with its flow
+  kept as it is (``Planner.plan_and_kept``), from which a roll-back's plan
+  follows without planning again (``_plan_records.with_blocked``); None
+  where making it failed (plan it again then: the failure is that
+  plan's)."""
+  planned, kept_of = _rewrite_plan.Planner(source, tree, names, walked,
+                                           scanned=scanned).plan_and_kept()
+  try:
+    kept = kept_of()
+  except Exception:  # pylint: disable=broad-except
+    kept = None
+  return planned, kept
+
+
 def findings(plan, walked, source: bytes, tree: ast.Module) -> list:
   """``[PlanFinding]`` of ``plan`` (a ``_plan_records.Plan`` of ``tree``,
   parsed from ``source``, whose offsets index it): one per statement

@@ -69,10 +69,11 @@ class PlanImports(_plan_uses.PlanUses):
               'not rewritten until then'))
     return leftovers
 
-  def _plan_class_references(self):
-    """``optim.Optimizer`` / ``optim.DynamicScale`` anywhere (annotations)."""
-    flow_ok = not any(l.construct in _plan_records.FLOW_CONSTRUCTS
-                      for l in self.leftovers)
+  def _plan_class_references(self, flow_kept: bool = False):
+    """``optim.Optimizer`` / ``optim.DynamicScale`` anywhere (annotations);
+    ``flow_kept``: the flow stays as it is, whatever the leftovers say."""
+    flow_ok = not flow_kept and not any(
+        l.construct in _plan_records.FLOW_CONSTRUCTS for l in self.leftovers)
     for node in _walk.nodes(self.tree):
       if not isinstance(node, (ast.Name, ast.Attribute)) or not (
           isinstance(node.ctx, ast.Load)):

@@ -209,6 +209,31 @@ STOCK_EXACT = CATALOGUE.stock_exact()
 RULE_NAMES = frozenset(a.name for a in CATALOGUE.RULES)
 
 
+def source_line(source: bytes, line: int) -> str:
+  """Line ``line`` (1-based) of ``source``, stripped: a leftover's code."""
+  return source.splitlines()[line - 1].decode('utf-8', 'replace').strip()
+
+
+def blocked_leftovers(source: bytes, blocked) -> list:
+  """The leftovers of ``blocked`` (``(line, construct, reason)`` of the
+  links keeping a module's flow as it is; ``Planner``'s) in ``source``."""
+  return [Leftover(line, construct, source_line(source, line), reason)
+          for line, construct, reason in blocked]
+
+
+def with_blocked(kept, source: bytes, blocked):
+  """The plan a roll-back (``blocked``) gives a module whose plan with its
+  flow kept as it is is ``kept`` (``Planner.plan_and_kept``): ``kept`` with
+  the leftovers of ``blocked``; None where that is not the same as
+  planning it again (no link, or one of a construct that does not keep
+  the flow)."""
+  if not blocked or any(construct not in FLOW_CONSTRUCTS
+                        for _, construct, _ in blocked):
+    return None
+  return kept._replace(leftovers=sorted(
+      set(kept.leftovers) | set(blocked_leftovers(source, blocked))))
+
+
 def line_offsets(source: bytes) -> list:
   offsets, total = [0], 0
   for line in source.splitlines(keepends=True):

@@ -46,6 +46,7 @@ removals); ``_plan_records`` holds the records and the report's texts, and
 """
 
 import ast
+import copy
 
 from compat.codemod import _codes
 from compat.codemod import _escape_analysis
@@ -180,17 +181,45 @@ class Planner(_plan_imports.PlanImports):
 
   # ---------------------------------------------------------------- plan
   def plan(self) -> Plan:
-    if self.flow_held:
-      flow_edits, flow_leftovers = [], []
-      self.notes += [Leftover(f.line, f.construct, f.code, HELD_NOTE)
-                     for f in self.findings
-                     if f.rule.startswith(_codes.FLAX_OPTIM)]
-    else:
-      flow_edits, flow_leftovers = self._plan_flow()
-    for line, construct, reason in self.blocked:
-      flow_leftovers.append(Leftover(line, construct, self._line(line),
-                                     reason))
-    if flow_leftovers:
+    return self._finish(*self._plan_flow_part(), self.blocked)
+
+  def plan_and_kept(self) -> tuple:
+    """``(plan(), kept)``: ``kept()`` gives the plan of the module with its
+    optimizer flow kept as it is, as a roll-back (``blocked``) plans it,
+    less the leftovers of ``blocked`` itself (``with_blocked``), without
+    planning the flow again."""
+    flow_edits, flow_leftovers = self._plan_flow_part()
+    twin = self._twin()
+    return (self._finish(flow_edits, flow_leftovers, self.blocked),
+            lambda: twin._finish(flow_edits, flow_leftovers, (), kept=True))
+
+  def _twin(self):
+    """A copy of this planner whose records (lists, sets and dicts) are its
+    own: what one finishes leaves the other's as they are."""
+    twin = copy.copy(self)
+    for name, value in vars(self).items():
+      if isinstance(value, (list, set, dict)):
+        setattr(twin, name, copy.copy(value))
+    return twin
+
+  def _plan_flow_part(self) -> tuple:
+    """``(edits, leftovers)`` of the optimizer flow (none where it is held
+    by a ``# noqa`` or the selected codes: noted so)."""
+    if not self.flow_held:
+      return self._plan_flow()
+    self.notes += [Leftover(f.line, f.construct, f.code, HELD_NOTE)
+                   for f in self.findings
+                   if f.rule.startswith(_codes.FLAX_OPTIM)]
+    return [], []
+
+  def _finish(self, flow_edits, flow_leftovers, blocked,
+              kept: bool = False) -> Plan:
+    """The plan, the flow planned: kept as it is where something of it is
+    left (``flow_leftovers``, ``blocked``) or ``kept`` says so, else
+    migrated with its notes; then what is not the flow's."""
+    flow_leftovers = flow_leftovers + _plan_records.blocked_leftovers(
+        self.source, blocked)
+    if flow_leftovers or kept:
       self.leftovers += flow_leftovers
       self.elements = []
       self.edits = [e for e in self.edits if e not in flow_edits]
@@ -201,30 +230,8 @@ class Planner(_plan_imports.PlanImports):
       self.imports = [i for i in self.imports if i[0] not in (
           'optax', RULES_MODULE) and i[1] != 'train_state']
     elif not self.flow_held:
-      self.notes += [Leftover(
-          node.lineno, 'optimizer_def_subclass', self._line(node.lineno),
-          _user_rules.PORT_NOTE.format(module=RULES_MODULE,
-                                       base=_user_rules.RULE_BASE))
-                     for node in self.kept_rules]
-      if flow_edits:
-        self.notes += self._called_nowhere_notes()
-      if flow_edits:
-        self.notes += [Leftover(
-            node.lineno, 'checkpoint', self._line(node.lineno),
-            _restores.note(self, why))
-                       for node, why in self.restores_left
-                       if node.lineno not in self.checkpoint_lines or
-                       isinstance(why, _restores.Refuses)]
-      if flow_edits:  # old checkpoints read by key meet new ones
-        self.notes += [Leftover(node.lineno, 'checkpoint',
-                                self._line(node.lineno),
-                                LAYOUT_KEY_NOTE.format(
-                                    key=key, rules=RULES_MODULE))
-                       for node, key in layout_key_reads(self.tree)]
-      for module in ('flax', 'legacy_optim'):
-        self.removed.append((module, 'optim', None))
-      self._plan_import_removals()
-    self._plan_class_references()
+      self._plan_migrated_notes(flow_edits)
+    self._plan_class_references(flow_kept=kept)
     self._plan_removals()
     self.unsafe += self._assumed_links()
     return Plan(sorted(self.edits), sorted(set(self.leftovers)),
@@ -245,6 +252,32 @@ class Planner(_plan_imports.PlanImports):
             for link in (model.links if model is not None else ())
             if link.assumption is not None and (
                 link.consumer_path == self.names.path)]
+
+  def _plan_migrated_notes(self, flow_edits):
+    """The notes and import removals of a flow that migrates."""
+    self.notes += [Leftover(
+        node.lineno, 'optimizer_def_subclass', self._line(node.lineno),
+        _user_rules.PORT_NOTE.format(module=RULES_MODULE,
+                                     base=_user_rules.RULE_BASE))
+                   for node in self.kept_rules]
+    if flow_edits:
+      self.notes += self._called_nowhere_notes()
+    if flow_edits:
+      self.notes += [Leftover(
+          node.lineno, 'checkpoint', self._line(node.lineno),
+          _restores.note(self, why))
+                     for node, why in self.restores_left
+                     if node.lineno not in self.checkpoint_lines or
+                     isinstance(why, _restores.Refuses)]
+    if flow_edits:  # old checkpoints read by key meet new ones
+      self.notes += [Leftover(node.lineno, 'checkpoint',
+                              self._line(node.lineno),
+                              LAYOUT_KEY_NOTE.format(
+                                  key=key, rules=RULES_MODULE))
+                     for node, key in layout_key_reads(self.tree)]
+    for module in ('flax', 'legacy_optim'):
+      self.removed.append((module, 'optim', None))
+    self._plan_import_removals()
 
   def _called_nowhere_notes(self) -> list:
     """A factory or rule class of this module that nothing in the project

@@ -34,6 +34,7 @@ from typing import NamedTuple, Optional
 
 from compat.codemod import _members
 from compat.codemod import _names
+from compat.codemod import _walk
 
 SAVE, RESTORE = 'save', 'restore'
 # What a module holding such a helper spells (``flax.serialization``, or
@@ -82,7 +83,7 @@ def role_of(function, parameter, names) -> Optional[str]:
 def _roles(function, names) -> dict:
   """``{parameter: role}`` of ``function``'s parameters that have one."""
   calls = {} if function.decorator_list else {
-      id(call): (path, call) for call in ast.walk(function)
+      id(call): (path, call) for call in _walk.under(function, names.tree)
       if isinstance(call, ast.Call) and (
           path := names.resolve(call.func)) in _WRITES + _RESTORES}
   if not calls:

@@ -87,7 +87,30 @@ _KEPT = 4
 _walked: collections.OrderedDict = collections.OrderedDict()
 
 
+# The trees a run keeps for all its phases (the project's model reads them
+# in one phase after another, hundreds of trees apart): their walks stay
+# until ``forget`` too, with the trees, in a run that forgets at its end.
+_kept_whole: dict = {}
+_keeping = [False]
+
+
+def start_run() -> None:
+  """From now until ``forget`` (which the caller promises), ``keep``
+  keeps."""
+  _keeping[0] = True
+
+
+def keep(tree: ast.AST) -> None:
+  """Keeps ``tree``'s walk, once made, until ``forget`` (a tree the caller
+  keeps that long itself), in a run (``start_run``)."""
+  if _keeping[0] and id(tree) not in _kept_whole:
+    _kept_whole[id(tree)] = (tree, {})
+
+
 def _memo(tree: ast.AST) -> dict:
+  entry = _kept_whole.get(id(tree))
+  if entry is not None and entry[0] is tree:
+    return entry[1]
   entry = _walked.get(id(tree))
   if entry is None or entry[0] is not tree:
     entry = _walked[id(tree)] = (tree, {})
@@ -99,7 +122,7 @@ def _memo(tree: ast.AST) -> dict:
 
 # The nodes the parser shares between places (one ``ast.Load()`` for every
 # read): no children, no position, and no scope of their own.
-_SHARED_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
+SHARED_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
                   ast.unaryop)
 
 
@@ -123,7 +146,7 @@ def _walk_once(tree: ast.AST) -> dict:
           if isinstance(kid, ast.AST):
             parents[kid] = node
             order.append(kid)
-            if not isinstance(kid, _SHARED_LEAVES):
+            if not isinstance(kid, SHARED_LEAVES):
               own.append(kid)
     memo.update(nodes=tuple(order), children=children, parents=parents)
   return memo
@@ -158,6 +181,17 @@ def below(node: ast.AST, children: dict) -> list:
   return order
 
 
+def under(node: ast.AST, tree: ast.AST) -> list:
+  """``below(node, children(tree))`` where ``node`` is in ``tree`` (whose
+  walk is shared), else the same nodes walked here."""
+  kids = children(tree)
+  if node in kids:
+    return below(node, kids)
+  return [n for n in ast.walk(node) if not isinstance(n, SHARED_LEAVES)]
+
+
 def forget() -> None:
   """Drops the trees kept (the end of a scan or migrate run)."""
   _walked.clear()
+  _kept_whole.clear()
+  _keeping[0] = False

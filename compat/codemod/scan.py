@@ -902,6 +902,8 @@ class _Files:
       found = self._parse(index)
       if keep:
         self.kept[index] = found
+        if isinstance(found, ast.AST):
+          _walk.keep(found)  # walked again in each phase that reads it
     if isinstance(found, Exception):
       # A copy: the one raised holds the frames it goes through, and this
       # one holds the exception kept (a cycle, which keeps every file
@@ -1190,6 +1192,7 @@ def without_cycle_collection():
   whatever else has one is collected once the scan is over."""
   enabled = gc.isenabled()
   gc.disable()
+  _walk.start_run()  # the trees kept keep their walks until it is over
   try:
     yield
   finally:
@@ -1209,20 +1212,26 @@ class _ShareInputs(NamedTuple):
 
 class _Planned(NamedTuple):
   """A module ``scan_paths`` planned (``planned``): its file's index, the
-  walk's findings and the module's plan."""
+  walk's findings and the module's plan; at a link's end, its plan with
+  the flow kept as it is, if made (``_plan_findings.plan_and_kept``)."""
   file_index: int
   walked: list
   plan: object  # _plan_records.Plan
+  kept: object = None  # _plan_records.Plan
 
 
 def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
-  """``(findings, errors, [_Planned])`` of the files ``share`` indexes:
-  each parsed (unless the tables across modules kept its tree), scanned,
-  its tree dropped; a module ``planned`` is planned too, its findings left
-  for ``_plans_reported``. In this process or a forked worker
-  (``_parallel``)."""
+  """``(findings, errors, [_Planned], [Link])`` of the files ``share``
+  indexes: each parsed (unless the tables across modules kept its tree),
+  scanned, its tree dropped; a module ``planned`` is planned too, its
+  findings left for ``_plans_reported``. In this process or a forked
+  worker (``_parallel``). The links: those the share's flows added to the
+  project's model (an attribute kept through ``self`` by classes of two
+  modules: ``_self_holders``), which a worker's copy of the model keeps
+  to itself, and the roll-back reads (``_add_links``)."""
   files, model = inputs.files, inputs.model
   findings, errors, plans = [], [], []
+  known = len(model.links) if model is not None else 0
   for index in share:
     shown = files.shown[index]
     try:
@@ -1230,30 +1239,45 @@ def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
       source = files.sources[index]
       walked, facts = walk_module(source, shown, inputs.reexports, tree,
                                   model)
-      plan = _plan_of(source, shown, tree, walked, model, facts)
+      plan, kept = _plan_of(source, shown, tree, walked, model, facts)
       if plan is not None:
-        plans.append(_Planned(index, walked, plan))
+        plans.append(_Planned(index, walked, plan, kept))
         continue
       found = reported(source, shown, walked, inputs.chosen)[0]
     except Exception as e:  # pylint: disable=broad-except
       errors.append(failure(shown, e))
       continue
     findings += in_file_lines(found, files.notebooks.get(index))
-  return findings, errors, plans
+  return findings, errors, plans, (model.links[known:] if model is not None
+                                   else [])
 
 
-def _plan_of(source: bytes, shown: str, tree, walked, model, facts):
-  """The module's plan where it is ``planned`` (``facts``: what its walk
-  built, ``ScannedModule.facts``), else None; None too where planning
-  fails: ``migrate`` names that failure for the file, and the walk's
-  findings are still reported."""
+def _add_links(model, links: list) -> None:
+  """Adds to ``model`` the ``links`` a share's flows added (in a worker's
+  copy of it; in this process, already there), as its flows add them."""
+  for link in links:
+    if link not in model.links:
+      model.links.append(link)
+
+
+def _plan_of(source: bytes, shown: str, tree, walked, model, facts) -> tuple:
+  """``(plan, kept)``: the module's plan where it is ``planned``
+  (``facts``: what its walk built, ``ScannedModule.facts``), else None;
+  None too where planning fails: ``migrate`` names that failure for the
+  file, and the walk's findings are still reported. ``kept``: at a link's
+  end (where a roll-back may keep the flow), the plan with the flow kept
+  (``_plan_findings.plan_and_kept``), else None."""
   if not planned(model, shown, walked):
-    return None
+    return None, None
+  names = model.module_names(shown, tree)
   try:
-    return _plan_findings.plan(source, tree, model.module_names(shown, tree),
-                               walked, scanned=facts)
+    if shown in model.link_ends:
+      return _plan_findings.plan_and_kept(source, tree, names, walked,
+                                          scanned=facts)
+    return _plan_findings.plan(source, tree, names, walked,
+                               scanned=facts), None
   except Exception:  # pylint: disable=broad-except
-    return None
+    return None, None
 
 
 def _plans_reported(files: _Files, model, plans: list, chosen) -> tuple:
@@ -1269,16 +1293,13 @@ def _plans_reported(files: _Files, model, plans: list, chosen) -> tuple:
       _plan_records.flow_migrated, lambda key, line: notebooks[key].file_line(
           line) if key in notebooks else line):
     if path in by_path:
-      index, walked, _ = by_path[path]
       try:
-        tree = files.tree(index)
-        by_path[path] = _Planned(index, walked, _plan_findings.plan(
-            files.sources[index], tree, model.module_names(path, tree),
-            walked, blocked))
+        by_path[path] = _rolled_back(files, model, by_path[path], path,
+                                     blocked)
       except Exception as e:  # pylint: disable=broad-except
         errors.append(failure(path, e))
   findings = []
-  for path, (index, walked, plan) in by_path.items():
+  for path, (index, walked, plan, _) in by_path.items():
     source = files.sources[index]
     try:
       found = walked + plan_findings(source, path, files.tree(index),
@@ -1288,6 +1309,21 @@ def _plans_reported(files: _Files, model, plans: list, chosen) -> tuple:
     except Exception as e:  # pylint: disable=broad-except
       errors.append(failure(path, e))
   return findings, errors
+
+
+def _rolled_back(files: _Files, model, planned_module: _Planned, path: str,
+                 blocked) -> _Planned:
+  """``planned_module`` with its flow kept as it is with ``blocked``: from
+  its plan with the flow kept where it has one, else planned again."""
+  index, walked, _, kept = planned_module
+  source = files.sources[index]
+  plan = None if kept is None else _plan_records.with_blocked(
+      kept, source, blocked)
+  if plan is None:
+    tree = files.tree(index)
+    plan = _plan_findings.plan(source, tree, model.module_names(path, tree),
+                               walked, blocked)
+  return _Planned(index, walked, plan)
 
 
 def default_jobs() -> int:
@@ -1327,10 +1363,11 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
         count, min(jobs, count // _FILES_PER_JOB))
     findings, plans = [], []
     errors = list(across.errors) + files.unreadable_errors()
-    for share_findings, share_errors, share_plans in results:
+    for share_findings, share_errors, share_plans, links in results:
       findings += share_findings
       errors += share_errors
       plans += share_plans
+      _add_links(across.model, links)
     if plans:
       plans_found, plans_errors = _plans_reported(files, across.model, plans,
                                                   chosen)
