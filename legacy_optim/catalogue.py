@@ -310,7 +310,8 @@ REPLACEMENTS = {
     'pickle': Replacement(
         'a TrainState does not pickle (its tx holds functions): save it with '
         'flax.serialization.to_bytes or Orbax, or pickle '
-        'flax_optim_rules.legacy_tree(state) and read it back with '
+        'flax_optim_rules.legacy_tree(state) (migrated code) and read it '
+        'back with '
         'flax_optim_rules.from_legacy_tree(state, tree); a pickle written '
         'before holds a flax.optim Optimizer: load it with flax-optim-compat '
         'installed (the flax.optim import alias) and continue it with '

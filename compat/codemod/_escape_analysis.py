@@ -305,9 +305,10 @@ def _pickled(module, call, text) -> Optional[str]:
   return (f'the optimizer `{text}` is pickled by '
           f'`{ast.unparse(call.func)[:50]}(...)`: a TrainState does not '
           'pickle (its tx holds functions), so the migrated program would '
-          'fail there; save it with flax.serialization.to_bytes or Orbax, or '
-          'pickle flax_optim_rules.legacy_tree(state) (read back with '
-          'flax_optim_rules.from_legacy_tree(state, tree)), then migrate')
+          'fail there; write it with flax.serialization.to_bytes (which '
+          'migrate follows) and run migrate again, or, once migrated, pickle '
+          'flax_optim_rules.legacy_tree(state) (read back with '
+          'flax_optim_rules.from_legacy_tree(state, tree))')
 
 
 def _in_tuple(module, display, node, text) -> Optional[str]:
