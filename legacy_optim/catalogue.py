@@ -308,10 +308,14 @@ REPLACEMENTS = {
         '(compat.convert_checkpoint)',
         SECTION_CHECKPOINTS),
     'pickle': Replacement(
-        'pickle the TrainState; a pickle written before holds a flax.optim '
-        'Optimizer: load it with flax-optim-compat installed (the flax.optim '
-        'import alias) and continue it with compat.to_train_state(optimizer, '
-        'apply_fn)', SECTION_CHECKPOINTS),
+        'a TrainState does not pickle (its tx holds functions): save it with '
+        'flax.serialization.to_bytes or Orbax, or pickle '
+        'flax_optim_rules.legacy_tree(state) (migrated code) and read it '
+        'back with '
+        'flax_optim_rules.from_legacy_tree(state, tree); a pickle written '
+        'before holds a flax.optim Optimizer: load it with flax-optim-compat '
+        'installed (the flax.optim import alias) and continue it with '
+        'compat.to_train_state(optimizer, apply_fn)', SECTION_CHECKPOINTS),
     'dynamic_scale': Replacement(
         'flax.training.dynamic_scale.DynamicScale({args}) (same algorithm and '
         'value_and_grad API)', SECTION_DYNAMIC_SCALE),

@@ -1096,9 +1096,10 @@ def test_the_legacy_api_on_a_field_that_now_holds_a_train_state_is_broken():
   assert not _broken(old, new)
 
 
-def test_a_pickled_optimizer_is_a_checkpoint_the_report_notes(tmp_path):
-  # jax3d's MobileNeRF scripts pickle the optimizer to resume from; after
-  # migrate the pickle holds a TrainState, and an old pickle does not.
+def test_a_pickled_optimizer_holds_its_flow_with_the_reason(tmp_path):
+  # jax3d's MobileNeRF scripts pickle the optimizer to resume from. A
+  # TrainState does not pickle (its tx holds functions): a rewrite would
+  # fail at the checkpoint, so the flow stays, with why and what to do.
   source = _SCRIPT.replace(b'import jax\n', b'import pickle\n\nimport jax\n')
   source += (b'\n\ndef save(optimizer, params, f):\n'
              b'  pickle.dump(params, f)\n'
@@ -1107,15 +1108,32 @@ def test_a_pickled_optimizer_is_a_checkpoint_the_report_notes(tmp_path):
   dumps = source.splitlines().index(b'  return pickle.dumps(optimizer)') + 1
   findings = [(f.line, f.rule, f.replacement)
               for f in scan.scan_source(source, 'stage.py')
-              if f.construct == 'checkpoint']
-  assert [(line, rule) for line, rule, _ in findings] == [(dumps, 'FOC114')]
-  assert 'pickle the TrainState' in findings[0][2]
+              if f.construct in ('checkpoint', 'optimizer_escape')]
+  assert [(line, rule) for line, rule, _ in findings] == [
+      (dumps, 'FOC114'), (dumps, 'FOC119')]
+  assert 'does not pickle' in findings[0][2]
   new, plan = migrate.migrate_source(source, 'stage.py')
-  assert not plan.leftovers, plan.leftovers
-  assert b'return pickle.dumps(optimizer)' in new
-  assert [(n.line, n.construct) for n in plan.notes] == [(dumps,
-                                                          'checkpoint')]
-  assert 'the pickle now holds a TrainState' in plan.notes[0].reason
+  assert new == source
+  escapes = [left for left in plan.leftovers
+             if left.construct == 'optimizer_escape']
+  assert [left.line for left in escapes] == [dumps]
+  assert '`pickle.dumps(...)`: a TrainState does not pickle' in (
+      escapes[0].reason)
+  assert 'flax_optim_rules.legacy_tree(state)' in escapes[0].reason
+  assert not plan.notes, plan.notes
+
+
+def test_an_optimizer_in_a_pickled_tuple_holds_its_flow(tmp_path):
+  source = _SCRIPT.replace(b'import jax\n',
+                           b'import cloudpickle\n\nimport jax\n')
+  source += (b'\n\ndef save(optimizer, f):\n'
+             b'  cloudpickle.dump((optimizer, 0), f)\n'
+             b'\n\nsave(create_optimizer({}), None)\n')
+  new, plan = migrate.migrate_source(source, 'stage.py')
+  assert new == source
+  assert any(left.construct == 'optimizer_escape' and
+             '`cloudpickle.dump(...)`: a TrainState does not pickle' in
+             left.reason for left in plan.leftovers), plan.leftovers
 
 
 # uncertainty-baselines' JFT scripts (and other vision_transformer-era

@@ -25,6 +25,7 @@ import pytest
 import test_legacy_objects as objects
 
 import flax_optim_rules
+import legacy_optim.catalogue
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent / 'checkpoints'))
 import fixture_lib as fx  # noqa: E402
@@ -211,6 +212,26 @@ def test_tree_pickles_and_bytes_round_trip():
   unpickled = pickle.loads(pickle.dumps(tree))
   assert type(unpickled) is flax_optim_rules.LegacyOptimizerTree
   chex.assert_trees_all_equal(unpickled, tree)
+
+
+def test_the_catalogues_pickle_advice_runs():
+  """A TrainState does not pickle (its tx holds local functions), so the
+  catalogue advises pickling its legacy tree: that pickles, and the state
+  read back from it is the one pickled, optimizer state included."""
+  advice = legacy_optim.catalogue.REPLACEMENTS['pickle'].text
+  assert 'does not pickle' in advice
+  assert 'pickle flax_optim_rules.legacy_tree(state)' in advice
+  assert 'flax_optim_rules.from_legacy_tree(state, tree)' in advice
+  stepped = _stepped('adam')
+  with pytest.raises((pickle.PicklingError, AttributeError, TypeError),
+                     match='local'):
+    pickle.dumps(stepped)
+  tree = pickle.loads(pickle.dumps(flax_optim_rules.legacy_tree(stepped)))
+  state = flax_optim_rules.from_legacy_tree(
+      _created(object_cases.CASES_BY_NAME['adam']), tree)
+  chex.assert_trees_all_equal(
+      (state.step, state.params, state.opt_state),
+      (stepped.step, stepped.params, stepped.opt_state))
 
 
 def _multi_rule(case):

@@ -23,7 +23,7 @@ Where the value goes that migrate follows (an expression's parent):
   factory returns, where that module proves the parameter (and what goes
   there from here must be an optimizer too); of a call that gives back what it
   is given (``jax_utils.replicate``, ``restore_checkpoint``: its result is
-  checked in turn); of a checkpoint or pickle write (reported as such);
+  checked in turn); of a checkpoint write (reported as such);
   of ``print`` or ``logging``; of a function of the user's that only
   saves or restores it with flax.serialization (``_serialization_helpers``:
   its result is checked in turn);
@@ -33,6 +33,10 @@ Where the value goes that migrate follows (an expression's parent):
   nothing outside its module names;
 * a comparison, a test, an f-string or ``'...'.format``, an expression
   statement.
+
+A pickle write (``pickle.dump(opt, f)``, also cloudpickle's and dill's) is
+never followed: a TrainState's ``tx`` holds local functions, so the
+migrated program would fail there; the flow stays, with what to do instead.
 
 A dict saved or loaded as a tree through a generic tree walker
 (``_tree_walkers``) is followed only on an assumption: that place is an
@@ -56,6 +60,13 @@ from compat.codemod import _walk
 # nothing reads an attribute of it).
 _SHOWN = ('print', 'repr', 'str')
 _SHOWN_PREFIXES = ('logging.', 'absl.logging.')
+
+
+# Writes that pickle their argument: a TrainState does not pickle (its
+# ``tx`` holds functions), so an optimizer going there holds its flow.
+PICKLE_WRITES = frozenset(f'{module}.{function}'
+                          for module in ('pickle', 'cloudpickle', 'dill')
+                          for function in ('dump', 'dumps'))
 
 
 class Escape(NamedTuple):
@@ -295,6 +306,20 @@ def _unpacked_problem(module, target, kind, text) -> Optional[str]:
   return None
 
 
+def _pickled(module, call, text) -> Optional[str]:
+  """Why an optimizer written by ``call`` holds its flow, if ``call`` is a
+  pickle write (``PICKLE_WRITES``)."""
+  if module.names.resolve(call.func) not in PICKLE_WRITES:
+    return None
+  return (f'the optimizer `{text}` is pickled by '
+          f'`{ast.unparse(call.func)[:50]}(...)`: a TrainState does not '
+          'pickle (its tx holds functions), so the migrated program would '
+          'fail there; write it with flax.serialization.to_bytes (which '
+          'migrate follows) and run migrate again, or, once migrated, pickle '
+          'flax_optim_rules.legacy_tree(state) (read back with '
+          'flax_optim_rules.from_legacy_tree(state, tree))')
+
+
 def _in_tuple(module, display, node, text) -> Optional[str]:
   """An optimizer in a tuple display: unpacked into proven names, or
   returned (also in a tuple nested in the one returned)."""
@@ -306,6 +331,9 @@ def _in_tuple(module, display, node, text) -> Optional[str]:
         outer, ast.Return) else _goes_into(display, text)
   if isinstance(outer, ast.Return):
     return _returned(module, display, None, text)
+  pickled = isinstance(outer, ast.Call) and _pickled(module, outer, text)
+  if pickled:
+    return pickled
   if isinstance(outer, ast.Call) and display in outer.args + [
       k.value for k in outer.keywords] and (
           outer.lineno in module.checkpoint_lines or
@@ -403,6 +431,9 @@ def _passed(module, call, node, text) -> Optional[str]:
   checkpoint write, or a call that only shows it."""
   if call is None:
     return _goes_into(node, text)
+  pickled = _pickled(module, call, text)
+  if pickled:
+    return pickled
   flow, names = module.flow, module.names
   resolved = names.resolve(call.func)
   if resolved is None and isinstance(call.func, ast.Name) and (

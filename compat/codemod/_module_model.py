@@ -23,7 +23,8 @@ class ModuleModel:
     """``flow``: the module's ``OptimizerFlow`` where one was built."""
     self.tree, self.names = tree, names
     self.flow = flow or _flow.OptimizerFlow(tree, names)
-    # Lines where scan found a checkpoint or pickle write or read.
+    # Lines where scan found a checkpoint write or read (not a pickle:
+    # ``_plan_records.checkpoint_lines``).
     self.checkpoint_lines = checkpoint_lines
     self.parents = _walk.parents(tree)  # each node -> the node holding it
     # What analyses of these facts found, by the analysis and what it read

@@ -31,6 +31,21 @@ FLOW_CONSTRUCTS = frozenset((
     _members.OPTIMIZER_DEF, 'reexport', _project.HELD_IN_FIELD, ESCAPE))
 # Findings that need no code change once the optimizer is a TrainState.
 NOTE_CONSTRUCTS = frozenset(('checkpoint',))
+
+
+def is_pickle(finding) -> bool:
+  """Whether a checkpoint finding is a pickle write."""
+  return finding.replacement == CATALOGUE.REPLACEMENTS['pickle'].text
+
+
+def checkpoint_lines(findings) -> frozenset:
+  """Lines of the checkpoint writes and reads an optimizer may go into
+  as a TrainState. Not a pickle write: a TrainState does not pickle, and the
+  escape analysis holds the flow there."""
+  return frozenset(f.line for f in findings
+                   if f.construct in NOTE_CONSTRUCTS and not is_pickle(f))
+
+
 HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
              '(--select/--ignore) hold it')
 
@@ -39,11 +54,15 @@ CHECKPOINT_NOTE = (
     'convert files written by the old code with `flax-optim-compat convert '
     'SRC DST --to train_state`')
 
+# A pickle write of a value not proven an optimizer, in a migrated module.
 PICKLE_NOTE = (
-    'the pickle now holds a TrainState (step, params, opt_state); one written '
-    'by the old code holds a flax.optim Optimizer: load it with '
-    'flax-optim-compat installed and continue it with '
-    '`compat.to_train_state(optimizer, apply_fn)`')
+    'not proven to pickle the optimizer; if it does, it would now pickle a '
+    'TrainState, which fails (its tx holds functions): pickle '
+    '`flax_optim_rules.legacy_tree(state)` instead (read back with '
+    '`flax_optim_rules.from_legacy_tree(state, tree)`); one written by the '
+    'old code holds a flax.optim Optimizer: load it with flax-optim-compat '
+    'installed and continue it with `compat.to_train_state(optimizer, '
+    'apply_fn)`')
 
 # A rewrite of a flow that another of its links keeps as it was.
 HELD_BY_ANOTHER_LINK = (

@@ -138,9 +138,8 @@ class Planner(_plan_imports.PlanImports):
     # did not create: definitions that leave this module get injected.
     self.rate_set_elsewhere = rate_set_elsewhere
     self.exported = frozenset(exported)  # names other modules import
-    self.module = _module_of(tree, names, frozenset(
-        f.line for f in self.findings if f.construct in NOTE_CONSTRUCTS),
-                             scanned)
+    self.module = _module_of(
+        tree, names, _plan_records.checkpoint_lines(self.findings), scanned)
     self.flow = self.module.flow
     self.replica_axis, self.replicate_problem = self._replica_axis()
     self._offsets = _line_offsets(source)
@@ -170,8 +169,9 @@ class Planner(_plan_imports.PlanImports):
 
   @property
   def checkpoint_lines(self) -> frozenset:
-    """Lines where scan found a checkpoint or pickle write or read: what
-    goes there is reported (``CHECKPOINT_NOTE``, ``PICKLE_NOTE``)."""
+    """Lines where scan found a checkpoint write or read an optimizer may
+    go into as a TrainState (``_plan_records.checkpoint_lines``: not a
+    pickle): what goes there is reported (``CHECKPOINT_NOTE``)."""
     return self.module.checkpoint_lines
 
   @property
@@ -440,11 +440,15 @@ class Planner(_plan_imports.PlanImports):
   def _plan_findings_left(self, leftovers):
     """Notes each checkpoint finding; adds to ``leftovers`` each finding of
     the flow that no edit covers and no leftover names yet."""
+    # A pickle write the flow is held by says why there, with no note.
+    held_by_pickle = {left.line for left in leftovers
+                      if left.construct == ESCAPE}
     for finding in self.findings:
+      pickled = _plan_records.is_pickle(finding)
+      if pickled and finding.line in held_by_pickle:
+        continue
       if finding.construct in NOTE_CONSTRUCTS and (
           finding.line not in self.legacy_layout_lines):
-        pickled = finding.replacement == _CATALOGUE.REPLACEMENTS[
-            'pickle'].text
         self.notes.append(Leftover(finding.line, finding.construct,
                                    finding.code, PICKLE_NOTE if pickled
                                    else CHECKPOINT_NOTE))

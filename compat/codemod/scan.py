@@ -580,9 +580,8 @@ class _Visitor(ast.NodeVisitor):
                for f in self.findings):
       return  # no optimizer the flow proves here: none goes anywhere
     module = self.escapes_model = _module_model.ModuleModel(
-        self.module.tree, self.module, frozenset(
-            f.line for f in self.findings
-            if f.construct in _plan_records.NOTE_CONSTRUCTS), self.flow)
+        self.module.tree, self.module,
+        _plan_records.checkpoint_lines(self.findings), self.flow)
     section = _codes.BY_CODE[_codes.code_of(_plan_records.ESCAPE)].section
     for escape in _escape_analysis.escapes(module):
       self.add(escape.node, _plan_records.ESCAPE, escape.why, section)
