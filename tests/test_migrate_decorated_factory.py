@@ -16,11 +16,11 @@ calls through as gin's does.
 """
 
 import _legacy_imports
+import test_migrate_holder_functions as holder_tests
 from test_migrate_project import _assert_same_bits
 from test_migrate_project import _data
 from test_migrate_project import _reasons
 from test_migrate_project import _run
-from test_migrate_project import _write
 
 from compat.codemod import migrate
 
@@ -103,17 +103,8 @@ _ASSUMPTION = ('`@configurable` of create_optimizer() hands each call to its '
 
 
 def _migrated(tmp_path, unsafe_fixes):
-  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
-  _write(project, {'base.py': _BASE, 'sub.py': _SUB})
-  sources, results = migrate.migrate_paths([str(project)],
-                                           unsafe_fixes=unsafe_fixes)
-  named = {}
-  for path, result in zip(sources, results):
-    name = path[len(str(project)) + 1:]
-    (migrated / name).parent.mkdir(parents=True, exist_ok=True)
-    (migrated / name).write_bytes(result.new)
-    named[name] = result
-  return project, migrated, named
+  return holder_tests._migrated(tmp_path, {'base.py': _BASE, 'sub.py': _SUB},
+                                unsafe_fixes)
 
 
 def test_a_decorated_factory_migrates_only_with_unsafe_fixes(tmp_path):
