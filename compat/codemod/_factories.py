@@ -14,6 +14,7 @@ from typing import NamedTuple
 from compat.codemod import _links
 from compat.codemod import _names
 from compat.codemod import _params
+from compat.codemod import _walk
 
 
 class _ReturnsOf(NamedTuple):
@@ -137,7 +138,8 @@ class Factories:
   def _definitions_of(self, value, names, function, seen) -> list:
     if isinstance(value, ast.Name):  # opt_def = optim.Adam(...); return it
       found = []
-      for node in ast.walk(function.node):
+      # (statements only: an assignment is one, met in ast.walk's order)
+      for node in _walk.statements(function.node):
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == value.id
             for t in node.targets):

@@ -269,7 +269,8 @@ def literal_dict_keys(node, tree) -> Optional[set]:
   if not isinstance(node, ast.Name):
     return None
   read_whole = set()  # ids of the names read as ``**name`` or ``name[k]``
-  for parent in ast.walk(tree):
+  walked = _walk.nodes(tree)  # (ast.walk's nodes, walked once per tree)
+  for parent in walked:
     if isinstance(parent, ast.keyword) and parent.arg is None:
       read_whole.add(id(parent.value))
     elif isinstance(parent, ast.Subscript) and isinstance(parent.ctx,
@@ -279,7 +280,7 @@ def literal_dict_keys(node, tree) -> Optional[set]:
   if bindings.star or node.id in bindings.imported:
     return None
   stores = 0  # assignments, augmented ones, del, def, parameters...
-  for child in ast.walk(tree):
+  for child in walked:
     if _names.bound_by(child) == node.id:
       stores += 1
     elif isinstance(child, ast.Name) and child.id == node.id and (

@@ -487,7 +487,7 @@ def _own_members(tree, fields) -> set:
           method, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
       if instance is None:
         continue
-      own.update(id(attribute) for attribute in ast.walk(method)
+      own.update(id(attribute) for attribute in _walk.under(method, tree)
                  if isinstance(attribute, ast.Attribute) and (
                      attribute.attr in fields & declared) and isinstance(
                          attribute.value, ast.Name) and (
