@@ -72,18 +72,13 @@ class PlanImports(_plan_uses.PlanUses):
   def _plan_class_references(self, flow_kept: bool = False):
     """``optim.Optimizer`` / ``optim.DynamicScale`` anywhere (annotations);
     ``flow_kept``: the flow stays as it is, whatever the leftovers say."""
+    if self.flow_held:
+      return  # the file keeps flax.optim: its classes stay named
     flow_ok = not flow_kept and not any(
         l.construct in _plan_records.FLOW_CONSTRUCTS for l in self.leftovers)
-    for node in _walk.nodes(self.tree):
-      if not isinstance(node, (ast.Name, ast.Attribute)) or not (
-          isinstance(node.ctx, ast.Load)):
-        continue  # an alias's own name (``Optimizer = ...``) stays
-      if isinstance(self.parents.get(node), ast.Attribute) or (
-          id(node) in self.claimed):
+    for node, path in self._whole_references():
+      if id(node) in self.claimed:
         continue  # only whole references, not a user rule's
-      path = self.names.resolve(node)
-      if self.flow_held:
-        continue  # the file keeps flax.optim: its classes stay named
       if path in _members.DYNAMIC_SCALE_PATHS:
         package, module, cls = _members.counterpart_path(
             _members.DYNAMIC_SCALE_CLASS).rsplit('.', 2)
@@ -108,12 +103,36 @@ class PlanImports(_plan_uses.PlanUses):
           self.leave(node, 'annotation', 'flax.optim.Optimizer stays while '
                      'the file keeps legacy optimizers')
 
+  def _whole_references(self) -> list:
+    """``[(node, its path)]`` of each name or attribute chain read whole
+    (not an attribute's value; an alias's own name is a store): found once
+    per module model and names, so a plan and its twin (``plan_and_kept``)
+    resolve them once."""
+    key = ('whole references', self.names)
+    if key not in self.module.analyses:
+      self.module.analyses[key] = [
+          (node, self.names.resolve(node)) for node in _walk.nodes(self.tree)
+          if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
+              node.ctx, ast.Load) and not isinstance(self.parents.get(node),
+                                                     ast.Attribute)]
+    return self.module.analyses[key]
+
+  def _removal_matches(self) -> list:
+    """``[(node, _removals.Removal)]`` of the nodes using a removed API, in
+    the walk's order: found once per module model and names, so a plan and
+    its twin (``plan_and_kept``) match them once."""
+    key = ('removals', self.names)
+    if key not in self.module.analyses:
+      self.module.analyses[key] = [
+          (node, removal) for node in _walk.nodes(self.tree)
+          if isinstance(node, _removals.MATCHED_KINDS)
+          for removal in [_removals.match(node, self.names)]
+          if removal is not None]
+    return self.module.analyses[key]
+
   def _plan_removals(self):
     """Neighbouring removals (``jax.tree_map``...): the mechanical ones."""
-    for node in _walk.nodes(self.tree):
-      removal = _removals.match(node, self.names)
-      if removal is None:
-        continue
+    for node, removal in self._removal_matches():
       if (node.lineno, _codes.code_of(removal.construct,
                                       removal.old)) in self.held:
         self.notes.append(_plan_records.Leftover(node.lineno, removal.construct,

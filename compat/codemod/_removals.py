@@ -191,6 +191,11 @@ def _ends_elsewhere(node, words, names) -> bool:
       not names.reexports)
 
 
+# The kinds of node ``match`` can find a removed API in.
+MATCHED_KINDS = (ast.ImportFrom, ast.Import, ast.Assign, ast.Expr, ast.Call,
+                 ast.Attribute)
+
+
 def match(node, names) -> Optional[Removal]:
   """A removed API that ``node`` (an attribute, import, assignment, call or
   expression statement) uses."""
