@@ -102,6 +102,10 @@ def _module_of(tree, names, checkpoint_lines, scanned):
   return _module_model.ModuleModel(tree, names, checkpoint_lines, scanned)
 
 
+# The kinds of node ``Planner._plan_flow_node`` plans.
+_FLOW_NODE_KINDS = (ast.ClassDef, ast.Call, ast.Name, ast.Attribute)
+
+
 class Planner(_plan_imports.PlanImports):
   """Builds the ``Plan`` of one module from its scan findings."""
 
@@ -306,6 +310,8 @@ class Planner(_plan_imports.PlanImports):
     leftovers = self._reexport_leftovers()
     self.inject = self._injects_rates()
     for node in _walk.nodes(self.tree):
+      if not isinstance(node, _FLOW_NODE_KINDS):
+        continue  # (most nodes: nothing of the flow to plan)
       made = len(self.edits)
       leftovers += self._plan_flow_node(node)
       if len(self.edits) > made:
