@@ -418,9 +418,18 @@ def _spelling_in(sources: dict, path: str, attr: str) -> Optional[int]:
     _SPELLINGS[:] = [sources, {}]
   found = _SPELLINGS[1]
   if (path, attr) not in found:
-    found[path, attr] = _first_spelling(sources[path], re.compile(
-        re.escape(attr.encode()) + rb'\b'))
+    source = sources[path]
+    # (most sources do not spell it at all: told without sre)
+    found[path, attr] = _first_spelling(source, _word(attr)) if (
+        attr.encode() in source) else None
   return found[path, attr]
+
+
+@functools.lru_cache(maxsize=1024)
+def _word(attr: str):
+  """The pattern of ``attr`` as a word (compiled once per attribute, not
+  once per source it is looked for in)."""
+  return re.compile(re.escape(attr.encode()) + rb'\b')
 
 
 def _first_spelling(source: bytes, word) -> Optional[int]:
