@@ -280,15 +280,19 @@ class Linker:
     names = self.names.get(path)
     flows: list = []  # the module's flow, built at the first use met (most
     # modules read have none: a flow costs about what parsing them does)
-    own = _own_members(tree, fields)
+    own = []  # (_own_members, found at the first read of a field)
     parents = _walk.parents(tree)
     found: dict = {}
     for node in parents:
+      if len(found) == len(fields):
+        break  # (only each field's first use counts)
       used = []
-      if isinstance(node, ast.Attribute) and node.attr in fields and (
-          id(node) not in own and not _names_a_literal(
-              node, parents.get(node))):
-        used = [(node.attr, node.value)]
+      if isinstance(node, ast.Attribute) and node.attr in fields:
+        if not own:
+          own.append(_own_members(tree, fields))
+        if id(node) not in own[0] and not _names_a_literal(
+            node, parents.get(node)):
+          used = [(node.attr, node.value)]
       elif isinstance(node, ast.Call) and isinstance(
           node.func, ast.Attribute) and node.func.attr in _members.COPY_METHODS:
         used = [(k.arg, node.func.value) for k in node.keywords
