@@ -56,6 +56,18 @@ class Linker:
     # nowhere else in the project, rewritten with their flows: their
     # contract changes for callers outside it (the report says so).
     self.unseen: set[tuple] = set()
+    # path -> the optimizer flow of a module the model read (its own tree
+    # and names), built once for every reader (``module_flow``).
+    self.module_flows: dict = {}
+
+  def module_flow(self, path) -> _flow.OptimizerFlow:
+    """The optimizer flow of the module ``path`` the model read, on its
+    tree and names: built at the first question (``_untyped_uses``), then
+    shared with scan's walk of the same tree (``scan._Visitor.flow``)."""
+    if path not in self.module_flows:
+      self.module_flows[path] = _flow.OptimizerFlow(self.trees[path],
+                                                    self.names[path])
+    return self.module_flows[path]
 
   def _link_calls(self, path, tree):
     """A link per call of a project factory whose definitions are made in
@@ -301,7 +313,7 @@ class Linker:
         if field in found:
           continue
         if names is not None and not flows:
-          flows.append(_flow.OptimizerFlow(tree, names))
+          flows.append(self.module_flow(path))
         if not (flows and flows[0].holds_field(receiver, field)):
           found[field] = (path, node.lineno, ast.unparse(node)[:60])
     return found

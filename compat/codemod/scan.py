@@ -263,7 +263,12 @@ class _Visitor(ast.NodeVisitor):
   @functools.cached_property
   def flow(self) -> _flow.OptimizerFlow:
     """The module's proven optimizer flow: built on the first method call
-    that needs it (most modules have none, and it is the costly part)."""
+    that needs it (most modules have none, and it is the costly part); the
+    project's model's own where it read this very tree and names (its links
+    may have built it already)."""
+    model = self.module.model
+    if model is not None and model.names.get(self.module.path) is self.module:
+      return model.module_flow(self.module.path)
     return _flow.OptimizerFlow(self.module.tree, self.module)
 
   def add(self, node, construct, replacement=None, section=None,
@@ -1377,6 +1382,7 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
     # tenth of a second on scenic). The model's names refer back to it.
     if across.model is not None:
       across.model.names.clear()
+      across.model.module_flows.clear()  # (their names refer to it too)
     del files, across
   return ScanResult(count, sorted(findings),
                     sorted(errors, key=lambda e: (e.path, e.line or 0)))
