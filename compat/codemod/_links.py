@@ -223,14 +223,14 @@ def _linked(links, start) -> set:
 def _blocked_here(links, component, path, file_line=None) -> list:
   blocked = []
   for link in links:
-    if link.producer_path not in component:
-      continue
+    if link.producer_path not in component or path not in (
+        link.producer_path, link.consumer_path):
+      continue  # (most links of a large component end elsewhere)
     reason = KEPT_WITH_FLOW + link.describe(file_line)
     if link.kind in WHOLE_FLOW_KINDS + (HELD,):
-      if path in (link.producer_path, link.consumer_path):
-        line = (link.producer_line if link.producer_path == path else
-                link.consumer_line)
-        blocked.append((line, HELD_IN_FIELD, reason))
+      line = (link.producer_line if link.producer_path == path else
+              link.consumer_line)
+      blocked.append((line, HELD_IN_FIELD, reason))
       continue
     if link.producer_path == path:
       blocked.append((link.producer_line, 'algorithm', reason))
