@@ -37,6 +37,10 @@ class Factories:
     # Dotted names of the user rule classes that another module calls.
     self.called_rules: set[str] = set()
     self._called: set = set()  # factories with a call in the project
+    # id(FunctionDef) -> its ``_producers``, once the factories are solved
+    # (``_factory_producers``: the links ask again per call of a method
+    # name many classes define).
+    self._producers_memo: dict = {}
 
   def _collect_user_rules(self) -> set:
     """Adds the user rule classes found so far; returns the new ones' names
@@ -166,7 +170,10 @@ class Factories:
         self._method_candidates(call))
     found = []
     for candidate in candidates:
-      found += self._producers(candidate)
+      key = id(candidate.node)
+      if key not in self._producers_memo:
+        self._producers_memo[key] = self._producers(candidate)
+      found += self._producers_memo[key]
     return sorted(set(found))
 
 
