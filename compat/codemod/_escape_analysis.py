@@ -149,13 +149,14 @@ def _kind(module, node):
   """True: ``node`` is an optimizer (plain or replicated); a tuple: a call
   returning a tuple with one; None: neither."""
   flow = module.flow
-  if flow.is_optimizer(node) or module.replicated_beside.is_optimizer(node):
+  if not isinstance(node, ast.Call):
+    return True if flow.is_optimizer(node) or (
+        module.replicated_beside.is_optimizer(node)) else None
+  kind = flow.call_kind(node)  # (an optimizer, or a tuple's kinds, at once)
+  if kind is True or module.replicated_beside.is_optimizer(node):
     return True
-  if isinstance(node, ast.Call):
-    kind = flow.tuple_kind(node)
-    if _flow_values.holds_optimizer(kind):
-      return kind
-  return None
+  return kind if isinstance(kind, tuple) and (
+      _flow_values.holds_optimizer(kind)) else None
 
 
 def _why_escapes(module, node, kind) -> Optional[str]:

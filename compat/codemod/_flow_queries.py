@@ -181,10 +181,11 @@ class FlowQueries(_flow_solve.FlowSolver):
     return _serialization_helpers.passes_of(call, self._callee(call, scope),
                                             self.names)
 
-  def tuple_kind(self, call) -> Optional[tuple]:
-    """The element kinds of the tuple ``call`` returns, or None."""
-    kind = self._kind(call, self.scope_of(call))
-    return kind if isinstance(kind, tuple) else None
+  def call_kind(self, call):
+    """What ``call`` gives: True (an optimizer: ``is_optimizer``), the
+    element kinds of the tuple it returns, or None: one question for a
+    reader asking both."""
+    return self._kind(call, self.scope_of(call))
 
   def _kept_argument(self, call) -> Optional[ast.AST]:
     """The argument a ``_flow_values.SAME_KIND`` call gives back in kind (by its
