@@ -11,6 +11,7 @@ from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _restores
 from compat.codemod import _serialization_helpers
+from compat.codemod import _walk
 
 
 class FlowHolding(_flow_queries.FlowQueries):
@@ -125,7 +126,7 @@ class FlowHolding(_flow_queries.FlowQueries):
         n.ctx, ast.Load)) or getattr(n, 'name', None) == name or (
             isinstance(n, _flow_values.OTHER_BINDINGS) and
             name in self._bound_names(n))
-               for n in ast.walk(statement))
+               for n in _walk.below(statement, self._children))
 
   def _asking(self, key, question) -> bool:
     """``question()``, or True where it is being asked already (a value
