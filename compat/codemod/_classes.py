@@ -15,6 +15,7 @@ from typing import Optional
 
 from compat.codemod import _names
 from compat.codemod import _project_index
+from compat.codemod import _walk
 
 _Function = _project_index._Function  # a function or method indexed
 _STRUCT_DATACLASS = 'flax.struct.dataclass'
@@ -59,7 +60,7 @@ class ClassHierarchy:
                 names, item.annotation), names))
         self._attribute_classes.setdefault(item.target.id, set()).add(
             _project_index.dotted_name(item.annotation, names))
-    for item in ast.walk(node):
+    for item in _walk.under(node, names.tree):  # (the walk's, shared)
       if isinstance(item, ast.Attribute) and isinstance(
           item.ctx, ast.Store) and isinstance(item.value, ast.Name) and (
               item.value.id == 'self') and item.attr not in annotated:

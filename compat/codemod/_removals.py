@@ -241,9 +241,9 @@ def match(node, names) -> Optional[Removal]:
 def _is_activation_base(node: ast.Attribute, names) -> bool:
   """Whether ``node`` (``flax.nn``) is the module of a ``flax.nn``
   activation (``flax.nn.relu``)."""
-  return any(isinstance(parent, ast.Attribute) and parent.value is node and
-             names.resolve(parent) in _FLAX_NN_ACTIVATIONS
-             for parent in ast.walk(names.tree))
+  parent = _walk.parents(names.tree).get(node)  # (a node has one)
+  return isinstance(parent, ast.Attribute) and parent.value is node and (
+      names.resolve(parent) in _FLAX_NN_ACTIVATIONS)
 
 
 def _match_import(node: ast.ImportFrom) -> Optional[Removal]:
