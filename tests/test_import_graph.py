@@ -215,7 +215,7 @@ LAYERS = (
     ('legacy_optim',),
     ('flax_optim_rules',),
 )
-SHARED = ('compat._atomic', 'compat._lazy')
+SHARED = ('compat._atomic', 'compat._lazy', 'compat._rule_table')
 # The codemod stays free of jax: of the layers below it, only the
 # stdlib-only catalogue (read without running legacy_optim/__init__).
 CODEMOD_MAY_IMPORT = ('legacy_optim.catalogue',)

@@ -9,16 +9,17 @@ attributes or in an import), a method finding needs the method's name,
 a flax.optim construct needs an import that spells ``optim`` (or a name
 another scanned module re-exports). A module without any of them has no
 finding; ``may_find`` says False only then. The words come from the tables
-the rules read (``_removals``' rows, scan's checkpoint functions), so a new
-row brings its word; a new kind of matcher must add its own here
-(tests/test_scan_codes.py lists the matchers it knows). Stdlib only.
+the rules read (the rule table's detection keys, ``_removals``' rows, scan's
+checkpoint functions), so a new row brings its word; a new kind of matcher
+must add its own here (tests/test_scan_codes.py lists the matchers it
+knows). Stdlib only.
 """
 
 import functools
 import re
 from typing import Iterator, NamedTuple
 
-from compat.codemod import _members
+from compat import _rule_table
 from compat.codemod import _names
 from compat.codemod import _removals
 
@@ -42,16 +43,16 @@ _CALLED_WITH = {
     'copy': r'\((?:{gap}\()*{gap}\{{',
     'pop': r'\((?:{gap}\()*{gap}[rRuU]?[\'"]',
 }
-_SCAN_WORDS = (
-    'traverse_util',  # flax.traverse_util traversals
-    'compat',  # the bridges
-    *_members.STEP_METHODS,
-)
+# The flax.optim rules' detection keys (the rule table's ``words`` and
+# ``methods``: ``traverse_util``, the bridges' ``compat``, the step methods).
+_SCAN_WORDS = tuple(word for rule in _rule_table.RULES
+                    for word in (*rule.words, *rule.methods))
 # Words whose findings read them only as an attribute's name (the legacy
 # methods, ``x.copy({...})``, ``rest, params = v.pop('params')``: the
 # matchers test ``node.func.attr``): ``copy`` in a licence header, or a
 # local ``pop``, is not one. A word the tables also give stays plain.
-_METHOD_WORDS = ('copy', 'pop', *_members.STEP_METHODS)
+_METHOD_WORDS = ('copy', 'pop', *(method for rule in _rule_table.RULES
+                                  for method in rule.methods))
 
 
 def _last(path: str) -> str:
