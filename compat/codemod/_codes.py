@@ -96,6 +96,16 @@ def help_uri(code: str) -> str:
   return guide.as_uri() + guide_anchor(BY_CODE[code].section)
 
 
+def guide_table() -> str:
+  """The guide's table of codes (Markdown, one row per code: its title and
+  a link to its section); scripts/guide_codes.py writes it into
+  migration_guide.md."""
+  rows = ['| code | finding | guide section |', '| --- | --- | --- |']
+  rows += [f'| `{c.code}` | {c.title.replace("|", chr(92) + "|")} | '
+           f'[{c.section}]({guide_anchor(c.section)}) |' for c in CODES]
+  return '\n'.join(rows) + '\n'
+
+
 def listing() -> str:
   """``--list-codes``: one line per code."""
   return '\n'.join(f'{c.code}  {c.title}  [{c.section}]' for c in CODES)
