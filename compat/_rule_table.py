@@ -275,8 +275,9 @@ class Member(NamedTuple):
   name: str
   owner: str  # the flax.optim class that has it
   kind: str  # 'method' or 'attribute'
-  # The construct of the finding that names it (a row of ``RULES``), where
-  # it has one.
+  # The rule it belongs to (a construct of ``RULES``), where it has one:
+  # a call of a step method is that rule's finding, and a member without a
+  # ``replacement`` of its own is replaced as that rule says.
   construct: Optional[str] = None
   # What replaces it once the optimizer is a TrainState (``state``) and its
   # definition an Optax transform (``tx``), the same in both tiers; None:

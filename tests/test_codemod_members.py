@@ -206,3 +206,8 @@ def test_every_member_names_a_rule_or_says_its_own_replacement():
     assert member.construct in _rule_table.BY_CONSTRUCT or (
         member.construct is None), member
     assert _rule_table.member_replacement(member), member
+  # A rule's step methods are members of that rule (scan reports their
+  # calls under the member's construct).
+  for rule in _rule_table.RULES:
+    for method in rule.methods:
+      assert _members.construct_of(method) == rule.construct, method

@@ -88,6 +88,14 @@ def replacement(name: str) -> str:
       name, f'the TrainState counterpart of .{name}')
 
 
+def construct_of(name: str) -> Optional[str]:
+  """The construct of the rule the member ``name`` belongs to (a step
+  method's call is that rule's finding: ``compute_gradients``, a
+  misspelling, is ``compute_gradient``'s)."""
+  member = _row(name)
+  return member.construct if member is not None else None
+
+
 def no_counterpart(name: str) -> Optional[str]:
   """Why a read of the member ``name`` stays as it is, if the table says."""
   member = _row(name)
