@@ -72,7 +72,13 @@ def configs():
 
 
 def _catalogue():
-  """legacy_optim.catalogue (stdlib only, so the oracle venv can read it)."""
+  """legacy_optim.catalogue (stdlib only, so the oracle venv can read it).
+
+  It reads the rule table (compat/_rule_table.py, stdlib only too): the
+  repository goes on the path, where the oracle venv does not have it.
+  """
+  if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
   spec = importlib.util.spec_from_file_location(
       '_catalogue', os.path.join(ROOT, 'legacy_optim', 'catalogue.py'))
   module = importlib.util.module_from_spec(spec)
