@@ -6,8 +6,7 @@ Four subsystems, each a package that imports only those below it:
 ``legacy_optim`` and ``flax_optim_rules``. ``codemod`` needs no bridge and
 no jax. Beside them: ``testing`` (proving a migration), ``importer`` (the
 ``flax.optim`` alias) and the helpers the subsystems share (``_atomic``,
-``_lazy``, ``_rule_table``: what the project says about each flax.optim
-construct).
+``_lazy``).
 
 Public names are resolved lazily, so ``import compat`` stays cheap (it must
 not import jax or flax until a name is used).

@@ -6,9 +6,9 @@ stock Optax expression per variant with the constructor values its deviation
 from flax 0.5.3 was measured with (``scripts/stock_optax_deviation.py``,
 results in ``stock_optax_deviation.json``), and the rows it gets in
 ``flax-optim-compat check``. ``REPLACEMENTS`` gives the replacement text of
-every other legacy feature (the rule table's, ``compat._rule_table``). The
-package's exports, the restore hints, the deprecation warnings, the source
-scanner, the optimizer specs and ``check`` all read this module;
+every other legacy feature (the rule table's, ``_rule_table``). The package's
+exports, the restore hints, the deprecation warnings, the source scanner,
+the optimizer specs and ``check`` all read this module;
 ``tests/test_catalogue.py`` checks it against the classes. A new algorithm
 needs its own module, a record here and tests.
 
@@ -24,22 +24,24 @@ import math
 import os
 from typing import Any, Mapping, NamedTuple, Optional
 
-from compat import _rule_table
+# The rule table, imported relatively: the scanner loads both without
+# running legacy_optim/__init__ (compat._lazy.module_without_package).
+from . import _rule_table
 
 # Section headings of migration_guide.md (the rule table's), read here by
 # name (``catalogue.SECTION_LOOP``).
-from compat._rule_table import SECTION_ALGORITHMS  # noqa: F401
-from compat._rule_table import SECTION_CHECKPOINTS  # noqa: F401
-from compat._rule_table import SECTION_DYNAMIC_SCALE  # noqa: F401
-from compat._rule_table import SECTION_FIND  # noqa: F401
-from compat._rule_table import SECTION_INSTALL  # noqa: F401
-from compat._rule_table import SECTION_LOOP  # noqa: F401
-from compat._rule_table import SECTION_OVERRIDES  # noqa: F401
-from compat._rule_table import SECTION_REPLICATION  # noqa: F401
-from compat._rule_table import SECTION_STRICT  # noqa: F401
-from compat._rule_table import SECTION_TRAVERSALS  # noqa: F401
-from compat._rule_table import SECTION_WEIGHT_NORM  # noqa: F401
-from compat._rule_table import SECTIONS  # noqa: F401
+from ._rule_table import SECTION_ALGORITHMS  # noqa: F401
+from ._rule_table import SECTION_CHECKPOINTS  # noqa: F401
+from ._rule_table import SECTION_DYNAMIC_SCALE  # noqa: F401
+from ._rule_table import SECTION_FIND  # noqa: F401
+from ._rule_table import SECTION_INSTALL  # noqa: F401
+from ._rule_table import SECTION_LOOP  # noqa: F401
+from ._rule_table import SECTION_OVERRIDES  # noqa: F401
+from ._rule_table import SECTION_REPLICATION  # noqa: F401
+from ._rule_table import SECTION_STRICT  # noqa: F401
+from ._rule_table import SECTION_TRAVERSALS  # noqa: F401
+from ._rule_table import SECTION_WEIGHT_NORM  # noqa: F401
+from ._rule_table import SECTIONS  # noqa: F401
 
 # The guide ships with the package; the command prints it (or --path).
 GUIDE = 'the migration guide (flax-optim-compat guide)'
@@ -236,7 +238,7 @@ def algorithms_for_fields(fields) -> tuple[str, ...]:
 
 # ----------------------------------------------------------------------------
 # What replaces every other legacy feature: (replacement, guide section), by
-# construct. The rule table's texts (``compat._rule_table``): the scanner
+# construct. The rule table's texts (``_rule_table``): the scanner
 # prints the replacement as is; the warnings put it in a sentence.
 
 

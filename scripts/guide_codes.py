@@ -1,7 +1,7 @@
 """Writes the table of codes in migration_guide.md from the rule table.
 
 The codes, their titles and guide sections are written once, in
-``compat/_rule_table.py``; the guide's table is generated from them (as
+``legacy_optim/_rule_table.py``; the guide's table is generated from them (as
 ruff generates its rules' documentation). tests/test_scan_codes.py fails
 when the committed guide differs from what this writes.
 

@@ -1,5 +1,5 @@
 """Each flax.optim member name, class mapping, code and replacement text is
-written in one place: the rule table, compat/_rule_table.py.
+written in one place: the rule table, legacy_optim/_rule_table.py.
 
 compat/codemod reads the member names through ``_members``' constants; a
 member name written as a string in compat/codemod (``'target'``,
@@ -12,9 +12,9 @@ guide sections and replacement texts across the packages and scripts.
 import ast
 import pathlib
 
-from compat import _rule_table
 from compat.codemod import _members
 from compat.codemod import _prefilter
+from legacy_optim import _rule_table
 
 CODEMOD = pathlib.Path(_members.__file__).resolve().parent
 # The table lives outside compat/codemod: every module there only reads it.
@@ -125,7 +125,7 @@ def test_every_member_has_one_row():
 
 
 # ---------------------------------------------------------------------------
-# The rule table (compat/_rule_table.py): every code, title, guide section
+# The rule table (legacy_optim/_rule_table.py): every code, title, guide section
 # and replacement text is written there once; the codes table, the
 # catalogue's REPLACEMENTS (the warnings' texts), the member vocabulary and
 # the prefilter's words read it.
@@ -185,8 +185,9 @@ def test_codes_sections_and_replacement_texts_are_written_only_in_the_table():
     for path in sorted((ROOT / package).rglob('*.py')):
       if path.resolve() != TABLE:
         found += _copies(path, texts)
-  assert not found, ('rule table facts written outside compat/_rule_table.py '
-                     f'(read them from it): {found}')
+  assert not found, ('rule table facts written outside '
+                     'legacy_optim/_rule_table.py (read them from it): '
+                     f'{found}')
 
 
 def test_the_prefilter_spells_no_detection_key_of_its_own():

@@ -6,10 +6,10 @@ A code names a kind of finding the way a linter's rule code does (ruff's
 ``[tool.flax-optim-compat]``. ``FOC1xx``: flax.optim constructs (one per
 ``scan`` construct); ``FOC2xx``: the removed jax/flax APIs next to it (one
 per group of ``_removals`` rows); ``FOC9xx``: findings about the scan itself.
-The codes, titles and sections are the rule table's (``compat._rule_table``
-``RULES``); ``--list-codes``, the formats (SARIF rules, GitHub titles) and
-the guide's table (kept equal by tests/test_scan_codes.py) all read
-``CODES``.
+The codes, titles and sections are the rule table's
+(``legacy_optim._rule_table.RULES``); ``--list-codes``, the formats (SARIF
+rules, GitHub titles) and the guide's table (scripts/guide_codes.py) all
+read ``CODES``.
 
 Stdlib only (the codemod never imports jax).
 """
@@ -18,7 +18,10 @@ import pathlib
 import re
 from typing import Optional
 
-from compat import _rule_table
+from compat import _lazy
+
+# (read without running legacy_optim/__init__, which imports jax)
+_rule_table = _lazy.module_without_package('legacy_optim', '_rule_table')
 
 PREFIX = _rule_table.PREFIX
 GUIDE_FILE = 'migration_guide.md'

@@ -4,8 +4,8 @@
 names of its members (``optimizer.target``, ``optimizer.apply_gradient(g)``,
 ``definition.create(params)``). Every module of the codemod reads those
 names from here (the constants below, or ``MEMBERS``); they and their rows
-are written once, in the rule table (``compat._rule_table``), so adding a
-member rewrite starts there; tests/test_codemod_members.py fails when a
+are written once, in the rule table (``legacy_optim._rule_table``), so
+adding a member rewrite starts there; tests/test_codemod_members.py fails when a
 member name is written as a string anywhere else in compat/codemod.
 
 Stdlib only (the codemod never imports jax).
@@ -13,43 +13,45 @@ Stdlib only (the codemod never imports jax).
 
 from typing import Optional
 
-from compat import _rule_table
+from compat import _lazy
 
-# The names the codemod reads here (``_members.TARGET``): the rule table's.
-from compat._rule_table import APPLY_GRADIENT  # noqa: F401
-from compat._rule_table import APPLY_PARAM_GRADIENT  # noqa: F401
-from compat._rule_table import CHECKPOINT_TARGET  # noqa: F401
-from compat._rule_table import CLASS_COUNTERPARTS  # noqa: F401
-from compat._rule_table import COMPUTE_GRADIENT  # noqa: F401
-from compat._rule_table import COMPUTE_GRADIENTS  # noqa: F401
-from compat._rule_table import COPY_METHODS  # noqa: F401
-from compat._rule_table import CREATE  # noqa: F401
-from compat._rule_table import DEF_CLASS  # noqa: F401
-from compat._rule_table import DEFINITION  # noqa: F401
-from compat._rule_table import DYNAMIC_SCALE_CLASS  # noqa: F401
-from compat._rule_table import HYPER_PARAMS  # noqa: F401
-from compat._rule_table import INIT_PARAM_STATE  # noqa: F401
-from compat._rule_table import INIT_STATE  # noqa: F401
-from compat._rule_table import MEMBERS  # noqa: F401
-from compat._rule_table import MULTI_OPTIMIZER_CLASS  # noqa: F401
-from compat._rule_table import OPTIMIZE  # noqa: F401
-from compat._rule_table import OPTIMIZER_CLASS  # noqa: F401
-from compat._rule_table import OPTIMIZER_DEF  # noqa: F401
-from compat._rule_table import OPTIMIZER_STATE_CLASS  # noqa: F401
-from compat._rule_table import OPTIMIZER_USE  # noqa: F401
-from compat._rule_table import PARAM_STATES  # noqa: F401
-from compat._rule_table import REPLACE  # noqa: F401
-from compat._rule_table import REPLICATE  # noqa: F401
-from compat._rule_table import REPLICATED_OPTIMIZER_CLASS  # noqa: F401
-from compat._rule_table import RESTORE_STATE  # noqa: F401
-from compat._rule_table import STATE  # noqa: F401
-from compat._rule_table import STATE_DICT  # noqa: F401
-from compat._rule_table import STEP  # noqa: F401
-from compat._rule_table import TARGET  # noqa: F401
-from compat._rule_table import UNREPLICATE  # noqa: F401
-from compat._rule_table import UPDATE_HYPER_PARAMS  # noqa: F401
-from compat._rule_table import WEIGHT_NORM_CLASS  # noqa: F401
-from compat._rule_table import Member  # noqa: F401
+# The rule table, read without running legacy_optim/__init__ (it imports
+# jax); the names the codemod reads here (``_members.TARGET``) are its.
+_rule_table = _lazy.module_without_package('legacy_optim', '_rule_table')
+APPLY_GRADIENT = _rule_table.APPLY_GRADIENT
+APPLY_PARAM_GRADIENT = _rule_table.APPLY_PARAM_GRADIENT
+CHECKPOINT_TARGET = _rule_table.CHECKPOINT_TARGET
+CLASS_COUNTERPARTS = _rule_table.CLASS_COUNTERPARTS
+COMPUTE_GRADIENT = _rule_table.COMPUTE_GRADIENT
+COMPUTE_GRADIENTS = _rule_table.COMPUTE_GRADIENTS
+COPY_METHODS = _rule_table.COPY_METHODS
+CREATE = _rule_table.CREATE
+DEF_CLASS = _rule_table.DEF_CLASS
+DEFINITION = _rule_table.DEFINITION
+DYNAMIC_SCALE_CLASS = _rule_table.DYNAMIC_SCALE_CLASS
+HYPER_PARAMS = _rule_table.HYPER_PARAMS
+INIT_PARAM_STATE = _rule_table.INIT_PARAM_STATE
+INIT_STATE = _rule_table.INIT_STATE
+MEMBERS = _rule_table.MEMBERS
+MULTI_OPTIMIZER_CLASS = _rule_table.MULTI_OPTIMIZER_CLASS
+OPTIMIZE = _rule_table.OPTIMIZE
+OPTIMIZER_CLASS = _rule_table.OPTIMIZER_CLASS
+OPTIMIZER_DEF = _rule_table.OPTIMIZER_DEF
+OPTIMIZER_STATE_CLASS = _rule_table.OPTIMIZER_STATE_CLASS
+OPTIMIZER_USE = _rule_table.OPTIMIZER_USE
+PARAM_STATES = _rule_table.PARAM_STATES
+REPLACE = _rule_table.REPLACE
+REPLICATE = _rule_table.REPLICATE
+REPLICATED_OPTIMIZER_CLASS = _rule_table.REPLICATED_OPTIMIZER_CLASS
+RESTORE_STATE = _rule_table.RESTORE_STATE
+STATE = _rule_table.STATE
+STATE_DICT = _rule_table.STATE_DICT
+STEP = _rule_table.STEP
+TARGET = _rule_table.TARGET
+UNREPLICATE = _rule_table.UNREPLICATE
+UPDATE_HYPER_PARAMS = _rule_table.UPDATE_HYPER_PARAMS
+WEIGHT_NORM_CLASS = _rule_table.WEIGHT_NORM_CLASS
+Member = _rule_table.Member
 
 NAMES = frozenset(member.name for member in MEMBERS)
 

@@ -19,7 +19,10 @@ import functools
 import re
 from typing import Iterator, NamedTuple
 
-from compat import _rule_table
+from compat import _lazy
+
+# (read without running legacy_optim/__init__, which imports jax)
+_rule_table = _lazy.module_without_package('legacy_optim', '_rule_table')
 from compat.codemod import _names
 from compat.codemod import _removals
 

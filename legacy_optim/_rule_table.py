@@ -12,14 +12,14 @@ writes for a read of it. ``CLASS_COUNTERPARTS``: what replaces each class.
 
 Everything else derives from here: the codes (``compat.codemod._codes``),
 the member vocabulary (``compat.codemod._members``), the replacement texts
-(``legacy_optim.catalogue.REPLACEMENTS``, read by the warnings and scan),
+(``catalogue.REPLACEMENTS``, read by the deprecation warnings and scan),
 the prefilter's words (``compat.codemod._prefilter``) and the guide's table
-of codes (tests/test_scan_codes.py compares it with ``RULES``).
-tests/test_codemod_members.py fails when one of these facts is written
-anywhere else.
+of codes (scripts/guide_codes.py writes it; tests/test_scan_codes.py fails
+while the committed guide differs). tests/test_codemod_members.py fails
+when one of these facts is written anywhere else.
 
-Stdlib only, no import: legacy_optim (below compat) and the codemod (no
-jax) both read it.
+Stdlib only, and it imports nothing: the catalogue and the warnings read it
+here, the codemod (no jax) through ``compat._lazy.module_without_package``.
 """
 
 from typing import NamedTuple, Optional
