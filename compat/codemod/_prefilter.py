@@ -20,11 +20,11 @@ import re
 from typing import Iterator, NamedTuple
 
 from compat import _lazy
+from compat.codemod import _names
+from compat.codemod import _removals
 
 # (read without running legacy_optim/__init__, which imports jax)
 _rule_table = _lazy.module_without_package('legacy_optim', '_rule_table')
-from compat.codemod import _names
-from compat.codemod import _removals
 
 # The ``_removals.match`` helpers and the words each needs; a test fails
 # when ``_removals`` grows a matcher not listed here.
@@ -46,16 +46,18 @@ _CALLED_WITH = {
     'copy': r'\((?:{gap}\()*{gap}\{{',
     'pop': r'\((?:{gap}\()*{gap}[rRuU]?[\'"]',
 }
-# The flax.optim rules' detection keys (the rule table's ``words`` and
-# ``methods``: ``traverse_util``, the bridges' ``compat``, the step methods).
-_SCAN_WORDS = tuple(word for rule in _rule_table.RULES
-                    for word in (*rule.words, *rule.methods))
+# The flax.optim rules' detection keys (the rule table's): words a finding
+# needs anywhere (``traverse_util``, the bridges' ``compat``) and the
+# Optimizer's step methods, needed as an attribute's name.
+_RULE_WORDS = tuple(word for rule in _rule_table.RULES for word in rule.words)
+_RULE_METHODS = tuple(method for rule in _rule_table.RULES
+                      for method in rule.methods)
+_SCAN_WORDS = (*_RULE_WORDS, *_RULE_METHODS)
 # Words whose findings read them only as an attribute's name (the legacy
 # methods, ``x.copy({...})``, ``rest, params = v.pop('params')``: the
 # matchers test ``node.func.attr``): ``copy`` in a licence header, or a
 # local ``pop``, is not one. A word the tables also give stays plain.
-_METHOD_WORDS = ('copy', 'pop', *(method for rule in _rule_table.RULES
-                                  for method in rule.methods))
+_METHOD_WORDS = ('copy', 'pop', *_RULE_METHODS)
 
 
 def _last(path: str) -> str:
