@@ -6,9 +6,9 @@ text ``scan`` reports and the deprecation warnings put in a sentence), the
 removed names it covers (``FOC2xx``) and the words a module must spell for
 it to be found there (the prefilter's). One row per member of flax.optim's
 Optimizer, OptimizerDef and OptimizerState (``MEMBERS``): its name (what
-detection matches), the construct of the finding that names it, what
-replaces it where that differs from its construct's text, and what migrate
-writes for a read of it. ``CLASS_COUNTERPARTS``: what replaces each class.
+detection matches), the rule it belongs to, what replaces it where that
+differs from its rule's text, and what migrate writes for a read of it.
+``CLASS_COUNTERPARTS``: what replaces each class.
 
 Everything else derives from here: the codes (``compat.codemod._codes``),
 the member vocabulary (``compat.codemod._members``), the replacement texts
