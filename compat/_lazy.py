@@ -3,6 +3,7 @@
 import functools
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -39,22 +40,28 @@ def module_without_package(package: str, name: str) -> ModuleType:
   For stdlib-only modules such as ``legacy_optim.catalogue``: the scanner and
   the optimizer specs read them without jax. When ``package`` is already
   imported its own module is returned; otherwise one private copy is loaded
-  from the file and kept.
+  from the file and kept (with those it imports relatively).
   """
   if package in sys.modules:
     return importlib.import_module(f'{package}.{name}')
   return _private_copy(package, name)
 
 
-@functools.lru_cache(maxsize=None)
 def _private_copy(package: str, name: str) -> ModuleType:
+  return importlib.import_module(f'{_stand_in(package)}.{name}')
+
+
+@functools.lru_cache(maxsize=None)
+def _stand_in(package: str) -> str:
+  """A package that finds ``package``'s modules in its directory without
+  running its ``__init__``: a private copy's relative imports (``from .
+  import _rule_table``) load private copies too, each once."""
   origin = importlib.util.find_spec(package).origin
-  spec = importlib.util.spec_from_file_location(
-      f'_compat_{package}_{name}',
-      os.path.join(os.path.dirname(origin), f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  stand_in = f'_compat_{package}'
+  spec = importlib.machinery.ModuleSpec(stand_in, None, is_package=True)
+  spec.submodule_search_locations = [os.path.dirname(origin)]
+  sys.modules[stand_in] = importlib.util.module_from_spec(spec)
+  return stand_in
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -5,13 +5,15 @@ module, its per-parameter state fields (the checkpoint format), the nearest
 stock Optax expression per variant with the constructor values its deviation
 from flax 0.5.3 was measured with (``scripts/stock_optax_deviation.py``,
 results in ``stock_optax_deviation.json``), and the rows it gets in
-``flax-optim-compat check``. ``REPLACEMENTS`` holds the replacement text of
-every other legacy feature. The package's exports, the restore hints, the
-deprecation warnings, the source scanner, the optimizer specs and ``check``
-all read this module; ``tests/test_catalogue.py`` checks it against the
-classes. A new algorithm needs its own module, a record here and tests.
+``flax-optim-compat check``. ``REPLACEMENTS`` gives the replacement text of
+every other legacy feature (the rule table's, ``_rule_table``). The package's
+exports, the restore hints, the deprecation warnings, the source scanner,
+the optimizer specs and ``check`` all read this module;
+``tests/test_catalogue.py`` checks it against the classes. A new algorithm
+needs its own module, a record here and tests.
 
-Stdlib only: the scanner loads it without importing legacy_optim (and jax).
+Stdlib only (and the stdlib-only rule table): the scanner loads it without
+importing legacy_optim (and jax).
 """
 
 import ast
@@ -22,27 +24,27 @@ import math
 import os
 from typing import Any, Mapping, NamedTuple, Optional
 
+# The rule table, imported relatively: the scanner loads both without
+# running legacy_optim/__init__ (compat._lazy.module_without_package).
+from . import _rule_table
+
+# Section headings of migration_guide.md (the rule table's), read here by
+# name (``catalogue.SECTION_LOOP``).
+from ._rule_table import SECTION_ALGORITHMS  # noqa: F401
+from ._rule_table import SECTION_CHECKPOINTS  # noqa: F401
+from ._rule_table import SECTION_DYNAMIC_SCALE  # noqa: F401
+from ._rule_table import SECTION_FIND  # noqa: F401
+from ._rule_table import SECTION_INSTALL  # noqa: F401
+from ._rule_table import SECTION_LOOP  # noqa: F401
+from ._rule_table import SECTION_OVERRIDES  # noqa: F401
+from ._rule_table import SECTION_REPLICATION  # noqa: F401
+from ._rule_table import SECTION_STRICT  # noqa: F401
+from ._rule_table import SECTION_TRAVERSALS  # noqa: F401
+from ._rule_table import SECTION_WEIGHT_NORM  # noqa: F401
+from ._rule_table import SECTIONS  # noqa: F401
+
 # The guide ships with the package; the command prints it (or --path).
 GUIDE = 'the migration guide (flax-optim-compat guide)'
-
-# Section headings of migration_guide.md (tests check that each exists).
-SECTION_INSTALL = 'Step 0: Install and run unchanged'
-SECTION_FIND = 'Step 1: Read the warnings and scan the code'
-SECTION_ALGORITHMS = (
-    'Step 2: Swap each optimizer definition for its Optax transform')
-SECTION_TRAVERSALS = 'Traversals and MultiOptimizer'
-SECTION_OVERRIDES = 'Per-step hyper-parameter overrides'
-SECTION_WEIGHT_NORM = 'Weight normalization'
-SECTION_LOOP = 'Step 3: Move the training loop to TrainState or nnx.Optimizer'
-SECTION_REPLICATION = 'Replication'
-SECTION_DYNAMIC_SCALE = 'Mixed precision (DynamicScale)'
-SECTION_CHECKPOINTS = 'Step 4: Convert checkpoints'
-SECTION_STRICT = 'Step 5: Remove the shim and turn on strict mode'
-
-SECTIONS = (SECTION_INSTALL, SECTION_FIND, SECTION_ALGORITHMS,
-            SECTION_TRAVERSALS, SECTION_OVERRIDES, SECTION_WEIGHT_NORM,
-            SECTION_LOOP, SECTION_REPLICATION, SECTION_DYNAMIC_SCALE,
-            SECTION_CHECKPOINTS, SECTION_STRICT)
 
 DEVIATION_FILE = os.path.join(os.path.dirname(__file__),
                               'stock_optax_deviation.json')
@@ -235,8 +237,9 @@ def algorithms_for_fields(fields) -> tuple[str, ...]:
 
 
 # ----------------------------------------------------------------------------
-# What replaces every other legacy feature: (replacement, guide section). The
-# scanner prints the replacement as is; the warnings put it in a sentence.
+# What replaces every other legacy feature: (replacement, guide section), by
+# construct. The rule table's texts (``_rule_table``): the scanner
+# prints the replacement as is; the warnings put it in a sentence.
 
 
 class Replacement(NamedTuple):
@@ -245,80 +248,10 @@ class Replacement(NamedTuple):
 
 
 REPLACEMENTS = {
-    'import': Replacement(
-        'import optax and flax_optim_rules (flax-optim-compat migrate drops '
-        'this import once nothing uses it; the shim serves it until step 5)',
-        SECTION_ALGORITHMS),
-    'shim': Replacement('remove once migrated: uninstall flax-optim-compat',
-                        SECTION_STRICT),
-    'optimizer_def_subclass': Replacement(
-        'what flax-optim-compat migrate writes: the class unchanged on '
-        'flax_optim_rules.RuleDef (OptimizerState(...) -> '
-        'flax_optim_rules.RuleState(...)), Rule(...).to_optax() as its '
-        'transform (same numbers, no flax.optim); then port the rule to a '
-        'plain optax.GradientTransformation by hand (migrate --write puts a '
-        'test beside the module that proves the port equal)',
-        SECTION_ALGORITHMS),
-    'multi_optimizer': Replacement(
-        'flax_optim_rules.multi_optimizer((traversal0, tx0), ...) with '
-        'flax_optim_rules.ModelParamTraversal traversals (what migrate '
-        "writes: optax.partition({'0': tx0, ..., 'frozen': "
-        'optax.set_to_zero()}, labels)); same numbers: opt_def.to_optax()',
-        SECTION_TRAVERSALS),
-    'traversal': Replacement(
-        'flax_optim_rules.ModelParamTraversal(filter_fn) in '
-        'flax_optim_rules.multi_optimizer pairs (what migrate writes); '
-        'optax.partition labels: flax_optim_rules.traversal_labels(params, '
-        'traversal) or flax.traverse_util.path_aware_map(lambda path, _: '
-        '..., params)', SECTION_TRAVERSALS),
-    'weight_norm': Replacement(
-        'flax_optim_rules.weight_norm(tx, wn_decay=..., wn_eps=...) around '
-        'the wrapped rule, what flax-optim-compat migrate writes (same '
-        'numbers; stock Optax has no counterpart), or reparameterise the '
-        'model with flax.linen.WeightNorm', SECTION_WEIGHT_NORM),
-    'create': Replacement(
-        'train_state.TrainState.create(apply_fn=None, params=params, '
-        'tx=opt_def), opt_def being the transform flax-optim-compat migrate '
-        'writes for the definition (it rewrites both; an existing optimizer: '
-        'compat.to_train_state(optimizer, apply_fn), '
-        'compat.to_optax(optimizer) or compat.to_nnx_optimizer(optimizer, '
-        'model))', SECTION_LOOP),
-    'apply_gradient': Replacement('state = state.apply_gradients(grads=grads)',
-                                  SECTION_LOOP),
-    'apply_gradient_overrides': Replacement(
-        'what flax-optim-compat migrate writes for learning_rate=lr: '
-        'state.replace(opt_state=optax.tree_utils.tree_set(state.opt_state, '
-        'learning_rate=lr)).apply_gradients(grads=grads), the definition '
-        'wrapped in flax_optim_rules.inject_learning_rate (stock rules: '
-        'optax.inject_hyperparams); or a schedule: '
-        'opt_def.to_optax(learning_rate=schedule)', SECTION_OVERRIDES),
-    'compute_gradient': Replacement(
-        'loss, grads = jax.value_and_grad(loss_fn)(params) (has_aux=True '
-        'when loss_fn returns (loss, aux))', SECTION_LOOP),
-    'optimize': Replacement(
-        'grads = jax.grad(loss_fn)(state.params); state = '
-        'state.apply_gradients(grads=grads)', SECTION_LOOP),
-    'replicate': Replacement(
-        'flax.jax_utils.replicate(state) and jax.lax.pmean(grads, axis_name) '
-        'in the pmapped step, or jax.jit with jax.sharding '
-        '(compat.state_shardings)', SECTION_REPLICATION),
-    'checkpoint': Replacement(
-        'checkpoint the TrainState (Orbax); convert old files with '
-        'flax-optim-compat convert SRC DST --to train_state '
-        '(compat.convert_checkpoint)',
-        SECTION_CHECKPOINTS),
-    'pickle': Replacement(
-        'a TrainState does not pickle (its tx holds functions): save it with '
-        'flax.serialization.to_bytes or Orbax, or pickle '
-        'flax_optim_rules.legacy_tree(state) (migrated code) and read it '
-        'back with '
-        'flax_optim_rules.from_legacy_tree(state, tree); a pickle written '
-        'before holds a flax.optim Optimizer: load it with flax-optim-compat '
-        'installed (the flax.optim import alias) and continue it with '
-        'compat.to_train_state(optimizer, apply_fn)', SECTION_CHECKPOINTS),
-    'dynamic_scale': Replacement(
-        'flax.training.dynamic_scale.DynamicScale({args}) (same algorithm and '
-        'value_and_grad API)', SECTION_DYNAMIC_SCALE),
+    **{rule.construct: Replacement(rule.replacement, rule.section)
+       for rule in _rule_table.RULES if rule.replacement is not None},
+    _rule_table.PICKLE: Replacement(_rule_table.PICKLE_REPLACEMENT,
+                                    SECTION_CHECKPOINTS),
 }
 
 

@@ -29,7 +29,6 @@ Run (about a minute)::
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -72,12 +71,12 @@ def configs():
 
 
 def _catalogue():
-  """legacy_optim.catalogue (stdlib only, so the oracle venv can read it)."""
-  spec = importlib.util.spec_from_file_location(
-      '_catalogue', os.path.join(ROOT, 'legacy_optim', 'catalogue.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  """legacy_optim.catalogue (stdlib only, so the oracle venv can read it),
+  without running legacy_optim/__init__ (with the rule table it imports)."""
+  if ROOT not in sys.path:  # (the oracle venv has no copy of this repo)
+    sys.path.insert(0, ROOT)
+  from compat import _lazy
+  return _lazy.module_without_package('legacy_optim', 'catalogue')
 
 
 # Gradient sequences: name -> factor applied to the 'typical' sequence

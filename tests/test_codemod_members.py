@@ -1,19 +1,24 @@
-"""Each flax.optim member name and class mapping is written in one place.
+"""Each flax.optim member name, class mapping, code and replacement text is
+written in one place: the rule table, legacy_optim/_rule_table.py.
 
-compat/codemod/_members.py holds them; every other codemod module reads its
-constants. A member name written as a string elsewhere (``'target'``,
+compat/codemod reads the member names through ``_members``' constants; a
+member name written as a string in compat/codemod (``'target'``,
 ``b'apply_gradient'``) is a second copy of the fact, so this test names it.
 Only whole strings count: prose that mentions a member (a docstring, a note)
-is not a copy of the name.
+is not a copy of the name. The same holds for the table's codes, titles,
+guide sections and replacement texts across the packages and scripts.
 """
 
 import ast
 import pathlib
 
 from compat.codemod import _members
+from compat.codemod import _prefilter
+from legacy_optim import _rule_table
 
 CODEMOD = pathlib.Path(_members.__file__).resolve().parent
-TABLE = pathlib.Path(_members.__file__).resolve()
+# The table lives outside compat/codemod: every module there only reads it.
+TABLE = pathlib.Path(_rule_table.__file__).resolve()
 
 
 def _member_literals(path: pathlib.Path) -> list:
@@ -44,8 +49,8 @@ def test_member_names_are_written_only_in_the_table():
   for path in sorted(CODEMOD.glob('*.py')):
     if path != TABLE:
       found += _member_literals(path)
-  assert not found, ('flax.optim member names written outside '
-                     'compat/codemod/_members.py (use its constants): '
+  assert not found, ('flax.optim member names written in compat/codemod '
+                     '(use _members\' constants, the rule table\'s): '
                      f'{found}')
 
 
@@ -81,8 +86,8 @@ def test_common_word_members_are_compared_only_through_the_table():
   for path in sorted(CODEMOD.glob('*.py')):
     if path != TABLE:
       found += _common_word_literals(path)
-  assert not found, ('Optimizer members compared by a literal outside '
-                     'compat/codemod/_members.py (use STATE, REPLACE, '
+  assert not found, ('Optimizer members compared by a literal in '
+                     'compat/codemod (use _members.STATE, REPLACE, '
                      f'STEP): {found}')
 
 
@@ -117,3 +122,93 @@ def test_every_member_has_one_row():
   assert len(names) == len(set(names))
   assert {member.kind for member in _members.MEMBERS} <= {'method',
                                                           'attribute'}
+
+
+# ---------------------------------------------------------------------------
+# The rule table (legacy_optim/_rule_table.py): every code, title, guide section
+# and replacement text is written there once; the codes table, the
+# catalogue's REPLACEMENTS (the warnings' texts), the member vocabulary and
+# the prefilter's words read it.
+
+ROOT = TABLE.parent.parent
+# Where a second copy would be one: the packages and the scripts (tests
+# state expected values; prose in the guide and README is checked by
+# tests/test_scan_codes.py).
+_SOURCES = ('compat', 'legacy_optim', 'flax_optim_rules', 'scripts')
+# A sentence of the table at least this long counts also inside a longer
+# string (a message built around it); anything else only as a whole string.
+_LONG = 30
+
+
+def _table_texts() -> dict:
+  """Each text the table holds -> what it is. A title that is one dotted
+  name (``flax.optim.DynamicScale``) or a removal's old text (``from
+  jax.config import config``, a ``_removals`` row's) is what detection
+  matches too: only the other titles count."""
+  texts = {}
+  for rule in _rule_table.RULES:
+    texts[rule.code] = f'{rule.code} (code)'
+    if ' ' in rule.title and rule.title not in rule.removals:
+      texts[rule.title] = f'{rule.code} (title)'
+    if rule.replacement:
+      texts[rule.replacement] = f'{rule.code} (replacement)'
+  for member in _rule_table.MEMBERS:
+    if member.replacement:
+      texts[member.replacement] = f'.{member.name} (replacement)'
+    if member.no_counterpart:
+      texts[member.no_counterpart] = f'.{member.name} (note)'
+  for name, text in {**_rule_table.COMMON_WORD_REPLACEMENTS,
+                     **_rule_table.CLASS_COUNTERPARTS}.items():
+    texts[text] = f'{name} (replacement)'
+  texts[_rule_table.PICKLE_REPLACEMENT] = 'pickle (replacement)'
+  for section in _rule_table.SECTIONS:
+    texts[section] = 'guide section'
+  return texts
+
+
+def _copies(path: pathlib.Path, texts: dict) -> list:
+  found = []
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+      continue
+    for text, what in texts.items():
+      if node.value == text or (' ' in text and len(text) >= _LONG and
+                                text in node.value):
+        found.append(f'{path.relative_to(ROOT)}:{node.lineno}: {what}')
+  return found
+
+
+def test_codes_sections_and_replacement_texts_are_written_only_in_the_table():
+  texts = _table_texts()
+  found = []
+  for package in _SOURCES:
+    for path in sorted((ROOT / package).rglob('*.py')):
+      if path.resolve() != TABLE:
+        found += _copies(path, texts)
+  assert not found, ('rule table facts written outside '
+                     'legacy_optim/_rule_table.py (read them from it): '
+                     f'{found}')
+
+
+def test_the_prefilter_spells_no_detection_key_of_its_own():
+  # Its flax.optim words are the table's detection keys and member names.
+  keys = {key for rule in _rule_table.RULES
+          for key in (*rule.words, *rule.methods)} | _members.NAMES
+  path = CODEMOD / '_prefilter.py'
+  found = [f'{path.name}:{node.lineno}: {node.value!r}'
+           for node in ast.walk(ast.parse(path.read_text()))
+           if isinstance(node, ast.Constant) and node.value in keys]
+  assert not found, f'prefilter words written outside the table: {found}'
+  assert set(keys) - _members.NAMES <= _prefilter.triggers(()).words
+
+
+def test_every_member_names_a_rule_or_says_its_own_replacement():
+  for member in _rule_table.MEMBERS:
+    assert member.construct in _rule_table.BY_CONSTRUCT or (
+        member.construct is None), member
+    assert _rule_table.member_replacement(member), member
+  # A rule's step methods are members of that rule (scan reports their
+  # calls under the member's construct).
+  for rule in _rule_table.RULES:
+    for method in rule.methods:
+      assert _members.construct_of(method) == rule.construct, method

@@ -1,5 +1,6 @@
-"""``migrate`` on reads of an Optimizer's members that the table in
-compat/codemod/_members.py rewrites (its ``read_rewrite`` column).
+"""``migrate`` on reads of an Optimizer's members that the rule table
+(legacy_optim/_rule_table.py ``MEMBERS``) rewrites (its ``read_rewrite``
+column).
 
 ``optimizer.optimizer_def.create(params)`` reads the definition back out of
 an optimizer to start afresh (new moments, step 0) from some params. Its

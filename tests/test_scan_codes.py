@@ -9,6 +9,7 @@ package ships it.
 import ast
 import contextlib
 import gc
+import importlib.util
 import io
 import json
 import os
@@ -84,6 +85,36 @@ def test_guide_table_lists_every_code_with_its_title_and_section():
                              'or nnx.Optimizer') == (
                                  '#step-3-move-the-training-loop-to-'
                                  'trainstate-or-nnxoptimizer')
+
+
+def _guide_codes():
+  """scripts/guide_codes.py, which writes the guide's table of codes."""
+  spec = importlib.util.spec_from_file_location(
+      'guide_codes', os.path.join(ROOT, 'scripts', 'guide_codes.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_the_guide_table_is_the_one_the_rule_table_generates():
+  with open(GUIDE, encoding='utf-8') as f:
+    text = f.read()
+  assert _guide_codes().rewritten(text) == text, (
+      'migration_guide.md: run scripts/guide_codes.py')
+
+
+def test_guide_codes_writes_the_table_over_a_stale_one():
+  stale = ('Codes:\n\n| code | finding | guide section |\n| --- | --- | --- |'
+           '\n| `FOC101` | an old title | [Old](#old) |\n\nAfter the table.\n')
+  table = _codes.guide_table()
+  assert _guide_codes().rewritten(stale) == (
+      f'Codes:\n\n{table}\nAfter the table.\n')
+  assert table.count('\n') == len(_codes.CODES) + 2
+  assert ('| `FOC108` | OptimizerDef.create(params) | [Step 3: Move the '
+          'training loop to TrainState or nnx.Optimizer](#step-3-move-the-'
+          'training-loop-to-trainstate-or-nnxoptimizer) |\n') in table
+  with pytest.raises(ValueError, match='no table of codes'):
+    _guide_codes().rewritten('no table here\n')
 
 
 def test_list_codes_prints_the_table():

@@ -48,6 +48,31 @@ def test_a_create_passed_as_a_value_is_found(tmp_path):
   assert [(f.line, f.rule) for f in found if f.line == 7] == [(7, 'FOC108')]
 
 
+def test_a_member_read_as_a_value_reports_its_constructs_text(tmp_path):
+  # One fact, one text: a create or step method read (not called) names
+  # the same replacement as its call, the rule table's for its construct.
+  (tmp_path / 'train.py').write_text(
+      'import jax\n'
+      'from flax import optim\n'
+      '\n'
+      '\n'
+      'def make(params, grads):\n'
+      '  definition = optim.Adam(learning_rate=0.1)\n'
+      "  optimizer = jax.jit(definition.create, backend='cpu')(params)\n"
+      '  optimizer = definition.create(params)\n'
+      '  step = optimizer.apply_gradient\n'
+      '  return step(grads), optimizer.apply_gradient(grads)\n')
+  from compat.codemod import scan
+  from legacy_optim import catalogue
+  found = {(f.line, f.construct): f.replacement
+           for f in scan.scan_paths([str(tmp_path)]).findings}
+  create = catalogue.REPLACEMENTS['create'].text
+  step = catalogue.REPLACEMENTS['apply_gradient'].text
+  assert found[7, 'create'] == found[8, 'create'] == create
+  assert found[9, 'optimizer_use'] == found[10, 'apply_gradient'] == step
+  assert step == 'state = state.apply_gradients(grads=grads)'
+
+
 _RESTORED_STATE = '''\
 import flax
 from flax import optim

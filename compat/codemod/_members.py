@@ -1,151 +1,60 @@
-"""flax.optim's member names and class mappings, each written once.
+"""flax.optim's member names and class mappings, as the codemod reads them.
 
 ``scan``, ``migrate`` and their analyses recognise a legacy optimizer by the
 names of its members (``optimizer.target``, ``optimizer.apply_gradient(g)``,
 ``definition.create(params)``). Every module of the codemod reads those
-names from here (the constants below, or ``MEMBERS``), so adding a member
-rewrite starts in one place; tests/test_codemod_members.py fails when a
+names from here (the constants below, or ``MEMBERS``); they and their rows
+are written once, in the rule table (``legacy_optim._rule_table``), so
+adding a member rewrite starts there; tests/test_codemod_members.py fails when a
 member name is written as a string anywhere else in compat/codemod.
-
-``MEMBERS`` says, per member, its owner, whether it is a method or an
-attribute, what replaces it, the code of the finding that names it, and,
-where migrate has no mechanical counterpart for a read of it, why.
-``CLASS_COUNTERPARTS`` maps each flax.optim class to what replaces it.
 
 Stdlib only (the codemod never imports jax).
 """
 
-from typing import NamedTuple, Optional
+from typing import Optional
 
-# flax.optim.Optimizer (a flax struct: ``replace`` is its dataclass method,
-# ``state`` a field that other objects also have: both are words too common
-# to be told apart by name alone, so they are not constants here).
-TARGET = 'target'
-OPTIMIZER_DEF = 'optimizer_def'
-APPLY_GRADIENT = 'apply_gradient'
-COMPUTE_GRADIENT = 'compute_gradient'
-COMPUTE_GRADIENTS = 'compute_gradients'  # a misspelling some code calls
-OPTIMIZE = 'optimize'
-REPLICATE = 'replicate'
-UNREPLICATE = 'unreplicate'
-RESTORE_STATE = 'restore_state'
-STATE_DICT = 'state_dict'
-# Its struct's field and method shared with many other objects (told apart
-# by the optimizer flow alone, never by name). ``replace`` is every flax
-# struct's copy with fields replaced (an OptimizerState's, a definition's
-# hyper_params'); ``_replace`` a namedtuple's, which a holder may be.
-STATE = 'state'
-REPLACE = 'replace'
-COPY_METHODS = (REPLACE, '_replace')
-# A read of a member of an optimizer the flow proves: the construct of
-# scan's finding and of migrate's edit or leftover.
-OPTIMIZER_USE = 'optimizer_use'
-# flax.training.checkpoints' and flax.serialization's parameter for the tree
-# a checkpoint is read into or written from: where that tree is an
-# Optimizer, its ``target`` keyword names it.
-CHECKPOINT_TARGET = 'target'
-# flax.optim.OptimizerDef
-CREATE = 'create'
-HYPER_PARAMS = 'hyper_params'
-INIT_STATE = 'init_state'
-INIT_PARAM_STATE = 'init_param_state'
-APPLY_PARAM_GRADIENT = 'apply_param_gradient'
-UPDATE_HYPER_PARAMS = 'update_hyper_params'
-# flax.optim.OptimizerState (``step``, like ``state``, a common word)
-STEP = 'step'
-PARAM_STATES = 'param_states'
+from compat import _lazy
 
+# The rule table, read without running legacy_optim/__init__ (it imports
+# jax); the names the codemod reads here (``_members.TARGET``) are its.
+_rule_table = _lazy.module_without_package('legacy_optim', '_rule_table')
+APPLY_GRADIENT = _rule_table.APPLY_GRADIENT
+APPLY_PARAM_GRADIENT = _rule_table.APPLY_PARAM_GRADIENT
+CHECKPOINT_TARGET = _rule_table.CHECKPOINT_TARGET
+CLASS_COUNTERPARTS = _rule_table.CLASS_COUNTERPARTS
+COMPUTE_GRADIENT = _rule_table.COMPUTE_GRADIENT
+COMPUTE_GRADIENTS = _rule_table.COMPUTE_GRADIENTS
+COPY_METHODS = _rule_table.COPY_METHODS
+CREATE = _rule_table.CREATE
+DEF_CLASS = _rule_table.DEF_CLASS
+DEFINITION = _rule_table.DEFINITION
+DYNAMIC_SCALE_CLASS = _rule_table.DYNAMIC_SCALE_CLASS
+HYPER_PARAMS = _rule_table.HYPER_PARAMS
+INIT_PARAM_STATE = _rule_table.INIT_PARAM_STATE
+INIT_STATE = _rule_table.INIT_STATE
+MEMBERS = _rule_table.MEMBERS
+MULTI_OPTIMIZER_CLASS = _rule_table.MULTI_OPTIMIZER_CLASS
+OPTIMIZE = _rule_table.OPTIMIZE
+OPTIMIZER_CLASS = _rule_table.OPTIMIZER_CLASS
+OPTIMIZER_DEF = _rule_table.OPTIMIZER_DEF
+OPTIMIZER_STATE_CLASS = _rule_table.OPTIMIZER_STATE_CLASS
+OPTIMIZER_USE = _rule_table.OPTIMIZER_USE
+PARAM_STATES = _rule_table.PARAM_STATES
+REPLACE = _rule_table.REPLACE
+REPLICATE = _rule_table.REPLICATE
+REPLICATED_OPTIMIZER_CLASS = _rule_table.REPLICATED_OPTIMIZER_CLASS
+RESTORE_STATE = _rule_table.RESTORE_STATE
+STATE = _rule_table.STATE
+STATE_DICT = _rule_table.STATE_DICT
+STEP = _rule_table.STEP
+TARGET = _rule_table.TARGET
+UNREPLICATE = _rule_table.UNREPLICATE
+UPDATE_HYPER_PARAMS = _rule_table.UPDATE_HYPER_PARAMS
+WEIGHT_NORM_CLASS = _rule_table.WEIGHT_NORM_CLASS
+Member = _rule_table.Member
 
-class Member(NamedTuple):
-  name: str
-  owner: str  # the flax.optim class that has it
-  kind: str  # 'method' or 'attribute'
-  # What replaces it once the optimizer is a TrainState (``state``) and its
-  # definition an Optax transform (``tx``); the same in both tiers.
-  replacement: str
-  code: Optional[str] = None  # the FOC code of the finding naming it
-  # Why migrate leaves a read of it (its note), where it has no mechanical
-  # counterpart.
-  no_counterpart: Optional[str] = None
-  # What migrate writes for a read of it (``{receiver}``: the optimizer's
-  # own rewritten expression), where that is mechanical.
-  read_rewrite: Optional[str] = None
-  # What a read of it holds where that is another flax.optim object
-  # (``DEFINITION``): the flow follows it as one, and ``read_rewrite``
-  # applies only where the read is used as a whole (``.create(...)`` on it).
-  holds: Optional[str] = None
-
-
-DEFINITION = 'definition'  # (a Member's ``holds``)
-
-
-_RULE_DEF = 'flax_optim_rules.RuleDef'  # what a user's OptimizerDef becomes
-MEMBERS = (
-    Member(TARGET, 'Optimizer', 'attribute', 'state.params',
-           read_rewrite='{receiver}.params'),
-    Member(OPTIMIZER_DEF, 'Optimizer', 'attribute', 'state.tx',
-           no_counterpart='a TrainState holds `tx`, an Optax transform: no '
-           'hyper_params to read or override, no OptimizerDef class to name',
-           read_rewrite='{receiver}.tx', holds=DEFINITION),
-    Member(APPLY_GRADIENT, 'Optimizer', 'method',
-           'state.apply_gradients(grads=grads)', 'FOC109'),
-    Member(COMPUTE_GRADIENT, 'Optimizer', 'method',
-           'jax.value_and_grad(loss_fn)(state.params)', 'FOC111'),
-    Member(COMPUTE_GRADIENTS, 'Optimizer', 'method',
-           'jax.value_and_grad(loss_fn)(state.params)', 'FOC111'),
-    Member(OPTIMIZE, 'Optimizer', 'method',
-           'state.apply_gradients(grads=jax.grad(loss_fn)(state.params))',
-           'FOC112'),
-    Member(REPLICATE, 'Optimizer', 'method', 'jax_utils.replicate(state)',
-           'FOC113'),
-    Member(UNREPLICATE, 'Optimizer', 'method',
-           'jax_utils.unreplicate(state)', 'FOC113'),
-    Member(RESTORE_STATE, 'Optimizer', 'method',
-           'flax_optim_rules.replace_optimizer_state(state, s)'),
-    Member(STATE_DICT, 'Optimizer', 'method',
-           'flax_optim_rules.optimizer_state_dict(state.params, '
-           'flax_optim_rules.optimizer_state(state))'),
-    Member(CREATE, 'OptimizerDef', 'method',
-           'TrainState.create(apply_fn=None, params=params, tx=tx)', 'FOC108'),
-    Member(HYPER_PARAMS, 'OptimizerDef', 'attribute',
-           "the rule's keyword arguments (a rate set per step: "
-           'flax_optim_rules.inject_learning_rate)'),
-    Member(INIT_STATE, 'OptimizerDef', 'method', f'{_RULE_DEF}.init_state',
-           'FOC104'),
-    Member(INIT_PARAM_STATE, 'OptimizerDef', 'method',
-           f'{_RULE_DEF}.init_param_state', 'FOC104'),
-    Member(APPLY_PARAM_GRADIENT, 'OptimizerDef', 'method',
-           f'{_RULE_DEF}.apply_param_gradient', 'FOC104'),
-    Member(UPDATE_HYPER_PARAMS, 'OptimizerDef', 'method',
-           f'{_RULE_DEF}.update_hyper_params', 'FOC104'),
-    Member(PARAM_STATES, 'OptimizerState', 'attribute',
-           'flax_optim_rules.optimizer_state(state).param_states'),
-)
 NAMES = frozenset(member.name for member in MEMBERS)
 
-# flax.optim's classes that detection names (its algorithms are
-# legacy_optim's catalogue's, its traversals ``_names.TRAVERSALS``).
-OPTIMIZER_CLASS = 'Optimizer'
-DEF_CLASS = 'OptimizerDef'
-MULTI_OPTIMIZER_CLASS = 'MultiOptimizer'
-WEIGHT_NORM_CLASS = 'WeightNorm'
-REPLICATED_OPTIMIZER_CLASS = 'ReplicatedOptimizer'
-DYNAMIC_SCALE_CLASS = 'DynamicScale'
-OPTIMIZER_STATE_CLASS = 'OptimizerState'
-
-# A flax.optim class -> what replaces it (scan's replacement text; migrate
-# writes the first word where the rewrite is mechanical).
-CLASS_COUNTERPARTS = {
-    OPTIMIZER_CLASS: 'flax.training.train_state.TrainState',
-    DYNAMIC_SCALE_CLASS: 'flax.training.dynamic_scale.DynamicScale',
-    DEF_CLASS: 'optax.GradientTransformation',
-    MULTI_OPTIMIZER_CLASS: 'optax.GradientTransformation (optax.partition '
-                           'of one transform per traversal)',
-    OPTIMIZER_STATE_CLASS: 'flax_optim_rules.OptimizerState: flax.optim\'s '
-                           'layout of a TrainState\'s step and Optax state '
-                           '(flax_optim_rules.optimizer_state(state), '
-                           'replace_optimizer_state(state, s))',
-}
 # The paths under which flax.optim exported DynamicScale.
 DYNAMIC_SCALE_PATHS = ('flax.optim.DynamicScale',
                        'flax.optim.dynamic_scale.DynamicScale')
@@ -159,41 +68,46 @@ def counterpart_path(class_name: str) -> str:
 
 # The Optimizer's methods that step or spread it: a call of one is a finding
 # of its own (scan) and a word the prefilter looks for.
-STEP_METHODS = (APPLY_GRADIENT, COMPUTE_GRADIENT, COMPUTE_GRADIENTS, OPTIMIZE,
-                REPLICATE)
+STEP_METHODS = _rule_table.step_methods()
 # The hooks an OptimizerDef subclass overrides (flax.optim.base's names).
 DEF_HOOKS = (HYPER_PARAMS, INIT_PARAM_STATE, APPLY_PARAM_GRADIENT, INIT_STATE,
              APPLY_GRADIENT, UPDATE_HYPER_PARAMS)
 
-# What replaces the Optimizer's two common-word members.
-_COMMON_WORD_REPLACEMENTS = {
-    STATE: 'state.step and state.opt_state (flax.optim\'s layout: '
-           'flax_optim_rules.optimizer_state(state))',
-    REPLACE: 'state.replace(params=...)',
-}
 # The attribute names whose read scan asks the optimizer flow about.
-READS = NAMES | set(_COMMON_WORD_REPLACEMENTS)
+READS = NAMES | set(_rule_table.COMMON_WORD_REPLACEMENTS)
+
+
+def _row(name: str) -> Optional[Member]:
+  return next((m for m in MEMBERS if m.name == name), None)
 
 
 def replacement(name: str) -> str:
   """What replaces the member ``name`` of an Optimizer or definition."""
-  return next((m.replacement for m in MEMBERS if m.name == name),
-              _COMMON_WORD_REPLACEMENTS.get(
-                  name, f'the TrainState counterpart of .{name}'))
+  member = _row(name)
+  if member is not None:
+    return _rule_table.member_replacement(member)
+  return _rule_table.COMMON_WORD_REPLACEMENTS.get(
+      name, f'the TrainState counterpart of .{name}')
+
+
+def construct_of(name: str) -> Optional[str]:
+  """The construct of the rule the member ``name`` belongs to (a step
+  method's call is that rule's finding: ``compute_gradients``, a
+  misspelling, is ``compute_gradient``'s)."""
+  member = _row(name)
+  return member.construct if member is not None else None
 
 
 def no_counterpart(name: str) -> Optional[str]:
   """Why a read of the member ``name`` stays as it is, if the table says."""
-  for member in MEMBERS:
-    if member.name == name:
-      return member.no_counterpart
-  return None
+  member = _row(name)
+  return member.no_counterpart if member is not None else None
 
 
 def read_rewrite(name: str) -> Optional[Member]:
   """The row of the member ``name`` where the table rewrites its reads."""
-  return next((m for m in MEMBERS if m.name == name and m.read_rewrite),
-              None)
+  member = _row(name)
+  return member if member is not None and member.read_rewrite else None
 
 
 # The members whose read is a definition (the flow follows it as one).

@@ -9,18 +9,22 @@ attributes or in an import), a method finding needs the method's name,
 a flax.optim construct needs an import that spells ``optim`` (or a name
 another scanned module re-exports). A module without any of them has no
 finding; ``may_find`` says False only then. The words come from the tables
-the rules read (``_removals``' rows, scan's checkpoint functions), so a new
-row brings its word; a new kind of matcher must add its own here
-(tests/test_scan_codes.py lists the matchers it knows). Stdlib only.
+the rules read (the rule table's detection keys, ``_removals``' rows, scan's
+checkpoint functions), so a new row brings its word; a new kind of matcher
+must add its own here (tests/test_scan_codes.py lists the matchers it
+knows). Stdlib only.
 """
 
 import functools
 import re
 from typing import Iterator, NamedTuple
 
-from compat.codemod import _members
+from compat import _lazy
 from compat.codemod import _names
 from compat.codemod import _removals
+
+# (read without running legacy_optim/__init__, which imports jax)
+_rule_table = _lazy.module_without_package('legacy_optim', '_rule_table')
 
 # The ``_removals.match`` helpers and the words each needs; a test fails
 # when ``_removals`` grows a matcher not listed here.
@@ -42,16 +46,18 @@ _CALLED_WITH = {
     'copy': r'\((?:{gap}\()*{gap}\{{',
     'pop': r'\((?:{gap}\()*{gap}[rRuU]?[\'"]',
 }
-_SCAN_WORDS = (
-    'traverse_util',  # flax.traverse_util traversals
-    'compat',  # the bridges
-    *_members.STEP_METHODS,
-)
+# The flax.optim rules' detection keys (the rule table's): words a finding
+# needs anywhere (``traverse_util``, the bridges' ``compat``) and the
+# Optimizer's step methods, needed as an attribute's name.
+_RULE_WORDS = tuple(word for rule in _rule_table.RULES for word in rule.words)
+_RULE_METHODS = tuple(method for rule in _rule_table.RULES
+                      for method in rule.methods)
+_SCAN_WORDS = (*_RULE_WORDS, *_RULE_METHODS)
 # Words whose findings read them only as an attribute's name (the legacy
 # methods, ``x.copy({...})``, ``rest, params = v.pop('params')``: the
 # matchers test ``node.func.attr``): ``copy`` in a licence header, or a
 # local ``pop``, is not one. A word the tables also give stays plain.
-_METHOD_WORDS = ('copy', 'pop', *_members.STEP_METHODS)
+_METHOD_WORDS = ('copy', 'pop', *_RULE_METHODS)
 
 
 def _last(path: str) -> str:

@@ -546,9 +546,7 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, 'apply_gradient_overrides', f'({names}) -> {text}',
                section, confidence)
     else:
-      self.add(node, _members.COMPUTE_GRADIENT if (
-          method == _members.COMPUTE_GRADIENTS) else method,
-               confidence=confidence)
+      self.add(node, _members.construct_of(method), confidence=confidence)
 
   def _check_checkpoint(self, node, path):
     keyword, position = _CHECKPOINT_FUNCS[path]

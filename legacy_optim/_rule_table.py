@@ -1,0 +1,368 @@
+"""The rule table: every fact the project states about a flax.optim construct.
+
+One row per kind of finding (``RULES``): its stable code and one-line title,
+the section of migration_guide.md that explains it, what replaces it (the
+text ``scan`` reports and the deprecation warnings put in a sentence), the
+removed names it covers (``FOC2xx``) and the words a module must spell for
+it to be found there (the prefilter's). One row per member of flax.optim's
+Optimizer, OptimizerDef and OptimizerState (``MEMBERS``): its name (what
+detection matches), the rule it belongs to, what replaces it where that
+differs from its rule's text, and what migrate writes for a read of it.
+``CLASS_COUNTERPARTS``: what replaces each class.
+
+Everything else derives from here: the codes (``compat.codemod._codes``),
+the member vocabulary (``compat.codemod._members``), the replacement texts
+(``catalogue.REPLACEMENTS``, read by the deprecation warnings and scan),
+the prefilter's words (``compat.codemod._prefilter``) and the guide's table
+of codes (scripts/guide_codes.py writes it; tests/test_scan_codes.py fails
+while the committed guide differs). tests/test_codemod_members.py fails
+when one of these facts is written anywhere else.
+
+Stdlib only, and it imports nothing: the catalogue and the warnings read it
+here, the codemod (no jax) through ``compat._lazy.module_without_package``.
+"""
+
+from typing import NamedTuple, Optional
+
+# ----------------------------------------------------------------------------
+# Section headings of migration_guide.md (tests check that each exists).
+
+SECTION_INSTALL = 'Step 0: Install and run unchanged'
+SECTION_FIND = 'Step 1: Read the warnings and scan the code'
+SECTION_ALGORITHMS = (
+    'Step 2: Swap each optimizer definition for its Optax transform')
+SECTION_TRAVERSALS = 'Traversals and MultiOptimizer'
+SECTION_OVERRIDES = 'Per-step hyper-parameter overrides'
+SECTION_WEIGHT_NORM = 'Weight normalization'
+SECTION_LOOP = 'Step 3: Move the training loop to TrainState or nnx.Optimizer'
+SECTION_REPLICATION = 'Replication'
+SECTION_DYNAMIC_SCALE = 'Mixed precision (DynamicScale)'
+SECTION_CHECKPOINTS = 'Step 4: Convert checkpoints'
+SECTION_STRICT = 'Step 5: Remove the shim and turn on strict mode'
+
+SECTIONS = (SECTION_INSTALL, SECTION_FIND, SECTION_ALGORITHMS,
+            SECTION_TRAVERSALS, SECTION_OVERRIDES, SECTION_WEIGHT_NORM,
+            SECTION_LOOP, SECTION_REPLICATION, SECTION_DYNAMIC_SCALE,
+            SECTION_CHECKPOINTS, SECTION_STRICT)
+
+# ----------------------------------------------------------------------------
+# The members' names: what detection matches.
+
+# flax.optim.Optimizer (a flax struct: ``replace`` is its dataclass method,
+# ``state`` a field that other objects also have: both are words too common
+# to be told apart by name alone, so they are not rows of ``MEMBERS``).
+TARGET = 'target'
+OPTIMIZER_DEF = 'optimizer_def'
+APPLY_GRADIENT = 'apply_gradient'
+COMPUTE_GRADIENT = 'compute_gradient'
+COMPUTE_GRADIENTS = 'compute_gradients'  # a misspelling some code calls
+OPTIMIZE = 'optimize'
+REPLICATE = 'replicate'
+UNREPLICATE = 'unreplicate'
+RESTORE_STATE = 'restore_state'
+STATE_DICT = 'state_dict'
+# Its struct's field and method shared with many other objects (told apart
+# by the optimizer flow alone, never by name). ``replace`` is every flax
+# struct's copy with fields replaced (an OptimizerState's, a definition's
+# hyper_params'); ``_replace`` a namedtuple's, which a holder may be.
+STATE = 'state'
+REPLACE = 'replace'
+COPY_METHODS = (REPLACE, '_replace')
+# A read of a member of an optimizer the flow proves: the construct of
+# scan's finding and of migrate's edit or leftover.
+OPTIMIZER_USE = 'optimizer_use'
+# flax.training.checkpoints' and flax.serialization's parameter for the tree
+# a checkpoint is read into or written from: where that tree is an
+# Optimizer, its ``target`` keyword names it.
+CHECKPOINT_TARGET = 'target'
+# flax.optim.OptimizerDef
+CREATE = 'create'
+HYPER_PARAMS = 'hyper_params'
+INIT_STATE = 'init_state'
+INIT_PARAM_STATE = 'init_param_state'
+APPLY_PARAM_GRADIENT = 'apply_param_gradient'
+UPDATE_HYPER_PARAMS = 'update_hyper_params'
+# flax.optim.OptimizerState (``step``, like ``state``, a common word)
+STEP = 'step'
+PARAM_STATES = 'param_states'
+
+# flax.optim's classes that detection names (its algorithms are
+# legacy_optim's catalogue's, its traversals ``_names.TRAVERSALS``).
+OPTIMIZER_CLASS = 'Optimizer'
+DEF_CLASS = 'OptimizerDef'
+MULTI_OPTIMIZER_CLASS = 'MultiOptimizer'
+WEIGHT_NORM_CLASS = 'WeightNorm'
+REPLICATED_OPTIMIZER_CLASS = 'ReplicatedOptimizer'
+DYNAMIC_SCALE_CLASS = 'DynamicScale'
+OPTIMIZER_STATE_CLASS = 'OptimizerState'
+
+# ----------------------------------------------------------------------------
+# The rules: one per kind of finding.
+
+PREFIX = 'FOC'
+IMPORT = 'import'
+SHIM = 'shim'
+OPTIMIZER_DEF_SUBCLASS = 'optimizer_def_subclass'
+MULTI_OPTIMIZER = 'multi_optimizer'
+TRAVERSAL = 'traversal'
+WEIGHT_NORM = 'weight_norm'
+APPLY_GRADIENT_OVERRIDES = 'apply_gradient_overrides'
+CHECKPOINT = 'checkpoint'
+DYNAMIC_SCALE = 'dynamic_scale'
+REMOVED_API = 'removed_api'
+UNUSED_NOQA = 'unused_noqa'
+
+
+class Rule(NamedTuple):
+  code: str  # FOCnnn: never changes meaning (--select, noqa comments, config)
+  construct: str  # the finding's construct ('create', 'removed_api', ...)
+  title: str  # one line, what the finding is
+  section: str  # heading of migration_guide.md that explains it
+  # What replaces it (scan reports it as is, the warnings in a sentence);
+  # None where the finding says it case by case.
+  replacement: Optional[str] = None
+  # For FOC2xx: the ``Removal.old`` texts of the rows it covers (a prefix
+  # ending in '.' or '_' covers every name that starts with it).
+  removals: tuple = ()
+  # Detection keys a module that cannot name flax.optim must spell for the
+  # rule to find something there (the prefilter's words): ``methods`` as an
+  # attribute's name (``optimizer.apply_gradient``; a call of one is the
+  # finding), ``words`` anywhere.
+  methods: tuple = ()
+  words: tuple = ()
+
+
+RULES = (
+    Rule('FOC101', IMPORT, 'flax.optim (or legacy_optim) is imported',
+         SECTION_ALGORITHMS,
+         'import optax and flax_optim_rules (flax-optim-compat migrate drops '
+         'this import once nothing uses it; the shim serves it until step 5)'),
+    Rule('FOC102', SHIM, 'a flax-optim-compat bridge or the legacy_optim '
+         'shim is used', SECTION_STRICT,
+         'remove once migrated: uninstall flax-optim-compat',
+         words=('compat',)),
+    Rule('FOC103', OPTIMIZER_DEF, 'a flax.optim optimizer definition '
+         '(optim.Adam(...))', SECTION_ALGORITHMS),
+    Rule('FOC104', OPTIMIZER_DEF_SUBCLASS, 'a user subclass of '
+         'flax.optim.OptimizerDef', SECTION_ALGORITHMS,
+         'what flax-optim-compat migrate writes: the class unchanged on '
+         'flax_optim_rules.RuleDef (OptimizerState(...) -> '
+         'flax_optim_rules.RuleState(...)), Rule(...).to_optax() as its '
+         'transform (same numbers, no flax.optim); then port the rule to a '
+         'plain optax.GradientTransformation by hand (migrate --write puts a '
+         'test beside the module that proves the port equal)'),
+    Rule('FOC105', MULTI_OPTIMIZER, 'flax.optim.MultiOptimizer',
+         SECTION_TRAVERSALS,
+         'flax_optim_rules.multi_optimizer((traversal0, tx0), ...) with '
+         'flax_optim_rules.ModelParamTraversal traversals (what migrate '
+         "writes: optax.partition({'0': tx0, ..., 'frozen': "
+         'optax.set_to_zero()}, labels)); same numbers: opt_def.to_optax()'),
+    Rule('FOC106', TRAVERSAL, 'a flax.optim traversal (ModelParamTraversal,'
+         ' focus=)', SECTION_TRAVERSALS,
+         'flax_optim_rules.ModelParamTraversal(filter_fn) in '
+         'flax_optim_rules.multi_optimizer pairs (what migrate writes); '
+         'optax.partition labels: flax_optim_rules.traversal_labels(params, '
+         'traversal) or flax.traverse_util.path_aware_map(lambda path, _: '
+         '..., params)', words=('traverse_util',)),
+    Rule('FOC107', WEIGHT_NORM, 'flax.optim.WeightNorm', SECTION_WEIGHT_NORM,
+         'flax_optim_rules.weight_norm(tx, wn_decay=..., wn_eps=...) around '
+         'the wrapped rule, what flax-optim-compat migrate writes (same '
+         'numbers; stock Optax has no counterpart), or reparameterise the '
+         'model with flax.linen.WeightNorm'),
+    Rule('FOC108', CREATE, 'OptimizerDef.create(params)', SECTION_LOOP,
+         'train_state.TrainState.create(apply_fn=None, params=params, '
+         'tx=opt_def), opt_def being the transform flax-optim-compat migrate '
+         'writes for the definition (it rewrites both; an '
+         'existing optimizer: compat.to_train_state(optimizer, apply_fn), '
+         'compat.to_optax(optimizer) or compat.to_nnx_optimizer(optimizer, '
+         'model))'),
+    Rule('FOC109', APPLY_GRADIENT, 'Optimizer.apply_gradient(grads)',
+         SECTION_LOOP, 'state = state.apply_gradients(grads=grads)',
+         methods=(APPLY_GRADIENT,)),
+    Rule('FOC110', APPLY_GRADIENT_OVERRIDES, 'apply_gradient with per-step '
+         'hyper-parameter overrides', SECTION_OVERRIDES,
+         'what flax-optim-compat migrate writes for learning_rate=lr: '
+         'state.replace(opt_state=optax.tree_utils.tree_set(state.opt_state, '
+         'learning_rate=lr)).apply_gradients(grads=grads), the definition '
+         'wrapped in flax_optim_rules.inject_learning_rate (stock rules: '
+         'optax.inject_hyperparams); or a schedule: '
+         'opt_def.to_optax(learning_rate=schedule)'),
+    Rule('FOC111', COMPUTE_GRADIENT, 'Optimizer.compute_gradient(loss_fn)',
+         SECTION_LOOP,
+         'loss, grads = jax.value_and_grad(loss_fn)(params) (has_aux=True '
+         'when loss_fn returns (loss, aux))',
+         methods=(COMPUTE_GRADIENT, COMPUTE_GRADIENTS)),
+    Rule('FOC112', OPTIMIZE, 'Optimizer.optimize(loss_fn)', SECTION_LOOP,
+         'grads = jax.grad(loss_fn)(state.params); state = '
+         'state.apply_gradients(grads=grads)', methods=(OPTIMIZE,)),
+    Rule('FOC113', REPLICATE, 'Optimizer.replicate() or ReplicatedOptimizer',
+         SECTION_REPLICATION,
+         'flax.jax_utils.replicate(state) and jax.lax.pmean(grads, axis_name) '
+         'in the pmapped step, or jax.jit with jax.sharding '
+         '(compat.state_shardings)', methods=(REPLICATE,)),
+    Rule('FOC114', CHECKPOINT, 'a flax.optim Optimizer saved or restored as '
+         'a checkpoint', SECTION_CHECKPOINTS,
+         'checkpoint the TrainState (Orbax); convert old files with '
+         'flax-optim-compat convert SRC DST --to train_state '
+         '(compat.convert_checkpoint)'),
+    Rule('FOC115', DYNAMIC_SCALE, 'flax.optim.DynamicScale',
+         SECTION_DYNAMIC_SCALE,
+         'flax.training.dynamic_scale.DynamicScale({args}) (same algorithm and '
+         'value_and_grad API)'),
+    Rule('FOC116', 'annotation', 'a flax.optim class in a type annotation',
+         SECTION_LOOP),
+    Rule('FOC117', 'reference', 'another reference to a flax.optim name '
+         '(OptimizerState(...), an alias, a class used as a value)',
+         SECTION_LOOP),
+    Rule('FOC118', OPTIMIZER_USE, 'a member of a flax.optim Optimizer read '
+         '(optimizer.target, optimizer.state.step, .replace(target=...))',
+         SECTION_LOOP),
+    Rule('FOC119', 'optimizer_escape', 'a flax.optim Optimizer going on to '
+         'code migrate cannot follow (stored in an attribute, passed to an '
+         'unproven call): its whole flow stays', SECTION_LOOP),
+    Rule('FOC200', REMOVED_API, 'another removed jax/flax API', SECTION_FIND),
+    Rule('FOC201', REMOVED_API, 'jax.tree_* moved to jax.tree_util',
+         SECTION_FIND, removals=('jax.tree_', 'jax.tree_util.tree_multimap')),
+    Rule('FOC202', REMOVED_API, 'jax.host_* renamed to jax.process_*',
+         SECTION_FIND, removals=('jax.host_',)),
+    Rule('FOC203', REMOVED_API, 'jax.profiler.StepTraceContext renamed '
+         'StepTraceAnnotation', SECTION_FIND,
+         removals=('jax.profiler.StepTraceContext',)),
+    Rule('FOC204', REMOVED_API, 'DeviceArray is jax.Array', SECTION_FIND,
+         removals=('jax.numpy.DeviceArray',
+                   'jax.interpreters.xla.DeviceArray')),
+    Rule('FOC205', REMOVED_API, 'from jax.config import config',
+         SECTION_FIND, removals=('from jax.config import config',)),
+    Rule('FOC206', REMOVED_API, 'jax.config.enable_omnistaging() (a no-op '
+         'today)', SECTION_FIND,
+         removals=('jax.config.enable_omnistaging()',
+                   'jax.config.config.enable_omnistaging()')),
+    Rule('FOC207', REMOVED_API, 'flax.training.lr_schedule', SECTION_FIND,
+         removals=('flax.training.lr_schedule',)),
+    Rule('FOC208', REMOVED_API, "FrozenDict.pop unpacking (rest, params = "
+         "variables.pop('params'))", SECTION_FIND,
+         removals=('FrozenDict.pop unpacking',)),
+    Rule('FOC209', REMOVED_API, 'FrozenDict.copy(add_or_replace)',
+         SECTION_FIND, removals=('FrozenDict.copy(add_or_replace)',)),
+    Rule('FOC210', REMOVED_API, 'MultiHeadDotProductAttention with a '
+         'positional mask', SECTION_FIND,
+         removals=('MultiHeadDotProductAttention(',)),
+    Rule('FOC211', 'out_of_scope', 'flax.nn (pre-Linen modules): port by '
+         'hand', SECTION_FIND, removals=('flax.nn',)),
+    Rule('FOC901', UNUSED_NOQA, 'a # noqa code that suppresses nothing',
+         SECTION_FIND),
+)
+BY_CONSTRUCT = {rule.construct: rule for rule in RULES if not rule.removals}
+
+# What replaces a feature no code of its own names: a checkpoint pickled
+# whole (a finding of ``checkpoint``, told by its text).
+PICKLE = 'pickle'
+PICKLE_REPLACEMENT = (
+    'a TrainState does not pickle (its tx holds functions): save it with '
+    'flax.serialization.to_bytes or Orbax, or pickle '
+    'flax_optim_rules.legacy_tree(state) (migrated code) and read it '
+    'back with '
+    'flax_optim_rules.from_legacy_tree(state, tree); a pickle written '
+    'before holds a flax.optim Optimizer: load it with flax-optim-compat '
+    'installed (the flax.optim import alias) and continue it with '
+    'compat.to_train_state(optimizer, apply_fn)')
+
+# ----------------------------------------------------------------------------
+# The members: one row each.
+
+
+class Member(NamedTuple):
+  name: str
+  owner: str  # the flax.optim class that has it
+  kind: str  # 'method' or 'attribute'
+  # The rule it belongs to (a construct of ``RULES``), where it has one:
+  # a call of a step method is that rule's finding, and a member without a
+  # ``replacement`` of its own is replaced as that rule says.
+  construct: Optional[str] = None
+  # What replaces it once the optimizer is a TrainState (``state``) and its
+  # definition an Optax transform (``tx``), the same in both tiers; None:
+  # its construct's replacement.
+  replacement: Optional[str] = None
+  # Why migrate leaves a read of it (its note), where it has no mechanical
+  # counterpart.
+  no_counterpart: Optional[str] = None
+  # What migrate writes for a read of it (``{receiver}``: the optimizer's
+  # own rewritten expression), where that is mechanical.
+  read_rewrite: Optional[str] = None
+  # What a read of it holds where that is another flax.optim object
+  # (``DEFINITION``): the flow follows it as one, and ``read_rewrite``
+  # applies only where the read is used as a whole (``.create(...)`` on it).
+  holds: Optional[str] = None
+
+
+DEFINITION = 'definition'  # (a Member's ``holds``)
+
+_RULE_DEF = 'flax_optim_rules.RuleDef'  # what a user's OptimizerDef becomes
+MEMBERS = (
+    Member(TARGET, OPTIMIZER_CLASS, 'attribute', replacement='state.params',
+           read_rewrite='{receiver}.params'),
+    Member(OPTIMIZER_DEF, OPTIMIZER_CLASS, 'attribute', replacement='state.tx',
+           no_counterpart='a TrainState holds `tx`, an Optax transform: no '
+           'hyper_params to read or override, no OptimizerDef class to name',
+           read_rewrite='{receiver}.tx', holds=DEFINITION),
+    Member(APPLY_GRADIENT, OPTIMIZER_CLASS, 'method', APPLY_GRADIENT),
+    Member(COMPUTE_GRADIENT, OPTIMIZER_CLASS, 'method', COMPUTE_GRADIENT),
+    Member(COMPUTE_GRADIENTS, OPTIMIZER_CLASS, 'method', COMPUTE_GRADIENT),
+    Member(OPTIMIZE, OPTIMIZER_CLASS, 'method', OPTIMIZE),
+    Member(REPLICATE, OPTIMIZER_CLASS, 'method', REPLICATE),
+    Member(UNREPLICATE, OPTIMIZER_CLASS, 'method', REPLICATE,
+           'jax_utils.unreplicate(state)'),
+    Member(RESTORE_STATE, OPTIMIZER_CLASS, 'method', replacement=(
+        'flax_optim_rules.replace_optimizer_state(state, s)')),
+    Member(STATE_DICT, OPTIMIZER_CLASS, 'method', replacement=(
+        'flax_optim_rules.optimizer_state_dict(state.params, '
+        'flax_optim_rules.optimizer_state(state))')),
+    Member(CREATE, DEF_CLASS, 'method', CREATE),
+    Member(HYPER_PARAMS, DEF_CLASS, 'attribute', replacement=(
+        "the rule's keyword arguments (a rate set per step: "
+        'flax_optim_rules.inject_learning_rate)')),
+    Member(INIT_STATE, DEF_CLASS, 'method', OPTIMIZER_DEF_SUBCLASS,
+           f'{_RULE_DEF}.init_state'),
+    Member(INIT_PARAM_STATE, DEF_CLASS, 'method', OPTIMIZER_DEF_SUBCLASS,
+           f'{_RULE_DEF}.init_param_state'),
+    Member(APPLY_PARAM_GRADIENT, DEF_CLASS, 'method', OPTIMIZER_DEF_SUBCLASS,
+           f'{_RULE_DEF}.apply_param_gradient'),
+    Member(UPDATE_HYPER_PARAMS, DEF_CLASS, 'method', OPTIMIZER_DEF_SUBCLASS,
+           f'{_RULE_DEF}.update_hyper_params'),
+    Member(PARAM_STATES, OPTIMIZER_STATE_CLASS, 'attribute', replacement=(
+        'flax_optim_rules.optimizer_state(state).param_states')),
+)
+
+# What replaces the Optimizer's two common-word members.
+COMMON_WORD_REPLACEMENTS = {
+    STATE: 'state.step and state.opt_state (flax.optim\'s layout: '
+           'flax_optim_rules.optimizer_state(state))',
+    REPLACE: 'state.replace(params=...)',
+}
+
+# A flax.optim class -> what replaces it (scan's replacement text; migrate
+# writes the first word where the rewrite is mechanical).
+CLASS_COUNTERPARTS = {
+    OPTIMIZER_CLASS: 'flax.training.train_state.TrainState',
+    DYNAMIC_SCALE_CLASS: 'flax.training.dynamic_scale.DynamicScale',
+    DEF_CLASS: 'optax.GradientTransformation',
+    MULTI_OPTIMIZER_CLASS: 'optax.GradientTransformation (optax.partition '
+                           'of one transform per traversal)',
+    OPTIMIZER_STATE_CLASS: 'flax_optim_rules.OptimizerState: flax.optim\'s '
+                           'layout of a TrainState\'s step and Optax state '
+                           '(flax_optim_rules.optimizer_state(state), '
+                           'replace_optimizer_state(state, s))',
+}
+
+
+def member_replacement(member: Member) -> str:
+  """What replaces ``member``: its own text, else its construct's."""
+  if member.replacement is not None:
+    return member.replacement
+  return BY_CONSTRUCT[member.construct].replacement
+
+
+def step_methods() -> tuple:
+  """The Optimizer's methods whose call is a finding of its own, in the
+  order of ``RULES``."""
+  return tuple(method for rule in RULES for method in rule.methods)
