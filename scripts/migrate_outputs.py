@@ -62,14 +62,16 @@ def digests_of(diff: str, report: str, root: str, cwd: str) -> dict:
           'report': digest(normalise(report, root, cwd))}
 
 
-def migrate_outputs(root: str) -> dict:
-  """The digests of ``migrate --diff --report`` run on ``root`` by the
-  command line, from this repository's directory."""
+def migrate_outputs(root: str, unsafe_fixes: bool = False) -> dict:
+  """The digests of ``migrate --diff --report`` (with ``--unsafe-fixes``
+  where ``unsafe_fixes``) run on ``root`` by the command line, from this
+  repository's directory."""
   with tempfile.TemporaryDirectory(prefix='migrate-outputs-') as tmp:
     report = os.path.join(tmp, 'report.md')
     run = subprocess.run(
         [sys.executable, '-m', 'compat', 'migrate', '--diff', '--report',
-         report, os.path.abspath(root)],
+         report, *(['--unsafe-fixes'] if unsafe_fixes else []),
+         os.path.abspath(root)],
         cwd=REPOSITORY, capture_output=True, check=False)
     with open(report, encoding='utf-8') as f:
       written = f.read()

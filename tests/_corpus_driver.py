@@ -932,20 +932,58 @@ def _jaxrl():
   return _jaxrl_run('train', os.path.abspath('no-checkpoints'))
 
 
-_JAX_RL_AGENTS = ('TD3', 'SAC')
+# jax_rl's agents: name -> (arguments of its class beyond the shared ones,
+# arguments of its ``train`` beyond the buffer and batch size). TD3's and
+# SAC's actor is stepped every 2nd call; MPO copies its online networks to
+# its targets every 2nd call (its ``target_freq``) and draws 4 actions per
+# state for its E-step.
+_JAX_RL_AGENTS = {
+    'TD3': (dict(policy_freq=2), {}),
+    'SAC': (dict(policy_freq=2), {}),
+    'MPO': (dict(target_freq=2), dict(action_sample_size=4)),
+}
+# Every optimizer an agent may hold: SAC's temperature, MPO's two Lagrange
+# multipliers (neither saved by its agent's ``save``).
+_JAX_RL_OPTIMIZERS = ('actor_optimizer', 'critic_optimizer',
+                      'log_alpha_optimizer', 'mu_lagrange_optimizer',
+                      'sig_lagrange_optimizer')
+# What each step records beside the optimizers' params, where an agent has
+# it: the target networks, the iteration count, MPO's temperature (its
+# E-step's solution, carried to the next step).
+_JAX_RL_METRICS = ('critic_target_params', 'actor_target_params',
+                   'total_it', 'temp')
+
+
+def _gradient_as_float64(minimize):
+  """scipy's ``minimize`` as the scipy of MPO's time ran SLSQP: the
+  gradient went to its Fortran routine cast to float64; today's refuses any
+  other dtype. MPO's E-step hands it jax's float32 gradient of its dual
+  (``jac=``); served to both copies alike, like
+  ``_broadcast_to_takes_lists``."""
+
+  def minimize_casting(fun, x0, *args, jac=None, **kwargs):
+    def gradient(x, *more):
+      return np.asarray(jac(x, *more), np.float64)
+
+    return minimize(fun, x0, *args, jac=gradient if callable(jac) else jac,
+                    **kwargs)
+
+  return minimize_casting
 
 
 def _jax_rl_agents():
-  """jax_rl's TD3 and SAC (their own classes; their networks the
-  repository's, 256 units wide) for 3 state and 2 action dimensions, the
-  actor stepped every 2nd call, and the repository's replay buffer holding
-  64 synthetic transitions."""
+  """jax_rl's TD3, SAC and MPO (their own classes; their networks the
+  repository's, 256 units wide) for 3 state and 2 action dimensions
+  (``_JAX_RL_AGENTS``' arguments), and the repository's replay buffer
+  holding 64 synthetic transitions."""
   from flax import io as flax_io  # noqa: PLC0415 - after the stand-ins
   saving = importlib.import_module('jax_rl.saving')
   # saving.py writes through tensorflow's gfile (a stand-in here): flax.io's
   # file functions on Python's files serve it, where the checkpoints are.
   flax_io.set_mode(flax_io.BackendMode.DEFAULT)
   saving.gfile = flax_io
+  mpo = importlib.import_module('jax_rl.MPO')
+  mpo.minimize = _gradient_as_float64(mpo.minimize)
   buffer = importlib.import_module('jax_rl.buffers').ReplayBuffer(
       3, 2, max_size=64)
   rng = np.random.RandomState(0)
@@ -953,31 +991,29 @@ def _jax_rl_agents():
     buffer.add(rng.randn(3), rng.uniform(-1, 1, 2), rng.randn(3),
                rng.randn(), float(rng.rand() < 0.1))
   agents = {name: getattr(importlib.import_module(f'jax_rl.{name}'), name)(
-      state_dim=3, action_dim=2, max_action=1., policy_freq=2, seed=0)
-            for name in _JAX_RL_AGENTS}
+      state_dim=3, action_dim=2, max_action=1., seed=0, **arguments)
+            for name, (arguments, _) in _JAX_RL_AGENTS.items()}
   return {'buffer': buffer, **agents}
 
 
 def _jax_rl_optimizers(agent):
-  """An agent's optimizers, by name (SAC's temperature among them)."""
-  names = [name for name in ('actor_optimizer', 'critic_optimizer',
-                             'log_alpha_optimizer') if hasattr(agent, name)]
-  return {name: getattr(agent, name) for name in names}
+  """An agent's optimizers, by name (``_JAX_RL_OPTIMIZERS``)."""
+  return {name: getattr(agent, name) for name in _JAX_RL_OPTIMIZERS
+          if hasattr(agent, name)}
 
 
 def _jax_rl_steps(agents, count):
   """``count`` calls of each agent's own ``train`` (a batch of 8 drawn
-  from the buffer by its own key sequence): each optimizer's params, the
-  target params and the iteration count."""
+  from the buffer by its own key sequence): each optimizer's params and
+  the agent's ``_JAX_RL_METRICS``."""
   for _ in range(count):
     params, metrics = {}, {}
-    for name in _JAX_RL_AGENTS:
+    for name, (_, arguments) in _JAX_RL_AGENTS.items():
       agent = agents[name]
-      agent.train(agents['buffer'], batch_size=8)
+      agent.train(agents['buffer'], batch_size=8, **arguments)
       params[name] = {key: _v033_driver.params_of(optimizer) for key,
                       optimizer in _jax_rl_optimizers(agent).items()}
-      metrics[name] = {key: getattr(agent, key) for key in (
-          'critic_target_params', 'actor_target_params', 'total_it')
+      metrics[name] = {key: getattr(agent, key) for key in _JAX_RL_METRICS
                        if hasattr(agent, key)}
     yield params, metrics
 
@@ -986,7 +1022,10 @@ def _jax_rl_save(agents, directory):
   """Each agent's own save (its ``save``: critic and actor optimizers,
   through jax_rl's ``save_model``); the harness carries what it keeps out
   of its checkpoint (its key sequence, its iteration count: main_gym's
-  resumed run restarts both) so that what differs is its checkpoint's."""
+  resumed run restarts both) so that what differs is its checkpoint's.
+  What neither the checkpoint nor the harness keeps (SAC's temperature
+  optimizer, MPO's Lagrange optimizers and temperature) starts new in the
+  original's own restore as in the migrated copy's."""
   for name in _JAX_RL_AGENTS:
     agents[name].save(os.path.join(directory, name))
   return {name: (agents[name].rng.internal_state, agents[name].total_it)
@@ -1063,7 +1102,8 @@ RECIPES = {
     'jaxrl': (('.',), ('gym', 'd4rl', 'dmc2gym', 'imageio', 'gdown'), (),
               _jaxrl),
     # tensorflow: saving.py's gfile, served by flax.io (_jax_rl_agents);
-    # haiku's PRNGSequence, the agents' key sequence, is real.
+    # haiku's PRNGSequence, the agents' key sequence, is real, and so is
+    # scipy's SLSQP in MPO's E-step (_gradient_as_float64).
     'jax_rl': (('.',), ('tensorflow',), (), _jax_rl),
 }
 

@@ -33,10 +33,8 @@ RUNS = {'hypernerf': '', 'jax_rl': 'jax_rl/', 'jaxrl': '', 'l2p': '',
 SERVED = {'scenic': ('flax.core.pop(variables, key)',)}
 # Files there whose leftovers the recipe never runs: score_sde's
 # noise-conditional WideResNet (a classifier for controllable sampling,
-# imported) is flax.nn, out of migrate's scope; jax_rl's MPO agent, a
-# module of its own, is not imported (the recipe trains TD3 and SAC).
-NOT_RUN = {'jax_rl': ('jax_rl/MPO.py:',),
-           'score_sde': ('models/wideresnet_noise_conditional.py:',)}
+# imported) is flax.nn, out of migrate's scope.
+NOT_RUN = {'score_sde': ('models/wideresnet_noise_conditional.py:',)}
 
 
 def blocking(name, problems) -> list:

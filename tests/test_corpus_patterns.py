@@ -201,17 +201,75 @@ def test_the_unsafe_fixes_figures_are_a_table_of_their_own():
   plain = corpus.Row('a', 1, 4, 4, 0, 4, [], [], {}, [])
   measured = plain._replace(name='b', unsafe={
       'rewritten': 3, 'left': 1, 'broken': 1, 'applied': 2,
-      'broken_links': [('x.py', 7, 'why')]})
-  text = corpus.format_table([plain, measured], [])
-  assert text.splitlines()[-4:] == [
-      'with --unsafe-fixes (each applied fix rests on an assumption its '
-      'report states):',
-      'repository rewritten  left broken applied',
-      'b                  3     1      1       2',
-      '  broken: x.py:7: why']
+      'broken_links': [('x.py', 7, 'why')], 'run': True})
+  skipped = plain._replace(name='c', unsafe={
+      'rewritten': 0, 'left': 4, 'broken': 0, 'applied': 0,
+      'broken_links': [], 'run': False})
+  lines = corpus.format_table([plain, measured, skipped], []).splitlines()
+  table = lines.index('repository rewritten  left broken applied pass')
+  assert lines[table - 1].startswith('with --unsafe-fixes (each applied fix '
+                                     'rests on an assumption')
+  assert lines[table + 1:table + 4] == [
+      'b                  3     1      1       2  run',
+      '  broken: x.py:7: why',
+      'c                  0     4      0       0    -']
   # The row's own figures are migrate's without them.
-  assert 'b              1      4      4         0     4' in text
+  assert any(line.startswith('b              1      4      4         0     4')
+             for line in lines)
   assert '--unsafe-fixes' not in corpus.format_table([plain], [])
+
+
+def _tiers(name, usages, exact, unsafe, framework=False):
+  return corpus.Row(name, 1, usages, usages, exact, usages - exact, [], [],
+                    {}, [], framework=framework, unsafe={
+                        'rewritten': unsafe, 'left': usages - unsafe,
+                        'broken': 0, 'applied': unsafe - exact,
+                        'broken_links': [], 'run': unsafe != exact})
+
+
+def test_both_tiers_are_printed_against_the_targets_frameworks_apart():
+  rows = [_tiers('a', 10, 9, 10), _tiers('b', 10, 8, 9),
+          _tiers('fw', 80, 0, 0, framework=True)]
+  text = corpus.format_table(rows, [])
+  assert ("against issue 40's targets (frameworks apart: fw):\n"
+          '  exact tier: 17 of 20 rewritten (85%; target 90%: NOT met)\n'
+          '  unsafe tier: 19 of 20 rewritten (95%; target 95%: met)') in text
+
+
+def test_a_row_whose_exact_report_names_no_unsafe_fix_skips_that_pass(
+    monkeypatch):
+  # analyse() would run the pass; it must not be called for such a row.
+  monkeypatch.setattr(corpus, 'analyse', lambda *a, **k: pytest.fail(
+      'the unsafe pass ran'))
+  row = corpus.Row('a', 1, 8, 8, 6, 2, [('x.py', 3, 'why')], [], {}, [])
+  assert corpus.unsafe_tier('root', None, row) == {
+      'rewritten': 6, 'left': 2, 'broken': 1, 'applied': 0,
+      'broken_links': [('x.py', 3, 'why')], 'run': False}
+
+
+def test_a_row_whose_exact_report_names_an_unsafe_fix_runs_that_pass(
+    monkeypatch):
+  unsafe = corpus.Row('a', 1, 8, 8, 8, 0, [], [], {}, [], unsafe_applied=2)
+  monkeypatch.setattr(corpus, 'analyse', lambda root, entry, unsafe_fixes: (
+      unsafe if unsafe_fixes else pytest.fail('the exact tier again')))
+  row = corpus.Row('a', 1, 8, 8, 6, 2, [], [], {}, [], unsafe_hidden=2)
+  assert corpus.unsafe_tier('root', None, row) == {
+      'rewritten': 8, 'left': 0, 'broken': 0, 'applied': 2,
+      'broken_links': [], 'run': True}
+
+
+def test_an_unsafe_pass_run_on_a_row_naming_no_fix_must_not_differ():
+  same = _tiers('a', 8, 6, 6)._replace(unsafe={
+      'rewritten': 6, 'left': 2, 'broken': 0, 'applied': 0,
+      'broken_links': [], 'run': True})
+  assert corpus.skip_contradicted(same) is None
+  differs = same._replace(unsafe=dict(same.unsafe, rewritten=7, left=1))
+  assert corpus.skip_contradicted(differs) == (
+      'a: with --unsafe-fixes rewritten 7, left 1, broken 0, without 6, 2, '
+      '0, although its exact report names no unsafe fix (a run without '
+      '--unsafe-fixes skips that pass)')
+  # Where the report names a fix, the tiers may differ: that is the pass.
+  assert corpus.skip_contradicted(differs._replace(unsafe_hidden=1)) is None
 
 
 # ---------------------------------------------------------------------------
@@ -219,7 +277,8 @@ def test_the_unsafe_fixes_figures_are_a_table_of_their_own():
 # record fails, naming the row and the figure.
 
 _RECORDED = {'scenic': {'usages': 30, 'found': 29, 'rewritten': 24,
-                        'left': 6, 'broken': 0, 'unreported': 3}}
+                        'left': 6, 'broken': 0, 'unreported': 3,
+                        'rewritten_unsafe': 27}}
 
 
 def _changed(figure, by):
@@ -234,7 +293,8 @@ def test_figures_as_recorded_neither_fail_nor_improve():
 
 @pytest.mark.parametrize('figure, by, sign', [
     ('usages', -1, '<'), ('found', -1, '<'), ('rewritten', -1, '<'),
-    ('left', 1, '>'), ('broken', 1, '>'), ('unreported', 1, '>')])
+    ('left', 1, '>'), ('broken', 1, '>'), ('unreported', 1, '>'),
+    ('rewritten_unsafe', -1, '<')])
 def test_a_figure_worse_than_recorded_fails_naming_row_and_figure(
     figure, by, sign):
   worse, better = corpus.compare_figures(_changed(figure, by), _RECORDED)
@@ -245,7 +305,7 @@ def test_a_figure_worse_than_recorded_fails_naming_row_and_figure(
 
 @pytest.mark.parametrize('figure, by', [
     ('usages', 1), ('found', 1), ('rewritten', 1), ('left', -1),
-    ('broken', -1), ('unreported', -1)])
+    ('broken', -1), ('unreported', -1), ('rewritten_unsafe', 1)])
 def test_a_figure_better_than_recorded_is_printed_not_failed(figure, by):
   worse, better = corpus.compare_figures(_changed(figure, by), _RECORDED)
   assert worse == []
@@ -264,9 +324,12 @@ def test_a_row_with_no_recorded_figures_fails():
 
 def test_the_figures_compared_are_the_rows_figures():
   row = corpus.Row('a', 9, 8, 7, 5, 3, [('x.py', 1, 'why')] * 2, [], {}, [],
-                   unreported=[('y.py', 4, 'state = restore(d, state)')])
+                   unreported=[('y.py', 4, 'state = restore(d, state)')],
+                   unsafe={'rewritten': 6, 'left': 2, 'broken': 0,
+                           'applied': 1, 'broken_links': [], 'run': True})
   assert corpus.row_figures(row) == {'usages': 8, 'found': 7, 'rewritten': 5,
-                                     'left': 3, 'broken': 2, 'unreported': 1}
+                                     'left': 3, 'broken': 2, 'unreported': 1,
+                                     'rewritten_unsafe': 6}
 
 
 def test_the_table_lists_the_statements_scan_does_not_report():
@@ -283,6 +346,15 @@ def test_a_figures_file_missing_a_figure_is_refused_naming_the_row(tmp_path):
   path.write_text('[vit]\nusages = 1\nfound = 1\nrewritten = 1\n'
                   'left = 0\n')
   with pytest.raises(ValueError, match=r'\[vit\] must give exactly'):
+    corpus.load_figures(str(path))
+
+
+def test_a_figures_file_without_the_unsafe_tiers_floor_is_refused(tmp_path):
+  path = tmp_path / 'figures.toml'
+  path.write_text('[ub]\nusages = 36\nfound = 36\nrewritten = 0\n'
+                  'left = 36\nbroken = 0\nunreported = 0\n')
+  with pytest.raises(ValueError, match=r'\[ub\] must give exactly .*'
+                     r"'rewritten_unsafe'"):
     corpus.load_figures(str(path))
 
 
