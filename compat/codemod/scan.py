@@ -1225,18 +1225,16 @@ class _Planned(NamedTuple):
 
 
 def _scan_share(inputs: _ShareInputs, share) -> tuple:
-  """``(findings, errors, [_Planned], [Link], deferred)`` of the files
-  ``share`` indexes: each parsed (unless the tables across modules kept
-  its tree), scanned, its tree dropped; a module ``planned`` is planned
-  too, its findings left for ``_plans_reported``. In this process or a
-  forked worker (``_parallel``). The links: those the share's flows added
-  to the project's model (an attribute kept through ``self`` by classes of
-  two modules: ``_self_holders``), which a worker's copy of the model keeps
-  to itself, and the roll-back reads (``_add_links``). ``deferred``: the
-  indices of the modules handed back (``_ShareInputs.defers``)."""
+  """``(findings, errors, [_Planned], deferred)`` of the files ``share``
+  indexes: each parsed (unless the tables across modules kept its tree),
+  scanned, its tree dropped; a module ``planned`` is planned too, its
+  findings left for ``_plans_reported``. In this process or a forked
+  worker (``_parallel``). ``deferred``: the indices of the modules handed
+  back (``_ShareInputs.defers``): only those add links to the project's
+  model (an attribute kept through ``self`` by classes of two modules:
+  ``_self_holders``), here, where the roll-back reads them."""
   files, model = inputs.files, inputs.model
   findings, errors, plans, deferred = [], [], [], []
-  known = len(model.links) if model is not None else 0
   if model is not None:
     model.defers_holding = inputs.defers
   try:
@@ -1253,8 +1251,7 @@ def _scan_share(inputs: _ShareInputs, share) -> tuple:
   finally:
     if model is not None:
       model.defers_holding = False
-  return findings, errors, plans, (model.links[known:] if model is not None
-                                   else []), deferred
+  return findings, errors, plans, deferred
 
 
 def _scan_one(inputs: _ShareInputs, index: int, plans: list) -> list:
@@ -1288,14 +1285,6 @@ def _scan_shares(inputs: _ShareInputs, count: int, jobs: int) -> list:
   if deferred:
     results.append(_scan_share(inputs, deferred))
   return results
-
-
-def _add_links(model, links: list) -> None:
-  """Adds to ``model`` the ``links`` a share's flows added (in a worker's
-  copy of it; in this process, already there), as its flows add them."""
-  for link in links:
-    if link not in model.links:
-      model.links.append(link)
 
 
 def _plan_of(source: bytes, shown: str, tree, walked, model, facts) -> tuple:
@@ -1400,11 +1389,10 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
         min(jobs, count // _FILES_PER_JOB))
     findings, plans = [], []
     errors = list(across.errors) + files.unreadable_errors()
-    for share_findings, share_errors, share_plans, links, _ in results:
+    for share_findings, share_errors, share_plans, _ in results:
       findings += share_findings
       errors += share_errors
       plans += share_plans
-      _add_links(across.model, links)
     if plans:
       plans_found, plans_errors = _plans_reported(files, across.model, plans,
                                                   chosen)
