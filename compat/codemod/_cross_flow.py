@@ -24,6 +24,15 @@ _GIVES_OPTIMIZER_WORDS = tuple(word.encode() for word in (
     'restore_checkpoint'))
 
 
+class HoldingDeferred(BaseException):
+  """Raised where another module's flow is asked what it holds while the
+  model ``defers_holding``: the answer, and the links it adds, depend on
+  what the flows asked before (a flow asked while another is open gets
+  that question answered by the others), so a module asking is walked
+  where every module asking is, in order (``scan``'s workers hand it
+  back). Not an ``Exception``: no handler of a failure may take it."""
+
+
 class CrossModuleFlow:
   """What flows between modules (a part of ``_project.Model``)."""
 
@@ -58,6 +67,8 @@ class CrossModuleFlow:
     # each), and the questions open (a value flowing back: True).
     self._holding_flows: dict = {}
     self._holding_open: set = set()
+    # Whether asking raises HoldingDeferred (in ``scan``'s workers).
+    self.defers_holding = False
     self.param_why: dict = {}  # the same keys -> why a verdict is False
     # (path, line of a method's def, parameter) -> whether every call of
     # the method in the project passes a definition there (``_def_params``).
@@ -224,6 +235,8 @@ class CrossModuleFlow:
         id(giver) for giver in self.tuple_givers})
 
   def _holding_flow(self, path) -> _flow.OptimizerFlow:
+    if self.defers_holding:
+      raise HoldingDeferred(path)
     if path not in self._holding_flows:
       self._holding_flows[path] = _flow.OptimizerFlow(self.trees[path],
                                                       self.names[path])

@@ -56,8 +56,6 @@ every file parsed by LibCST, several times slower than ``ast`` for ``scan``;
 its type inference needs pyre (a server, not here). Stdlib only.
 """
 
-import functools
-
 from compat.codemod import _classes
 from compat.codemod import _cross_flow
 from compat.codemod import _def_params
@@ -124,12 +122,12 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
       self._link_project(sources, parse, unparsed)
     else:
       self._read_serialization_helpers(sources, parse, unparsed)
-
-  @functools.cached_property
-  def link_ends(self) -> frozenset:
-    """The modules at either end of a link (once the model is built)."""
-    return frozenset(path for link in self.links
-                     for path in (link.producer_path, link.consumer_path))
+    # The modules at either end of a link the model found: not those the
+    # flows of modules walked later add (``link_self_attribute``), which
+    # would make it depend on the order they are walked in.
+    self.link_ends = frozenset(
+        path for link in self.links
+        for path in (link.producer_path, link.consumer_path))
 
   def _read_flax_optim_modules(self, sources, parse) -> set:
     """Reads the modules that can see flax.optim, or name a factory or a

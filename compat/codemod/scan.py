@@ -87,6 +87,7 @@ from compat import _lazy
 from compat.codemod import _clu_restores
 from compat.codemod import _codes
 from compat.codemod import _config
+from compat.codemod import _cross_flow
 from compat.codemod import _escape_analysis
 from compat.codemod import _flow
 from compat.codemod import _formats
@@ -1210,6 +1211,10 @@ class _ShareInputs(NamedTuple):
   reexports: dict
   model: Optional[_project.Model]
   chosen: Optional[set]
+  # Whether a module asking another module's flow what it holds is handed
+  # back (``_cross_flow.HoldingDeferred``), for ``_scan_shares`` to walk
+  # here: where the work is split.
+  defers: bool = False
 
 
 class _Planned(NamedTuple):
@@ -1222,44 +1227,67 @@ class _Planned(NamedTuple):
   kept: object = None  # _plan_records.Plan
 
 
-def _scan_share(inputs: _ShareInputs, share: range) -> tuple:
-  """``(findings, errors, [_Planned], [Link])`` of the files ``share``
+def _scan_share(inputs: _ShareInputs, share) -> tuple:
+  """``(findings, errors, [_Planned], deferred)`` of the files ``share``
   indexes: each parsed (unless the tables across modules kept its tree),
   scanned, its tree dropped; a module ``planned`` is planned too, its
   findings left for ``_plans_reported``. In this process or a forked
-  worker (``_parallel``). The links: those the share's flows added to the
-  project's model (an attribute kept through ``self`` by classes of two
-  modules: ``_self_holders``), which a worker's copy of the model keeps
-  to itself, and the roll-back reads (``_add_links``)."""
+  worker (``_parallel``). ``deferred``: the indices of the modules handed
+  back (``_ShareInputs.defers``): only those add links to the project's
+  model (an attribute kept through ``self`` by classes of two modules:
+  ``_self_holders``), here, where the roll-back reads them."""
   files, model = inputs.files, inputs.model
-  findings, errors, plans = [], [], []
-  known = len(model.links) if model is not None else 0
-  for index in share:
-    shown = files.shown[index]
-    try:
-      tree = files.tree(index, keep=False)
-      source = files.sources[index]
-      walked, facts = walk_module(source, shown, inputs.reexports, tree,
-                                  model)
-      plan, kept = _plan_of(source, shown, tree, walked, model, facts)
-      if plan is not None:
-        plans.append(_Planned(index, walked, plan, kept))
+  findings, errors, plans, deferred = [], [], [], []
+  if model is not None:
+    model.defers_holding = inputs.defers
+  try:
+    for index in share:
+      try:
+        found = _scan_one(inputs, index, plans)
+      except _cross_flow.HoldingDeferred:
+        deferred.append(index)
         continue
-      found = reported(source, shown, walked, inputs.chosen)[0]
-    except Exception as e:  # pylint: disable=broad-except
-      errors.append(failure(shown, e))
-      continue
-    findings += in_file_lines(found, files.notebooks.get(index))
-  return findings, errors, plans, (model.links[known:] if model is not None
-                                   else [])
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(failure(files.shown[index], e))
+        continue
+      findings += in_file_lines(found, files.notebooks.get(index))
+  finally:
+    if model is not None:
+      model.defers_holding = False
+  return findings, errors, plans, deferred
 
 
-def _add_links(model, links: list) -> None:
-  """Adds to ``model`` the ``links`` a share's flows added (in a worker's
-  copy of it; in this process, already there), as its flows add them."""
-  for link in links:
-    if link not in model.links:
-      model.links.append(link)
+def _scan_one(inputs: _ShareInputs, index: int, plans: list) -> list:
+  """The walk's reported findings of the file at ``index``; none where its
+  module is planned (appended to ``plans``, reported later)."""
+  files, model = inputs.files, inputs.model
+  shown = files.shown[index]
+  tree = files.tree(index, keep=False)
+  source = files.sources[index]
+  walked, facts = walk_module(source, shown, inputs.reexports, tree, model)
+  plan, kept = _plan_of(source, shown, tree, walked, model, facts)
+  if plan is not None:
+    plans.append(_Planned(index, walked, plan, kept))
+    return []
+  return reported(source, shown, walked, inputs.chosen)[0]
+
+
+def _scan_shares(inputs: _ShareInputs, count: int, jobs: int) -> list:
+  """``_scan_share``'s results over every file, ``jobs`` processes at a
+  time, then those of the modules the workers handed back: a module asking
+  another module's flow what it holds (``self.<attr>`` of classes sharing
+  instances, an optimizer passed between modules) gets the answer the
+  flows asked before give, and adds links, so those are walked here, in
+  their files' order, after the rest: as in one process, whatever the
+  split (the others neither read nor change what they share)."""
+  if jobs <= 1:
+    return [_scan_share(inputs, range(count))]
+  results = _parallel.map_shares(_scan_share, inputs._replace(defers=True),
+                                 count, jobs)
+  deferred = sorted(i for result in results for i in result[-1])
+  if deferred:
+    results.append(_scan_share(inputs, deferred))
+  return results
 
 
 def _plan_of(source: bytes, shown: str, tree, walked, model, facts) -> tuple:
@@ -1359,17 +1387,15 @@ def scan_paths(paths: Iterable[str], exclude=(), chosen=None,
     files = _Files(paths, exclude)
     across = _across_modules(files)
     count = len(files.shown)
-    results = _parallel.map_shares(
-        _scan_share, _ShareInputs(files, across.reexports, across.model,
-                                  chosen),
-        count, min(jobs, count // _FILES_PER_JOB))
+    results = _scan_shares(
+        _ShareInputs(files, across.reexports, across.model, chosen), count,
+        min(jobs, count // _FILES_PER_JOB))
     findings, plans = [], []
     errors = list(across.errors) + files.unreadable_errors()
-    for share_findings, share_errors, share_plans, links in results:
+    for share_findings, share_errors, share_plans, _ in results:
       findings += share_findings
       errors += share_errors
       plans += share_plans
-      _add_links(across.model, links)
     if plans:
       plans_found, plans_errors = _plans_reported(files, across.model, plans,
                                                   chosen)
