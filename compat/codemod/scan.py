@@ -1237,7 +1237,10 @@ def _scan_share(inputs: _ShareInputs, share) -> tuple:
   model (an attribute kept through ``self`` by classes of two modules:
   ``_self_holders``), here, where the roll-back reads them."""
   files, model = inputs.files, inputs.model
-  findings, errors, plans, deferred = [], [], [], []
+  findings: list = []
+  errors: list = []
+  plans: list = []
+  deferred: list = []
   if model is not None:
     model.defers_holding = inputs.defers
   try:
@@ -1282,8 +1285,8 @@ def _scan_shares(inputs: _ShareInputs, count: int, jobs: int) -> list:
   split (the others neither read nor change what they share)."""
   if jobs <= 1:
     return [_scan_share(inputs, range(count))]
-  results = _parallel.map_shares(_scan_share, inputs._replace(defers=True),
-                                 count, jobs)
+  results = list(_parallel.map_shares(
+      _scan_share, inputs._replace(defers=True), count, jobs))
   deferred = sorted(i for result in results for i in result[-1])
   if deferred:
     results.append(_scan_share(inputs, deferred))
