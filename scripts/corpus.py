@@ -713,14 +713,13 @@ def unsafe_tier(root: str, entry: Repo, row: Row, every_row=False) -> dict:
   ``every_row``): every fix migrate could apply is one it names without
   them, so a row whose report names none migrates the same with them, and
   its exact figures are its unsafe ones."""
-  if not row.unsafe_hidden and not every_row:
-    return {'rewritten': row.rewritten, 'left': row.left,
-            'broken': len(row.broken), 'applied': 0,
-            'broken_links': row.broken, 'run': False}
-  unsafe = analyse(root, entry, unsafe_fixes=True)
-  return {'rewritten': unsafe.rewritten, 'left': unsafe.left,
-          'broken': len(unsafe.broken), 'applied': unsafe.unsafe_applied,
-          'broken_links': unsafe.broken, 'run': True}
+  run = bool(row.unsafe_hidden or every_row)
+  measured = analyse(root, entry, unsafe_fixes=True) if run else row
+  # (``row`` was analysed without the option: it applied none)
+  return {'rewritten': measured.rewritten, 'left': measured.left,
+          'broken': len(measured.broken),
+          'applied': measured.unsafe_applied,
+          'broken_links': measured.broken, 'run': run}
 
 
 def skip_contradicted(row: Row) -> Optional[str]:
