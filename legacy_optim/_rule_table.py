@@ -111,6 +111,7 @@ CHECKPOINT = 'checkpoint'
 DYNAMIC_SCALE = 'dynamic_scale'
 REMOVED_API = 'removed_api'
 UNUSED_NOQA = 'unused_noqa'
+OPTIMIZER_ESCAPE = 'optimizer_escape'
 
 
 class Rule(NamedTuple):
@@ -217,7 +218,7 @@ RULES = (
     Rule('FOC118', OPTIMIZER_USE, 'a member of a flax.optim Optimizer read '
          '(optimizer.target, optimizer.state.step, .replace(target=...))',
          SECTION_LOOP),
-    Rule('FOC119', 'optimizer_escape', 'a flax.optim Optimizer going on to '
+    Rule('FOC119', OPTIMIZER_ESCAPE, 'a flax.optim Optimizer going on to '
          'code migrate cannot follow (stored in an attribute, passed to an '
          'unproven call): its whole flow stays', SECTION_LOOP),
     Rule('FOC200', REMOVED_API, 'another removed jax/flax API', SECTION_FIND),
@@ -266,6 +267,82 @@ PICKLE_REPLACEMENT = (
     'before holds a flax.optim Optimizer: load it with flax-optim-compat '
     'installed (the flax.optim import alias) and continue it with '
     'compat.to_train_state(optimizer, apply_fn)')
+
+# ----------------------------------------------------------------------------
+# The fixes that rest on an assumption, and the applicability of each
+# (ruff's ``Applicability``). A fix no row lists is proven (``SAFE``):
+# migrate applies it. An ``UNSAFE`` fix rests on the assumption its row
+# states: migrate applies it only with ``--unsafe-fixes`` and lists it with
+# that assumption either way; without the option its place holds the flow,
+# for ``why`` (``HIDDEN_FIX_REASON``).
+
+SAFE = 'safe'
+UNSAFE = 'unsafe'
+
+
+class Fix(NamedTuple):
+  name: str
+  construct: str  # the rule whose finding it answers (a construct of RULES)
+  applicability: str  # SAFE or UNSAFE
+  # Why the place holds the flow where the fix is not applied (fields in
+  # braces: the finding's own).
+  why: str
+  # What the fix assumes (the report's sentence; fields in braces).
+  assumption: str
+
+
+GENERIC_TREE_WALKER = 'generic_tree_walker'
+DECORATED_FACTORY = 'decorated_factory'
+FIXES = (
+    # An optimizer in a dict a function of the user's takes apart as a tree
+    # (``compat.codemod._tree_walkers``): the shape of the function is read,
+    # what it does with a TrainState's tree is not proven.
+    Fix(GENERIC_TREE_WALKER, OPTIMIZER_ESCAPE, UNSAFE,
+        'the optimizer `{text}` goes into a dict saved or loaded as a tree '
+        'through a function migrate does not prove takes it only as a tree '
+        '(it would keep flax.optim\'s layout with '
+        'flax_optim_rules.legacy_tree({text}))',
+        '{name}() ({where}) is taken for a generic tree walker: it tests a '
+        'node only for its kind (isinstance, dataclasses.is_dataclass), '
+        'recurses into its entries and gives the others back as leaves, '
+        'reading no member of the Optimizer. Assumed: it meets '
+        'flax_optim_rules.legacy_tree(...) (a dataclass with the '
+        'Optimizer\'s leaves, order and state dict) as it met the Optimizer, '
+        'so what it writes or gives back keeps flax.optim\'s names and '
+        'order: files the original program wrote through it still load, and '
+        'it loads the new ones'),
+    # A factory the project calls, wrapped by decorators (gin's
+    # ``configurable``): its body is proven, its decorators and their
+    # registry are not read.
+    Fix(DECORATED_FACTORY, OPTIMIZER_ESCAPE, UNSAFE,
+        '{name}() is decorated with `{decorator}`: its callers are not in '
+        'the scanned code',
+        '{decorators} of {name}() hands each call to its body and gives back '
+        'what the body returns (a flax.optim definition, now an Optax '
+        'transform), and nothing outside the scanned code calls it (a config '
+        'file binding it, another package): such a caller would get the '
+        'Optax transform'),
+)
+FIXES_BY_NAME = {fix.name: fix for fix in FIXES}
+HIDDEN_FIX_REASON = ('{why}; an unsafe fix is available, hidden without '
+                     '--unsafe-fixes: {assumption}')
+
+
+def unsafe_assumption(fix_name: str, **fields) -> str:
+  """What the fix ``fix_name`` assumes, filled in with ``fields``; its row
+  must be ``UNSAFE`` (a proven fix states no assumption)."""
+  fix = FIXES_BY_NAME[fix_name]
+  if fix.applicability != UNSAFE:
+    raise ValueError(f'fix {fix_name!r} is {fix.applicability}: it states '
+                     'no assumption')
+  return fix.assumption.format(**fields)
+
+
+def fix_why(fix_name: str, **fields) -> str:
+  """Why the place of the fix ``fix_name`` holds its flow where it is not
+  applied, filled in with ``fields``."""
+  return FIXES_BY_NAME[fix_name].why.format(**fields)
+
 
 # ----------------------------------------------------------------------------
 # The members: one row each.

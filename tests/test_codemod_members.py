@@ -11,6 +11,9 @@ guide sections and replacement texts across the packages and scripts.
 
 import ast
 import pathlib
+import re
+
+import pytest
 
 from compat.codemod import _members
 from compat.codemod import _prefilter
@@ -161,9 +164,21 @@ def _table_texts() -> dict:
                      **_rule_table.CLASS_COUNTERPARTS}.items():
     texts[text] = f'{name} (replacement)'
   texts[_rule_table.PICKLE_REPLACEMENT] = 'pickle (replacement)'
+  for fix in _rule_table.FIXES:
+    texts.update(_template_pieces(fix.why, f'{fix.name} (why)'))
+    texts.update(_template_pieces(fix.assumption, f'{fix.name} (assumption)'))
+  texts.update(_template_pieces(_rule_table.HIDDEN_FIX_REASON,
+                                'hidden fix (reason)'))
   for section in _rule_table.SECTIONS:
     texts[section] = 'guide section'
   return texts
+
+
+def _template_pieces(template: str, what: str) -> dict:
+  """The long literal pieces of a text with fields (``{name}``): what an
+  f-string copying it would hold between its fields."""
+  return {piece: what for piece in re.split(r'\{\w+\}', template)
+          if len(piece) >= _LONG}
 
 
 def _copies(path: pathlib.Path, texts: dict) -> list:
@@ -212,3 +227,20 @@ def test_every_member_names_a_rule_or_says_its_own_replacement():
   for rule in _rule_table.RULES:
     for method in rule.methods:
       assert _members.construct_of(method) == rule.construct, method
+
+
+def test_each_fix_names_a_rule_and_an_applicability():
+  for fix in _rule_table.FIXES:
+    assert fix.construct in _rule_table.BY_CONSTRUCT, fix
+    assert fix.applicability in (_rule_table.SAFE, _rule_table.UNSAFE), fix
+    assert fix.why and fix.assumption, fix
+
+
+def test_only_an_unsafe_fix_states_an_assumption(monkeypatch):
+  fix = _rule_table.FIXES_BY_NAME[_rule_table.GENERIC_TREE_WALKER]
+  assert _rule_table.unsafe_assumption(
+      fix.name, name='walk', where='m.py:3').startswith('walk() (m.py:3) ')
+  monkeypatch.setitem(_rule_table.FIXES_BY_NAME, fix.name,
+                      fix._replace(applicability=_rule_table.SAFE))
+  with pytest.raises(ValueError, match='generic_tree_walker.*safe'):
+    _rule_table.unsafe_assumption(fix.name, name='walk', where='m.py:3')

@@ -43,6 +43,14 @@ REMOVED_APIS = PREFIX + '2'  # the prefix of the other removed APIs' codes
 _OTHER_REMOVAL = _BY_CONSTRUCT[_rule_table.REMOVED_API].code
 _CODE = re.compile(rf'^{PREFIX}\d*$')
 
+# The fixes resting on an assumption (the table's ``FIXES``: applicability,
+# why the place holds the flow without the fix, what the fix assumes).
+GENERIC_TREE_WALKER = _rule_table.GENERIC_TREE_WALKER
+DECORATED_FACTORY = _rule_table.DECORATED_FACTORY
+HIDDEN_FIX_REASON = _rule_table.HIDDEN_FIX_REASON
+unsafe_assumption = _rule_table.unsafe_assumption
+fix_why = _rule_table.fix_why
+
 
 def code_of(construct: str, old: Optional[str] = None) -> str:
   """The code of a finding: its construct, or for a removal its row's

@@ -50,6 +50,7 @@ Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _flow_values
 from compat.codemod import _legacy_trees
@@ -116,11 +117,7 @@ def _assumed_walks(module, node) -> list:
   if verdict is None or verdict.why is not None or not verdict.assumptions:
     return []
   text = ast.unparse(node)[:60]
-  return [Escape(node, (
-      f'the optimizer `{text}` goes into a dict saved or loaded as a tree '
-      'through a function migrate does not prove takes it only as a tree '
-      '(it would keep flax.optim\'s layout with '
-      f'flax_optim_rules.legacy_tree({text}))'),
+  return [Escape(node, _codes.fix_why(_codes.GENERIC_TREE_WALKER, text=text),
                  ' '.join(verdict.assumptions))]
 
 

@@ -13,6 +13,7 @@ never which of its edits happen to sit on a line. Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _members
 from compat.codemod import _multi
 
@@ -45,8 +46,7 @@ KEPT_WITH_FLOW = ('kept as it was with its whole flow across modules (a '
 # The reason of a place holding a flow where an unsafe fix could migrate
 # it (ruff's ``Applicability::Unsafe``): ``why`` it holds, what the fix
 # assumes.
-HIDDEN_FIX_REASON = ('{why}; an unsafe fix is available, hidden without '
-                     '--unsafe-fixes: {assumption}')
+HIDDEN_FIX_REASON = _codes.HIDDEN_FIX_REASON
 # The construct of a field link's line kept as it was, and of a value
 # stored in such a field that is not provably an optimizer (a flow one:
 # the module's flow stays with it).

@@ -9,6 +9,7 @@ field, an override or a caller migrate cannot see. A part of
 import ast
 from typing import Optional
 
+from compat.codemod import _codes
 from compat.codemod import _factories
 from compat.codemod import _flow
 from compat.codemod import _links
@@ -39,11 +40,8 @@ def decorated_factory_assumption(function, decorators) -> str:
   returns, the decorators' code (a library's) and their registry (a config
   file may call it) are not read."""
   spelled = ', '.join(f'`@{ast.unparse(d)}`' for d in decorators)
-  return (f'{spelled} of {function.name}() hands each call to its body and '
-          'gives back what the body returns (a flax.optim definition, now an '
-          'Optax transform), and nothing outside the scanned code calls it '
-          '(a config file binding it, another package): such a caller would '
-          'get the Optax transform')
+  return _codes.unsafe_assumption(_codes.DECORATED_FACTORY,
+                                  decorators=spelled, name=function.name)
 
 
 class Linker:
@@ -184,9 +182,8 @@ class Linker:
       function = functions[id(node)]
       assumption = None
       if decorated:
-        reason = (f'{node.name}() is decorated with '
-                  f'`{ast.unparse(decorated[0])}`: its callers are not in '
-                  'the scanned code')
+        reason = _codes.fix_why(_codes.DECORATED_FACTORY, name=node.name,
+                                decorator=ast.unparse(decorated[0]))
         if node in self._called:
           assumption = decorated_factory_assumption(node, decorated)
           reason = _links.HIDDEN_FIX_REASON.format(why=reason,

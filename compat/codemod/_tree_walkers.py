@@ -48,6 +48,7 @@ import ast
 import posixpath
 from typing import Optional
 
+from compat.codemod import _codes
 from compat.codemod import _names
 from compat.codemod import _walk
 
@@ -64,16 +65,6 @@ _KIND_TESTS = frozenset(('dataclasses.is_dataclass',))
 _ENTRY_METHODS = frozenset(('keys', 'items', 'values'))
 _ENTRY_FUNCTIONS = frozenset(('sorted', 'len', 'list', 'reversed'))
 
-ASSUMPTION = (
-    '{name}() ({where}) is taken for a generic tree walker: it tests a node '
-    'only for its kind (isinstance, dataclasses.is_dataclass), recurses '
-    'into its entries and gives the others back as leaves, reading no '
-    'member of the Optimizer. Assumed: it meets '
-    'flax_optim_rules.legacy_tree(...) (a dataclass with the Optimizer\'s '
-    'leaves, order and state dict) as it met the Optimizer, so what it '
-    'writes or gives back keeps flax.optim\'s names and order: files the '
-    'original program wrote through it still load, and it loads the new '
-    'ones')
 
 
 class _Shape:
@@ -236,4 +227,5 @@ def walker_assumption(definition, names, parameter,
     return None
   where = f'{posixpath.normpath(names.path or "<module>")}:' + str(
       definition.lineno)
-  return ASSUMPTION.format(name=definition.name, where=where)
+  return _codes.unsafe_assumption(_codes.GENERIC_TREE_WALKER,
+                                  name=definition.name, where=where)
