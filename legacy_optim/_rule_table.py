@@ -370,6 +370,16 @@ class Member(NamedTuple):
   # (``DEFINITION``): the flow follows it as one, and ``read_rewrite``
   # applies only where the read is used as a whole (``.create(...)`` on it).
   holds: Optional[str] = None
+  # Its parameters, as flax.optim's signature names them (a method's).
+  parameters: tuple = ()
+  # What migrate writes for a call of it (a method), where that is
+  # mechanical: ``{receiver}`` (the optimizer's own rewritten expression),
+  # ``{jax}`` (the module's name for jax) and ``{<parameter>}`` (the
+  # argument given for it). ``call_targets``: where set, only a call whose
+  # result is unpacked into that many names is rewritten (the shape the
+  # rewrite gives back).
+  call_rewrite: Optional[str] = None
+  call_targets: Optional[int] = None
 
 
 DEFINITION = 'definition'  # (a Member's ``holds``)

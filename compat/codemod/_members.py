@@ -110,6 +110,12 @@ def read_rewrite(name: str) -> Optional[Member]:
   return member if member is not None and member.read_rewrite else None
 
 
+def call_rewrite(name: str) -> Optional[Member]:
+  """The row of the method ``name`` where the table rewrites its calls."""
+  member = _row(name)
+  return member if member is not None and member.call_rewrite else None
+
+
 # The members whose read is a definition (the flow follows it as one).
 DEFINITION_READS = frozenset(m.name for m in MEMBERS
                              if m.holds == DEFINITION)

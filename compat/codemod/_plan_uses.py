@@ -142,6 +142,10 @@ class PlanUses(_plan_rules.PlanRules):
       self.edit(node, member.read_rewrite, 'optimizer_use',
                 receiver=receiver)
       return None
+    member = _members.call_rewrite(node.attr)
+    if member is not None and isinstance(parent, ast.Call) and (
+        parent.func is node):
+      return self._plan_call_rewrite(member, parent, receiver)
     if node.attr == _members.STATE and isinstance(parent, ast.Attribute) and (
         parent.attr == _members.STEP):
       self.edit(parent, '{receiver}.step', 'optimizer_use', receiver=receiver)
@@ -181,6 +185,36 @@ class PlanUses(_plan_rules.PlanRules):
     why = _members.no_counterpart(node.attr)
     return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
             'TrainState counterpart here' + (f': {why}' if why else ''))
+
+  def _plan_call_rewrite(self, member, call, receiver) -> Optional[str]:
+    """A call of a method the table rewrites (``member.call_rewrite``):
+    each of its parameters given once, its result unpacked into the names
+    the table says. Returns why not."""
+    given = _arguments(member.parameters, call)
+    if given is None:
+      return (f'.{member.name}({", ".join(member.parameters)}): arguments '
+              'passed with * or **, or not one for each parameter, cannot be '
+              'mapped with certainty')
+    if member.call_targets is not None and _unpacked_into(
+        self.parents.get(call), call) != member.call_targets:
+      return (f'.{member.name}() is rewritten where its result is unpacked '
+              f'into {member.call_targets} names (the shape of what '
+              f'replaces it: {member.call_rewrite})')
+    jax = self._jax_name()
+    if jax is None:
+      return '`jax` names something else in this module'
+    self.edit(call, member.call_rewrite, member.construct, receiver=receiver,
+              jax=jax, **given)
+    return None
+
+  def _jax_name(self) -> Optional[str]:
+    """The module's name for jax, imported where it is free."""
+    if self.names.resolve(ast.Name(id='jax')) == 'jax':
+      return 'jax'
+    if 'jax' in self._taken:
+      return None
+    self.imports.append(('jax', None, None))
+    return 'jax'
 
   def _read_as_whole(self, member, node, parent) -> bool:
     """A read the table rewrites: any read, or, of a member holding a
@@ -291,3 +325,31 @@ class PlanUses(_plan_rules.PlanRules):
               receiver=receiver, rate=call.keywords[0].value,
               grads=call.args[0])
     return None
+
+
+def _arguments(parameters, call) -> Optional[dict]:
+  """``call``'s argument for each of ``parameters`` (a method's, its
+  receiver bound), or None where one is missing, given twice, unknown, or
+  passed with * or **."""
+  if len(call.args) > len(parameters) or any(
+      isinstance(a, ast.Starred) for a in call.args):
+    return None
+  given = dict(zip(parameters, call.args))
+  for keyword in call.keywords:
+    if keyword.arg not in parameters or keyword.arg in given:
+      return None  # (** has no name: None is no parameter)
+    given[keyword.arg] = keyword.value
+  return given if len(given) == len(parameters) else None
+
+
+def _unpacked_into(statement, call) -> Optional[int]:
+  """How many names ``statement`` unpacks ``call``'s result into (``a, b =
+  call``); None where it does not so."""
+  if not isinstance(statement, ast.Assign) or statement.value is not call or (
+      len(statement.targets) != 1):
+    return None
+  target = statement.targets[0]
+  if not isinstance(target, (ast.Tuple, ast.List)) or any(
+      isinstance(e, ast.Starred) for e in target.elts):
+    return None
+  return len(target.elts)
