@@ -393,7 +393,13 @@ MEMBERS = (
            'hyper_params to read or override, no OptimizerDef class to name',
            read_rewrite='{receiver}.tx', holds=DEFINITION),
     Member(APPLY_GRADIENT, OPTIMIZER_CLASS, 'method', APPLY_GRADIENT),
-    Member(COMPUTE_GRADIENT, OPTIMIZER_CLASS, 'method', COMPUTE_GRADIENT),
+    # ``loss, grad = optimizer.compute_gradient(loss_fn)``: two names
+    # prove a loss_fn returning the loss alone (flax.optim gives (loss, aux,
+    # grad) for a tuple, which two names cannot unpack).
+    Member(COMPUTE_GRADIENT, OPTIMIZER_CLASS, 'method', COMPUTE_GRADIENT,
+           parameters=('loss_fn',),
+           call_rewrite='{jax}.value_and_grad({loss_fn})({receiver}.params)',
+           call_targets=2),
     Member(COMPUTE_GRADIENTS, OPTIMIZER_CLASS, 'method', COMPUTE_GRADIENT),
     Member(OPTIMIZE, OPTIMIZER_CLASS, 'method', OPTIMIZE),
     Member(REPLICATE, OPTIMIZER_CLASS, 'method', REPLICATE),
