@@ -267,6 +267,11 @@ PICKLE_REPLACEMENT = (
     'before holds a flax.optim Optimizer: load it with flax-optim-compat '
     'installed (the flax.optim import alias) and continue it with '
     'compat.to_train_state(optimizer, apply_fn)')
+# What replaces a rule named at run time (``getattr(flax.optim, name)(...)``,
+# a finding of ``optimizer_def``).
+BY_NAME_REPLACEMENT = (
+    'flax_optim_rules.rule_named(name)(**hyper_params) (what migrate '
+    'writes: the rule of that name, same numbers as flax 0.5.3)')
 
 # ----------------------------------------------------------------------------
 # The fixes that rest on an assumption, and the applicability of each
@@ -342,6 +347,78 @@ def fix_why(fix_name: str, **fields) -> str:
   """Why the place of the fix ``fix_name`` holds its flow where it is not
   applied, filled in with ``fields``."""
   return FIXES_BY_NAME[fix_name].why.format(**fields)
+
+
+# ----------------------------------------------------------------------------
+# The texts of migrate's notes and of the reasons it gives for what it
+# leaves: one row each, with the rule (a construct of ``RULES``) whose
+# finding it is said of, None where it is said of any. Fields in braces are
+# filled where it is said.
+
+
+class Note(NamedTuple):
+  name: str
+  construct: Optional[str]
+  text: str
+
+
+HELD = 'held'  # a finding a # noqa or the selected codes hold
+HELD_BY_ANOTHER_LINK = 'held_by_another_link'  # its flow held elsewhere
+KEPT_WITH_FLOW = 'kept_with_flow'  # how a link's reason starts
+CALLED_NOWHERE = 'called_nowhere'  # a factory migrated as dead code
+CHECKPOINT_LAYOUT = 'checkpoint_layout'  # a checkpoint now of a TrainState
+PICKLE_UNPROVEN = 'pickle_unproven'  # a pickle of what may be the optimizer
+LAYOUT_KEY = 'layout_key'  # a read of flax.optim's checkpoint keys
+HAND_BUILT = 'hand_built'  # Optimizer(definition, state, target)
+NOTES = (
+    Note(HELD, None, (
+        'kept as it is: a # noqa on the line or the selected codes '
+        '(--select/--ignore) hold it')),
+    Note(HELD_BY_ANOTHER_LINK, None, (
+        'not rewritten: another link of this optimizer flow could not '
+        'be (see above); a flow is migrated as a whole or not at all')),
+    Note(KEPT_WITH_FLOW, None, (
+        'kept as it was with its whole flow across modules (a '
+        'definition, its optimizer and every use are rewritten together'
+        ' or not at all): ')),
+    Note(CALLED_NOWHERE, None, (
+        '`{name}` is called and named nowhere in the scanned code, so '
+        'it was migrated with its flow as dead code of this program: '
+        '{now}, not a flax.optim OptimizerDef. Code outside the scanned'
+        ' tree that calls it must be migrated with it (scan them '
+        'together)')),
+    Note(CHECKPOINT_LAYOUT, CHECKPOINT, (
+        'the checkpoint now holds a TrainState (step, params, '
+        'opt_state); convert files written by the old code with '
+        '`flax-optim-compat convert SRC DST --to train_state`')),
+    Note(PICKLE_UNPROVEN, CHECKPOINT, (
+        'not proven to pickle the optimizer; if it does, it would now '
+        'pickle a TrainState, which fails (its tx holds functions): '
+        'pickle `flax_optim_rules.legacy_tree(state)` instead (read '
+        'back with `flax_optim_rules.from_legacy_tree(state, tree)`); '
+        'one written by the old code holds a flax.optim Optimizer: load'
+        ' it with flax-optim-compat installed and continue it with '
+        '`compat.to_train_state(optimizer, apply_fn)`')),
+    Note(LAYOUT_KEY, CHECKPOINT, (
+        "reads flax.optim's checkpoint layout by key ({key!r}): "
+        'checkpoints written before migrating hold it, ones the '
+        "migrated code writes hold a TrainState's (step, params, "
+        'opt_state); convert the old ones with `flax-optim-compat '
+        "convert SRC DST --to train_state` and read 'params', or keep "
+        "writing flax.optim's layout with `{rules}.state_dict(state)`")),
+    Note(HAND_BUILT, CREATE, (
+        'an Optimizer built by hand from a definition, a state and a '
+        'target: flax_optim_rules.replace_optimizer_state('
+        "TrainState.create(apply_fn=..., params=target, tx=the definition's "
+        'transform), state) (migrate writes it where the definition is '
+        'provably a flax.optim OptimizerDef)')),
+)
+NOTES_BY_NAME = {note.name: note for note in NOTES}
+
+
+def note(name: str) -> str:
+  """The text of the note ``name`` (its fields unfilled)."""
+  return NOTES_BY_NAME[name].text
 
 
 # ----------------------------------------------------------------------------

@@ -141,6 +141,7 @@ _SOURCES = ('compat', 'legacy_optim', 'flax_optim_rules', 'scripts')
 # A sentence of the table at least this long counts also inside a longer
 # string (a message built around it); anything else only as a whole string.
 _LONG = 30
+_RULES_MODULE = 'flax_optim_rules'
 
 
 def _table_texts() -> dict:
@@ -169,6 +170,12 @@ def _table_texts() -> dict:
     texts.update(_template_pieces(fix.assumption, f'{fix.name} (assumption)'))
   texts.update(_template_pieces(_rule_table.HIDDEN_FIX_REASON,
                                 'hidden fix (reason)'))
+  for note in _rule_table.NOTES:
+    texts.update(_template_pieces(note.text, f'{note.name} (note)'))
+  # (a copy may spell the module migrated code imports as a field)
+  texts.update(_template_pieces(
+      _rule_table.BY_NAME_REPLACEMENT.replace(_RULES_MODULE, '{rules}'),
+      'rule by name (replacement)'))
   for section in _rule_table.SECTIONS:
     texts[section] = 'guide section'
   return texts

@@ -51,6 +51,18 @@ HIDDEN_FIX_REASON = _rule_table.HIDDEN_FIX_REASON
 unsafe_assumption = _rule_table.unsafe_assumption
 fix_why = _rule_table.fix_why
 
+# The texts of migrate's notes (the table's ``NOTES``), by name.
+note = _rule_table.note
+HELD = _rule_table.HELD
+HELD_BY_ANOTHER_LINK = _rule_table.HELD_BY_ANOTHER_LINK
+KEPT_WITH_FLOW = _rule_table.KEPT_WITH_FLOW
+CALLED_NOWHERE = _rule_table.CALLED_NOWHERE
+CHECKPOINT_LAYOUT = _rule_table.CHECKPOINT_LAYOUT
+PICKLE_UNPROVEN = _rule_table.PICKLE_UNPROVEN
+LAYOUT_KEY = _rule_table.LAYOUT_KEY
+HAND_BUILT = _rule_table.HAND_BUILT
+BY_NAME_REPLACEMENT = _rule_table.BY_NAME_REPLACEMENT
+
 
 def code_of(construct: str, old: Optional[str] = None) -> str:
   """The code of a finding: its construct, or for a removal its row's

@@ -39,9 +39,7 @@ WHOLE_FLOW_KINDS = ('field', 'call')
 HELD = 'held'
 
 # How the reason of each link that keeps a module's flow starts.
-KEPT_WITH_FLOW = ('kept as it was with its whole flow across modules (a '
-                  'definition, its optimizer and every use are rewritten '
-                  'together or not at all): ')
+KEPT_WITH_FLOW = _codes.note(_codes.KEPT_WITH_FLOW)
 
 # The reason of a place holding a flow where an unsafe fix could migrate
 # it (ruff's ``Applicability::Unsafe``): ``why`` it holds, what the fix

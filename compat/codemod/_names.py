@@ -18,6 +18,7 @@ import re
 from typing import Callable, NamedTuple, Optional
 
 from compat import _lazy
+from compat.codemod import _codes
 from compat.codemod import _members
 from compat.codemod import _walk
 
@@ -30,11 +31,7 @@ TRAVERSALS = ('ModelParamTraversal', 'Traversal', 'TraverseAttr',
 # The class an ``optim.Optimizer`` annotation names, by either import path.
 OPTIMIZER_CLASSES = ('flax.optim.Optimizer', 'flax.optim.base.Optimizer')
 # What replaces ``optim.Optimizer(definition, state=..., target=...)``.
-HAND_BUILT = ('an Optimizer built by hand from a definition, a state and a '
-              'target: flax_optim_rules.replace_optimizer_state('
-              'TrainState.create(apply_fn=..., params=target, tx=the '
-              "definition's transform), state) (migrate writes it where the "
-              'definition is provably a flax.optim OptimizerDef)')
+HAND_BUILT = _codes.note(_codes.HAND_BUILT)
 # ``legacy_class`` of ``getattr(flax.optim, name)``: one of the rules, which
 # one the program decides when it runs (``flax_optim_rules.rule_named``).
 RULE_BY_NAME = 'getattr(flax.optim, name)'

@@ -5,6 +5,7 @@ import ast
 from typing import NamedTuple, Optional
 
 from compat import _lazy
+from compat.codemod import _codes
 from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _project
@@ -46,44 +47,21 @@ def checkpoint_lines(findings) -> frozenset:
                    if f.construct in NOTE_CONSTRUCTS and not is_pickle(f))
 
 
-HELD_NOTE = ('kept as it is: a # noqa on the line or the selected codes '
-             '(--select/--ignore) hold it')
+HELD_NOTE = _codes.note(_codes.HELD)
 
-CHECKPOINT_NOTE = (
-    'the checkpoint now holds a TrainState (step, params, opt_state); '
-    'convert files written by the old code with `flax-optim-compat convert '
-    'SRC DST --to train_state`')
+CHECKPOINT_NOTE = _codes.note(_codes.CHECKPOINT_LAYOUT)
 
 # A pickle write of a value not proven an optimizer, in a migrated module.
-PICKLE_NOTE = (
-    'not proven to pickle the optimizer; if it does, it would now pickle a '
-    'TrainState, which fails (its tx holds functions): pickle '
-    '`flax_optim_rules.legacy_tree(state)` instead (read back with '
-    '`flax_optim_rules.from_legacy_tree(state, tree)`); one written by the '
-    'old code holds a flax.optim Optimizer: load it with flax-optim-compat '
-    'installed and continue it with `compat.to_train_state(optimizer, '
-    'apply_fn)`')
+PICKLE_NOTE = _codes.note(_codes.PICKLE_UNPROVEN)
 
 # A rewrite of a flow that another of its links keeps as it was.
-HELD_BY_ANOTHER_LINK = (
-    'not rewritten: another link of this optimizer flow could not be (see '
-    'above); a flow is migrated as a whole or not at all')
+HELD_BY_ANOTHER_LINK = _codes.note(_codes.HELD_BY_ANOTHER_LINK)
 
 # A definition nothing in the project calls, migrated with its flow.
-CALLED_NOWHERE_NOTE = (
-    '`{name}` is called and named nowhere in the scanned code, so it was '
-    'migrated with its flow as dead code of this program: {now}, not a '
-    'flax.optim OptimizerDef. Code outside the scanned tree '
-    'that calls it must be migrated with it (scan them together)')
+CALLED_NOWHERE_NOTE = _codes.note(_codes.CALLED_NOWHERE)
 # flax.optim's checkpoint keys (``Optimizer.state_dict()``'s layout).
 LAYOUT_KEYS = (_members.TARGET, _members.PARAM_STATES)
-LAYOUT_KEY_NOTE = (
-    "reads flax.optim's checkpoint layout by key ({key!r}): checkpoints "
-    'written before migrating hold it, ones the migrated code writes hold a '
-    "TrainState's (step, params, opt_state); convert the old ones with "
-    '`flax-optim-compat convert SRC DST --to train_state` and read '
-    "'params', or keep writing flax.optim's layout with "
-    '`{rules}.state_dict(state)`')
+LAYOUT_KEY_NOTE = _codes.note(_codes.LAYOUT_KEY)
 
 
 def layout_key_reads(tree: ast.Module) -> list:

@@ -187,9 +187,7 @@ _FIXED = rep.REPLACEMENTS
 
 # ``getattr(flax.optim, name)(**hyper_params)``: which rule is known only when
 # the program runs, so no stock alias can be named.
-_BY_NAME_REPLACEMENT = (
-    f'{rep.RULES_MODULE}.rule_named(name)(**hyper_params) (what migrate '
-    'writes: the rule of that name, same numbers as flax 0.5.3)')
+_BY_NAME_REPLACEMENT = _codes.BY_NAME_REPLACEMENT
 
 
 # What a flax.optim class named in an annotation or elsewhere becomes.
