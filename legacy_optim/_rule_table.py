@@ -267,6 +267,18 @@ PICKLE_REPLACEMENT = (
     'before holds a flax.optim Optimizer: load it with flax-optim-compat '
     'installed (the flax.optim import alias) and continue it with '
     'compat.to_train_state(optimizer, apply_fn)')
+# What replaces a flax.optim definition (FOC103) in each tier of migrate
+# (``--tier``): the exact one (flax_optim_rules, what migrate writes by
+# default), then the nearest stock Optax expression where one exists.
+TIER_EXACT = 'exact'
+TIER_STOCK = 'stock'
+TIER_REPLACEMENTS = {
+    TIER_EXACT: '{expression} (what migrate writes: same numbers as flax '
+                '0.5.3)',
+    TIER_STOCK: 'nearest stock Optax (migrate --tier stock): {expression} '
+                '[{deviation}]',
+}
+
 # What replaces a rule named at run time (``getattr(flax.optim, name)(...)``,
 # a finding of ``optimizer_def``).
 BY_NAME_REPLACEMENT = (

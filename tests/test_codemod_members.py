@@ -172,6 +172,8 @@ def _table_texts() -> dict:
                                 'hidden fix (reason)'))
   for note in _rule_table.NOTES:
     texts.update(_template_pieces(note.text, f'{note.name} (note)'))
+  for tier, text in _rule_table.TIER_REPLACEMENTS.items():
+    texts.update(_template_pieces(text, f'{tier} tier (replacement)'))
   # (a copy may spell the module migrated code imports as a field)
   texts.update(_template_pieces(
       _rule_table.BY_NAME_REPLACEMENT.replace(_RULES_MODULE, '{rules}'),

@@ -62,6 +62,10 @@ PICKLE_UNPROVEN = _rule_table.PICKLE_UNPROVEN
 LAYOUT_KEY = _rule_table.LAYOUT_KEY
 HAND_BUILT = _rule_table.HAND_BUILT
 BY_NAME_REPLACEMENT = _rule_table.BY_NAME_REPLACEMENT
+# What replaces a definition in each tier (``{expression}``...).
+TIER_EXACT = _rule_table.TIER_EXACT
+TIER_STOCK = _rule_table.TIER_STOCK
+TIER_REPLACEMENTS = _rule_table.TIER_REPLACEMENTS
 
 
 def code_of(construct: str, old: Optional[str] = None) -> str:

@@ -172,14 +172,15 @@ def _algorithm_replacement(name: str, call: ast.Call) -> str:
   given.update({k.arg: ast.unparse(k.value) for k in call.keywords if k.arg})
   exact = rep.migrate_call(name, {p: given[p] for p, _ in signature
                                   if p in given}, dict(signature))
-  text = f'{exact} (what migrate writes: same numbers as flax 0.5.3)'
+  text = _codes.TIER_REPLACEMENTS[_codes.TIER_EXACT].format(expression=exact)
   values = _names.bind_arguments(name, call)
   stock = rep.stock_optax(name, values, render=lambda v: 'None' if v is None
                           else v)
   if not stock.expression:
     return text
-  text += (f'; nearest stock Optax (migrate --tier stock): '
-           f'{stock.expression} [{rep.deviation_phrase(stock.variant)}]')
+  text += '; ' + _codes.TIER_REPLACEMENTS[_codes.TIER_STOCK].format(
+      expression=stock.expression,
+      deviation=rep.deviation_phrase(stock.variant))
   return text + (f'; note: {stock.note}' if stock.note else '')
 
 
