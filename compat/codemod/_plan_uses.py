@@ -198,8 +198,8 @@ class PlanUses(_plan_rules.PlanRules):
     if member.call_targets is not None and _unpacked_into(
         self.parents.get(call), call) != member.call_targets:
       return (f'.{member.name}() is rewritten where its result is unpacked '
-              f'into {member.call_targets} names (the shape of what '
-              f'replaces it: {member.call_rewrite})')
+              f'into {member.call_targets} names, the values what replaces '
+              'it gives back; here its result is used otherwise')
     jax = self._jax_name()
     if jax is None:
       return '`jax` names something else in this module'
