@@ -345,6 +345,25 @@ HIDDEN_FIX_REASON = ('{why}; an unsafe fix is available, hidden without '
                      '--unsafe-fixes: {assumption}')
 
 
+# How migrate's report speaks of the unsafe fixes (ruff's wording): the
+# terminal's line for each one applied and for those hidden (``{fixes}``:
+# 'fix' or 'fixes'), the Markdown report's heading of each group.
+UNSAFE_FIX_APPLIED_LINE = '{where}: unsafe fix applied: {assumption}'
+UNSAFE_FIXES_HIDDEN_LINE = (
+    '{count} hidden {fixes} can be enabled with the `--unsafe-fixes` option '
+    '(each rests on the assumption named above)')
+UNSAFE_FIXES_APPLIED_HEADING = (
+    'Applied (--unsafe-fixes), each resting on the assumption stated: '
+    'check it (e.g. `--prove`):')
+UNSAFE_FIXES_HELD_HEADING = (
+    'Enabled, not applied: the flow each is in stays as it was for its '
+    'other links (listed under its file):')
+UNSAFE_FIXES_HIDDEN_HEADING = (
+    'Available, not applied: {count} hidden fix(es) can be enabled with the '
+    '`--unsafe-fixes` option; each flow they would release stays on the '
+    'shim until then:')
+
+
 def unsafe_assumption(fix_name: str, **fields) -> str:
   """What the fix ``fix_name`` assumes, filled in with ``fields``; its row
   must be ``UNSAFE`` (a proven fix states no assumption)."""

@@ -170,6 +170,10 @@ def _table_texts() -> dict:
     texts.update(_template_pieces(fix.assumption, f'{fix.name} (assumption)'))
   texts.update(_template_pieces(_rule_table.HIDDEN_FIX_REASON,
                                 'hidden fix (reason)'))
+  for name in ('UNSAFE_FIX_APPLIED_LINE', 'UNSAFE_FIXES_HIDDEN_LINE',
+               'UNSAFE_FIXES_APPLIED_HEADING', 'UNSAFE_FIXES_HELD_HEADING',
+               'UNSAFE_FIXES_HIDDEN_HEADING'):
+    texts.update(_template_pieces(getattr(_rule_table, name), name))
   for note in _rule_table.NOTES:
     texts.update(_template_pieces(note.text, f'{note.name} (note)'))
   for tier, text in _rule_table.TIER_REPLACEMENTS.items():

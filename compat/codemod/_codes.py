@@ -50,6 +50,11 @@ DECORATED_FACTORY = _rule_table.DECORATED_FACTORY
 HIDDEN_FIX_REASON = _rule_table.HIDDEN_FIX_REASON
 unsafe_assumption = _rule_table.unsafe_assumption
 fix_why = _rule_table.fix_why
+UNSAFE_FIX_APPLIED_LINE = _rule_table.UNSAFE_FIX_APPLIED_LINE
+UNSAFE_FIXES_HIDDEN_LINE = _rule_table.UNSAFE_FIXES_HIDDEN_LINE
+UNSAFE_FIXES_APPLIED_HEADING = _rule_table.UNSAFE_FIXES_APPLIED_HEADING
+UNSAFE_FIXES_HELD_HEADING = _rule_table.UNSAFE_FIXES_HELD_HEADING
+UNSAFE_FIXES_HIDDEN_HEADING = _rule_table.UNSAFE_FIXES_HIDDEN_HEADING
 
 # The texts of migrate's notes (the table's ``NOTES``), by name.
 note = _rule_table.note

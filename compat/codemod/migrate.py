@@ -1093,29 +1093,22 @@ def unsafe_fixes_hidden(results) -> list:
 def format_unsafe_fixes(results) -> list:
   """The terminal's lines on unsafe fixes: each one applied, with its
   assumption, and how many are hidden (ruff's wording)."""
-  lines = [f'{path}:{fix.line}: unsafe fix applied: {fix.reason}'
+  lines = [_codes.UNSAFE_FIX_APPLIED_LINE.format(
+      where=f'{path}:{fix.line}', assumption=fix.reason)
            for path, fix in unsafe_fixes_applied(results)]
   hidden = len(unsafe_fixes_hidden(results))
   if hidden:
-    lines.append(f'{hidden} hidden fix{"es" if hidden > 1 else ""} can be '
-                 'enabled with the `--unsafe-fixes` option (each rests on '
-                 'the assumption named above)')
+    lines.append(_codes.UNSAFE_FIXES_HIDDEN_LINE.format(
+        count=hidden, fixes='fixes' if hidden > 1 else 'fix'))
   return lines
 
 
 def _unsafe_fixes_section(results) -> list:
   hidden = unsafe_fixes_hidden(results)
   groups = (
-      (unsafe_fixes_applied(results),
-       'Applied (--unsafe-fixes), each resting on the assumption stated: '
-       'check it (e.g. `--prove`):'),
-      (unsafe_fixes_held(results),
-       'Enabled, not applied: the flow each is in stays as it was for its '
-       'other links (listed under its file):'),
-      (hidden,
-       f'Available, not applied: {len(hidden)} hidden fix(es) can be '
-       'enabled with the `--unsafe-fixes` option; each flow they would '
-       'release stays on the shim until then:'))
+      (unsafe_fixes_applied(results), _codes.UNSAFE_FIXES_APPLIED_HEADING),
+      (unsafe_fixes_held(results), _codes.UNSAFE_FIXES_HELD_HEADING),
+      (hidden, _codes.UNSAFE_FIXES_HIDDEN_HEADING.format(count=len(hidden))))
   if not any(fixes for fixes, _ in groups):
     return []
   lines = ['## Unsafe fixes', '']
