@@ -7,8 +7,14 @@ removed names it covers (``FOC2xx``) and the words a module must spell for
 it to be found there (the prefilter's). One row per member of flax.optim's
 Optimizer, OptimizerDef and OptimizerState (``MEMBERS``): its name (what
 detection matches), the rule it belongs to, what replaces it where that
-differs from its rule's text, and what migrate writes for a read of it.
-``CLASS_COUNTERPARTS``: what replaces each class.
+differs from its rule's text, and what migrate writes for a read of it or
+a call of it (``read_rewrite``, ``call_rewrite``: a new member rewrite is a
+row here). ``CLASS_COUNTERPARTS``: what replaces each class. ``FIXES``: the
+fixes that rest on an assumption, with their applicability (ruff's: a fix no
+row lists is proven, an unsafe one is applied only with ``--unsafe-fixes``)
+and the report's sentences for them. ``NOTES``: the texts of migrate's notes
+and of the reasons it gives for what it leaves. ``TIER_REPLACEMENTS``: what
+replaces a definition in each tier.
 
 Everything else derives from here: the codes (``compat.codemod._codes``),
 the member vocabulary (``compat.codemod._members``), the replacement texts

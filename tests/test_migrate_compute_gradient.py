@@ -3,9 +3,9 @@
 The row of ``compute_gradient`` in legacy_optim/_rule_table.py says what
 replaces a call (``call_rewrite``) and the one shape of the call it holds for
 (``call_targets``: two names, a loss function returning its loss alone); the
-planner reads those columns for any method. The program below (its step jitted, as
-training code has it) runs as it is (through the shim) and migrated: the
-losses, parameters and step must be equal bit for bit.
+planner reads those columns for any method. The program below (its step
+jitted, as training code has it) runs as it is (through the shim) and
+migrated: the losses, parameters and step must be equal bit for bit.
 """
 
 import importlib.util
