@@ -402,13 +402,12 @@ def _holder_touches(tree, holders) -> list:
   for holder in holders:
     by_field.setdefault(holder.field, []).append(holder)
     by_name.setdefault(holder.name, []).append(holder)
+  storing = _project_index.storing_names(holders)
   for node in parents:
     touched = []
     if isinstance(node, ast.Call):
-      func = node.func
-      called = func.id if isinstance(func, ast.Name) else getattr(
-          func, 'attr', None)
-      if called not in by_name and called not in _members.COPY_METHODS:
+      called = _project_index.called_name(node)
+      if called not in storing:
         continue  # (neither makes nor copies a holder)
       touched = [h for h, _ in _project_index.field_stores(node, holders)]
       touched += by_name.get(called, [])
