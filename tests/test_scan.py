@@ -6,6 +6,7 @@ markers are written by hand, the scanner's output is compared to them.
 """
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import sys
 
 import pytest
 
+from compat.codemod import _project
 from compat.codemod import scan
 
 TREE = os.path.join(os.path.dirname(__file__), 'fixtures', 'scan_tree')
@@ -275,3 +277,29 @@ def test_statistics_count_the_findings_per_code(tmp_path, capsys):
       ['2', 'FOC103'], ['1', 'FOC101'], ['1', 'FOC108']], lines
   assert lines[-1].startswith('4 flax.optim usage(s) in 1 file(s)'), lines
   assert scan.main(['--statistics', '--format', 'json', str(tmp_path)]) == 2
+
+
+def test_nothing_of_the_project_stays_alive_after_a_scan(tmp_path):
+  """A scan's project model (every tree it read) goes with the scan: kept
+  by a table of the last modules' typed names, it stayed alive after it,
+  and each later collection of the process walked all of it (seconds on
+  a large tree)."""
+  (tmp_path / 'model.py').write_text(
+      'from flax import optim\n\n\n'
+      'class Holder:\n'
+      '  def __init__(self, params):\n'
+      '    self.optimizer = optim.Adam(0.1).create(params)\n\n'
+      '  def step(self, grads):\n'
+      '    self.optimizer = self.optimizer.apply_gradient(grads)\n\n\n'
+      'def train(holder: Holder, grads):\n'
+      '  holder.step(grads)\n'
+      '  return holder.optimizer.apply_gradient(grads)\n')
+  (tmp_path / 'main.py').write_text(
+      'import model\n\n\n'
+      'def run(holder: model.Holder, grads):\n'
+      '  return holder.optimizer.apply_gradient(grads)\n')
+  assert scan.scan_paths([str(tmp_path)], jobs=1).findings
+  gc.collect()
+  assert not [model for model in gc.get_objects()
+              if isinstance(model, _project.Model) and any(
+                  path.startswith(str(tmp_path)) for path in model.sources)]

@@ -27,6 +27,7 @@ Stdlib only.
 
 import ast
 from typing import Optional
+import weakref
 
 from compat.codemod import _members
 from compat.codemod import _names
@@ -80,10 +81,12 @@ def own_step_lines(names) -> frozenset:
           model, names, node))
 
 
-# id(ModuleNames) -> (the names, their table): one table per module; and
+# ModuleNames -> their table: one table per module, held no longer than
+# the names themselves (a strong key kept each project's whole model, every
+# tree of it, alive after its run, for every later collection to walk); and
 # the functions whose returns are being typed (a cycle of functions
 # handing each other's results back types nothing).
-_TABLES: dict = {}
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _KEPT_TABLES = 64
 _RETURNS_OPEN: set = set()
 
@@ -93,13 +96,12 @@ def _typed_names(names) -> dict:
   each read of a name every binding of its function types alike
   (``_FunctionTypes``), in the functions that call a method named like an
   Optimizer step (the only reads asked); read once per module."""
-  kept = _TABLES.get(id(names))
-  if kept is not None and kept[0] is names:
-    return kept[1]
-  table = _find_typed_names(names)
-  if len(_TABLES) >= _KEPT_TABLES:
-    _TABLES.clear()
-  _TABLES[id(names)] = (names, table)
+  table = _TABLES.get(names)
+  if table is None:
+    table = _find_typed_names(names)
+    if len(_TABLES) >= _KEPT_TABLES:
+      _TABLES.clear()
+    _TABLES[names] = table
   return table
 
 

@@ -52,14 +52,27 @@ def holders_in(path, tree, names) -> list:
   return found
 
 
+def called_name(call) -> Optional[str]:
+  """The name ``call``'s callee ends in (``f`` of ``f(...)`` and of
+  ``m.f(...)``), else None."""
+  func = call.func
+  return func.id if isinstance(func, ast.Name) else (
+      func.attr if isinstance(func, ast.Attribute) else None)
+
+
+def storing_names(holders) -> frozenset:
+  """The callee names of the calls ``field_stores`` finds a store of
+  ``holders`` in (their classes, ``.replace``): told for a call before
+  asking each holder."""
+  return frozenset(h.name for h in holders) | frozenset(_members.COPY_METHODS)
+
+
 def field_stores(call, holders) -> list:
   """``[(holder, value)]``: what ``call`` stores in an optimizer field of
   one of ``holders``: the class called by its name (positionally or by
   keyword, also through a module or an alias of the same name), or
   ``.replace``/``._replace`` with the field's keyword."""
-  func = call.func
-  called = func.id if isinstance(func, ast.Name) else (
-      func.attr if isinstance(func, ast.Attribute) else None)
+  called = called_name(call)
   stores = []
   for holder in holders:
     if called in _members.COPY_METHODS or called == holder.name:

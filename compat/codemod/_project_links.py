@@ -392,17 +392,25 @@ def _holder_touches(tree, holders) -> list:
   'adam'`` in a config module; ``if config.optimizer == 'adam':``)."""
   first = {}
   parents = _walk.parents(tree)
+  # The holders by field and by class name (in their order): most calls
+  # and attributes of a module name none, told by one look-up each.
+  by_field: dict = {}
+  by_name: dict = {}
+  for holder in holders:
+    by_field.setdefault(holder.field, []).append(holder)
+    by_name.setdefault(holder.name, []).append(holder)
+  storing = _project_index.storing_names(holders)
   for node in parents:
     touched = []
     if isinstance(node, ast.Call):
+      called = _project_index.called_name(node)
+      if called not in storing:
+        continue  # (neither makes nor copies a holder)
       touched = [h for h, _ in _project_index.field_stores(node, holders)]
-      func = node.func
-      called = func.id if isinstance(func, ast.Name) else getattr(
-          func, 'attr', None)
-      touched += [h for h in holders if h.name == called]
-    elif isinstance(node, ast.Attribute) and not _names_a_literal(
-        node, parents.get(node)):
-      touched = [h for h in holders if h.field == node.attr]
+      touched += by_name.get(called, [])
+    elif isinstance(node, ast.Attribute) and node.attr in by_field and (
+        not _names_a_literal(node, parents.get(node))):
+      touched = by_field[node.attr]
     for holder in touched:
       if holder not in first or node.lineno < first[holder]:
         first[holder] = node.lineno

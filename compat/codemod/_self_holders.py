@@ -38,7 +38,7 @@ Stdlib only.
 import ast
 import functools
 import re
-from typing import NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional
 
 from compat.codemod import _names
 from compat.codemod import _walk
@@ -296,12 +296,10 @@ class SelfAttributes:
     based = _base_why(key.owner, self._classes, self._names)
     if based is not None or model is None:
       return based
-    for path, source in sorted(model.sources.items()):
-      if path == here or source is None:
+    for path, start in _spellings(model.sources, key.attr):
+      if path == here:
         continue
-      start = _spelling_in(model.sources, path, key.attr)
-      if start is None:
-        continue
+      source = model.sources[path]
       tree = model.trees.get(path)
       named = _Named(source.count(b'\n', 0, start) + 1, None, None, None) if (
           tree is None) else self._named_in(key, path, tree)
@@ -405,24 +403,40 @@ def _family_root(model, here, key, path, line, family) -> Optional[tuple]:
   return None
 
 
-# The sources _spelling_in last read and, by (path, attr), what it found.
-_SPELLINGS: list = [None, {}]
+# The sources _spellings last read, their number, their items in the paths'
+# order and, by attribute, what it found so far: the spellings and how many
+# items it read.
+_SPELLINGS: list = [None, 0, (), {}]
 
 
-def _spelling_in(sources: dict, path: str, attr: str) -> Optional[int]:
-  """``_first_spelling`` of ``attr`` in the source at ``path`` of the
-  project's ``sources``, read once per project: the modules keeping an
-  attribute of the same name on ``self`` each look for it in every other
-  source."""
-  if _SPELLINGS[0] is not sources:
-    _SPELLINGS[:] = [sources, {}]
-  found = _SPELLINGS[1]
-  if (path, attr) not in found:
-    source = sources[path]
-    # (most sources do not spell it at all: told without sre)
-    found[path, attr] = _first_spelling(source, _word(attr)) if (
-        attr.encode() in source) else None
-  return found[path, attr]
+def _spellings(sources: dict, attr: str) -> Iterator[tuple]:
+  """``(path, start)`` of each source of the project's ``sources``
+  spelling ``attr`` (``_first_spelling``: ``start``), in the paths'
+  order. The modules keeping an attribute of the same name on ``self``
+  each look for it in every other source, most often stopping at the
+  first: each source is read once per project and attribute, as far as
+  one of them asked, and the spellings found are kept (not looked up per
+  source and module)."""
+  if _SPELLINGS[0] is not sources or _SPELLINGS[1] != len(sources):
+    _SPELLINGS[:] = [sources, len(sources), sorted(sources.items()), {}]
+  items = _SPELLINGS[2]
+  found, read = _SPELLINGS[3].setdefault(attr, ([], [0]))
+  spelled, word = attr.encode(), _word(attr)
+  index = 0
+  while True:
+    # (one asking again while another is under way reads on from it)
+    while index == len(found) and read[0] < len(items):
+      path, source = items[read[0]]
+      read[0] += 1
+      # (told without sre where the source does not spell it at all)
+      start = _first_spelling(source, word) if source is not None and (
+          spelled in source) else None
+      if start is not None:
+        found.append((path, start))
+    if index == len(found):
+      return
+    yield found[index]
+    index += 1
 
 
 @functools.lru_cache(maxsize=1024)

@@ -124,6 +124,9 @@ def _memo(tree: ast.AST) -> dict:
 # read): no children, no position, and no scope of their own.
 SHARED_LEAVES = (ast.expr_context, ast.operator, ast.boolop, ast.cmpop,
                   ast.unaryop)
+_SHARED_LEAF_CLASSES = frozenset(
+    kind for kind in vars(ast).values()
+    if isinstance(kind, type) and issubclass(kind, SHARED_LEAVES))
 
 
 def _walk_once(tree: ast.AST) -> dict:
@@ -135,19 +138,26 @@ def _walk_once(tree: ast.AST) -> dict:
   memo = _memo(tree)
   if 'children' not in memo:
     order, children, parents = [tree], {}, {}
-    position = 0
-    while position < len(order):  # (child_nodes' loop, inlined: hot)
-      node = order[position]
-      position += 1
+    append, leaves, node_class = order.append, _SHARED_LEAF_CLASSES, ast.AST
+    # (child_nodes' loop, inlined: hot; a list read while it grows is read
+    # to its end: breadth first; the classes of the leaves told by one
+    # look-up, not isinstance against their five bases)
+    for node in order:
       own = children[node] = []
       for field in node._fields:
         value = getattr(node, field, None)
-        for kid in (value if isinstance(value, list) else (value,)):
-          if isinstance(kid, ast.AST):
-            parents[kid] = node
-            order.append(kid)
-            if not isinstance(kid, SHARED_LEAVES):
-              own.append(kid)
+        if type(value) is list:
+          for kid in value:
+            if isinstance(kid, node_class):
+              parents[kid] = node
+              append(kid)
+              if type(kid) not in leaves:
+                own.append(kid)
+        elif isinstance(value, node_class):
+          parents[value] = node
+          append(value)
+          if type(value) not in leaves:
+            own.append(value)
     memo.update(nodes=tuple(order), children=children, parents=parents)
   return memo
 
