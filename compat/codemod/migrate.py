@@ -109,6 +109,16 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
   return _drop_dotted_imports(fixed, plan.removed_imports)
 
 
+def _fixed_imports(code: str, plan: _rewrite_plan.Plan, memo: dict) -> str:
+  """``_fix_imports``, once per code and imports in ``memo``: a module
+  migrated again (``blocked``) often renders as in an earlier round, and
+  LibCST's visitors cost more than the rest of its migration."""
+  key = ('imports', code, tuple(plan.imports), tuple(plan.removed_imports))
+  if key not in memo:
+    memo[key] = _fix_imports(code, plan)
+  return memo[key]
+
+
 def _names_bound_by(imports) -> set:
   """The names ``(module, obj, asname)`` imports bind (and ``obj``)."""
   names = set()
@@ -228,7 +238,8 @@ def migrate_source(source: bytes, path: str = '<string>',
     plan.leftovers.append(_rewrite_plan.Leftover(
         edit.line, edit.construct, '', 'overlaps another rewrite; left as is'))
   # In the file's encoding, with its byte order mark if it had one.
-  new = _source.write(_fix_imports(_source.read(rendered).text, plan), read)
+  new = _source.write(_fixed_imports(_source.read(rendered).text, plan,
+                                     {} if memo is None else memo), read)
   # A flow with one link left out is not migrated: the whole file stays.
   problems = [_self_check.Problem(
       edit.line, f'its {edit.construct} rewrite here overlaps another one, '
