@@ -252,13 +252,18 @@ def migrate_source(source: bytes, path: str = '<string>',
   return new, plan
 
 
+# ``memo``'s key of a source's tree: the output of a module that stays as
+# it was is scanned again on the tree (and walk) its input scan built.
+_TREE = 'tree'
+
+
 def _scanned(source: bytes, path: str, reexports, model, memo: dict):
   """``(tree, names, scan.ScannedModule)`` of a module, once per source
   in ``memo``: the names are the scan's, so the flow it proved is the
   plan's too (the plan reads the tree, it never changes it)."""
   key = (path, source)
   if key not in memo:
-    tree = ast.parse(source, filename=path)
+    tree = memo[_TREE, source] = ast.parse(source, filename=path)
     names = scan.module_names(tree, path, reexports, model)
     memo[key] = (tree, names, scan.scan_module(source, path, reexports, tree,
                                                model, names=names))
@@ -423,6 +428,9 @@ _PLAN_CONSTRUCT = {_members.OPTIMIZER_DEF: 'algorithm',
 
 def _old_lines_of_new(old: bytes, new: bytes) -> dict:
   """Line of ``new`` -> its line in ``old``, for the lines the rewrite kept."""
+  if new == old:  # (most modules: each line is itself)
+    return {line: line for line in range(
+        1, len(new.decode('utf-8', 'replace').splitlines()) + 1)}
   kept = {}
   for tag, i1, _, j1, j2 in _line_match.opcodes(
       old.decode('utf-8', 'replace').splitlines(),
@@ -457,10 +465,14 @@ def _output_scan(module: bytes, path: str, reexports, kernel,
   comes out as in an earlier one)."""
   key = ('output', path, module, repr(kernel))
   if key not in memo:
-    tree = ast.parse(module, filename=path)
+    tree = memo.get((_TREE, module)) or ast.parse(module, filename=path)
+    # What nothing in the text can resolve to flax.optim through (scan's
+    # own test) references nothing there: its walk is not made.
+    can_name = kernel or scan.may_name_flax_optim(
+        module.decode('utf-8', 'replace'), reexports)
     memo[key] = (scan.scan_file(module, path, tree, reexports,
                                 kernel=kernel)[0],
-                 references(tree, reexports, kernel))
+                 references(tree, reexports, kernel) if can_name else [])
   return memo[key]
 
 
