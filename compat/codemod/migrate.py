@@ -129,20 +129,25 @@ def _names_bound_by(imports) -> set:
 
 
 def _libcst_fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
-  module = libcst.parse_module(code)
+  module = libcst.parse_module(code)  # (what LibCST cannot parse fails)
+  # What is imported at the top already, the visitor would not add; an
+  # import the module does not have, it would not drop (``_skeleton``).
+  needed = _skeleton.imports_to_add(code, plan.imports)
+  removed = plan.removed_imports if _skeleton.may_remove(
+      code, plan.removed_imports) else []
   context = codemod.CodemodContext()
-  for module_name, obj, asname in plan.imports:
+  for module_name, obj, asname in needed:
     visitors.AddImportsVisitor.add_needed_import(context, module_name, obj,
                                                  asname)
-  for module_name, obj, asname in plan.removed_imports:
+  for module_name, obj, asname in removed:
     visitors.RemoveImportsVisitor.remove_unused_import(context, module_name,
                                                        obj, asname)
   # Each visitor copies the module and walks it (the second resolving
   # scopes): one with nothing to do would give the module back as it was.
   with _libcst_visitors.read_once():
-    if plan.imports:
+    if needed:
       module = visitors.AddImportsVisitor(context).transform_module(module)
-    if plan.removed_imports:
+    if removed:
       module = visitors.RemoveImportsVisitor(context).transform_module(
           module)
   return module.code
