@@ -23,15 +23,24 @@ into LibCST's output. The visitors never change a ``pass`` line they do not
 remove, and they remove none (it is no import), so the result is the one
 they give on the whole module.
 
+Most migrated modules need neither visitor: they import already what the
+rewrite adds (``import jax`` for ``x.at[i].set(v)``) and nothing the plan
+drops. ``imports_to_add`` and ``may_remove`` say so from ``ast`` (erring
+only towards running the visitor), so ``migrate`` runs a visitor only where
+it can change something.
+
 Stdlib only.
 """
 
 import ast
+import io
 import re
+import tokenize
 from typing import Optional
 
 _LINE = re.compile(r'[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+')  # ast's line breaks
 _INDENTED_COMMENT = re.compile(r'[ \t\f]+#')
+_COMMENT = re.compile(r'#[^\r\n]*')
 
 
 def _lines(code: str) -> list:
@@ -154,3 +163,108 @@ class Skeleton:
     run = self._runs[number]
     return f'pass  # {self._marker}{number}{_line_break(run)}'
 
+
+
+# What the visitors would do, read from ``ast`` first: LibCST's walks cost
+# tens of milliseconds a module even on a skeleton, and most migrated
+# modules already import what their rewrite needs (``import jax`` for
+# ``x.at[i].set(v)``) and import nothing the plan drops. Each answer errs
+# only towards running the visitor (which then decides as before).
+
+
+def _gaps(code: str, body: list) -> list:
+  """The text before each top-level statement (after the one before it)
+  and, last, the text after the last one."""
+  offsets = [0]
+  for line in _lines(code):
+    offsets.append(offsets[-1] + len(line))
+  def at(line, column):  # (ast's columns count UTF-8 bytes)
+    start = offsets[line - 1]
+    text = code[start:offsets[line]] if line < len(offsets) else ''
+    return start + len(text.encode('utf-8')[:column].decode('utf-8',
+                                                             'replace'))
+  ends = [0] + [at(n.end_lineno, n.end_col_offset) for n in body]
+  starts = [at(n.lineno, n.col_offset) for n in body] + [len(code)]
+  return [code[end:start] for end, start in zip(ends, starts)]
+
+
+def _one_string(text: str) -> bool:
+  """Whether ``text`` (an expression statement) is one string literal
+  (LibCST's ``SimpleString``, not two concatenated)."""
+  try:
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+  except (tokenize.TokenError, SyntaxError):
+    return False
+  return sum(t.type == tokenize.STRING for t in tokens) == 1
+
+
+def _top_imports(code: str) -> Optional[list]:
+  """The imports ``AddImportsVisitor`` finds at the top of ``code``: the
+  statements after a docstring, each alone on its line, up to the first
+  other one; None where unsure (not parsed, ``__strict__``)."""
+  try:
+    body = ast.parse(code).body
+  except (SyntaxError, ValueError):
+    return None
+  # Alone on its line: no ``;`` before or after it (between statements
+  # there are only blanks, comments, line continuations and semicolons).
+  gaps = [_COMMENT.sub('', gap) for gap in _gaps(code, body)]
+  alone = [';' not in gaps[i] and ';' not in gaps[i + 1]
+           for i in range(len(body))]
+  start = 0
+  if body and not isinstance(body[0], (ast.Import, ast.ImportFrom)):
+    first = body[0]
+    if not (alone[0] and isinstance(first, ast.Expr) and isinstance(
+        first.value, ast.Constant) and isinstance(first.value.value, str)
+            and _one_string(ast.get_source_segment(code, first) or '')):
+      # No docstring LibCST skips: no imports at the top, or unsure.
+      return None if isinstance(first, (ast.Assign, ast.AnnAssign)) else []
+    start = 1
+  found = []
+  for node, lone in zip(body[start:], alone[start:]):
+    if not (lone and isinstance(node, (ast.Import, ast.ImportFrom))):
+      break
+    found.append(node)
+  return found
+
+
+def imports_to_add(code: str, imports) -> list:
+  """``imports`` ``(module, obj, asname)`` less those ``AddImportsVisitor``
+  finds imported at the top of ``code`` and so would not add (an alias
+  asked for is always kept)."""
+  top = _top_imports(code)
+  if not top:
+    return list(imports)
+  plain = {a.name for n in top if isinstance(n, ast.Import)
+           for a in n.names if a.asname is None}
+  objects: dict = {}
+  for node in top:
+    if isinstance(node, ast.ImportFrom) and node.level == 0:
+      objects.setdefault(node.module, set()).update(
+          a.name for a in node.names if a.asname is None)
+  return [(module, obj, asname) for module, obj, asname in imports
+          if asname is not None or (
+              module not in plain if obj is None else not (
+                  objects.get(module, set()) & {obj, '*'}))]
+
+
+def may_remove(code: str, removed) -> bool:
+  """Whether ``RemoveImportsVisitor`` could change an import of ``code``
+  for ``removed`` ``(module, obj, asname)``: it changes only an import of
+  one of their modules, or of one of their objects by the same local name
+  (True where unsure: a relative import)."""
+  try:
+    tree = ast.parse(code)
+  except (SyntaxError, ValueError):
+    return True
+  whole = {module for module, obj, _ in removed if obj is None}
+  parts = {(module, obj, asname) for module, obj, asname in removed
+           if obj is not None}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import) and any(a.name in whole
+                                            for a in node.names):
+      return True
+    if isinstance(node, ast.ImportFrom) and (node.level or any(
+        (node.module, a.name, a.asname) in parts for a in node.names)):
+      return True
+  return False

@@ -109,6 +109,16 @@ def _fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
   return _drop_dotted_imports(fixed, plan.removed_imports)
 
 
+def _fixed_imports(code: str, plan: _rewrite_plan.Plan, memo: dict) -> str:
+  """``_fix_imports``, once per code and imports in ``memo``: a module
+  migrated again (``blocked``) often renders as in an earlier round, and
+  LibCST's visitors cost more than the rest of its migration."""
+  key = ('imports', code, tuple(plan.imports), tuple(plan.removed_imports))
+  if key not in memo:
+    memo[key] = _fix_imports(code, plan)
+  return memo[key]
+
+
 def _names_bound_by(imports) -> set:
   """The names ``(module, obj, asname)`` imports bind (and ``obj``)."""
   names = set()
@@ -119,20 +129,25 @@ def _names_bound_by(imports) -> set:
 
 
 def _libcst_fix_imports(code: str, plan: _rewrite_plan.Plan) -> str:
-  module = libcst.parse_module(code)
+  module = libcst.parse_module(code)  # (what LibCST cannot parse fails)
+  # What is imported at the top already, the visitor would not add; an
+  # import the module does not have, it would not drop (``_skeleton``).
+  needed = _skeleton.imports_to_add(code, plan.imports)
+  removed = plan.removed_imports if _skeleton.may_remove(
+      code, plan.removed_imports) else []
   context = codemod.CodemodContext()
-  for module_name, obj, asname in plan.imports:
+  for module_name, obj, asname in needed:
     visitors.AddImportsVisitor.add_needed_import(context, module_name, obj,
                                                  asname)
-  for module_name, obj, asname in plan.removed_imports:
+  for module_name, obj, asname in removed:
     visitors.RemoveImportsVisitor.remove_unused_import(context, module_name,
                                                        obj, asname)
   # Each visitor copies the module and walks it (the second resolving
   # scopes): one with nothing to do would give the module back as it was.
   with _libcst_visitors.read_once():
-    if plan.imports:
+    if needed:
       module = visitors.AddImportsVisitor(context).transform_module(module)
-    if plan.removed_imports:
+    if removed:
       module = visitors.RemoveImportsVisitor(context).transform_module(
           module)
   return module.code
@@ -228,7 +243,8 @@ def migrate_source(source: bytes, path: str = '<string>',
     plan.leftovers.append(_rewrite_plan.Leftover(
         edit.line, edit.construct, '', 'overlaps another rewrite; left as is'))
   # In the file's encoding, with its byte order mark if it had one.
-  new = _source.write(_fix_imports(_source.read(rendered).text, plan), read)
+  new = _source.write(_fixed_imports(_source.read(rendered).text, plan,
+                                     {} if memo is None else memo), read)
   # A flow with one link left out is not migrated: the whole file stays.
   problems = [_self_check.Problem(
       edit.line, f'its {edit.construct} rewrite here overlaps another one, '
@@ -241,13 +257,18 @@ def migrate_source(source: bytes, path: str = '<string>',
   return new, plan
 
 
+# ``memo``'s key of a source's tree: the output of a module that stays as
+# it was is scanned again on the tree (and walk) its input scan built.
+_TREE = 'tree'
+
+
 def _scanned(source: bytes, path: str, reexports, model, memo: dict):
   """``(tree, names, scan.ScannedModule)`` of a module, once per source
   in ``memo``: the names are the scan's, so the flow it proved is the
   plan's too (the plan reads the tree, it never changes it)."""
   key = (path, source)
   if key not in memo:
-    tree = ast.parse(source, filename=path)
+    tree = memo[_TREE, source] = ast.parse(source, filename=path)
     names = scan.module_names(tree, path, reexports, model)
     memo[key] = (tree, names, scan.scan_module(source, path, reexports, tree,
                                                model, names=names))
@@ -412,6 +433,9 @@ _PLAN_CONSTRUCT = {_members.OPTIMIZER_DEF: 'algorithm',
 
 def _old_lines_of_new(old: bytes, new: bytes) -> dict:
   """Line of ``new`` -> its line in ``old``, for the lines the rewrite kept."""
+  if new == old:  # (most modules: each line is itself)
+    return {line: line for line in range(
+        1, len(new.decode('utf-8', 'replace').splitlines()) + 1)}
   kept = {}
   for tag, i1, _, j1, j2 in _line_match.opcodes(
       old.decode('utf-8', 'replace').splitlines(),
@@ -446,10 +470,14 @@ def _output_scan(module: bytes, path: str, reexports, kernel,
   comes out as in an earlier one)."""
   key = ('output', path, module, repr(kernel))
   if key not in memo:
-    tree = ast.parse(module, filename=path)
+    tree = memo.get((_TREE, module)) or ast.parse(module, filename=path)
+    # What nothing in the text can resolve to flax.optim through (scan's
+    # own test) references nothing there: its walk is not made.
+    can_name = kernel or scan.may_name_flax_optim(
+        module.decode('utf-8', 'replace'), reexports)
     memo[key] = (scan.scan_file(module, path, tree, reexports,
                                 kernel=kernel)[0],
-                 references(tree, reexports, kernel))
+                 references(tree, reexports, kernel) if can_name else [])
   return memo[key]
 
 

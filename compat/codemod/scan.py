@@ -662,6 +662,10 @@ def _may_name_flax_optim(text: str, reexports) -> bool:
       word in text for word in _reexported_words(reexports or {}))
 
 
+# (``migrate`` skips the references walk of an output so.)
+may_name_flax_optim = _may_name_flax_optim
+
+
 # The table _reexported_words last read, its size and its words: a scan
 # reads one table for every module.
 _WORDS_OF: list = [None, 0, frozenset()]
