@@ -10,6 +10,7 @@ import itertools
 from typing import Optional
 
 from compat.codemod import _flow
+from compat.codemod import _givers
 from compat.codemod import _links
 from compat.codemod import _members
 from compat.codemod import _names
@@ -89,9 +90,8 @@ class CrossModuleFlow:
     those with a parameter annotated ``optim.Optimizer``. Then the modules
     that name one of them are read too (a test or script that only calls
     ``create_optimizer``)."""
-    self.optimizer_givers, self.optimizer_takers = set(), set()
-    self.step_factories, self.tuple_givers = {}, {}
-    flows: dict[str, _flow.OptimizerFlow] = {}
+    self.optimizer_takers = set()
+    candidates = []
     for function in list(self.functions.values()):
       node = function.node
       if function.is_method:
@@ -102,23 +102,10 @@ class CrossModuleFlow:
       if any(a.annotation is not None and _names.is_optimizer_annotation(
           names, a.annotation) for a in arguments):
         self.optimizer_takers.add(node)
-      if not any(word in self.sources[function.path]
-                 for word in _GIVES_OPTIMIZER_WORDS):
-        continue  # nothing there makes or passes on an optimizer
-      flow = flows.get(function.path)
-      if flow is None:
-        flow = flows[function.path] = _flow.OptimizerFlow(
-            self.trees[function.path], names)
-      kind = flow.returned_kind(node) if flow.functions.get(
-          node.name) is node else None
-      if kind is True:
-        self.optimizer_givers.add(node)
-      elif kind is not None:
-        self.tuple_givers[node] = kind
-      step = flow.step_signature(node.name) if flow.functions.get(
-          node.name) is node else None
-      if step is not None:
-        self.step_factories[node] = step
+      if any(word in self.sources[function.path]
+             for word in _GIVES_OPTIMIZER_WORDS):
+        candidates.append(function)
+    _givers.solve(self, candidates)
     self._solve_rate_setters()
     words = {n.name for n in self.optimizer_givers | self.optimizer_takers |
              set(self.step_factories) | set(self.tuple_givers)}
@@ -233,6 +220,11 @@ class CrossModuleFlow:
     are linked to and unpack (``tuple_givers``)."""
     return bool(self._model_ids(node, path) & {
         id(giver) for giver in self.tuple_givers})
+
+  def forget_holding_flows(self):
+    """Drops the flows asked what they hold: the model they read changed
+    (``_givers``' rounds)."""
+    self._holding_flows = {}
 
   def _holding_flow(self, path) -> _flow.OptimizerFlow:
     if self.defers_holding:
