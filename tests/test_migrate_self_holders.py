@@ -459,3 +459,106 @@ def test_a_subclass_module_rolls_back_with_its_base_module(tmp_path):
   assert ('stores or reads `self.critic_optimizer`, which Agent (declared '
           'at ') in why
   assert 'one holder with Fuller, migrated together or not at all' in why
+
+
+# dopamine's cycle across modules: the base's module function ``train``
+# steps the optimizer it is given and returns it with the loss; the base
+# class and its subclass in another module store that back on
+# ``self.optimizer``. ``train`` gives an optimizer only if its callers pass
+# one, which they read from ``self.optimizer``, which holds what ``train``
+# gave: proven together (the greatest fixpoint of ``_givers``) or not at all.
+_CYCLE_BASE = '''import jax
+import jax.numpy as jnp
+from flax import optim
+
+
+@jax.jit
+def train(optimizer, batch):
+  def loss(p):
+    return jnp.mean((batch['x'] @ p['w'] - batch['y']) ** 2)
+  value, grad = jax.value_and_grad(loss)(optimizer.target)
+  optimizer = optimizer.apply_gradient(grad)
+  return optimizer, value
+
+
+class Agent:
+
+  def __init__(self, params):
+    self.build(params)
+    self.losses = []
+
+  def build(self, params):
+    self.optimizer = optim.Adam(learning_rate=0.01).create(params)
+
+  def step(self, batch):
+    self.optimizer, loss = train(self.optimizer, batch)
+    self.losses.append(loss)
+
+  def params(self):
+    return self.optimizer.target
+'''
+
+_CYCLE_SUBCLASS = '''import base
+
+
+class Fuller(base.Agent):
+
+  def step(self, batch):
+    self.optimizer, loss = base.train(self.optimizer, batch)
+    self.losses.append(2 * loss)
+
+
+def train(params, batches):
+  agent = Fuller(params)
+  for batch in batches:
+    agent.step(batch)
+  return agent.params()
+'''
+
+
+def test_a_step_whose_optimizer_comes_back_through_a_subclass_migrates(
+    tmp_path):
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, {'base.py': _CYCLE_BASE, 'agent.py': _CYCLE_SUBCLASS})
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert not result.plan.leftovers, (name, result.plan.leftovers)
+    assert not _legacy_imports.legacy_imports(result.new), name
+  params, batches = _data()
+  _assert_same_bits(_run(project, 'agent', params, batches),
+                    _run(migrated, 'agent', params, batches))
+  base = results['base.py'].new.decode()
+  assert ('self.optimizer = train_state.TrainState.create(apply_fn=None, '
+          'params=params,') in base
+  assert 'optimizer = optimizer.apply_gradients(grads=grad)' in base
+  assert 'self.optimizer, loss = train(self.optimizer, batch)' in base
+  assert 'return self.optimizer.params' in base
+  # The subclass's module only passes and stores the optimizer: unchanged.
+  assert results['agent.py'].new == results['agent.py'].old
+
+
+def test_a_cycle_with_a_return_not_an_optimizer_keeps_the_flow(tmp_path):
+  # ``train`` may also return what its caller hands it as ``restored``,
+  # which no caller makes an optimizer; or the subclass also stores what a
+  # method is handed. Either disproves the optimistic start: the whole
+  # cycle stays, and the report names the store in the subclass's module
+  # that holds it (``train``'s result, which its own unproven caller
+  # makes unproven).
+  returns_other = _CYCLE_BASE.replace(
+      'def train(optimizer, batch):',
+      'def train(optimizer, batch, restored=None):').replace(
+          '  optimizer = optimizer.apply_gradient(grad)\n', (
+              '  if restored is not None:\n'
+              '    return restored, value\n'
+              '  optimizer = optimizer.apply_gradient(grad)\n'))
+  stores_other = _CYCLE_SUBCLASS.replace('\n\ndef train(', (
+      '\n  def load(self, state):\n    self.optimizer = state\n\n\n'
+      'def train('))
+  for name, base, subclass in (('a', returns_other, _CYCLE_SUBCLASS),
+                               ('b', _CYCLE_BASE, stores_other)):
+    reasons = _kept_whole(tmp_path / name, {'base.py': base,
+                                            'agent.py': subclass})
+    why = reasons['base.py', _line(base, 'self.optimizer = optim')]
+    assert ('agent.py: `self.optimizer` also takes `base.train('
+            f'self.optimizer, batch)` (line {_line(subclass, "base.train(")})'
+            ', not provably an optimizer') in why, name
