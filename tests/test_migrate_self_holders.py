@@ -19,6 +19,7 @@ from test_migrate_project import _reasons
 from test_migrate_project import _run
 from test_migrate_project import _write
 
+from compat.codemod import _givers
 from compat.codemod import migrate
 
 _STEP = '''import jax
@@ -562,3 +563,16 @@ def test_a_cycle_with_a_return_not_an_optimizer_keeps_the_flow(tmp_path):
     assert ('agent.py: `self.optimizer` also takes `base.train('
             f'self.optimizer, batch)` (line {_line(subclass, "base.train(")})'
             ', not provably an optimizer') in why, name
+
+
+def test_a_fixpoint_that_does_not_settle_proves_from_nothing(tmp_path,
+                                                            monkeypatch):
+  # One round allowed: what it proves differs from the optimistic start,
+  # so ``_givers`` falls back to one pass from nothing, which proves no
+  # function of the cycle (as before the fixpoint): the flow stays whole.
+  monkeypatch.setattr(_givers, '_MAX_ROUNDS', 1)
+  reasons = _kept_whole(tmp_path, {'base.py': _CYCLE_BASE,
+                                   'agent.py': _CYCLE_SUBCLASS})
+  why = reasons['base.py', _line(_CYCLE_BASE, 'self.optimizer = optim')]
+  assert ('`self.optimizer` also takes `base.train(self.optimizer, batch)`'
+          in why)
