@@ -84,7 +84,7 @@ def solve(model, candidates) -> None:
     if all(proven.kind(f.node) is None for f in cycling):
       break  # (none of them gives: the first pass's answer stands)
     before, assumed = assumed, proven
-  _assume(model, least, None)
+  _assume(model, least, _changed(before, least) | _changed(assumed, least))
 
 
 def _module_of(model, function, flows):
