@@ -576,3 +576,19 @@ def test_a_fixpoint_that_does_not_settle_proves_from_nothing(tmp_path,
   why = reasons['base.py', _line(_CYCLE_BASE, 'self.optimizer = optim')]
   assert ('`self.optimizer` also takes `base.train(self.optimizer, batch)`'
           in why)
+
+
+def test_an_attribute_that_holds_no_optimizer_links_no_modules(tmp_path):
+  # ``self.scale`` (a number, kept by the base, read by the subclass in
+  # another module) is asked about while the flow's fixpoint still takes
+  # every name for an optimizer; dropped after, it links nothing: the
+  # report of the flow kept (its store not an optimizer) does not name it.
+  base = _CYCLE_BASE.replace(
+      '  def __init__(self, params):\n',
+      '  def __init__(self, params, scale=2.0):\n    self.scale = scale\n')
+  subclass = _CYCLE_SUBCLASS.replace('2 * loss', 'self.scale * loss').replace(
+      '\n\ndef train(', ('\n  def load(self, state):\n'
+                        '    self.optimizer = state\n\n\ndef train('))
+  reasons = _kept_whole(tmp_path, {'base.py': base, 'agent.py': subclass})
+  assert reasons
+  assert not [why for why in reasons.values() if 'self.scale' in why]
