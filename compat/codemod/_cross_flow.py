@@ -75,9 +75,11 @@ class CrossModuleFlow:
     # each), and the questions open (a value flowing back: True).
     self._holding_flows: dict = {}
     self._holding_open: set = set()
-    # id(FunctionDef) of the module functions whose giving (``_givers``)
-    # each flow asked, by path of the flows asked what they hold; and a
-    # set per flow being built or asked, innermost last (``reading``).
+    # What each flow asked what it holds read of what may change while
+    # the model is solved: id(FunctionDef) of the module functions whose
+    # giving it asked (``_givers``), the verdicts it asked
+    # (``_verdict_read``); by path; and a set per flow being built or
+    # asked, innermost last (``reading``).
     self._holding_reads: dict = {}
     self._reads_open: list = []
     # Whether asking raises HoldingDeferred (in ``scan``'s workers).
@@ -241,9 +243,10 @@ class CrossModuleFlow:
     return bool(mine & {id(giver) for giver in self.tuple_givers})
 
   def forget_holding_flows(self, changed=None):
-    """Drops the flows asked what they hold that asked how a function of
-    ``changed`` (ids; None: any) gives: the model changed there
-    (``_givers``' rounds)."""
+    """Drops the flows asked what they hold that read something of
+    ``changed`` (function ids or verdicts, as ``reading`` notes them;
+    None: any): the model changed there (``_givers``' rounds,
+    ``_params``' verdicts)."""
     for path in list(self._holding_flows):
       if changed is None or self._holding_reads[path] & changed:
         del self._holding_flows[path]
@@ -260,9 +263,9 @@ class CrossModuleFlow:
 
   @contextlib.contextmanager
   def reading(self):
-    """The ids of the module functions whose giving is asked inside, also
-    through the flows asked what they hold (each built or asked inside,
-    or before: what it asked then)."""
+    """The ids of the module functions whose giving is asked inside (and
+    the verdicts), also through the flows asked what they hold (each
+    built or asked inside, or before: what it read then)."""
     reads: set = set()
     self._reads_open.append(reads)
     try:
