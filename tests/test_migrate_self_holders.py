@@ -19,6 +19,7 @@ from test_migrate_project import _reasons
 from test_migrate_project import _run
 from test_migrate_project import _write
 
+from compat.codemod import _givers
 from compat.codemod import migrate
 
 _STEP = '''import jax
@@ -459,3 +460,135 @@ def test_a_subclass_module_rolls_back_with_its_base_module(tmp_path):
   assert ('stores or reads `self.critic_optimizer`, which Agent (declared '
           'at ') in why
   assert 'one holder with Fuller, migrated together or not at all' in why
+
+
+# dopamine's cycle across modules: the base's module function ``train``
+# steps the optimizer it is given and returns it with the loss; the base
+# class and its subclass in another module store that back on
+# ``self.optimizer``. ``train`` gives an optimizer only if its callers pass
+# one, which they read from ``self.optimizer``, which holds what ``train``
+# gave: proven together (the greatest fixpoint of ``_givers``) or not at all.
+_CYCLE_BASE = '''import jax
+import jax.numpy as jnp
+from flax import optim
+
+
+@jax.jit
+def train(optimizer, batch):
+  def loss(p):
+    return jnp.mean((batch['x'] @ p['w'] - batch['y']) ** 2)
+  value, grad = jax.value_and_grad(loss)(optimizer.target)
+  optimizer = optimizer.apply_gradient(grad)
+  return optimizer, value
+
+
+class Agent:
+
+  def __init__(self, params):
+    self.build(params)
+    self.losses = []
+
+  def build(self, params):
+    self.optimizer = optim.Adam(learning_rate=0.01).create(params)
+
+  def step(self, batch):
+    self.optimizer, loss = train(self.optimizer, batch)
+    self.losses.append(loss)
+
+  def params(self):
+    return self.optimizer.target
+'''
+
+_CYCLE_SUBCLASS = '''import base
+
+
+class Fuller(base.Agent):
+
+  def step(self, batch):
+    self.optimizer, loss = base.train(self.optimizer, batch)
+    self.losses.append(2 * loss)
+
+
+def train(params, batches):
+  agent = Fuller(params)
+  for batch in batches:
+    agent.step(batch)
+  return agent.params()
+'''
+
+
+def test_a_step_whose_optimizer_comes_back_through_a_subclass_migrates(
+    tmp_path):
+  project, migrated = tmp_path / 'project', tmp_path / 'migrated'
+  _write(project, {'base.py': _CYCLE_BASE, 'agent.py': _CYCLE_SUBCLASS})
+  results = _migrate_into(project, migrated)
+  for name, result in results.items():
+    assert not result.plan.leftovers, (name, result.plan.leftovers)
+    assert not _legacy_imports.legacy_imports(result.new), name
+  params, batches = _data()
+  _assert_same_bits(_run(project, 'agent', params, batches),
+                    _run(migrated, 'agent', params, batches))
+  base = results['base.py'].new.decode()
+  assert ('self.optimizer = train_state.TrainState.create(apply_fn=None, '
+          'params=params,') in base
+  assert 'optimizer = optimizer.apply_gradients(grads=grad)' in base
+  assert 'self.optimizer, loss = train(self.optimizer, batch)' in base
+  assert 'return self.optimizer.params' in base
+  # The subclass's module only passes and stores the optimizer: unchanged.
+  assert results['agent.py'].new == results['agent.py'].old
+
+
+def test_a_cycle_with_a_return_not_an_optimizer_keeps_the_flow(tmp_path):
+  # ``train`` may also return what its caller hands it as ``restored``,
+  # which no caller makes an optimizer; or the subclass also stores what a
+  # method is handed. Either disproves the optimistic start: the whole
+  # cycle stays, and the report names the store in the subclass's module
+  # that holds it (``train``'s result, which its own unproven caller
+  # makes unproven).
+  returns_other = _CYCLE_BASE.replace(
+      'def train(optimizer, batch):',
+      'def train(optimizer, batch, restored=None):').replace(
+          '  optimizer = optimizer.apply_gradient(grad)\n', (
+              '  if restored is not None:\n'
+              '    return restored, value\n'
+              '  optimizer = optimizer.apply_gradient(grad)\n'))
+  stores_other = _CYCLE_SUBCLASS.replace('\n\ndef train(', (
+      '\n  def load(self, state):\n    self.optimizer = state\n\n\n'
+      'def train('))
+  for name, base, subclass in (('a', returns_other, _CYCLE_SUBCLASS),
+                               ('b', _CYCLE_BASE, stores_other)):
+    reasons = _kept_whole(tmp_path / name, {'base.py': base,
+                                            'agent.py': subclass})
+    why = reasons['base.py', _line(base, 'self.optimizer = optim')]
+    assert ('agent.py: `self.optimizer` also takes `base.train('
+            f'self.optimizer, batch)` (line {_line(subclass, "base.train(")})'
+            ', not provably an optimizer') in why, name
+
+
+def test_a_fixpoint_that_does_not_settle_proves_from_nothing(tmp_path,
+                                                            monkeypatch):
+  # One round allowed: what it proves differs from the optimistic start,
+  # so ``_givers`` falls back to one pass from nothing, which proves no
+  # function of the cycle (as before the fixpoint): the flow stays whole.
+  monkeypatch.setattr(_givers, '_MAX_ROUNDS', 1)
+  reasons = _kept_whole(tmp_path, {'base.py': _CYCLE_BASE,
+                                   'agent.py': _CYCLE_SUBCLASS})
+  why = reasons['base.py', _line(_CYCLE_BASE, 'self.optimizer = optim')]
+  assert ('`self.optimizer` also takes `base.train(self.optimizer, batch)`'
+          in why)
+
+
+def test_an_attribute_that_holds_no_optimizer_links_no_modules(tmp_path):
+  # ``self.scale`` (a number, kept by the base, read by the subclass in
+  # another module) is asked about while the flow's fixpoint still takes
+  # every name for an optimizer; dropped after, it links nothing: the
+  # report of the flow kept (its store not an optimizer) does not name it.
+  base = _CYCLE_BASE.replace(
+      '  def __init__(self, params):\n',
+      '  def __init__(self, params, scale=2.0):\n    self.scale = scale\n')
+  subclass = _CYCLE_SUBCLASS.replace('2 * loss', 'self.scale * loss').replace(
+      '\n\ndef train(', ('\n  def load(self, state):\n'
+                        '    self.optimizer = state\n\n\ndef train('))
+  reasons = _kept_whole(tmp_path, {'base.py': base, 'agent.py': subclass})
+  assert reasons
+  assert not [why for why in reasons.values() if 'self.scale' in why]

@@ -6,10 +6,12 @@ Stdlib only.
 """
 
 import ast
+import contextlib
 import itertools
 from typing import Optional
 
 from compat.codemod import _flow
+from compat.codemod import _givers
 from compat.codemod import _links
 from compat.codemod import _members
 from compat.codemod import _names
@@ -22,6 +24,12 @@ _GIVES_OPTIMIZER_WORDS = tuple(word.encode() for word in (
     _members.CREATE, _members.APPLY_GRADIENT, _members.OPTIMIZER_CLASS,
     _members.REPLICATE,
     'restore_checkpoint'))
+
+
+def _verdict_read(function, parameter) -> tuple:
+  """What a flow asking ``param_verdict`` of the module function
+  ``function`` (the model's parse) and ``parameter`` notes it read."""
+  return 'verdict', id(function), parameter
 
 
 class HoldingDeferred(BaseException):
@@ -67,6 +75,13 @@ class CrossModuleFlow:
     # each), and the questions open (a value flowing back: True).
     self._holding_flows: dict = {}
     self._holding_open: set = set()
+    # What each flow asked what it holds read of what may change while
+    # the model is solved: id(FunctionDef) of the module functions whose
+    # giving it asked (``_givers``), the verdicts it asked
+    # (``_verdict_read``); by path; and a set per flow being built or
+    # asked, innermost last (``reading``).
+    self._holding_reads: dict = {}
+    self._reads_open: list = []
     # Whether asking raises HoldingDeferred (in ``scan``'s workers).
     self.defers_holding = False
     self.param_why: dict = {}  # the same keys -> why a verdict is False
@@ -89,9 +104,8 @@ class CrossModuleFlow:
     those with a parameter annotated ``optim.Optimizer``. Then the modules
     that name one of them are read too (a test or script that only calls
     ``create_optimizer``)."""
-    self.optimizer_givers, self.optimizer_takers = set(), set()
-    self.step_factories, self.tuple_givers = {}, {}
-    flows: dict[str, _flow.OptimizerFlow] = {}
+    self.optimizer_takers = set()
+    candidates = []
     for function in list(self.functions.values()):
       node = function.node
       if function.is_method:
@@ -102,23 +116,10 @@ class CrossModuleFlow:
       if any(a.annotation is not None and _names.is_optimizer_annotation(
           names, a.annotation) for a in arguments):
         self.optimizer_takers.add(node)
-      if not any(word in self.sources[function.path]
-                 for word in _GIVES_OPTIMIZER_WORDS):
-        continue  # nothing there makes or passes on an optimizer
-      flow = flows.get(function.path)
-      if flow is None:
-        flow = flows[function.path] = _flow.OptimizerFlow(
-            self.trees[function.path], names)
-      kind = flow.returned_kind(node) if flow.functions.get(
-          node.name) is node else None
-      if kind is True:
-        self.optimizer_givers.add(node)
-      elif kind is not None:
-        self.tuple_givers[node] = kind
-      step = flow.step_signature(node.name) if flow.functions.get(
-          node.name) is node else None
-      if step is not None:
-        self.step_factories[node] = step
+      if any(word in self.sources[function.path]
+             for word in _GIVES_OPTIMIZER_WORDS):
+        candidates.append(function)
+    _givers.solve(self, candidates)
     self._solve_rate_setters()
     words = {n.name for n in self.optimizer_givers | self.optimizer_takers |
              set(self.step_factories) | set(self.tuple_givers)}
@@ -129,8 +130,11 @@ class CrossModuleFlow:
     """Whether every call from another module of the module function
     named ``function`` in the module of ``names`` passes an optimizer as
     ``parameter`` (None: no other module names it)."""
-    return self._of_parameter(self.param_verdicts, names, function,
-                              parameter)
+    found = self._module_function(names, function)
+    if found is None:
+      return None
+    self._note_reads((_verdict_read(found.node, parameter),))
+    return self.param_verdicts.get((found.node, parameter))
 
   def def_param_verdict(self, names, function, parameter) -> bool:
     """Every call of the method ``function`` (a def of the module of
@@ -212,8 +216,10 @@ class CrossModuleFlow:
   def foreign_step(self, call, names) -> Optional[_flow.StepSignature]:
     """The step ``call`` (of another module's step factory, or of one of
     several through a module alias) returns."""
+    functions = self.callees(call, names)
+    self._note_reads(id(f.node) for f in functions)
     steps = [self.step_factories.get(f.node) if not f.is_method else None
-             for f in self.callees(call, names)]
+             for f in functions]
     if not steps or None in steps:
       return None
     return steps[0] if len(steps) == 1 else _flow.merged_step(steps)
@@ -222,24 +228,65 @@ class CrossModuleFlow:
     """What a call of another module's function returns: True (an
     optimizer), a tuple of element kinds holding one, or None (through a
     module alias: what every function it may run returns alike)."""
+    functions = self.callees(call, names)
+    self._note_reads(id(f.node) for f in functions)
     kinds = [True if f.node in self.optimizer_givers else
-             self.tuple_givers.get(f.node)
-             for f in self.callees(call, names)]
+             self.tuple_givers.get(f.node) for f in functions]
     return kinds[0] if kinds and all(k == kinds[0] for k in kinds) else None
 
   def gives_tuple(self, node, path) -> bool:
     """The module function ``node`` of ``path`` (another parse of it)
     returns a tuple holding an optimizer that its callers in other modules
     are linked to and unpack (``tuple_givers``)."""
-    return bool(self._model_ids(node, path) & {
-        id(giver) for giver in self.tuple_givers})
+    mine = self._model_ids(node, path)
+    self._note_reads(mine)
+    return bool(mine & {id(giver) for giver in self.tuple_givers})
+
+  def forget_holding_flows(self, changed=None):
+    """Drops the flows asked what they hold that read something of
+    ``changed`` (function ids or verdicts, as ``reading`` notes them;
+    None: any): the model changed there (``_givers``' rounds,
+    ``_params``' verdicts)."""
+    for path in list(self._holding_flows):
+      if changed is None or self._holding_reads[path] & changed:
+        del self._holding_flows[path]
+
+  def holding_reads(self) -> set:
+    """What the flows asked what they hold (those standing) asked."""
+    return set().union(*(self._holding_reads[path]
+                         for path in self._holding_flows))
+
+  def forget_refuted(self, refuted):
+    """Drops the flows asked what they hold that asked a verdict of
+    ``refuted`` ((FunctionDef, parameter) that ``_params`` turned False)."""
+    self.forget_holding_flows({_verdict_read(*key) for key in refuted})
+
+  @contextlib.contextmanager
+  def reading(self):
+    """The ids of the module functions whose giving is asked inside (and
+    the verdicts), also through the flows asked what they hold (each
+    built or asked inside, or before: what it read then)."""
+    reads: set = set()
+    self._reads_open.append(reads)
+    try:
+      yield reads
+    finally:
+      self._reads_open.pop()
+      self._note_reads(reads)
+
+  def _note_reads(self, ids):
+    if self._reads_open:
+      self._reads_open[-1].update(ids)
 
   def _holding_flow(self, path) -> _flow.OptimizerFlow:
     if self.defers_holding:
       raise HoldingDeferred(path)
     if path not in self._holding_flows:
-      self._holding_flows[path] = _flow.OptimizerFlow(self.trees[path],
-                                                      self.names[path])
+      with self.reading() as reads:
+        self._holding_flows[path] = _flow.OptimizerFlow(self.trees[path],
+                                                        self.names[path])
+      self._holding_reads[path] = reads
+    self._note_reads(self._holding_reads[path])
     return self._holding_flows[path]
 
   def self_attribute_why(self, path, attr, classes) -> Optional[tuple]:

@@ -47,6 +47,7 @@ class FlowSolver(_flow_scopes.FlowScopes):
               self._binding_holds(scope, name, v) for v in values):
             self.alive.discard((scope, name))
             changed = True
+    self._end_self_attributes()
 
   def _factory_of_step(self, function) -> Optional[str]:
     """The name of the module function returning the step ``function``."""

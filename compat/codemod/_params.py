@@ -159,6 +159,7 @@ def solve(model, solve_givers) -> list:
     solve_givers()
     flows = {}
     changed = False
+    refuted: set = set()
     for key, found in references.items():
       function = candidates[key].node
       for parameter in _names.parameter_names(function):
@@ -172,6 +173,7 @@ def solve(model, solve_givers) -> list:
                 model.trees[reference.path], model.names[reference.path])
           if argument is None or not flow.is_optimizer(argument):
             verdicts[(function, parameter)] = False
+            refuted.add((function, parameter))
             passed = 'nothing' if argument is None else (
                 f'`{ast.unparse(argument)[:60]}`')
             why[(function, parameter)] = (
@@ -182,9 +184,12 @@ def solve(model, solve_givers) -> list:
             break
     if not changed:
       break
+    # (the flows asked what they hold that read one of them are stale)
+    model.forget_refuted(refuted)
   else:
     for key in verdicts:
       verdicts[key] = False
+    model.forget_holding_flows()
     solve_givers()
     return []
   # The last round changed no verdict: its flows saw the model as it is.

@@ -88,6 +88,12 @@ class SelfAttributes:
     # key -> (path, why) of the module of its family where the attribute
     # is not followed for a reason of its own (``_family_why``)
     self.family_roots: dict[Key, tuple] = {}
+    # key -> the links to other modules of its family its ``outside_why``
+    # found, made once the flow's fixpoint keeps the attribute
+    # (``deferring``: while it runs, an attribute is asked about before
+    # the values it takes are disproven), or at once after it.
+    self._family_links: dict[Key, list] = {}
+    self.deferring = False
     self._receivers: dict[str, dict] = {}  # path -> _instance_reads
     for key in list(self.stores):
       why = self._owner_why.get(key.owner) or self.why_not.get(key)
@@ -288,7 +294,15 @@ class SelfAttributes:
       self._outside[key] = self._find_outside(key)
       if self._outside[key] is not None:
         self.why_not[key] = self._outside[key]
+    if not self.deferring:
+      self.link_family(key)
     return self._outside[key]
+
+  def link_family(self, key):
+    """Makes the links ``outside_why`` found for ``key`` (once)."""
+    model = getattr(self._names, 'model', None)
+    for link in self._family_links.pop(key, ()):
+      model.link_self_attribute(*link)
 
   def _find_outside(self, key) -> Optional[str]:
     model = getattr(self._names, 'model', None)
@@ -303,7 +317,8 @@ class SelfAttributes:
       tree = model.trees.get(path)
       named = _Named(source.count(b'\n', 0, start) + 1, None, None, None) if (
           tree is None) else self._named_in(key, path, tree)
-      why, root = named.why(model, here, key, path)
+      why, root = named.why(model, here, key, path,
+                            self._family_links.setdefault(key, []))
       if root is not None:
         self.family_roots[key] = root
       if why is not None:
@@ -357,19 +372,20 @@ class _Named(NamedTuple):
   family: Optional[frozenset]
   other: Optional[int]
 
-  def why(self, model, here, key, path) -> tuple:
+  def why(self, model, here, key, path, links) -> tuple:
     """``(why, root)``: why the naming keeps ``key``'s attribute out (None
     where it does not: the classes sharing instances in ``path`` keep the
     attribute there proven an optimizer by that module's own flow, and
     nothing else there names it; the two modules are then linked,
     migrated together or not at all), and where that rests on a module
     of the family not following it for a reason of its own, ``(path,
-    reason)`` of that one."""
+    reason)`` of that one. The link to make is added to ``links``."""
     if self.line is None:
       return None, None
     root = None
     if self.family and self.other is None:
-      root = _family_root(model, here, key, path, self.line, self.family)
+      root = _family_root(model, here, key, path, self.line, self.family,
+                          links)
       if root is None:
         return None, None
     if self.related is not None:
@@ -384,22 +400,23 @@ class _Named(NamedTuple):
             f', outside the methods of {key.owner.name}'), None
 
 
-def _family_root(model, here, key, path, line, family) -> Optional[tuple]:
+def _family_root(model, here, key, path, line, family,
+                 links) -> Optional[tuple]:
   """``(path, why)`` of a module where the classes sharing instances
   with ``key``'s class (``family`` in the module ``path`` of the project
   ``model``, and theirs elsewhere) do not keep the attribute proven an
   optimizer, for a reason of its own; None where they do: then the two
-  modules are linked."""
+  modules are linked (the link added to ``links``)."""
   why_there = getattr(model, 'self_attribute_why', None)
   if why_there is None or here is None:  # (no project: one module read)
     return path, 'migrate follows an attribute through `self` within one module'
   root = why_there(path, key.attr, family)
   if root is not None:
     return root
-  model.link_self_attribute(here, key.owner.lineno, path, line, (
+  links.append((here, key.owner.lineno, path, line, (
       f'stores or reads `self.{key.attr}`, which {key.owner.name} (declared '
       f'at {here}:{key.owner.lineno}) keeps too: one holder with '
-      f'{", ".join(sorted(family))}, migrated together or not at all'))
+      f'{", ".join(sorted(family))}, migrated together or not at all')))
   return None
 
 
@@ -672,6 +689,14 @@ class SelfHolding:
   def _start_self_attributes(self):
     """Every followed attribute starts alive."""
     self.alive_attributes = set(self.self_attributes.stores)
+    self.self_attributes.deferring = True
+
+  def _end_self_attributes(self):
+    """Links the modules of the families of the attributes kept (not
+    those the fixpoint dropped after asking about them)."""
+    self.self_attributes.deferring = False
+    for key in self.alive_attributes:
+      self.self_attributes.link_family(key)
 
   def _prune_self_attributes(self) -> bool:
     """Drops each attribute one of whose stored values is not provably an
