@@ -95,6 +95,11 @@ def _escapes(module) -> list:
     if isinstance(node, ast.Call):
       found += [Escape(n, why)
                 for n, why in _unproven_to_foreign_step(module, node)]
+    if isinstance(node, ast.Subscript) and module.flow.dict_entry_holds(
+        node, module.flow.scope_of(node)):
+      why = _why_escapes(module, node, True)  # read back from a dict
+      found += [Escape(node, why)] if why else []
+      continue
     if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)) or (
         not isinstance(getattr(node, 'ctx', ast.Load()), ast.Load)):
       continue
@@ -162,6 +167,10 @@ def _kind(module, node):
 def _why_escapes(module, node, kind) -> Optional[str]:
   parent = module.parents.get(node)
   text = ast.unparse(node)[:60]
+  giver = module.flow.returned_dict_giver(node) if kind is True else None
+  if giver is not None:
+    return None if giver.why is None else (
+        f'the optimizer `{text}` is not followed: {giver.why}')
   verdict = module.flow.tree_verdict(node) if kind is True and isinstance(
       node, (ast.Name, ast.Attribute)) else None
   if verdict is not None:
