@@ -211,8 +211,10 @@ class DictReturns:
           self._called_why(function)) or self._callers(function).why
       if why is None and self._solved:
         why = self._key_why(function, shape, keys)
-      giver = _Giver(keys, self._giver_text(function, keys, why)) if (
-          keys) else None
+      giver = _Giver(keys, None if why is None else (
+          f'{function.name}() returns optimizers in a dict, and migrate '
+          f'does not follow that dict where it goes: {why}')) if keys else (
+              None)
     finally:
       self._dict_open.discard(function)
     if self._solved:
@@ -246,14 +248,12 @@ class DictReturns:
                      if self.is_optimizer(value, inner))
 
   def _key_why(self, function, shape, keys) -> Optional[str]:
-    return self._key_clash(shape, keys) or self._untested(function, keys)
-
-  @staticmethod
-  def _giver_text(function, keys, why) -> Optional[str]:
+    """Why another key, or a read of the dict's entries the rule takes
+    for the metrics', may be an optimizer's key of ``keys`` (asked with
+    the keys proven once solved: they are named)."""
+    why = self._key_clash(shape, keys) or self._untested(function, keys)
     shown = ', '.join(f"'{key}'" for key in sorted(keys))
-    return None if why is None else (
-        f'{function.name}() returns the optimizers ({shown}) in a dict, '
-        f'and migrate does not follow that dict where it goes: {why}')
+    return None if why is None else f'{why} ({shown})'
 
   @staticmethod
   def _key_clash(shape, keys) -> Optional[str]:
@@ -285,7 +285,7 @@ class DictReturns:
       if not self._tested(read, key, loop, keys):
         return (f'`{ast.unparse(read)[:40]}` (line {read.lineno}) may read '
                 'an optimizer\'s entry: no test of the loop\'s key leaves '
-                'the optimizers\' keys out there')
+                'out the optimizers\' keys there')
     return None
 
   def _tested(self, read, key, loop, keys) -> bool:
