@@ -272,9 +272,10 @@ class DictReturns:
                   if bound.name == function.name), None)
     if alias is not None:
       return f'{function.name}() is also called as `{alias}`'
-    model, path = self.names.model, self.names.path
+    model, path = self.names.model, getattr(self.names, 'path', None)
     if model is None or path is None:
-      return None
+      return (f'migrate reads this module alone, so the callers of '
+              f'{function.name}() elsewhere are not known')
     where = model.used_otherwise_elsewhere(function, path) or (
         model.called_elsewhere(function, path))
     return None if where is None else (
@@ -370,10 +371,13 @@ class DictReturns:
     return self._dict_callers[function]
 
   def _find_callers(self, function) -> _Callers:
-    tested = []
-    for call, scope in self.calls.get(function.name, []):
-      if not self._sees_function(scope, function.name):
-        continue
+    tested, calls = [], [
+        (call, scope) for call, scope in self.calls.get(function.name, [])
+        if self._sees_function(scope, function.name)]
+    if not calls:
+      return _Callers(f'{function.name}() is not called in its module, so '
+                      'where its dict goes is not seen', ())
+    for call, scope in calls:
       parent = self._parents.get(call)
       if isinstance(parent, ast.Subscript) and parent.value is call and (
           self._dict_read(parent, scope) is not None):

@@ -168,9 +168,8 @@ def _why_escapes(module, node, kind) -> Optional[str]:
   parent = module.parents.get(node)
   text = ast.unparse(node)[:60]
   giver = module.flow.returned_dict_giver(node) if kind is True else None
-  if giver is not None:
-    return None if giver.why is None else (
-        f'the optimizer `{text}` is not followed: {giver.why}')
+  if giver is not None and giver.why is None:
+    return None  # read back by its key where the dict is (_dict_returns)
   verdict = module.flow.tree_verdict(node) if kind is True and isinstance(
       node, (ast.Name, ast.Attribute)) else None
   if verdict is not None:
