@@ -78,6 +78,7 @@ _METRICS_LOOP = '''    for k in train_returns:
       if k.startswith('Losses') or k.startswith('Values'):
         self.summaries.append((k, train_returns[k]))
 '''
+_ITEMS = '    for k, v in train_returns.items():\n'
 
 
 def test_optimizers_returned_in_a_dict_and_read_back_by_key(tmp_path):
@@ -93,7 +94,7 @@ def test_optimizers_returned_in_a_dict_and_read_back_by_key(tmp_path):
 
 
 def test_metrics_read_as_items_under_a_test_of_their_key(tmp_path):
-  source = _AGENT.replace(_METRICS_LOOP, '''    for k, v in train_returns.items():
+  source = _AGENT.replace(_METRICS_LOOP, _ITEMS + '''\
       if k in ('Losses/Critic', 'Values/Alpha'):
         self.summaries.append((k, v))
 ''')
@@ -122,7 +123,7 @@ def test_the_dict_passed_whole_keeps_the_flow(tmp_path):
 
 
 def test_every_value_read_without_a_test_keeps_the_flow(tmp_path):
-  source = _AGENT.replace(_METRICS_LOOP, '''    for k, v in train_returns.items():
+  source = _AGENT.replace(_METRICS_LOOP, _ITEMS + '''\
       self.summaries.append(k)
       if k.startswith('Values'):
         self.summaries.append(v)

@@ -119,7 +119,12 @@ def _leaves_out(test, key, optimizer_keys) -> bool:
   if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
       test.left, ast.Name) and test.left.id == key and isinstance(
           test.ops[0], (ast.Eq, ast.In)):
-    others = _constants(test.comparators[0])
+    comparator = test.comparators[0]
+    if isinstance(test.ops[0], ast.In) and isinstance(comparator, ast.Constant):
+      # (``k in 'text'`` tests a substring)
+      return isinstance(comparator.value, str) and not any(
+          k in comparator.value for k in optimizer_keys)
+    others = _constants(comparator)
     return others is not None and not set(others) & set(optimizer_keys)
   return False
 
@@ -295,8 +300,9 @@ class DictReturns:
     node = read
     while node is not loop:
       parent = self._parents.get(node)
-      if parent is None:
-        return False
+      if parent is None or isinstance(parent, (
+          ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return False  # (a closure reads the loop's last key, untested)
       if isinstance(parent, ast.If) and node in parent.body and _leaves_out(
           parent.test, key, keys):
         return True
@@ -404,8 +410,9 @@ class DictReturns:
     where = f'(line {read.lineno}) goes into `{ast.unparse(parent)[:50]}`'
     if isinstance(parent, ast.Subscript) and parent.value is read:
       key = parent.slice
-      if isinstance(key, ast.Constant) and isinstance(key.value, str) and (
-          isinstance(parent.ctx, ast.Load)):
+      if not isinstance(parent.ctx, ast.Load):
+        return where  # (an entry stored or deleted)
+      if isinstance(key, ast.Constant) and isinstance(key.value, str):
         return None
       loop = self._key_loop(parent, key, read)
       if loop is None:
