@@ -145,3 +145,4 @@ def test_a_key_that_is_not_constant_keeps_the_flow(tmp_path):
   assert ("`train_returns` is read by `train_returns[key]` (line "
           f"{_line(source, 'train_returns[key]')}), by a key that is neither "
           'a constant nor the key of a loop over it') in why
+
