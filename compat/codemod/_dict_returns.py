@@ -212,8 +212,8 @@ class DictReturns:
     self._dict_open.add(function)
     try:
       keys = self._optimizer_keys(function, shape)
-      why = self._dict_refuted.get(function) or shape.why or (
-          self._called_why(function)) or self._callers(function).why
+      why = self._written_why(function, shape) or self._dict_refuted.get(
+          function)
       if why is None and self._solved:
         why = self._key_why(function, shape, keys)
       giver = _Giver(keys, None if why is None else (
@@ -238,14 +238,21 @@ class DictReturns:
     others' keys can only be fewer: what held of them holds still."""
     refuted = False
     for function, shape in list(self._dict_shapes.items()):
-      if shape is None or function in self._dict_refuted:
+      if shape is None or function in self._dict_refuted or (
+          self._written_why(function, shape)):
         continue
-      why = self._key_why(function, shape,
-                          self._optimizer_keys(function, shape))
+      keys = self._optimizer_keys(function, shape)
+      why = self._key_why(function, shape, keys) if keys else None
       if why is not None:
         self._dict_refuted[function] = why
         refuted = True
     return refuted
+
+  def _written_why(self, function, shape) -> Optional[str]:
+    """Why the dict is not followed, as its function and callers are
+    written (whatever its keys)."""
+    return shape.why or self._called_why(function) or self._callers(
+        function).why
 
   def _optimizer_keys(self, function, shape) -> frozenset:
     inner = self.scopes[function]
