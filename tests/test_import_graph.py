@@ -342,7 +342,7 @@ CODEMOD_LAYERS = (
               '_serialization_helpers',
               '_tree_walkers', '_legacy_trees', '_flow_values',
               '_flow_scopes', '_flow_solve', '_flow_queries', '_flow_holding',
-              '_flow_calls',
+              '_flow_calls', '_dict_returns',
               '_flow', '_givers', '_escape_analysis', '_params',
               '_def_params',
               '_step_values', '_step_calls',

@@ -96,6 +96,11 @@ def _escapes(module) -> list:
     if isinstance(node, ast.Call):
       found += [Escape(n, why)
                 for n, why in _unproven_to_foreign_step(module, node)]
+    if isinstance(node, ast.Subscript) and module.flow.dict_entry_holds(
+        node, module.flow.scope_of(node)):
+      why = _why_escapes(module, node, True)  # read back from a dict
+      found += [Escape(node, why)] if why else []
+      continue
     if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)) or (
         not isinstance(getattr(node, 'ctx', ast.Load()), ast.Load)):
       continue
@@ -159,6 +164,9 @@ def _kind(module, node):
 def _why_escapes(module, node, kind) -> Optional[str]:
   parent = module.parents.get(node)
   text = ast.unparse(node)[:60]
+  giver = module.flow.returned_dict_giver(node) if kind is True else None
+  if giver is not None and giver.why is None:
+    return None  # read back by its key where the dict is (_dict_returns)
   verdict = module.flow.tree_verdict(node) if kind is True and isinstance(
       node, (ast.Name, ast.Attribute)) else None
   if verdict is not None:

@@ -27,6 +27,7 @@ the calls and records they share.
 
 import ast
 
+from compat.codemod import _dict_returns
 from compat.codemod import _flow_calls
 from compat.codemod import _flow_holding
 from compat.codemod import _flow_values
@@ -73,7 +74,7 @@ NO_OPTIMIZERS = _NoOptimizers()
 
 
 class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding,
-                    _flow_calls.FlowCallForms):
+                    _flow_calls.FlowCallForms, _dict_returns.DictReturns):
   """Proves which expressions evaluate to a legacy ``Optimizer``."""
 
   def __init__(self, tree: ast.Module, names, replicated_of=None):
@@ -131,6 +132,7 @@ class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding,
     self._tree_entries_of: dict = {}  # function -> _tree_entries
     self._solved = False
     self._init_call_forms()
+    self._init_dict_returns()
     self._init_self_attributes(tree)
     self._collect(tree, None)
     self._solve()

@@ -63,7 +63,8 @@ class FlowQueries(_flow_solve.FlowSolver):
     if isinstance(node, ast.Call):
       return self._kind(node, scope) is True
     if isinstance(node, ast.Subscript):
-      return self.base is None and self._loaded_back(node, scope)
+      return self.base is None and (self._loaded_back(node, scope) or (
+          self.dict_entry_holds(node, scope)))
     return False
 
   # ------------------------------------------------ dicts saved as trees

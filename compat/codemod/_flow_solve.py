@@ -35,6 +35,13 @@ class FlowSolver(_flow_scopes.FlowScopes):
     for (_, alias), bound in self.aliases.items():
       if alias in self.escaped:  # the alias itself goes where we cannot see
         self.escaped.add(bound.name)
+    self._fixpoint()
+    while self.refute_dict_givers():  # (rare: solved again without them)
+      self._fixpoint()
+
+  def _fixpoint(self):
+    """Every binding starts alive; those not provably holding an
+    optimizer drop out until none does."""
     self.alive = {(scope, name) for scope in self.scopes.values()
                   for name in scope.bindings}
     self._start_self_attributes()

@@ -275,13 +275,14 @@ class SelfAttributes:
     reads = self._reads.get(key, [])
     return reads if reads and self.spread_display(reads[0]) is display else []
 
-  def unproven(self, key, value):
+  def unproven(self, key, value, because=None):
     """Notes that ``key``'s attribute also takes ``value``, not provably
-    an optimizer."""
+    an optimizer (``because``: why, where the flow says)."""
     node = value[1] if isinstance(value, tuple) else value
     self.why_not.setdefault(key, (
         f'`self.{key.attr}` also takes `{ast.unparse(node)[:60]}` (line '
-        f'{node.lineno}), not provably an optimizer'))
+        f'{node.lineno}), not provably an optimizer' + (
+            f': {because}' if because else '')))
 
   def outside_why(self, key) -> Optional[str]:
     """Why code migrate does not look at may reach ``key``'s attribute: a
@@ -709,7 +710,8 @@ class SelfHolding:
       unproven = next((v for v in values if not self._value_holds(
           v, self.scope_of(v[1] if isinstance(v, tuple) else v))), None)
       if unproven is not None:
-        self.self_attributes.unproven(key, unproven)
+        self.self_attributes.unproven(key, unproven,
+                                      self.dict_read_why(unproven))
       if not values or unproven is not None or (
           self.self_attributes.outside_why(key) is not None):
         self.alive_attributes.discard(key)
