@@ -352,7 +352,8 @@ CODEMOD_LAYERS = (
     ('project', ('_links', '_factories', '_cross_flow', '_project_links',
                  '_mentions', '_project', '_module_model')),
     # The plan of each module's rewrites and the edits that carry it out.
-    ('fixes', ('_plan_records', '_plan_edits', '_plan_rules', '_plan_uses',
+    ('fixes', ('_array_targets', '_plan_records', '_plan_edits',
+               '_plan_rules', '_plan_uses',
                '_plan_imports', '_rewrite_plan', '_user_rules', '_self_check',
                '_skeleton', '_libcst_visitors')),
     # Configuration, suppressions, output formats.

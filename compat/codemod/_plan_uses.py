@@ -5,6 +5,7 @@ trees. Stdlib only."""
 import ast
 from typing import Optional
 
+from compat.codemod import _array_targets
 from compat.codemod import _flow
 from compat.codemod import _legacy_trees
 from compat.codemod import _members
@@ -86,6 +87,9 @@ class PlanUses(_plan_rules.PlanRules):
     if not _flow.is_none(given.get('focus')):
       return ('create(..., focus=...) selects parameters: use optax.partition '
               'with compat.traversal_labels (not rewritten automatically)')
+    if _array_targets.is_bare_array(given[_members.TARGET], self.names,
+                                     self.parents):
+      return _array_targets.REASON
     held = self._unproven_holder(node)
     if held:
       return held
@@ -108,6 +112,9 @@ class PlanUses(_plan_rules.PlanRules):
     parameters alone (``TrainState.create`` takes keywords only); the
     definition stays a default argument, so it is evaluated where it was,
     once, before jit traces."""
+    if node.args and _array_targets.is_bare_array(node.args[0], self.names,
+                                                  self.parents):
+      return _array_targets.REASON
     held = self._unproven_holder(node)
     if held:
       return held
