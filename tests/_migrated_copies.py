@@ -10,6 +10,7 @@ tests/test_corpus_train.py (research repositories, tests/corpus/repos.toml):
 - *migrated*: ``migrate --tier exact``'s output.
 """
 
+import importlib.util
 import os
 import shutil
 
@@ -76,3 +77,11 @@ def assert_bit_identical(old: dict, new: dict, min_steps: int = 5) -> None:
     a, b = old[key], new[key]
     assert a.dtype == b.dtype and a.shape == b.shape, key
     assert a.tobytes() == b.tobytes(), (key, a, b)
+
+
+def load_module(path, name):
+  """The module of the file ``path``, run under ``name`` (a copy's)."""
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module

@@ -6,8 +6,7 @@ flax.optim steps a single array (dopamine's SAC keeps its temperature as
 whose ``create`` is provably given an array or a number is kept whole.
 """
 
-import importlib.util
-
+from _migrated_copies import load_module
 from flax.training import train_state
 import jax.numpy as jnp
 import optax
@@ -37,13 +36,6 @@ def train(steps):
 REASON = 'create() is given a single array'
 
 
-def _load(path, name):
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_train_state_cannot_step_a_bare_array():
   # Why the flow is kept: were it rewritten, its first step would raise.
   state = train_state.TrainState.create(apply_fn=None, params=jnp.zeros(1),
@@ -58,7 +50,7 @@ def test_an_optimizer_over_an_array_bound_to_a_name_stays_and_runs(tmp_path):
   reasons = [left.reason for left in plan.leftovers]
   assert any(REASON in reason for reason in reasons), reasons
   (tmp_path / 'temperature.py').write_bytes(new)
-  kept = _load(tmp_path / 'temperature.py', 'temperature_kept')
+  kept = load_module(tmp_path / 'temperature.py', 'temperature_kept')
   assert kept.train(3).shape == (1,)  # through the shim, as before
 
 

@@ -8,8 +8,7 @@ jitted, as training code has it) runs as it is (through the shim) and
 migrated: the losses, parameters and step must be equal bit for bit.
 """
 
-import importlib.util
-
+from _migrated_copies import load_module
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,13 +49,6 @@ WITH_AUX = SOURCE.replace(
         b'loss, grad = optimizer', b'loss, _, grad = optimizer')
 
 
-def _load(path, name):
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def _batches():
   rng = np.random.RandomState(3)
   return [{'x': jnp.asarray(rng.randn(8, 4), jnp.float32),
@@ -82,8 +74,8 @@ def test_compute_gradient_migrates_and_trains_bit_identically(tmp_path):
       b'optimizer.params)' in new
   (tmp_path / 'fit_legacy.py').write_bytes(SOURCE)
   (tmp_path / 'fit_migrated.py').write_bytes(new)
-  original = _load(tmp_path / 'fit_legacy.py', 'fit_legacy')
-  rewritten = _load(tmp_path / 'fit_migrated.py', 'fit_migrated')
+  original = load_module(tmp_path / 'fit_legacy.py', 'fit_legacy')
+  rewritten = load_module(tmp_path / 'fit_migrated.py', 'fit_migrated')
   params = {'w': jnp.full((4, 2), 0.1, jnp.float32),
             'b': jnp.zeros((2,), jnp.float32)}
   old, old_losses = original.train(params, _batches())
