@@ -164,9 +164,12 @@ def _check_from_bytes(name: str, data: bytes, decoded):
   template = _template(name)
   try:
     restored = serialization.from_bytes(template, data)
-  except (ValueError, TypeError):
+  except (ValueError, TypeError, SyntaxError):
     # flax's own decoder runs first here; some msgpack errors it lets
     # through carry no message (e.g. FormatError()): their type says it.
+    # A corrupted dtype name reaches numpy's parser of comma strings
+    # (np.dtype('...,')), which raises SyntaxError: flax's rejection too
+    # (this library's reader, checked above, names the field instead).
     return
   # Accepted: it must be the template's optimizer, holding the file's values.
   restored_sd = serialization.to_state_dict(restored)
