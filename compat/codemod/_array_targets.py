@@ -10,7 +10,6 @@ unknown kind (a parameter, a restored tree) is not one. Stdlib only.
 """
 
 import ast
-from typing import Optional
 
 # Constructors whose result is one array: jax.numpy's and numpy's, and
 # jax.random's samplers.
@@ -43,58 +42,17 @@ def _is_array_value(node, names) -> bool:
   return module in _ARRAY_MODULES and function in _ARRAY_CONSTRUCTORS
 
 
-def _scope_of(node, parents) -> Optional[ast.AST]:
-  scope = parents.get(node)
-  while scope is not None and not isinstance(
-      scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-    scope = parents.get(scope)
-  return scope
-
-
-def _bindings(name: str, scope) -> Optional[list]:
-  """The values ``name`` is assigned in ``scope`` (its nested defs
-  included); None where it is bound otherwise too (a parameter, a loop, an
-  unpacking, an import), so its value is not known."""
-  values = []
-  if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-    arguments = scope.args
-    if name in {a.arg for a in arguments.posonlyargs + arguments.args +
-                arguments.kwonlyargs} | {
-                    a.arg for a in (arguments.vararg, arguments.kwarg) if a}:
-      return None
-  for node in ast.walk(scope):
-    if isinstance(node, ast.Assign) and any(
-        isinstance(t, ast.Name) and t.id == name for t in node.targets):
-      if len(node.targets) != 1:
-        return None
-      values.append(node.value)
-    elif isinstance(node, ast.Name) and node.id == name and isinstance(
-        node.ctx, (ast.Store, ast.Del)) and not isinstance(
-            _assign_of(node, scope), ast.Assign):
-      return None
-    elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-      return None
-  return values
-
-
-def _assign_of(name_node, scope):
-  """The ``Assign`` whose single target is ``name_node`` (else None)."""
-  for node in ast.walk(scope):
-    if isinstance(node, ast.Assign) and name_node in node.targets:
-      return node
-  return None
-
-
-def is_bare_array(target, names, parents) -> bool:
+def is_bare_array(target, names, flow) -> bool:
   """``target`` (an optimizer's ``create`` argument) is an array
-  constructor's result or a number, written there or assigned to a name
-  bound only to such values in its scope."""
+  constructor's result or a number, written there or read from a name
+  whose every binding the read sees (``flow``'s scopes) is such a value."""
   if _is_array_value(target, names):
     return True
   if not isinstance(target, ast.Name):
     return False
-  scope = _scope_of(target, parents)
-  if scope is None:
-    return False
-  values = _bindings(target.id, scope)
-  return bool(values) and all(_is_array_value(v, names) for v in values)
+  scope = flow.binding_scope_of(target, target.id)
+  values = scope.bindings.get(target.id) if scope is not None else None
+  # (a parameter, a loop or an import binds a value not known here)
+  return bool(values) and all(
+      isinstance(value, ast.AST) and _is_array_value(value, names)
+      for value in values)

@@ -88,7 +88,7 @@ class PlanUses(_plan_rules.PlanRules):
       return ('create(..., focus=...) selects parameters: use optax.partition '
               'with compat.traversal_labels (not rewritten automatically)')
     if _array_targets.is_bare_array(given[_members.TARGET], self.names,
-                                     self.parents):
+                                     self.flow):
       return _array_targets.REASON
     held = self._unproven_holder(node)
     if held:
@@ -113,7 +113,7 @@ class PlanUses(_plan_rules.PlanRules):
     definition stays a default argument, so it is evaluated where it was,
     once, before jit traces."""
     if node.args and _array_targets.is_bare_array(node.args[0], self.names,
-                                                  self.parents):
+                                                  self.flow):
       return _array_targets.REASON
     held = self._unproven_holder(node)
     if held:
