@@ -87,7 +87,8 @@ def solve(model, candidates) -> None:
   _assume(model, least, _changed(before, least) | _changed(assumed, least))
 
 
-def _module_of(model, function, flows):
+def _flow_of(model, function, flows):
+  """The flow of ``function``'s module, built once per pass (``flows``)."""
   flow = flows.get(function.path)
   if flow is None:
     flow = flows[function.path] = _flow.OptimizerFlow(
@@ -115,7 +116,7 @@ def _first_pass(model, candidates) -> dict:
   for function in candidates:
     node = function.node
     with model.reading() as reads:
-      kind, step = _proven_in(_module_of(model, function, flows), node)
+      kind, step = _proven_in(_flow_of(model, function, flows), node)
     module = modules.setdefault(function.path, _Module({}, set()))
     module.reads.update(reads)
     module.proven[node] = kind, step
@@ -138,7 +139,7 @@ def _round(model, candidates, modules, changed) -> dict:
     if function.path not in stale:
       continue
     with model.reading() as reads:
-      proven = _proven_in(_module_of(model, function, flows), function.node)
+      proven = _proven_in(_flow_of(model, function, flows), function.node)
     module = fresh.setdefault(function.path, _Module({}, set()))
     module.reads.update(reads)
     module.proven[function.node] = proven
