@@ -195,6 +195,10 @@ def unsafe_fixes_hidden(plan) -> list:
 
 CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
 RULES_MODULE = CATALOGUE.RULES_MODULE
+# Its submodule holding a TrainState that steps any pytree flax.optim
+# stepped, a bare array included (the package does not import it: it needs
+# flax).
+RULES_TRAIN_STATE = 'train_state'
 # The classes an ``-> optim.OptimizerDef`` (or ``MultiOptimizer``) names.
 DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef',
                 'flax.optim.MultiOptimizer')
