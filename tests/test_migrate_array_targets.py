@@ -6,10 +6,16 @@ flax.optim steps a single array (dopamine's SAC keeps its temperature as
 ``create`` of a module's flow is provably given an array or a number,
 every ``create`` of that flow makes ``flax_optim_rules.train_state``'s
 TrainState instead (the others may be given an array too: one restored
-from a checkpoint); other flows are written as before.
+from a checkpoint), and so do those of the modules whose optimizers may
+meet these (one holder kept in two modules); other flows are written as
+before.
 """
 
+import importlib
+import sys
+
 import _legacy_imports
+import _migrated_copies
 from _migrated_copies import load_module
 from flax.training import train_state
 import jax.numpy as jnp
@@ -152,3 +158,66 @@ def test_a_parameter_is_not_proven_an_array():
   new, plan = migrate.migrate_source(source, 'temperature.py')
   assert not plan.leftovers
   assert FLAX_STATE in new and b'rules_train_state' not in new
+
+
+HOLDER_BASE = b'''\
+import jax
+import jax.numpy as jnp
+from flax import optim
+
+
+class Agent:
+
+  def __init__(self):
+    self.alpha_optimizer = optim.Adam(learning_rate=0.1).create(jnp.zeros(1))
+
+  def step(self):
+    grad = jax.grad(lambda a: (a * a + a).sum())(self.alpha_optimizer.target)
+    self.alpha_optimizer = self.alpha_optimizer.apply_gradient(grad)
+    return self.alpha_optimizer.target
+'''
+
+# A subclass in another module creates the same holder's optimizer again,
+# over what it restores (an array here, not provably one there).
+HOLDER_SUBCLASS = b'''\
+from flax import optim
+
+import base
+
+
+class Resumed(base.Agent):
+
+  def restore(self, log_alpha):
+    self.alpha_optimizer = optim.Adam(learning_rate=0.1).create(log_alpha)
+'''
+
+
+def _resumed_run(directory):
+  """The project's agent stepped twice, made again over its last value
+  (``restore``) and stepped three times more: each step's value."""
+  sys.path.insert(0, str(directory))
+  try:
+    agent = importlib.import_module('agent').Resumed()
+    values = [agent.step() for _ in range(2)]
+    agent.restore(values[-1])
+    return values + [agent.step() for _ in range(3)]
+  finally:
+    sys.path.remove(str(directory))
+    for name in ('agent', 'base'):
+      sys.modules.pop(name, None)
+
+
+def test_a_holder_kept_in_two_modules_makes_the_same_state_in_both(
+    tmp_path):
+  project = tmp_path / 'project'
+  project.mkdir()
+  (project / 'base.py').write_bytes(HOLDER_BASE)
+  (project / 'agent.py').write_bytes(HOLDER_SUBCLASS)
+  original, migrated, problems = _migrated_copies.copies(project, tmp_path)
+  assert not problems, problems
+  for name in ('base.py', 'agent.py'):
+    new = (migrated / name).read_bytes()
+    assert new.count(ARRAY_STATE) == 1 and FLAX_STATE not in new, name
+  for got, want in zip(_resumed_run(migrated), _resumed_run(original),
+                       strict=True):
+    _assert_same_bits(got, want)

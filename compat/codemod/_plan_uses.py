@@ -126,8 +126,10 @@ class PlanUses(_plan_rules.PlanRules):
     ``flax_optim_rules``' (which steps one as flax.optim did, and any
     other tree as flax's does). All the flow's creates make the same:
     the others may be given an array too (one restored from a
-    checkpoint), and the optimizers they make meet the same steps."""
-    if self._steps_an_array:
+    checkpoint), and the optimizers they make meet the same steps; so do
+    those of modules whose optimizers may meet these (``array_states``:
+    ``migrate._migrate_paths``)."""
+    if self.array_states or self._steps_an_array:
       return self._rules_train_state_name()
     return self._train_state_name()
 
