@@ -916,6 +916,8 @@ def train_comparison(name: str, root: str) -> Optional[str]:
     except (AssertionError, subprocess.TimeoutExpired) as e:
       return _failure(e)
   line = f'bit-identical over {steps} steps'
+  if name in _corpus_train.UNSAFE_FIXES:  # (its exact tier keeps it whole)
+    line = f'migrated with --unsafe-fixes: {line}'
   if name in _corpus_train.RESUMES:
     line += '; resumed from the original\'s checkpoint: ' + _resume_line(
         _corpus_train, name, root)

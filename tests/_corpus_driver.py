@@ -22,10 +22,12 @@ stand-ins (tests/_v033_driver.py's ``StandInFinder``); ``--resume`` recipes
 own checkpoint code (clu's through tests/_clu_files.py).
 """
 
+import collections
 import contextlib
 import importlib
 import os
 import pathlib
+import pickle
 import sys
 import types
 from unittest import mock
@@ -1058,7 +1060,146 @@ def _jax_rl():
   return _jax_rl_run('train', os.path.abspath('no-checkpoints'))
 
 
-RESUME = {'hypernerf': _hypernerf_run, 'jax_rl': _jax_rl_run,
+# dopamine's JAX agents (its own classes, small): DQN over 4 observations
+# and 2 actions (its ClassicControlDQNNetwork), SAC over 3 observations and
+# 2 actions (its SACNetwork, 16 units wide), whose temperature optimizer is
+# made over one bare array (``create(jnp.zeros(1))``).
+_DOPAMINE_BATCH = 8
+
+
+def _tfp_without_tensorflow():
+  """Imports tensorflow_probability's jax substrate as it imports where
+  tensorflow is not installed: seeing the tensorflow stand-in, it would
+  copy its functions' docstrings from the stand-in's mocks (and fail)."""
+  stand_ins = [finder for finder in sys.meta_path
+               if isinstance(finder, _v033_driver.StandInFinder)]
+  for finder in stand_ins:
+    sys.meta_path.remove(finder)
+  try:
+    importlib.import_module('tensorflow_probability.substrates.jax')
+  finally:
+    sys.meta_path[:0] = stand_ins
+
+
+def _dopamine_agents():
+  """A new DQN and SAC agent, seeded. atari_lib is outside the corpus's
+  paths (a stand-in): its network output type, a namedtuple the networks
+  return and the train step reads ``.q_values`` of, is served as dopamine
+  defines it, to both copies alike."""
+  import jax.numpy as jnp  # noqa: PLC0415 - after the stand-ins
+  _tfp_without_tensorflow()
+  atari_lib = importlib.import_module('dopamine.discrete_domains.atari_lib')
+  atari_lib.DQNNetworkType = collections.namedtuple('dqn_network',
+                                                    ['q_values'])
+  dqn = importlib.import_module('dopamine.jax.agents.dqn.dqn_agent')
+  sac = importlib.import_module('dopamine.jax.agents.sac.sac_agent')
+  networks = importlib.import_module('dopamine.jax.networks')
+  return {
+      'dqn': dqn.JaxDQNAgent(
+          num_actions=2, observation_shape=(4,), stack_size=1,
+          observation_dtype=jnp.float32,
+          network=networks.ClassicControlDQNNetwork, seed=0),
+      'sac': sac.SACAgent(action_shape=(2,),
+                          action_limits=(-np.ones(2), np.ones(2)),
+                          observation_shape=(3,), hidden_units=16, seed=0),
+  }
+
+
+def _dopamine_batch(rng, observations, actions):
+  """Synthetic transitions as the agents' replay buffers give them
+  (stacked states of one frame): ``actions`` an int for discrete ones
+  (their count), a tuple for continuous ones (their shape)."""
+  def states():
+    return rng.randn(_DOPAMINE_BATCH, observations, 1).astype(np.float32)
+  if isinstance(actions, int):
+    action = rng.randint(actions, size=_DOPAMINE_BATCH).astype(np.int32)
+  else:
+    action = rng.uniform(-1, 1, (_DOPAMINE_BATCH, *actions)).astype(
+        np.float32)
+  return (states(), action, states(),
+          rng.randn(_DOPAMINE_BATCH).astype(np.float32),
+          (rng.rand(_DOPAMINE_BATCH) < 0.1).astype(np.float32))
+
+
+def _dopamine_steps(agents, count):
+  """``count`` steps of each agent's module-level jitted ``train``, called
+  as its ``_train_step`` calls it (its replay buffer is a stand-in: the
+  batches are synthetic), then its own target update (DQN's every 2nd
+  step). Each optimizer's params, the losses and the target params."""
+  import jax  # noqa: PLC0415 - after the stand-ins
+  dqn, sac = agents['dqn'], agents['sac']
+  dqn_train = sys.modules[type(dqn).__module__].train
+  sac_train = sys.modules[type(sac).__module__].train
+  for _ in range(count):
+    dqn.optimizer, loss = dqn_train(
+        dqn.network_def, dqn.target_network_params, dqn.optimizer,
+        *_dopamine_batch(agents['rng'], 4, 2), dqn.cumulative_gamma,
+        dqn._loss_type)  # noqa: SLF001 - the agent's own argument
+    dqn.training_steps += 1
+    if dqn.training_steps % 2 == 0:
+      dqn._sync_weights()  # noqa: SLF001 - its own target update
+    sac._rng, key = jax.random.split(sac._rng)  # noqa: SLF001 - as it does
+    returns = sac_train(
+        sac.network_def, sac.network_optimizer, sac.target_params,
+        sac.alpha_optimizer, key, *_dopamine_batch(agents['rng'], 3, (2,)),
+        sac.cumulative_gamma, sac.target_entropy, sac.reward_scale_factor)
+    sac.network_optimizer = returns.pop('network_optim')
+    sac.alpha_optimizer = returns.pop('alpha_optim')
+    sac._maybe_sync_weights()  # noqa: SLF001 - its own target update
+    sac.training_steps += 1
+    yield ({'dqn': _v033_driver.params_of(dqn.optimizer),
+            'sac': _v033_driver.params_of(sac.network_optimizer),
+            'alpha': _v033_driver.params_of(sac.alpha_optimizer)},
+           {'dqn': {'loss': loss, 'target': dqn.target_network_params},
+            'sac': {**returns, 'target': sac.target_params}})
+
+
+def _dopamine_save(agents, directory):
+  """Each agent's own ``bundle_and_checkpoint`` (its params, not its
+  optimizer's state), pickled as dopamine's Checkpointer pickles it; the
+  harness carries its batch generator. flax of dopamine's time made linen
+  params FrozenDicts, which DQN's ``unbundle`` asks for (else it converts
+  a pre-linen checkpoint): the bundle's params are frozen so."""
+  import flax  # noqa: PLC0415 - after the stand-ins
+  import jax  # noqa: PLC0415 - after the stand-ins
+  for name in ('dqn', 'sac'):
+    bundle = agents[name].bundle_and_checkpoint(directory, 0)
+    for key in ('online_params', 'target_params', 'network_params'):
+      if key in bundle:
+        bundle[key] = flax.core.freeze(bundle[key])
+    with open(os.path.join(directory, f'{name}.bundle'), 'wb') as f:
+      pickle.dump(jax.device_get(bundle), f)
+  return {'rng': agents['rng']}
+
+
+def _dopamine_restore(directory, carried):
+  """New agents and their own ``unbundle`` of the pickled bundles (which
+  creates their optimizers again), the batch generator put back."""
+  agents = _dopamine_agents()
+  for name in ('dqn', 'sac'):
+    with open(os.path.join(directory, f'{name}.bundle'), 'rb') as f:
+      bundle = pickle.load(f)  # noqa: S301 - written by _dopamine_save
+    assert agents[name].unbundle(directory, 0, bundle)
+  return {**agents, **carried}
+
+
+def _dopamine_run(mode, directory):
+  return _restarted_run(mode, directory, types.SimpleNamespace(
+      start=lambda: {**_dopamine_agents(), 'rng': np.random.RandomState(0)},
+      save=lambda agents: _dopamine_save(agents, directory),
+      restore=lambda carried: _dopamine_restore(directory, carried),
+      steps=_dopamine_steps,
+      optimizers=lambda agents: (agents['dqn'].optimizer,
+                                 agents['sac'].network_optimizer,
+                                 agents['sac'].alpha_optimizer)))
+
+
+def _dopamine():
+  return _dopamine_run('train', os.path.abspath('no-checkpoints'))
+
+
+RESUME = {'dopamine': _dopamine_run, 'hypernerf': _hypernerf_run,
+          'jax_rl': _jax_rl_run,
           'jaxrl': _jaxrl_run, 'l2p': _l2p_resume,
           'mipnerf': _mipnerf_resume, 'nerfies': _nerfies_run,
           'nested': _nested_resume,
@@ -1105,6 +1246,17 @@ RECIPES = {
     # haiku's PRNGSequence, the agents' key sequence, is real, and so is
     # scipy's SLSQP in MPO's E-step (_gradient_as_float64).
     'jax_rl': (('.',), ('tensorflow',), (), _jax_rl),
+    # tensorflow: checkpoint and summary calls the recipe does not make
+    # (the bundle's gfile check: a stand-in's answer is true);
+    # tensorflow_probability's distributions, SAC's policy's, are real. The
+    # modules outside the corpus's paths (dopamine's TF agents, atari_lib,
+    # the replay buffers) are stand-ins.
+    'dopamine': (('.',), ('tensorflow',), tuple(
+        f'dopamine.{m}' for m in (
+            'agents', 'agents.dqn', 'agents.dqn.dqn_agent',
+            'discrete_domains', 'discrete_domains.atari_lib',
+            'replay_memory', 'replay_memory.circular_replay_buffer',
+            'replay_memory.prioritized_replay_buffer')), _dopamine),
 }
 
 

@@ -5,7 +5,8 @@ Used by tests/test_corpus_train.py and ``scripts/corpus.py --train`` (which
 tests/_corpus_driver.py, the code that recipe runs is copied twice
 (tests/_migrated_copies.py): as written, running its flax.optim code through
 this library's import alias, and as ``migrate --tier exact`` wrote it, which
-must leave nothing there. The migrated copy is trained with the alias off
+must leave nothing there (with ``--unsafe-fixes`` where ``UNSAFE_FIXES``
+names the repository). The migrated copy is trained with the alias off
 and this library's modules blocked; every step's parameters and metrics
 must equal the original's bit for bit.
 """
@@ -19,13 +20,18 @@ import numpy as np
 
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
-RESUMES = ('hypernerf', 'jax_rl', 'jaxrl', 'l2p', 'mipnerf', 'nerfies',
-           'nested', 'scenic', 'score_sde', 'vit')
+RESUMES = ('dopamine', 'hypernerf', 'jax_rl', 'jaxrl', 'l2p', 'mipnerf',
+           'nerfies', 'nested', 'scenic', 'score_sde', 'vit')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
-RUNS = {'hypernerf': '', 'jax_rl': 'jax_rl/', 'jaxrl': '', 'l2p': '',
-        'mipnerf': '', 'nerfies': '', 'nested': '',
+RUNS = {'dopamine': 'dopamine/jax/', 'hypernerf': '', 'jax_rl': 'jax_rl/',
+        'jaxrl': '', 'l2p': '', 'mipnerf': '', 'nerfies': '', 'nested': '',
         'scenic': 'scenic/train_lib/', 'score_sde': '', 'vit': 'vit_jax/'}
+# Repositories whose recipe runs ``migrate --unsafe-fixes``'s output: its
+# exact tier keeps them whole (dopamine's optimizer definitions come from a
+# ``@gin.configurable`` factory, which a gin config could call), and the
+# assumption its unsafe fix rests on holds in the recipe (no gin config).
+UNSAFE_FIXES = ('dopamine',)
 # Repository -> removed APIs next to flax.optim (as migrate's report names
 # them) that migrate leaves in its RUNS subdirectory and that its recipe
 # serves to both copies alike (tests/_corpus_driver.py says how): those
@@ -69,12 +75,18 @@ def train(directory, name, out, shim, resume=None, driver=DRIVER) -> dict:
     return {key: arrays[key] for key in arrays.files}
 
 
+def _copies(name, repository, tmp_path):
+  """``_migrated_copies.copies`` of ``repository``, migrated as recipe
+  ``name`` runs it (``UNSAFE_FIXES``)."""
+  return _migrated_copies.copies(repository, tmp_path,
+                                 unsafe_fixes=name in UNSAFE_FIXES)
+
+
 def compare(name, repository, tmp_path) -> int:
   """Trains both copies of ``repository`` (recipe ``name``) in ``tmp_path``
   (a ``pathlib.Path``); raises AssertionError where the migrated copy is
   incomplete, fails or differs. Returns the number of steps compared."""
-  original, migrated, problems = _migrated_copies.copies(repository,
-                                                         tmp_path)
+  original, migrated, problems = _copies(name, repository, tmp_path)
   old = train(original, name, tmp_path / 'original.npz', shim=True)
   left = blocking(name, problems)
   assert not left, left
@@ -86,8 +98,7 @@ def compare(name, repository, tmp_path) -> int:
 def compare_resume(name, repository, tmp_path) -> int:
   """``compare_resumed`` on both copies of ``repository`` (recipe
   ``name``), which must leave nothing blocking. Returns N."""
-  original, migrated, problems = _migrated_copies.copies(repository,
-                                                         tmp_path)
+  original, migrated, problems = _copies(name, repository, tmp_path)
   left = blocking(name, problems)
   assert not left, left
   return compare_resumed(original, migrated, name, tmp_path)

@@ -38,9 +38,10 @@ def removals_only(source: bytes, path: str) -> bytes:
       text, plan._replace(imports=imports, removed_imports=[])).encode('utf-8')
 
 
-def copies(source_dir, tmp_path, exclude=()):
+def copies(source_dir, tmp_path, exclude=(), unsafe_fixes=False):
   """``(original_dir, migrated_dir, problems)`` of the .py files under
-  ``source_dir`` (migrated as one project). ``problems``: what keeps the
+  ``source_dir`` (migrated as one project; ``unsafe_fixes``: with
+  ``--unsafe-fixes``). ``problems``: what keeps the
   migrated copy from running without the shim, one line per file: a file
   migrate could not read, its leftovers, its imports of flax.optim,
   legacy_optim or compat."""
@@ -48,7 +49,8 @@ def copies(source_dir, tmp_path, exclude=()):
   for target in (original, migrated):
     shutil.copytree(source_dir, target)
   sources, results = migrate.migrate_paths([str(source_dir)], 'exact',
-                                           exclude=exclude)
+                                           exclude=exclude,
+                                           unsafe_fixes=unsafe_fixes)
   problems = []
   for path, result in zip(sources, results):
     if not path.endswith('.py'):

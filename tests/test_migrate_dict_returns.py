@@ -49,7 +49,7 @@ class Agent:
 
   def __init__(self, params):
     self.network_optimizer = optim.Adam(learning_rate=0.01).create(params)
-    # (a dict: Flax's TrainState steps no bare array, see the report)
+    # (a dict target: what this test is about is the dict of returns)
     self.alpha_optimizer = optim.Adam(learning_rate=0.02).create(
         {'log_alpha': jnp.zeros(())})
     self.summaries = []

@@ -2,10 +2,10 @@
 
 flax.optim steps any pytree, a single array included (``Adam().create(
 jnp.zeros(1))``: a temperature, a Lagrange multiplier). flax's
-``TrainState.apply_gradients`` asks ``OVERWRITE_WITH_GRADIENT in grads``
-first, which a jax array refuses (``TypeError: Array.__contains__``), so a
-TrainState made over a bare array cannot be stepped: migrate keeps such a
-flow as it is, with this reason. Only what is proven is told: a target of
+``TrainState`` asks ``OVERWRITE_WITH_GRADIENT in grads`` first, which a jax
+array refuses (``TypeError: Array.__contains__``), so the creates of a
+flow with such a target make ``flax_optim_rules.train_state.TrainState``,
+which steps one (``_plan_uses``). Only what is proven is told: a target of
 unknown kind (a parameter, a restored tree) is not one. Stdlib only.
 """
 
@@ -19,12 +19,6 @@ _ARRAY_CONSTRUCTORS = frozenset((
     'ones_like', 'full_like', 'empty_like', 'arange', 'linspace', 'eye',
     'float16', 'float32', 'float64', 'bfloat16', 'int32', 'int64',
     'normal', 'uniform', 'truncated_normal'))
-
-REASON = ('create() is given a single array, which flax.optim steps and '
-          "TrainState.apply_gradients cannot (it asks whether "
-          "'overwrite_with_gradient' is in the gradients, which a jax array "
-          "refuses): keep the array in a dict, e.g. {'value': x}, and read it "
-          'back by its key')
 
 
 def _is_array_value(node, names) -> bool:

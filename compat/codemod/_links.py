@@ -203,6 +203,15 @@ def roll_back(links, plan_of, flow_migrated=lambda plan: True,
     done |= component
 
 
+def sharing_optimizers(links, start) -> set:
+  """The modules whose optimizers may meet those of the modules ``start``
+  (linked to them by a field or call link, transitively: one holder kept
+  in several modules, an optimizer passed to another module's function);
+  a definition link shares a definition, not the optimizers made of it."""
+  return _linked([link for link in links if link.kind in WHOLE_FLOW_KINDS],
+                 start)
+
+
 def _linked(links, start) -> set:
   """The modules linked to ``start``, transitively."""
   found, frontier = set(start), list(start)

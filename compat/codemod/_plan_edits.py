@@ -55,6 +55,16 @@ class PlanEdits:
                          None if name == 'train_state' else name))
     return name
 
+  def _rules_train_state_name(self):
+    """The name of ``flax_optim_rules.train_state`` (a TrainState over any
+    pytree, a bare array included), imported."""
+    name = self._free_name(f'rules_{_plan_records.RULES_TRAIN_STATE}',
+                           f'{_plan_records.RULES_MODULE}_'
+                           f'{_plan_records.RULES_TRAIN_STATE}')
+    self.imports.append((_plan_records.RULES_MODULE,
+                         _plan_records.RULES_TRAIN_STATE, name))
+    return name
+
   def _jax_utils_name(self):
     if self.names.resolve(ast.Name(id='jax_utils')) == 'flax.jax_utils':
       return 'jax_utils'

@@ -195,6 +195,18 @@ def unsafe_fixes_hidden(plan) -> list:
 
 CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
 RULES_MODULE = CATALOGUE.RULES_MODULE
+# Its submodule holding a TrainState that steps any pytree flax.optim
+# stepped, a bare array included (the package does not import it: it needs
+# flax).
+RULES_TRAIN_STATE = 'train_state'
+
+
+def makes_array_states(plan) -> bool:
+  """Whether ``plan``'s creates make ``RULES_TRAIN_STATE``'s TrainState
+  (its flow migrated: a flow kept drops its imports)."""
+  return plan is not None and any(
+      imported[:2] == (RULES_MODULE, RULES_TRAIN_STATE)
+      for imported in plan.imports)
 # The classes an ``-> optim.OptimizerDef`` (or ``MultiOptimizer``) names.
 DEF_CLASSES = ('flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef',
                 'flax.optim.MultiOptimizer')

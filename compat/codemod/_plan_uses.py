@@ -3,6 +3,7 @@
 trees. Stdlib only."""
 
 import ast
+import functools
 from typing import Optional
 
 from compat.codemod import _array_targets
@@ -87,13 +88,10 @@ class PlanUses(_plan_rules.PlanRules):
     if not _flow.is_none(given.get('focus')):
       return ('create(..., focus=...) selects parameters: use optax.partition '
               'with compat.traversal_labels (not rewritten automatically)')
-    if _array_targets.is_bare_array(given[_members.TARGET], self.names,
-                                     self.flow):
-      return _array_targets.REASON
     held = self._unproven_holder(node)
     if held:
       return held
-    name = self._train_state_name()
+    name = self._created_train_state_name()
     self.edit(node, f'{name}.TrainState.create(apply_fn=None, '
               'params={params}, tx={tx})', _members.CREATE,
               params=given[_members.TARGET], tx=node.func.value)
@@ -112,18 +110,48 @@ class PlanUses(_plan_rules.PlanRules):
     parameters alone (``TrainState.create`` takes keywords only); the
     definition stays a default argument, so it is evaluated where it was,
     once, before jit traces."""
-    if node.args and _array_targets.is_bare_array(node.args[0], self.names,
-                                                  self.flow):
-      return _array_targets.REASON
     held = self._unproven_holder(node)
     if held:
       return held
     create = self._jitted_def_create(node)
-    name = self._train_state_name()
+    name = self._created_train_state_name()
     self.edit(create, 'lambda params, tx={tx}: '
               f'{name}.TrainState.create(apply_fn=None, params=params, '
               'tx=tx)', _members.CREATE, tx=create.value)
     return None
+
+  def _created_train_state_name(self) -> str:
+    """The module whose ``TrainState`` this flow's creates make: flax's,
+    or, where one of them is provably given a bare array or number,
+    ``flax_optim_rules``' (which steps one as flax.optim did, and any
+    other tree as flax's does). All the flow's creates make the same:
+    the others may be given an array too (one restored from a
+    checkpoint), and the optimizers they make meet the same steps; so do
+    those of modules whose optimizers may meet these (``array_states``:
+    ``migrate._migrate_paths``)."""
+    if self.array_states or self._steps_an_array:
+      return self._rules_train_state_name()
+    return self._train_state_name()
+
+  @functools.cached_property
+  def _steps_an_array(self) -> bool:
+    return any(_array_targets.is_bare_array(target, self.names, self.flow)
+               for target in self._create_targets())
+
+  def _create_targets(self):
+    """The target each ``create`` of this module's flow is given (those
+    passed with * or ** are not planned: they hold the flow)."""
+    for node in _walk.nodes(self.tree):
+      if not isinstance(node, ast.Call):
+        continue
+      if isinstance(node.func, ast.Attribute) and (
+          node.func.attr == _members.CREATE) and self.flow.is_def(
+              node.func.value):
+        given = _flow.create_arguments(node)
+        if given is not None:
+          yield given[_members.TARGET]
+      elif node.args and self._jitted_def_create(node) is not None:
+        yield node.args[0]
 
   def _unproven_holder(self, create) -> Optional[str]:
     """Why the TrainState ``create`` would make could reach code left as it

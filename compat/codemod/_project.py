@@ -88,6 +88,7 @@ assumed_away = _links.assumed_away
 _CREATED_HERE = _links.CREATED_HERE
 flow_violations = _links.flow_violations
 roll_back = _links.roll_back
+sharing_optimizers = _links.sharing_optimizers
 
 
 class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,

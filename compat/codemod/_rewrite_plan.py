@@ -74,6 +74,7 @@ unsafe_fixes_applied = _plan_records.unsafe_fixes_applied
 unsafe_fixes_hidden = _plan_records.unsafe_fixes_hidden
 unsafe_fixes_held = _plan_records.unsafe_fixes_held
 planned_from_tree = _plan_records.planned_from_tree
+makes_array_states = _plan_records.makes_array_states
 FLOW_CONSTRUCTS = _plan_records.FLOW_CONSTRUCTS
 NOTE_CONSTRUCTS = _plan_records.NOTE_CONSTRUCTS
 HELD_NOTE = _plan_records.HELD_NOTE
@@ -112,9 +113,13 @@ class Planner(_plan_imports.PlanImports):
   def __init__(self, source: bytes, tree: ast.Module, names, findings,
                tier: str = 'exact', exported=(), rate_set_elsewhere=False,
                held=frozenset(), blocked=(), unsafe_fixes=False,
-               scanned=None):
+               scanned=None, array_states=False):
     """``scanned``: what scan built for this tree and ``names``
-    (``scan.ScannedModule.facts``), shared rather than built again."""
+    (``scan.ScannedModule.facts``), shared rather than built again.
+    ``array_states``: this module's creates make the TrainState that steps
+    a bare array, as those of another module whose optimizers may meet
+    these do (``_plan_uses``)."""
+    self.array_states = array_states
     self.source, self.tree, self.names = source, tree, names
     # Whether fixes resting on an assumption are applied (``--unsafe-fixes``);
     # each is recorded in ``self.unsafe``, enabled or not.

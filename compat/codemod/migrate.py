@@ -196,7 +196,7 @@ def migrate_source(source: bytes, path: str = '<string>',
                    tier: str = 'exact', reexports=None, exported=(),
                    rate_set_elsewhere: bool = False, chosen=None,
                    model=None, blocked=(), unsafe_fixes: bool = False,
-                   memo: Optional[dict] = None):
+                   memo: Optional[dict] = None, array_states: bool = False):
   """``(new_source, plan)`` for one module's source. Raises SyntaxError.
 
   ``reexports``/``exported``: what the project's modules hand on from
@@ -216,7 +216,9 @@ def migrate_source(source: bytes, path: str = '<string>',
   each is in ``plan.unsafe``, applied or not). ``memo``: a dict kept
   across the calls of one run with the same ``reexports`` and ``model``
   (``migrate_paths``): a module migrated again (``blocked``) is not parsed
-  and scanned again.
+  and scanned again. ``array_states``: its creates make the TrainState
+  that steps a bare array (another module's optimizers, which may meet
+  these, need it: ``migrate_paths``).
   """
   read = _source.read(source)  # raises what Python would refuse
   tree, names, scanned = _scanned(source, path, reexports, model,
@@ -225,7 +227,8 @@ def migrate_source(source: bytes, path: str = '<string>',
   def planned(held):
     return _rewrite_plan.Planner(source, tree, names, findings, tier,
                                  exported, rate_set_elsewhere, held,
-                                 blocked, unsafe_fixes, scanned.facts).plan()
+                                 blocked, unsafe_fixes, scanned.facts,
+                                 array_states).plan()
 
   held = _noqa.held(findings, source, chosen)
   plan = planned(held)
@@ -380,11 +383,12 @@ def migrate_file(path: str, tier: str = 'exact',
                  project: Optional[scan.Project] = None,
                  rate_elsewhere: bool = False, chosen=None,
                  blocked=(), unsafe_fixes: bool = False,
-                 memo=None) -> FileResult:
+                 memo=None, array_states: bool = False) -> FileResult:
   """One file migrated in memory; ``project``: re-exports and the flows
   across modules to follow; ``rate_elsewhere``:
   ``rate_set_elsewhere(project)``; ``blocked``, ``unsafe_fixes``,
-  ``memo``: see ``migrate_source``."""
+  ``memo``, ``array_states``: see ``migrate_source`` (a notebook's
+  creates take ``array_states`` from their own flow alone)."""
   shown = _shown(path)
   try:
     with open(path, 'rb') as f:
@@ -403,7 +407,7 @@ def migrate_file(path: str, tier: str = 'exact',
       new, plan = migrate_source(
           old, path.replace(os.sep, '/'), tier, project.reexports,
           project.exported.get(os.path.abspath(path), ()), rate_elsewhere,
-          chosen, project.model, blocked, unsafe_fixes, memo)
+          chosen, project.model, blocked, unsafe_fixes, memo, array_states)
     else:
       new, plan = migrate_source(old, shown, tier, chosen=chosen,
                                  unsafe_fixes=unsafe_fixes)
@@ -590,11 +594,14 @@ def _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes):
   rate_elsewhere = rate_set_elsewhere(project)
   memo: dict = {}  # each module's scans (input and output), for every round
 
+  array_paths: set = set()  # (_with_array_states)
+
   def migrate_one(path, blocked=()):
     return migrate_file(path, tier, project, rate_elsewhere, chosen,
-                        blocked, unsafe_fixes, memo)
+                        blocked, unsafe_fixes, memo, path in array_paths)
 
   results = {p: migrate_one(p) for p in sources}
+  _with_array_states(results, project, array_paths, migrate_one)
   if project.model is None and any(
       e.path == scan.ACROSS_MODULES for e in project.errors):
     # No links to check: any flow might cross modules, so none is
@@ -630,6 +637,25 @@ _KERNEL_IMPORT = ('added: this notebook binds {local!r} nowhere (it runs in '
                   'a kernel another notebook of the project prepared) and '
                   'still uses it, but the migrated {preparers} no longer '
                   'import it')
+
+
+def _with_array_states(results: dict, project, array_paths: set,
+                       migrate_one) -> None:
+  """Migrates again, their creates making the TrainState that steps a
+  bare array, the modules whose optimizers may meet those of a module
+  whose creates make it (one holder kept in two modules: a create of one
+  over a restored array meets the other's steps). ``array_paths``: where
+  ``migrate_one`` makes it, filled here."""
+  links = project.model.links if project.model is not None else []
+  making = {path.replace(os.sep, '/') for path, result in results.items()
+            if _rewrite_plan.makes_array_states(result.plan)}
+  if not making or not links:
+    return
+  shared = _project.sharing_optimizers(links, making)
+  for path in results:
+    if path.replace(os.sep, '/') in shared - making:
+      array_paths.add(path)
+      results[path] = migrate_one(path)
 
 
 def _import_kernel_names(results: dict, kernel: dict, reexports,
