@@ -407,6 +407,10 @@ CHECKPOINT_LAYOUT = 'checkpoint_layout'  # a checkpoint now of a TrainState
 PICKLE_UNPROVEN = 'pickle_unproven'  # a pickle of what may be the optimizer
 LAYOUT_KEY = 'layout_key'  # a read of flax.optim's checkpoint keys
 HAND_BUILT = 'hand_built'  # Optimizer(definition, state, target)
+# Reasons several planners give for a link they leave.
+STARRED_ARGUMENTS = 'starred_arguments'  # f(*args, **kwargs)
+NO_LEARNING_RATE = 'no_learning_rate'  # a definition without its rate
+JAX_TAKEN = 'jax_taken'  # a rewrite writing ``jax.`` where that is not jax
 NOTES = (
     Note(HELD, None, (
         'kept as it is: a # noqa on the line or the selected codes '
@@ -449,6 +453,12 @@ NOTES = (
         "TrainState.create(apply_fn=..., params=target, tx=the definition's "
         'transform), state) (migrate writes it where the definition is '
         'provably a flax.optim OptimizerDef)')),
+    Note(STARRED_ARGUMENTS, None, (
+        'arguments passed with * or ** cannot be mapped with certainty')),
+    Note(NO_LEARNING_RATE, None, (
+        'no learning rate in the definition and none passed to '
+        'apply_gradient in this file')),
+    Note(JAX_TAKEN, None, '`jax` names something else in this module'),
 )
 NOTES_BY_NAME = {note.name: note for note in NOTES}
 

@@ -66,6 +66,9 @@ CHECKPOINT_LAYOUT = _rule_table.CHECKPOINT_LAYOUT
 PICKLE_UNPROVEN = _rule_table.PICKLE_UNPROVEN
 LAYOUT_KEY = _rule_table.LAYOUT_KEY
 HAND_BUILT = _rule_table.HAND_BUILT
+STARRED_ARGUMENTS = _rule_table.STARRED_ARGUMENTS
+NO_LEARNING_RATE = _rule_table.NO_LEARNING_RATE
+JAX_TAKEN = _rule_table.JAX_TAKEN
 BY_NAME_REPLACEMENT = _rule_table.BY_NAME_REPLACEMENT
 # What replaces a definition in each tier (``{expression}``...).
 TIER_EXACT = _rule_table.TIER_EXACT

@@ -6,6 +6,7 @@ import ast
 from typing import Optional
 
 from compat.codemod import _array_targets
+from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _legacy_trees
 from compat.codemod import _members
@@ -18,8 +19,6 @@ from compat.codemod import _walk
 
 _RULES = _plan_records.RULES_MODULE  # the module migrated code imports
 _CATALOGUE = _plan_records.CATALOGUE
-# Why a rewrite writing ``jax.`` is not made (``PlanUses._jax_name``).
-_JAX_TAKEN = '`jax` names something else in this module'
 
 
 class PlanUses(_plan_rules.PlanRules):
@@ -211,7 +210,7 @@ class PlanUses(_plan_rules.PlanRules):
               'it gives back; here its result is used otherwise')
     jax = self._jax_name(call)
     if jax is None:
-      return _JAX_TAKEN
+      return _codes.note(_codes.JAX_TAKEN)
     self.edit(call, member.call_rewrite, member.construct, receiver=receiver,
               jax=jax, **given)
     return None
@@ -219,7 +218,7 @@ class PlanUses(_plan_rules.PlanRules):
   def _jax_name(self, at) -> Optional[str]:
     """The name jax has where the node ``at`` is, imported at the module
     level where the name is free; None where it names something else
-    (``_JAX_TAKEN``)."""
+    (``_codes.JAX_TAKEN``)."""
     if self.names.resolve(ast.Name(id='jax'), at=at) == 'jax':
       return 'jax'
     if 'jax' in self._taken:
@@ -308,7 +307,7 @@ class PlanUses(_plan_rules.PlanRules):
                 'nor provably another')
       jax = self._jax_name(call)
       if jax is None:
-        return _JAX_TAKEN
+        return _codes.note(_codes.JAX_TAKEN)
       # What ReplicatedOptimizer did inside apply_gradient (pmean is the
       # same psum / psum(1)).
       grads = f'{jax}.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
