@@ -619,6 +619,10 @@ class InnerScope:
   def note(self, statement):
     """Notes what ``statement``, one of this scope's, binds other than by
     an import, or declares bound elsewhere."""
+    targets = getattr(statement, 'targets', ())
+    if len(targets) == 1 and type(targets[0]) is ast.Name:
+      self.bound.add(targets[0].id)  # (``x = ...``: most of them)
+      return
     self.bound.update(statement_binds(statement))
     if isinstance(statement, (ast.Global, ast.Nonlocal)):
       kind = 'global' if isinstance(statement, ast.Global) else 'nonlocal'
@@ -636,6 +640,16 @@ class InnerScope:
         module_bindings[name] = path
       elif self.outer is not None:
         self.outer.imports[name] = path
+
+
+_IMPORTS = frozenset((ast.Import, ast.ImportFrom))
+# The statements that bind a name in their scope other than by an import
+# (``statement_binds``), or declare one bound elsewhere.
+_BINDING_STATEMENTS = frozenset((
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+    ast.AnnAssign, ast.AugAssign, ast.Delete, ast.For, ast.AsyncFor,
+    ast.With, ast.AsyncWith, ast.ExceptHandler, ast.match_case, ast.Global,
+    ast.Nonlocal))
 
 
 class InnerScopes:
@@ -656,15 +670,16 @@ class InnerScopes:
       # ``function``: the innermost function around it (a class's body is
       # not its methods' enclosing scope).
       node, scope, function = todo.popleft()
-      if isinstance(node, (ast.Import, ast.ImportFrom)):
+      kind = type(node)  # (by class: most statements bind nothing)
+      if kind in _IMPORTS:
         bind_import(node, module_bindings if scope is None else
                     scope.imports)
         continue
-      if scope is not None:
+      if scope is not None and kind in _BINDING_STATEMENTS:
         scope.note(node)
-      if isinstance(node, _DEFINITIONS):
+      if kind in _DEFINITIONS:
         scope = self.scopes[node] = InnerScope(function, node)
-        if not isinstance(node, ast.ClassDef):
+        if kind is not ast.ClassDef:
           function = scope
       todo.extend((child, scope, function)
                   for child in _walk.statement_children(node))
