@@ -685,14 +685,10 @@ class InnerScopes:
                   for child in _walk.statement_children(node))
     for scope in self.scopes.values():
       scope.settle(module_bindings)
-    self._imported = {n for s in self.scopes.values() for n in s.imports}
-    self._bound = {n for s in self.scopes.values() for n in s.bound}
-
-  def may_bind(self, name: str, module_binds: bool) -> bool:
-    """Whether a function or class may give ``name`` a meaning of its own
-    where it matters: an import of it, or another binding hiding the
-    module's import (``module_binds``: the module may import it)."""
-    return name in self._imported or (module_binds and name in self._bound)
+    # Every name a function or class imports, and binds otherwise (where
+    # the module imports it too, its binding hides the module's there).
+    self.imported = {n for s in self.scopes.values() for n in s.imports}
+    self.bound = {n for s in self.scopes.values() for n in s.bound}
 
   def imports(self) -> list:
     """``(local name, dotted path)`` of every function's and class's
@@ -897,8 +893,10 @@ class ModuleNames:
   def _root_path(self, name: str, at) -> Optional[str]:
     """The canonical path ``name``, read at the node ``at``, is imported
     as (re-exports followed)."""
-    if self.inner.may_bind(name, self._module_may_bind(name)):
-      found = self.inner.binding(name, at)
+    inner = self.inner  # (hot: most names no function or class binds)
+    if name in inner.imported or (name in inner.bound and
+                                  self._module_may_bind(name)):
+      found = inner.binding(name, at)
       if found is _LOCAL:
         return None
       if found is not _MODULE:
@@ -921,8 +919,9 @@ class ModuleNames:
     """The dotted path, as written, of the import ``name_node`` reads
     (where ``at`` is, if given); None where no import binds it there."""
     at = name_node if at is None else at
-    found = self.inner.binding(name_node.id, at) if self.inner.may_bind(
-        name_node.id, True) else _MODULE
+    name = name_node.id
+    found = self.inner.binding(name, at) if (
+        name in self.inner.imported or name in self.inner.bound) else _MODULE
     if found is _MODULE:
       return self.bindings.get(name_node.id)
     return None if found is _LOCAL else found
