@@ -14,7 +14,8 @@ fixes that rest on an assumption, with their applicability (ruff's: a fix no
 row lists is proven, an unsafe one is applied only with ``--unsafe-fixes``)
 and the report's sentences for them. ``NOTES``: the texts of migrate's notes
 and of the reasons it gives for what it leaves. ``TIER_REPLACEMENTS``: what
-replaces a definition in each tier.
+replaces a definition in each tier. ``REMOVAL_FIXES``: what replaces each
+removed jax/flax API whose fix is one text.
 
 Everything else derives from here: the codes (``compat.codemod._codes``),
 the member vocabulary (``compat.codemod._members``), the replacement texts
@@ -118,6 +119,65 @@ DYNAMIC_SCALE = 'dynamic_scale'
 REMOVED_API = 'removed_api'
 UNUSED_NOQA = 'unused_noqa'
 OPTIMIZER_ESCAPE = 'optimizer_escape'
+
+
+# ----------------------------------------------------------------------------
+# Removed jax/flax APIs whose fix is one text (FOC2xx): the ``Removal.old``
+# texts of those rows and what replaces each (scan's replacement, migrate's
+# note where it leaves one, the runtime layer's fix or refusal:
+# ``compat.codemod._removals`` matches them).
+
+OMNISTAGING = 'jax.config.enable_omnistaging()'  # (either spelling)
+LR_SCHEDULE = 'flax.training.lr_schedule'
+POP_UNPACKING = 'FrozenDict.pop unpacking'
+FROZEN_COPY = 'FrozenDict.copy(add_or_replace)'
+POSITIONAL_MASK = ('MultiHeadDotProductAttention(...)(inputs_q, inputs_kv, '
+                   'mask)')
+FLAX_NN = 'flax.nn'
+REMOVAL_FIXES = {
+    OMNISTAGING: (
+        'jax.config.enable_omnistaging() was removed: omnistaging is always '
+        'on (jax >= 0.2.12); delete the call'),
+    # flax.training.lr_schedule went with flax.optim. The stock Optax
+    # figures are measured by scripts/schedule_deviation.py
+    # (tests/test_lr_schedule.py keeps this text equal to what it prints).
+    LR_SCHEDULE: (
+        'flax.training.lr_schedule was removed: flax_optim_rules.lr_schedule '
+        'has its three helpers with flax 0.5.3\'s values bit for bit (migrate '
+        'rewrites the imports). Stock Optax, measured against flax 0.5.3 on '
+        'jitted int32 steps by scripts/schedule_deviation.py: constant: '
+        'optax.constant_schedule(base) is bit-identical, with warmup '
+        'optax.linear_schedule(0., base, warmup_steps) deviates by up to '
+        '1.9e-07 relative; stepped: optax.piecewise_constant_schedule(base, '
+        '{boundary_step + 1: factor / previous_factor}) deviates by up to '
+        '9.3e-08 relative, with warmup optax.join_schedules(['
+        'optax.linear_schedule(0., base, warmup_steps), the piecewise schedule '
+        'shifted by warmup_steps], [warmup_steps]) deviates by up to 1.0e+00 '
+        'relative (a drop inside the warmup is lost); cosine: '
+        'optax.cosine_decay_schedule(base, halfcos_steps) is bit-identical up '
+        'to halfcos_steps (after it flax\'s wave rises again, Optax stays at '
+        '0), with warmup optax.warmup_cosine_decay_schedule(0., base, '
+        'warmup_steps, halfcos_steps) deviates by up to 7.8e-01 relative '
+        '(flax multiplies the whole cosine by the ramp)'),
+    POP_UNPACKING: (
+        'flax.core.pop(variables, key): init returns a plain dict today, '
+        'whose pop gives only the value'),
+    FROZEN_COPY: (
+        'flax.core.copy(variables, add_or_replace): init returns a plain '
+        'dict today, whose copy takes no argument'),
+    POSITIONAL_MASK: (
+        'the call now takes (inputs_q, inputs_k, inputs_v, *, mask): pass '
+        'the mask as mask=...'),
+    FLAX_NN: (
+        'flax.nn (pre-Linen modules) is out of scope: port the model to '
+        'flax.linen by hand (no mechanical rewrite exists; parameters and '
+        'the module API both changed)'),
+}
+
+
+def removal_fix(old: str) -> str:
+  """What replaces the removed API ``old`` (a key of ``REMOVAL_FIXES``)."""
+  return REMOVAL_FIXES[old]
 
 
 class Rule(NamedTuple):
@@ -242,20 +302,20 @@ RULES = (
          SECTION_FIND, removals=('from jax.config import config',)),
     Rule('FOC206', REMOVED_API, 'jax.config.enable_omnistaging() (a no-op '
          'today)', SECTION_FIND,
-         removals=('jax.config.enable_omnistaging()',
+         removals=(OMNISTAGING,
                    'jax.config.config.enable_omnistaging()')),
     Rule('FOC207', REMOVED_API, 'flax.training.lr_schedule', SECTION_FIND,
-         removals=('flax.training.lr_schedule',)),
+         removals=(LR_SCHEDULE,)),
     Rule('FOC208', REMOVED_API, "FrozenDict.pop unpacking (rest, params = "
          "variables.pop('params'))", SECTION_FIND,
-         removals=('FrozenDict.pop unpacking',)),
+         removals=(POP_UNPACKING,)),
     Rule('FOC209', REMOVED_API, 'FrozenDict.copy(add_or_replace)',
-         SECTION_FIND, removals=('FrozenDict.copy(add_or_replace)',)),
+         SECTION_FIND, removals=(FROZEN_COPY,)),
     Rule('FOC210', REMOVED_API, 'MultiHeadDotProductAttention with a '
          'positional mask', SECTION_FIND,
          removals=('MultiHeadDotProductAttention(',)),
     Rule('FOC211', 'out_of_scope', 'flax.nn (pre-Linen modules): port by '
-         'hand', SECTION_FIND, removals=('flax.nn',)),
+         'hand', SECTION_FIND, removals=(FLAX_NN,)),
     Rule('FOC901', UNUSED_NOQA, 'a # noqa code that suppresses nothing',
          SECTION_FIND),
 )
@@ -407,6 +467,10 @@ CHECKPOINT_LAYOUT = 'checkpoint_layout'  # a checkpoint now of a TrainState
 PICKLE_UNPROVEN = 'pickle_unproven'  # a pickle of what may be the optimizer
 LAYOUT_KEY = 'layout_key'  # a read of flax.optim's checkpoint keys
 HAND_BUILT = 'hand_built'  # Optimizer(definition, state, target)
+# Reasons several planners give for a link they leave.
+STARRED_ARGUMENTS = 'starred_arguments'  # f(*args, **kwargs)
+NO_LEARNING_RATE = 'no_learning_rate'  # a definition without its rate
+JAX_TAKEN = 'jax_taken'  # a rewrite writing ``jax.`` where that is not jax
 NOTES = (
     Note(HELD, None, (
         'kept as it is: a # noqa on the line or the selected codes '
@@ -449,6 +513,12 @@ NOTES = (
         "TrainState.create(apply_fn=..., params=target, tx=the definition's "
         'transform), state) (migrate writes it where the definition is '
         'provably a flax.optim OptimizerDef)')),
+    Note(STARRED_ARGUMENTS, None, (
+        'arguments passed with * or ** cannot be mapped with certainty')),
+    Note(NO_LEARNING_RATE, None, (
+        'no learning rate in the definition and none passed to '
+        'apply_gradient in this file')),
+    Note(JAX_TAKEN, None, '`jax` names something else in this module'),
 )
 NOTES_BY_NAME = {note.name: note for note in NOTES}
 

@@ -176,6 +176,10 @@ def _table_texts() -> dict:
     texts.update(_template_pieces(getattr(_rule_table, name), name))
   for note in _rule_table.NOTES:
     texts.update(_template_pieces(note.text, f'{note.name} (note)'))
+  for old, text in _rule_table.REMOVAL_FIXES.items():
+    texts.update(_template_pieces(text, f'{old} (removal fix)'))
+    if ' ' in old:  # (a dotted name is what detection matches too)
+      texts[old] = f'{old} (removal)'
   for tier, text in _rule_table.TIER_REPLACEMENTS.items():
     texts.update(_template_pieces(text, f'{tier} tier (replacement)'))
   # (a copy may spell the module migrated code imports as a field)

@@ -717,6 +717,37 @@ def test_replicate_becomes_jax_utils_replicate_and_pmean(tmp_path):
   assert done.returncode == 0 and 'same bits' in done.stdout, done.stderr
 
 
+_REPLICATED_JAX_TAKEN = b'''import jax as jx
+import jax.numpy as jnp
+from flax import optim
+
+jax = None  # the module's own name, not the library
+
+
+def step(optimizer, batch):
+  grad = jx.grad(lambda p: jnp.mean((batch['x'] @ p['w']) ** 2))(
+      optimizer.target)
+  return optimizer.apply_gradient(grad)
+
+
+def train(params, batches):
+  optimizer = optim.Adam(learning_rate=0.01).create(params)
+  replicated = optimizer.replicate()
+  p_step = jx.pmap(step, axis_name='batch')
+  for batch in batches:
+    replicated = p_step(replicated, batch)
+  return replicated.unreplicate()
+'''
+
+
+def test_the_pmean_is_not_written_where_jax_names_something_else():
+  # (``jax.lax.pmean`` there would read the module's own ``jax``.)
+  new, plan = migrate.migrate_source(_REPLICATED_JAX_TAKEN, 'x.py')
+  assert new == _REPLICATED_JAX_TAKEN
+  assert (11, '`jax` names something else in this module') in {
+      (l.line, l.reason) for l in plan.leftovers}
+
+
 @pytest.mark.parametrize('change, reason', [
     ((b'optimizer.replicate()', b"optimizer.replicate(axis_name=AXIS)"),
      'not a literal string'),

@@ -66,7 +66,19 @@ CHECKPOINT_LAYOUT = _rule_table.CHECKPOINT_LAYOUT
 PICKLE_UNPROVEN = _rule_table.PICKLE_UNPROVEN
 LAYOUT_KEY = _rule_table.LAYOUT_KEY
 HAND_BUILT = _rule_table.HAND_BUILT
+STARRED_ARGUMENTS = _rule_table.STARRED_ARGUMENTS
+NO_LEARNING_RATE = _rule_table.NO_LEARNING_RATE
+JAX_TAKEN = _rule_table.JAX_TAKEN
 BY_NAME_REPLACEMENT = _rule_table.BY_NAME_REPLACEMENT
+# Removed jax/flax APIs whose fix is one text: their ``Removal.old`` texts
+# and what replaces each (``_removals``).
+removal_fix = _rule_table.removal_fix
+OMNISTAGING = _rule_table.OMNISTAGING
+LR_SCHEDULE = _rule_table.LR_SCHEDULE
+POP_UNPACKING = _rule_table.POP_UNPACKING
+FROZEN_COPY = _rule_table.FROZEN_COPY
+POSITIONAL_MASK = _rule_table.POSITIONAL_MASK
+FLAX_NN = _rule_table.FLAX_NN
 # What replaces a definition in each tier (``{expression}``...).
 TIER_EXACT = _rule_table.TIER_EXACT
 TIER_STOCK = _rule_table.TIER_STOCK

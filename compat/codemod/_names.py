@@ -225,8 +225,7 @@ def _bound_to_flax_optim(names: 'ModuleNames', table: dict) -> dict:
 def used_reexports(tree: ast.Module, reexports: dict) -> set:
   """The keys of ``reexports`` that ``tree`` reaches (imports or uses)."""
   names = ModuleNames(tree, reexports, collect=False)
-  for local in names.bindings:
-    names.resolve(ast.Name(id=local))
+  names.resolve_imports()
   for node in _walk.nodes(tree):
     if isinstance(node, (ast.Name, ast.Attribute)):
       names.resolve(node)
@@ -375,26 +374,38 @@ def top_level_bindings(tree: ast.Module, source: bytes) -> list:
     if isinstance(statement, (ast.Import, ast.ImportFrom)):
       entries += _import_entries(statement)
       continue
-    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
-                              ast.ClassDef)):
-      entries.append((statement.name, NOT_AN_IMPORT))
-      continue  # its body binds its own names
-    targets = _targets(statement)
-    while targets:  # names, tuples, lists and starred ones bind
-      target = targets.pop()
-      if isinstance(target, ast.Name):
-        entries.append((target.id, NOT_AN_IMPORT))
-      elif isinstance(target, (ast.Tuple, ast.List)):
-        targets += target.elts
-      elif isinstance(target, ast.Starred):
-        targets.append(target.value)
-    if isinstance(statement, ast.match_case):
-      entries += [(name, NOT_AN_IMPORT) for name in map(
-          _bound_by, ast.walk(statement.pattern)) if name is not None]
-    if isinstance(statement, ast.ExceptHandler) and statement.name:
-      entries.append((statement.name, NOT_AN_IMPORT))
-    todo.extend(_walk.statement_children(statement))
+    entries += [(name, NOT_AN_IMPORT) for name in statement_binds(statement)]
+    if not isinstance(statement, _DEFINITIONS):  # its body binds its own
+      todo.extend(_walk.statement_children(statement))
   return entries
+
+
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def statement_binds(statement) -> list:
+  """The names a statement (or handler, or match case) itself binds in
+  its scope other than by an import: a function's or class's name, its
+  targets' names, an ``except ... as`` name, a match case's captures (not
+  the statements inside it, nor a walrus in its expressions)."""
+  if isinstance(statement, _DEFINITIONS):
+    return [statement.name]
+  names = []
+  targets = _targets(statement)
+  while targets:  # names, tuples, lists and starred ones bind
+    target = targets.pop()
+    if isinstance(target, ast.Name):
+      names.append(target.id)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+      targets += target.elts
+    elif isinstance(target, ast.Starred):
+      targets.append(target.value)
+  if isinstance(statement, ast.match_case):
+    names += [name for name in map(_bound_by, ast.walk(statement.pattern))
+              if name is not None]
+  if isinstance(statement, ast.ExceptHandler) and statement.name:
+    names.append(statement.name)
+  return names
 
 
 def _targets(statement) -> list:
@@ -579,6 +590,142 @@ def own_returns(function) -> list:
   return values
 
 
+# What ``InnerScopes``' look-up finds: a binding other than an import (the
+# name is no import there), or none in a function or class (the module's).
+_LOCAL, _MODULE = object(), object()
+
+
+class InnerScope:
+  """A function's or class body's own names, by Python's rules: what it
+  binds anywhere in it is its own (flow-insensitively: an import wins over
+  another binding of the name, as at the module level); a function reads
+  the rest from the functions enclosing it, then from the module (a class
+  body's names are not its methods'). A lambda and a comprehension have no
+  scope here: their parameters and variables rarely spell an import."""
+
+  __slots__ = ('imports', 'bound', 'declared', 'outer')
+
+  def __init__(self, outer: Optional['InnerScope'], node: ast.AST):
+    self.imports: dict[str, str] = {}  # local name -> dotted path imported
+    self.bound: set[str] = set()  # names bound here other than by import
+    # ``global``/``nonlocal`` names: bound where they are declared to be.
+    self.declared: dict[str, str] = {}  # name -> 'global' or 'nonlocal'
+    self.outer = outer  # the enclosing function's scope; None: the module
+    if not isinstance(node, ast.ClassDef):  # a function's parameters
+      self.bound.update(parameter_names(node) + [
+          extra.arg for extra in (node.args.vararg, node.args.kwarg)
+          if extra is not None])
+
+  def note(self, statement):
+    """Notes what ``statement``, one of this scope's, binds other than by
+    an import, or declares bound elsewhere."""
+    targets = getattr(statement, 'targets', ())
+    if len(targets) == 1 and type(targets[0]) is ast.Name:
+      self.bound.add(targets[0].id)  # (``x = ...``: most of them)
+      return
+    self.bound.update(statement_binds(statement))
+    if isinstance(statement, (ast.Global, ast.Nonlocal)):
+      kind = 'global' if isinstance(statement, ast.Global) else 'nonlocal'
+      self.declared.update(dict.fromkeys(statement.names, kind))
+
+  def settle(self, module_bindings: dict):
+    """Hands the declared names' imports on to where they bind (once the
+    walk is over): a ``global`` one's to the module's table."""
+    for name, kind in self.declared.items():
+      self.bound.discard(name)
+      path = self.imports.pop(name, None)
+      if path is None:
+        continue
+      if kind == 'global':
+        module_bindings[name] = path
+      elif self.outer is not None:
+        self.outer.imports[name] = path
+
+
+_IMPORTS = frozenset((ast.Import, ast.ImportFrom))
+# The statements that bind a name in their scope other than by an import
+# (``statement_binds``), or declare one bound elsewhere.
+_BINDING_STATEMENTS = frozenset((
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+    ast.AnnAssign, ast.AugAssign, ast.Delete, ast.For, ast.AsyncFor,
+    ast.With, ast.AsyncWith, ast.ExceptHandler, ast.match_case, ast.Global,
+    ast.Nonlocal))
+
+
+class InnerScopes:
+  """The functions' and classes' own names of one module (``InnerScope``
+  each, by its node), and where a name read at a node is bound."""
+
+  def __init__(self, tree: ast.Module, bind_import: Callable,
+               module_bindings: dict):
+    """Walks ``tree``'s statements in ``_walk.statements``' order (a later
+    import of a name wins); ``bind_import(node, table)`` enters an
+    import's names into a table, the module's being ``module_bindings``."""
+    self.tree = tree
+    self.scopes: dict[ast.AST, InnerScope] = {}
+    self._memo: dict[ast.AST, Optional[InnerScope]] = {}  # node -> scope
+    todo = collections.deque([(tree, None, None)])
+    while todo:
+      # ``scope``: where the statement binds (None: the module);
+      # ``function``: the innermost function around it (a class's body is
+      # not its methods' enclosing scope).
+      node, scope, function = todo.popleft()
+      kind = type(node)  # (by class: most statements bind nothing)
+      if kind in _IMPORTS:
+        bind_import(node, module_bindings if scope is None else
+                    scope.imports)
+        continue
+      if scope is not None and kind in _BINDING_STATEMENTS:
+        scope.note(node)
+      if kind in _DEFINITIONS:
+        scope = self.scopes[node] = InnerScope(function, node)
+        if kind is not ast.ClassDef:
+          function = scope
+      todo.extend((child, scope, function)
+                  for child in _walk.statement_children(node))
+    for scope in self.scopes.values():
+      scope.settle(module_bindings)
+    # Every name a function or class imports, and binds otherwise (where
+    # the module imports it too, its binding hides the module's there).
+    self.imported = {n for s in self.scopes.values() for n in s.imports}
+    self.bound = {n for s in self.scopes.values() for n in s.bound}
+
+  def imports(self) -> list:
+    """``(local name, dotted path)`` of every function's and class's
+    imports."""
+    return [item for scope in self.scopes.values()
+            for item in scope.imports.items()]
+
+  def binding(self, name: str, at):
+    """What binds ``name`` in the functions and class around the node
+    ``at``: the dotted path of its import there, ``_LOCAL`` (bound
+    otherwise) or ``_MODULE`` (none of them binds it)."""
+    scope = self._scope_at(at)
+    while scope is not None:
+      if name in scope.imports:
+        return scope.imports[name]
+      if name in scope.bound:
+        return _LOCAL
+      scope = scope.outer
+    return _MODULE
+
+  def _scope_at(self, node) -> Optional[InnerScope]:
+    """The scope of the function or class whose body holds ``node`` (a
+    decorator, default, annotation or base class is read outside it);
+    None: the module's, or ``node`` is not in the tree."""
+    if node in self._memo:
+      return self._memo[node]
+    parents = _walk.parents(self.tree)
+    child, parent, scope = node, parents.get(node), None
+    while parent is not None:
+      if parent in self.scopes and any(child is s for s in parent.body):
+        scope = self.scopes[parent]
+        break
+      child, parent = parent, parents.get(parent)
+    self._memo[node] = scope
+    return scope
+
+
 class ModuleNames:
   """One file's imports, legacy-valued names and user OptimizerDef classes.
 
@@ -610,7 +757,9 @@ class ModuleNames:
     # (path, size of the re-export table) -> (what it resolves to, the
     # table's key used or None): chains repeat across a module.
     self._reexport_memo: dict[tuple, tuple] = {}
-    self.bindings: dict[str, str] = {}  # local name -> dotted import path
+    # Module-level local name -> dotted import path (the module's imports,
+    # at any depth outside functions and classes, and its aliases).
+    self.bindings: dict[str, str] = {}
     self.star_flax_optim = False
     self.defs: set[str] = set()  # names assigned an OptimizerDef
     self.optimizers: set[str] = set()  # names assigned an Optimizer
@@ -632,26 +781,30 @@ class ModuleNames:
     self._collect_assignments()
 
   def _collect_imports(self):
-    for node in _walk.statements(self.tree):  # imports are statements
-      if isinstance(node, ast.Import):
-        for alias in node.names:
-          if alias.asname:
-            self.bindings[alias.asname] = self._beside(alias.name)
-          else:
-            top = alias.name.partition('.')[0]
-            self.bindings[top] = self._beside(top)
-      elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
-        module = self.absolute(node)
-        if module is None:
-          continue
-        if not node.level:
-          module = self._beside(module)
-        for alias in node.names:
-          if alias.name == '*':
-            self.star_flax_optim |= canonical(module) == 'flax.optim'
-          else:
-            self.bindings[alias.asname or alias.name] = (
-                f'{module}.{alias.name}')
+    """Each import into the table of the scope it is written in: the
+    module's ``bindings`` or a function's or class's (``InnerScopes``)."""
+    self.inner = InnerScopes(self.tree, self._bind_import, self.bindings)
+
+  def _bind_import(self, node, table: dict):
+    """Enters what the import statement ``node`` binds into ``table``."""
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        if alias.asname:
+          table[alias.asname] = self._beside(alias.name)
+        else:
+          top = alias.name.partition('.')[0]
+          table[top] = self._beside(top)
+    elif node.module or node.level:
+      module = self.absolute(node)
+      if module is None:
+        return
+      if not node.level:
+        module = self._beside(module)
+      for alias in node.names:
+        if alias.name == '*':
+          self.star_flax_optim |= canonical(module) == 'flax.optim'
+        else:
+          table[alias.asname or alias.name] = f'{module}.{alias.name}'
 
   def _beside(self, module: str) -> str:
     """``module`` as this file's absolute import of it runs it."""
@@ -686,7 +839,8 @@ class ModuleNames:
     leading = _leading_to_reexports(self.reexports)
     roots = set()
     kernel = self.kernel.candidates if self.kernel else {}
-    for local, bound in [*self.bindings.items(), *kernel.items()]:
+    for local, bound in [*self.bindings.items(), *self.inner.imports(),
+                         *kernel.items()]:
       path = canonical(bound)
       if path == 'flax' or is_flax_optim(path) or path in leading or any(
           head in self.reexports for head in _heads(path)):
@@ -707,21 +861,19 @@ class ModuleNames:
     base = parts[:len(parts) - (node.level - 1)]
     return '.'.join(base + ([node.module] if node.module else []))
 
-  def resolve(self, node) -> Optional[str]:
-    """Dotted canonical path of a name/attribute chain, if imported."""
+  def resolve(self, node, at=None) -> Optional[str]:
+    """Dotted canonical path of a name/attribute chain, if imported where
+    it is read: at the chain's root, or at the node ``at`` (a name made up
+    for the look-up, read as if in ``at``'s scope; a node of no function
+    or class, or of none of the tree, reads the module's names)."""
     attributes = []  # outermost first; the chain's root is read first
     while isinstance(node, ast.Attribute):
       attributes.append(node.attr)
       node = node.value
     if not isinstance(node, ast.Name):
       return None
-    if node.id in self.bindings:
-      path = self._reexported(canonical(self.bindings[node.id]))
-    elif self.star_flax_optim and node.id in legacy_signatures():
-      path = f'flax.optim.{node.id}'
-    elif self.kernel is not None and self.kernel.path(node.id) is not None:
-      path = self._reexported(canonical(self.kernel.path(node.id)))
-    else:
+    path = self._root_path(node.id, node if at is None else at)
+    if path is None:
       return None
     if not self.reexports:  # (no prefix can be re-exported)
       attributes.append(path)
@@ -729,6 +881,50 @@ class ModuleNames:
     for attribute in reversed(attributes):  # each prefix may be re-exported
       path = self._reexported(f'{path}.{attribute}')
     return path
+
+  def resolve_imports(self):
+    """Resolves what every import binds, the module's and each function's
+    and class's (``used_reexports`` counts the re-exports they reach)."""
+    for local in self.bindings:
+      self.resolve(ast.Name(id=local))
+    for _, path in self.inner.imports():
+      self._reexported(canonical(path))
+
+  def _root_path(self, name: str, at) -> Optional[str]:
+    """The canonical path ``name``, read at the node ``at``, is imported
+    as (re-exports followed)."""
+    inner = self.inner  # (hot: most names no function or class binds)
+    if name in inner.imported or (name in inner.bound and
+                                  self._module_may_bind(name)):
+      found = inner.binding(name, at)
+      if found is _LOCAL:
+        return None
+      if found is not _MODULE:
+        return self._reexported(canonical(found))
+    if name in self.bindings:
+      return self._reexported(canonical(self.bindings[name]))
+    if self.star_flax_optim and name in legacy_signatures():
+      return f'flax.optim.{name}'
+    if self.kernel is not None and self.kernel.path(name) is not None:
+      return self._reexported(canonical(self.kernel.path(name)))
+    return None
+
+  def _module_may_bind(self, name: str) -> bool:
+    """Whether ``name`` may be an import at the module level (read
+    cheaply: a star import or a kernel may bind any name)."""
+    return name in self.bindings or self.star_flax_optim or (
+        self.kernel is not None)
+
+  def binding(self, name_node: ast.Name, at=None) -> Optional[str]:
+    """The dotted path, as written, of the import ``name_node`` reads
+    (where ``at`` is, if given); None where no import binds it there."""
+    at = name_node if at is None else at
+    name = name_node.id
+    found = self.inner.binding(name, at) if (
+        name in self.inner.imported or name in self.inner.bound) else _MODULE
+    if found is _MODULE:
+      return self.bindings.get(name_node.id)
+    return None if found is _LOCAL else found
 
   def _reexported(self, path: str) -> str:
     """``mylib.optimizers.Adam`` -> ``flax.optim.Adam`` if mylib re-exports."""
@@ -771,7 +967,7 @@ class ModuleNames:
     config). A default (a third argument) or a rebound ``getattr`` is
     something else."""
     if not (isinstance(call.func, ast.Name) and call.func.id == 'getattr' and
-            'getattr' not in self.bindings and len(call.args) == 2 and
+            self.binding(call.func) is None and len(call.args) == 2 and
             not call.keywords and self.resolve(call.args[0]) == 'flax.optim'):
       return None
     name = call.args[1]

@@ -58,8 +58,8 @@ class PlanImports(_plan_uses.PlanUses):
         continue
       for alias in node.names:
         local = alias.asname or alias.name.partition('.')[0]
-        raw = self.names.bindings.get(local, '')
-        path = self.names.resolve(ast.Name(id=local))
+        raw = self.names.binding(ast.Name(id=local), at=node) or ''
+        path = self.names.resolve(ast.Name(id=local), at=node)
         if path and path.startswith('flax.optim') and not (
             _names.canonical(raw).startswith('flax.optim')):
           leftovers.append(self._leftover(

@@ -5,6 +5,7 @@ its nearest stock alias (``--tier stock``). Stdlib only."""
 import ast
 from typing import Optional
 
+from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _names
 from compat.codemod import _plan_edits
@@ -69,8 +70,7 @@ class PlanRules(_plan_edits.PlanEdits):
         decay_literal = _literal(decay)
     missing_rate = _flow.is_none(values['learning_rate'])
     if missing_rate and not self.inject:
-      return ('no learning rate in the definition and none passed to '
-              'apply_gradient in this file')
+      return _codes.note(_codes.NO_LEARNING_RATE)
     # Source spans stay placeholders (edits inside them still apply); the
     # decay is written as the literal it is (zero: no decay term).
     parts = {p: v for p, v in values.items() if isinstance(v, ast.AST)}
@@ -91,7 +91,7 @@ class PlanRules(_plan_edits.PlanEdits):
     per-step rate is set in its injected state: tree_set finds it there)."""
     given = self._given_arguments(node, name)
     if given is None:
-      return 'arguments passed with * or ** cannot be mapped with certainty'
+      return _codes.note(_codes.STARRED_ARGUMENTS)
     wrapped = given.get('wrapped_optimizer')
     if wrapped is None or not self.flow.is_def(wrapped):
       return (f'{name}: the wrapped optimizer is not provably a flax.optim '
@@ -106,8 +106,7 @@ class PlanRules(_plan_edits.PlanEdits):
   def _missing_rate(self, given) -> Optional[str]:
     if not _flow.is_none(given.get('learning_rate')) or self.inject:
       return None
-    return ('no learning rate in the definition and none passed to '
-            'apply_gradient in this file')
+    return _codes.note(_codes.NO_LEARNING_RATE)
 
   def _plan_exact_rule(self, node, name, given, stock: bool = True,
                        spreads=()) -> Optional[str]:

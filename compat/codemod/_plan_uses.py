@@ -7,6 +7,7 @@ import functools
 from typing import Optional
 
 from compat.codemod import _array_targets
+from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _legacy_trees
 from compat.codemod import _members
@@ -235,16 +236,18 @@ class PlanUses(_plan_rules.PlanRules):
       return (f'.{member.name}() is rewritten where its result is unpacked '
               f'into {member.call_targets} names, the values what replaces '
               'it gives back; here its result is used otherwise')
-    jax = self._jax_name()
+    jax = self._jax_name(call)
     if jax is None:
-      return '`jax` names something else in this module'
+      return _codes.note(_codes.JAX_TAKEN)
     self.edit(call, member.call_rewrite, member.construct, receiver=receiver,
               jax=jax, **given)
     return None
 
-  def _jax_name(self) -> Optional[str]:
-    """The module's name for jax, imported where it is free."""
-    if self.names.resolve(ast.Name(id='jax')) == 'jax':
+  def _jax_name(self, at) -> Optional[str]:
+    """The name jax has where the node ``at`` is, imported at the module
+    level where the name is free; None where it names something else
+    (``_codes.JAX_TAKEN``)."""
+    if self.names.resolve(ast.Name(id='jax'), at=at) == 'jax':
       return 'jax'
     if 'jax' in self._taken:
       return None
@@ -330,10 +333,12 @@ class PlanUses(_plan_rules.PlanRules):
         return ('this module replicates its optimizer, and this one is not '
                 'provably the replicated one (which averages its gradients) '
                 'nor provably another')
+      jax = self._jax_name(call)
+      if jax is None:
+        return _codes.note(_codes.JAX_TAKEN)
       # What ReplicatedOptimizer did inside apply_gradient (pmean is the
       # same psum / psum(1)).
-      grads = f'jax.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
-      self.imports.append(('jax', None, None))
+      grads = f'{jax}.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
     extra = [k.arg for k in call.keywords]
     if not extra and self.inject:
       return ('other steps of this flow set the learning rate '

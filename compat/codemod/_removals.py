@@ -5,12 +5,15 @@ One table for ``compat scan`` (which reports them) and ``compat migrate``
 is and, when the rewrite is mechanical, what it becomes. The opt-in runtime
 layer (``compat.legacy_jax``) serves the same rows to old programs that run
 unchanged: ``runtime_aliases()`` derives what it adds from them, so each
-alias and its rewrite are one fact. Stdlib only.
+alias and its rewrite are one fact. The fixes that are one text, and the
+rows' names the rule table's ``removals`` list, are the table's
+(``legacy_optim/_rule_table.py``: ``REMOVAL_FIXES``). Stdlib only.
 """
 
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _walk
 
 # Removed attribute -> its replacement, relative to the same module object
@@ -67,41 +70,18 @@ _FLAX_NN_ACTIVATIONS = {
     'flax.nn.tanh': 'jax.numpy.tanh',
 }
 # Reported only: no mechanical rewrite.
-_REPORTED = {
-    'flax.nn': ('flax.nn (pre-Linen modules) is out of scope: port the model '
-                'to flax.linen by hand (no mechanical rewrite exists; '
-                'parameters and the module API both changed)'),
-}
+_REPORTED = {_codes.FLAX_NN: _codes.removal_fix(_codes.FLAX_NN)}
 
 # flax.training.lr_schedule went with flax.optim; flax_optim_rules.lr_schedule
-# has its helpers bit for bit. The stock Optax figures are measured by
-# scripts/schedule_deviation.py (tests/test_lr_schedule.py keeps this text
-# equal to what it prints).
-LR_SCHEDULE = 'flax.training.lr_schedule'
+# has its helpers bit for bit (what replaces it: the rule table's text).
+LR_SCHEDULE = _codes.LR_SCHEDULE
 LR_SCHEDULE_EXACT = 'flax_optim_rules.lr_schedule'
 _LR_SCHEDULE_HELPERS = frozenset((
     'create_constant_learning_rate_schedule',
     'create_stepped_learning_rate_schedule',
     'create_cosine_learning_rate_schedule',
 ))
-LR_SCHEDULE_REPLACEMENT = (
-    'flax.training.lr_schedule was removed: flax_optim_rules.lr_schedule '
-    'has its three helpers with flax 0.5.3\'s values bit for bit (migrate '
-    'rewrites the imports). Stock Optax, measured against flax 0.5.3 on '
-    'jitted int32 steps by scripts/schedule_deviation.py: constant: '
-    'optax.constant_schedule(base) is bit-identical, with warmup '
-    'optax.linear_schedule(0., base, warmup_steps) deviates by up to '
-    '1.9e-07 relative; stepped: optax.piecewise_constant_schedule(base, '
-    '{boundary_step + 1: factor / previous_factor}) deviates by up to '
-    '9.3e-08 relative, with warmup optax.join_schedules(['
-    'optax.linear_schedule(0., base, warmup_steps), the piecewise schedule '
-    'shifted by warmup_steps], [warmup_steps]) deviates by up to 1.0e+00 '
-    'relative (a drop inside the warmup is lost); cosine: '
-    'optax.cosine_decay_schedule(base, halfcos_steps) is bit-identical up '
-    'to halfcos_steps (after it flax\'s wave rises again, Optax stays at '
-    '0), with warmup optax.warmup_cosine_decay_schedule(0., base, '
-    'warmup_steps, halfcos_steps) deviates by up to 7.8e-01 relative '
-    '(flax multiplies the whole cosine by the ramp)')
+LR_SCHEDULE_REPLACEMENT = _codes.removal_fix(LR_SCHEDULE)
 
 
 class Removal(NamedTuple):
@@ -149,8 +129,7 @@ def _source_of(node) -> Optional[str]:
 # spellings of the config object (``from jax.config import config``).
 _NO_OPS = dict.fromkeys(
     ('jax.config.enable_omnistaging', 'jax.config.config.enable_omnistaging'),
-    'jax.config.enable_omnistaging() was removed: omnistaging is always on '
-    '(jax >= 0.2.12); delete the call')
+    _codes.removal_fix(_codes.OMNISTAGING))
 # Modules whose call took (inputs_q, inputs_kv, mask) and now takes
 # (inputs_q, inputs_k, inputs_v, *, mask): a third positional argument that
 # was the mask would become the values.
@@ -158,17 +137,13 @@ _KV_ATTENTION = frozenset((
     'flax.linen.MultiHeadDotProductAttention',
     'flax.linen.attention.MultiHeadDotProductAttention',
 ))
-_POSITIONAL_MASK = ('MultiHeadDotProductAttention(...)(inputs_q, inputs_kv, '
-                    'mask)')
-_POSITIONAL_MASK_FIX = ('the call now takes (inputs_q, inputs_k, inputs_v, *, '
-                        'mask): pass the mask as mask=...')
+_POSITIONAL_MASK = _codes.POSITIONAL_MASK
+_POSITIONAL_MASK_FIX = _codes.removal_fix(_POSITIONAL_MASK)
 # linen's ``init`` returned a FrozenDict until flax 0.7.
-_POP_UNPACKING = 'FrozenDict.pop unpacking'
-_POP_UNPACKING_FIX = ('flax.core.pop(variables, key): init returns a plain '
-                      'dict today, whose pop gives only the value')
-_FROZEN_COPY = 'FrozenDict.copy(add_or_replace)'
-_FROZEN_COPY_FIX = ('flax.core.copy(variables, add_or_replace): init returns '
-                    'a plain dict today, whose copy takes no argument')
+_POP_UNPACKING = _codes.POP_UNPACKING
+_POP_UNPACKING_FIX = _codes.removal_fix(_POP_UNPACKING)
+_FROZEN_COPY = _codes.FROZEN_COPY
+_FROZEN_COPY_FIX = _codes.removal_fix(_FROZEN_COPY)
 
 
 def _words(paths) -> frozenset:

@@ -34,6 +34,7 @@ import ast
 from typing import NamedTuple, Optional
 
 from compat.codemod import _clu_restores
+from compat.codemod import _codes
 from compat.codemod import _members
 from compat.codemod import _state_layout
 
@@ -233,7 +234,7 @@ def _arguments_problem(restore: Restore) -> Optional[str]:
   if route == _CLU_RESTORE:
     return None  # (_clu_restores.target_of takes only the template)
   if _hidden(call):
-    return 'arguments passed with * or ** cannot be mapped with certainty'
+    return _codes.note(_codes.STARRED_ARGUMENTS)
   known = (_members.CHECKPOINT_TARGET, *_OTHER_KEYWORDS[route])
   unknown = [k.arg for k in call.keywords if k.arg not in known]
   if unknown:

@@ -32,6 +32,7 @@ import ast
 from typing import Optional
 
 from compat import _lazy
+from compat.codemod import _codes
 from compat.codemod import _members
 
 _CATALOGUE = _lazy.module_without_package('legacy_optim', 'catalogue')
@@ -99,7 +100,7 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
             f'{rules} functions')
   if any(isinstance(a, ast.Starred) for a in parent.args) or any(
       k.arg is None for k in parent.keywords):
-    return 'arguments passed with * or ** cannot be mapped with certainty'
+    return _codes.note(_codes.STARRED_ARGUMENTS)
   if node.attr == _members.REPLACE:
     return _plan_replace(planner, parent, receiver, rules)
   if node.attr == _members.STATE_DICT and not parent.args and (

@@ -340,14 +340,14 @@ class _Visitor(ast.NodeVisitor):
   def visit_Attribute(self, node):
     self._check_removal(node)
     if (node.attr == 'optim' and isinstance(node.value, ast.Name) and
-        self.module.bindings.get(node.value.id) == 'flax'):
+        self.module.binding(node.value) == 'flax'):
       self.add(node, 'import')
       self._explain(node)
     elif node.attr in _names.TRAVERSALS and self.module.resolve(
         node) == f'flax.traverse_util.{node.attr}':
       self.add(node, 'traversal')
     elif (node.attr in BRIDGES and isinstance(node.value, ast.Name) and
-          self.module.bindings.get(node.value.id) == 'compat'):
+          self.module.binding(node.value) == 'compat'):
       self.add(node, 'shim')
     if id(node) not in self._inner:  # only whole chains
       self._check_reference(node)
