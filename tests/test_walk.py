@@ -135,3 +135,26 @@ def test_a_tree_kept_in_a_run_keeps_its_walk_until_the_run_ends():
   _walk_many_others()
   assert _walk.parents(tree) is not first
   assert _walk.parents(tree) == first
+
+
+def test_what_is_derived_from_a_tree_is_computed_once_per_kept_walk():
+  """``derived`` computes a function of a tree once while its walk is
+  kept (each flow of a module asked it again), for that tree only."""
+  calls = []
+
+  def count_names(tree):
+    calls.append(tree)
+    return sum(isinstance(n, ast.Name) for n in _walk.nodes(tree))
+
+  tree, other = ast.parse(_SAMPLE), ast.parse('a = b')
+  _walk.start_run()
+  try:
+    _walk.keep(tree)
+    first = _walk.derived(tree, count_names)
+    _walk_many_others()
+    assert _walk.derived(tree, count_names) == first
+    assert _walk.derived(other, count_names) == 2
+  finally:
+    _walk.forget()
+  assert calls == [tree, other]
+  assert first == sum(isinstance(n, ast.Name) for n in ast.walk(tree))

@@ -94,7 +94,6 @@ class SelfAttributes:
     # the values it takes are disproven), or at once after it.
     self._family_links: dict[Key, list] = {}
     self.deferring = False
-    self._receivers: dict[str, dict] = {}  # path -> _instance_reads
     for key in list(self.stores):
       why = self._owner_why.get(key.owner) or self.why_not.get(key)
       if key in self._declared:
@@ -331,9 +330,8 @@ class SelfAttributes:
     the instance parameter of classes sharing instances with the
     attribute's class (a subclass's ``self.<attr>``), and otherwise than
     through that of a class sharing none."""
-    if path not in self._receivers:
-      self._receivers[path] = _instance_reads(tree)
-    receivers = self._receivers[path]
+    # (a function of the tree: read once per run, not once per flow)
+    receivers = _walk.derived(tree, _instance_reads)
     first = other = related = None
     family: set = set()
     for node in _walk.nodes(tree):
