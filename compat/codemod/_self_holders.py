@@ -36,6 +36,7 @@ Stdlib only.
 """
 
 import ast
+import copy
 import functools
 import re
 from typing import Iterator, NamedTuple, Optional
@@ -101,6 +102,18 @@ class SelfAttributes:
       elif why is not None:
         self.why_not[key] = why
         del self.stores[key]
+
+  @classmethod
+  def of(cls, tree: ast.Module, names) -> 'SelfAttributes':
+    """``SelfAttributes(tree, names)``, the module read once per tree and
+    names (``_walk.derived``: the project's phases build a flow of a
+    module again and again), each flow given its own copy of what its
+    questions add to (``why_not``, what ``outside_why`` found)."""
+    read = _walk.derived(tree, cls, names)
+    own = copy.copy(read)
+    own.why_not = dict(read.why_not)
+    own._outside, own.family_roots, own._family_links = {}, {}, {}
+    return own
 
   def keys(self) -> set:
     """Every attribute read or stored through ``self`` in this module."""
@@ -681,8 +694,8 @@ class SelfHolding:
     # (the replicated flow proves none: where a module replicates an
     # optimizer, the planner keeps every one it does not prove replicated)
     self.self_attributes = SelfAttributes(
-        ast.Module(body=[], type_ignores=[]) if self.base is not None
-        else tree, self.names)
+        ast.Module(body=[], type_ignores=[]), self.names) if (
+            self.base is not None) else SelfAttributes.of(tree, self.names)
     self.alive_attributes: set = set()
 
   def _start_self_attributes(self):
