@@ -268,11 +268,22 @@ def _scanned(source: bytes, path: str, reexports, model, memo: dict):
   plan's too (the plan reads the tree, it never changes it)."""
   key = (path, source)
   if key not in memo:
-    tree = memo[_TREE, source] = ast.parse(source, filename=path)
+    tree = memo[_TREE, source] = _tree_of(source, path, model)
     names = scan.module_names(tree, path, reexports, model)
     memo[key] = (tree, names, scan.scan_module(source, path, reexports, tree,
                                                model, names=names))
   return memo[key]
+
+
+def _tree_of(source: bytes, path: str, model) -> ast.Module:
+  """The module's tree: the project's own where its model read this very
+  source (with its names, its walk and what its flows collected, kept for
+  the run), else parsed here."""
+  if model is not None and model.sources.get(path) == source:
+    tree = model.trees.get(path)
+    if tree is not None:
+      return tree
+  return ast.parse(source, filename=path)
 
 
 def _undecided_kernel_names(tree: ast.Module, names, source: bytes) -> list:
