@@ -347,8 +347,8 @@ class SelfAttributes:
     receivers = _walk.derived(tree, _instance_reads)
     first = other = related = None
     family: set = set()
-    for node in _walk.nodes(tree):
-      if isinstance(node, ast.Attribute) and node.attr == key.attr:
+    for node in _walk.derived(tree, _namings).get(key.attr, ()):
+      if isinstance(node, ast.Attribute):
         owner = receivers.get(id(node))
         if owner is not None and not self._classes().related(
             owner, key.owner.name):
@@ -357,11 +357,9 @@ class SelfAttributes:
           family.add(owner)
         elif other is None:
           other = node.lineno
-      elif isinstance(node, ast.Constant) and node.value == key.attr:
+      else:  # (a string spelling it)
         owner = None
         other = node.lineno if other is None else other
-      else:
-        continue
       if first is None:
         first, related = node.lineno, owner
     return _Named(first, related, frozenset(family), other)
@@ -587,6 +585,19 @@ class _ClassNames:
     """One of the two classes derives from the other, or a third from
     both."""
     return not self._below(one).isdisjoint(self._below(other))
+
+
+def _namings(tree) -> dict:
+  """Name -> each ``.<name>`` and each string constant ``name`` of
+  ``tree``, in ``ast.walk``'s order (what ``_named_in`` looks through, for
+  one attribute after another)."""
+  found: dict = {}
+  for node in _walk.nodes(tree):
+    if isinstance(node, ast.Attribute):
+      found.setdefault(node.attr, []).append(node)
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+      found.setdefault(node.value, []).append(node)
+  return found
 
 
 def _instance_reads(tree) -> dict:
