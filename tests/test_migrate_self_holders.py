@@ -10,6 +10,8 @@ is reached from outside the class, the flow stays as it was, with the
 reason. Each project here is written for the test in those shapes.
 """
 
+import ast
+
 import _legacy_imports
 import numpy as np
 from test_migrate_project import _assert_same_bits
@@ -20,6 +22,9 @@ from test_migrate_project import _run
 from test_migrate_project import _write
 
 from compat.codemod import _givers
+from compat.codemod import _names
+from compat.codemod import _self_holders
+from compat.codemod import _walk
 from compat.codemod import migrate
 
 _STEP = '''import jax
@@ -593,3 +598,29 @@ def test_an_attribute_that_holds_no_optimizer_links_no_modules(tmp_path):
   reasons = _kept_whole(tmp_path, {'base.py': base, 'agent.py': subclass})
   assert reasons
   assert not [why for why in reasons.values() if 'self.scale' in why]
+
+
+def test_a_module_read_once_gives_each_flow_answers_of_its_own(monkeypatch):
+  """The project's phases build a flow of one module again and again: its
+  attributes on ``self`` are read once (in a run), and what one flow's
+  questions add (an attribute disproven) is not another's."""
+  tree = ast.parse(_AGENT)
+  names = _names.ModuleNames(tree)
+  read = []
+  attributes = _self_holders.SelfAttributes
+  read_class = attributes._read_class
+  monkeypatch.setattr(attributes, '_read_class', lambda self, owner: (
+      read.append(owner.name), read_class(self, owner))[1])
+  _walk.start_run()
+  try:
+    _walk.keep(tree)
+    one, two = attributes.of(tree, names), attributes.of(tree, names)
+  finally:
+    _walk.forget()
+  fresh = attributes(tree, names)
+  assert read == ['Agent', 'Agent']  # (once for both, once for ``fresh``)
+  assert one.stores == two.stores == fresh.stores
+  key = _self_holders.Key(tree.body[-2], 'critic_optimizer')
+  one.unproven(key, one.stores[key][0])
+  assert key in one.why_not
+  assert key not in two.why_not and two.why_not == fresh.why_not

@@ -3,11 +3,13 @@ standard library's walks give, in the same order (the flows and scan read
 their order: the first binding found, the first parent recorded)."""
 
 import ast
+import collections
 import pathlib
 import sys
 
 import pytest
 
+from compat.codemod import _names
 from compat.codemod import _walk
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -135,3 +137,60 @@ def test_a_tree_kept_in_a_run_keeps_its_walk_until_the_run_ends():
   _walk_many_others()
   assert _walk.parents(tree) is not first
   assert _walk.parents(tree) == first
+
+
+def test_what_is_derived_from_a_tree_is_computed_once_per_kept_walk():
+  """``derived`` computes a function of a tree once while its walk is
+  kept (each flow of a module asked it again), for that tree only."""
+  calls = []
+
+  def count_names(tree):
+    calls.append(tree)
+    return sum(isinstance(n, ast.Name) for n in _walk.nodes(tree))
+
+  tree, other = ast.parse(_SAMPLE), ast.parse('a = b')
+  _walk.start_run()
+  try:
+    _walk.keep(tree)
+    first = _walk.derived(tree, count_names)
+    _walk_many_others()
+    assert _walk.derived(tree, count_names) == first
+    assert _walk.derived(other, count_names) == 2
+  finally:
+    _walk.forget()
+  assert calls == [tree, other]
+  assert first == sum(isinstance(n, ast.Name) for n in ast.walk(tree))
+
+
+def _reference_references(tree, names):
+  """``_names.references`` by a walk of its own: breadth first, each
+  node with the node whose children list it."""
+  todo = collections.deque([(tree, None)])
+  while todo:
+    node, parent = todo.popleft()
+    todo.extend((child, node) for child in ast.iter_child_nodes(node))
+    if isinstance(node, (ast.Name, ast.Attribute)) and not isinstance(
+        parent, ast.Attribute):
+      dotted = names.resolve(node)
+      if dotted:
+        yield node, parent, dotted
+
+
+@pytest.mark.parametrize('name, source', list(_sources()),
+                         ids=[name for name, _ in _sources()])
+def test_references_read_the_shared_walk(name, source, monkeypatch):
+  """The chains a module's names resolve, as a walk of their own finds
+  them and in its order, read from the tree's walk once it is made (the
+  project's phases ask every module they read)."""
+  del name
+  tree = ast.parse(source)
+  names = _names.ModuleNames(tree)
+  expected = list(_reference_references(tree, names))
+  _walk.nodes(tree)  # (made by the tree's first reader)
+  walked = []
+  with monkeypatch.context() as patched:
+    patched.setattr(ast, 'iter_child_nodes',
+                    lambda node: walked.append(node) or iter(()))
+    found = list(_names.references(tree, names))
+  assert not walked
+  assert found == expected

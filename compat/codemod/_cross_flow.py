@@ -17,6 +17,7 @@ from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _project_index
 from compat.codemod import _serialization_helpers
+from compat.codemod import _walk
 
 # A module function can return an optimizer only where its module spells
 # one of these: what makes one, steps one, or types one.
@@ -183,7 +184,8 @@ class CrossModuleFlow:
     for key, function in functions.items():
       names = self.names[function.path]
       named[key] = set()
-      for node in ast.walk(function.node):
+      # (the module's shared walk: this runs once per round of the givers)
+      for node in _walk.under(function.node, self.trees[function.path]):
         if _flow.sets_hyper_params(node):
           setters.add(key)
         elif isinstance(node, (ast.Name, ast.Attribute)):

@@ -134,7 +134,7 @@ class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding,
     self._init_call_forms()
     self._init_dict_returns()
     self._init_self_attributes(tree)
-    self._collect(tree, None)
+    self._collect_module(tree)
     self._solve()
     self._solved = True
 

@@ -3,6 +3,7 @@ the dataclass fields that hold an optimizer, the functions reached
 through wrappers and partials. Stdlib only."""
 
 import ast
+import copy
 from typing import Optional
 
 from compat.codemod import _flow_values
@@ -24,11 +25,31 @@ def _spelled(bound_values) -> tuple:
   return tuple((ast.dump(node), id(scope)) for node, scope in bound_values)
 
 
+# What ``_collect`` fills in: a module's scopes with their bindings, each
+# node's scope, the names read, the calls, the classes' fields, the defs.
+_COLLECTED = ('scopes', '_scope_of', '_loads', 'calls', '_grad_candidates',
+              '_alias_candidates', 'fields', 'holder_classes',
+              '_method_class', '_module_defs', 'functions')
+
+
 class FlowScopes:
   """Collects each scope's bindings (``OptimizerFlow`` solves them). Part of
   ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
 
   # -------------------------------------------------------------- collect
+  def _collect_module(self, tree):
+    """``_collect`` of the whole module, done once per tree and names
+    (``_walk.derived``: the project's phases build a flow of a module
+    again and again, each collecting the same), each flow given its own
+    copy of the tables (the scopes are shared: nothing changes them once
+    collected). The replicated flow collects its own."""
+    if self.base is not None:
+      self._collect(tree, None)
+      return
+    collected = _walk.derived(tree, _Collection, self.names)
+    for table in _COLLECTED:
+      setattr(self, table, copy.copy(getattr(collected, table)))
+
   def _collect(self, node, parent):
     scope = _flow_values.Scope(node, parent)
     self.scopes[node] = scope
@@ -365,3 +386,16 @@ class FlowScopes:
       return bool(decorator.args) and self.names.resolve(
           decorator.args[0]) in _flow_values.WRAPPERS
     return path in _flow_values.WRAPPERS
+
+
+class _Collection(FlowScopes):
+  """A module's ``_collect``, on its own: what every flow of the module
+  starts from (``FlowScopes._collect_module``)."""
+
+  def __init__(self, tree, names):
+    self.names = names
+    self._children = _walk.children(tree)
+    for table in _COLLECTED:
+      setattr(self, table, [] if table in (
+          '_loads', '_grad_candidates', '_alias_candidates') else {})
+    self._collect(tree, None)

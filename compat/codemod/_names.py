@@ -10,7 +10,6 @@ from ``legacy_optim``'s source without importing it (no jax).
 """
 
 import ast
-import collections
 import functools
 import importlib.util
 import os
@@ -1067,14 +1066,17 @@ class ModuleNames:
 def references(tree, names):
   """``(node, parent, dotted)`` for each outermost name or attribute chain
   of ``tree`` that ``names`` resolves (``a.b.c`` once, not ``a`` and
-  ``a.b`` too); ``parent``: the node holding it."""
-  todo = collections.deque([(tree, None)])  # ast.walk's order, and parents
-  while todo:
-    node, parent = todo.popleft()
-    todo.extend((child, node) for child in ast.iter_child_nodes(node))
-    if not isinstance(node, (ast.Name, ast.Attribute)) or isinstance(
-        parent, ast.Attribute):
+  ``a.b`` too); ``parent``: the node holding it. In ``ast.walk``'s order,
+  from the tree's shared walk (the project's phases ask it of every module
+  they read: a walk of its own each time cost more than the resolving)."""
+  parents = _walk.parents(tree)
+  for node in _walk.nodes(tree):
+    if not isinstance(node, (ast.Name, ast.Attribute)):
+      continue
+    parent = parents.get(node)
+    if isinstance(parent, ast.Attribute):
       continue
     dotted = names.resolve(node)
     if dotted:
       yield node, parent, dotted
+

@@ -59,11 +59,15 @@ def dangling_names(old_tree: ast.Module, new_tree: ast.Module,
 
 
 def problems(old: bytes, new: bytes, path: str = '<string>',
-             old_tree: Optional[ast.Module] = None) -> list:
+             old_tree: Optional[ast.Module] = None,
+             trees: Optional[dict] = None) -> list:
   """Why ``new`` (the rewrite of ``old``) must not be written; [] if fine.
-  ``old_tree``: ``old`` parsed, where the caller has it."""
+  ``old_tree``: ``old`` parsed, where the caller has it; ``trees``: where
+  ``new``'s tree is kept, by its source, for the caller's re-scan of it."""
   try:
     new_tree = ast.parse(new, filename=path)
+    if trees is not None:
+      trees[new] = new_tree
   except SyntaxError as e:
     return [Problem(1, f'the rewritten file does not parse (its line '
                     f'{e.lineno}: {e.msg})')]

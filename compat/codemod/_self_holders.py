@@ -36,6 +36,7 @@ Stdlib only.
 """
 
 import ast
+import copy
 import functools
 import re
 from typing import Iterator, NamedTuple, Optional
@@ -94,7 +95,6 @@ class SelfAttributes:
     # the values it takes are disproven), or at once after it.
     self._family_links: dict[Key, list] = {}
     self.deferring = False
-    self._receivers: dict[str, dict] = {}  # path -> _instance_reads
     for key in list(self.stores):
       why = self._owner_why.get(key.owner) or self.why_not.get(key)
       if key in self._declared:
@@ -102,6 +102,18 @@ class SelfAttributes:
       elif why is not None:
         self.why_not[key] = why
         del self.stores[key]
+
+  @classmethod
+  def of(cls, tree: ast.Module, names) -> 'SelfAttributes':
+    """``SelfAttributes(tree, names)``, the module read once per tree and
+    names (``_walk.derived``: the project's phases build a flow of a
+    module again and again), each flow given its own copy of what its
+    questions add to (``why_not``, what ``outside_why`` found)."""
+    read = _walk.derived(tree, cls, names)
+    own = copy.copy(read)
+    own.why_not = dict(read.why_not)
+    own._outside, own.family_roots, own._family_links = {}, {}, {}
+    return own
 
   def keys(self) -> set:
     """Every attribute read or stored through ``self`` in this module."""
@@ -331,13 +343,12 @@ class SelfAttributes:
     the instance parameter of classes sharing instances with the
     attribute's class (a subclass's ``self.<attr>``), and otherwise than
     through that of a class sharing none."""
-    if path not in self._receivers:
-      self._receivers[path] = _instance_reads(tree)
-    receivers = self._receivers[path]
+    # (a function of the tree: read once per run, not once per flow)
+    receivers = _walk.derived(tree, _instance_reads)
     first = other = related = None
     family: set = set()
-    for node in _walk.nodes(tree):
-      if isinstance(node, ast.Attribute) and node.attr == key.attr:
+    for node in _walk.derived(tree, _namings).get(key.attr, ()):
+      if isinstance(node, ast.Attribute):
         owner = receivers.get(id(node))
         if owner is not None and not self._classes().related(
             owner, key.owner.name):
@@ -346,11 +357,9 @@ class SelfAttributes:
           family.add(owner)
         elif other is None:
           other = node.lineno
-      elif isinstance(node, ast.Constant) and node.value == key.attr:
+      else:  # (a string spelling it)
         owner = None
         other = node.lineno if other is None else other
-      else:
-        continue
       if first is None:
         first, related = node.lineno, owner
     return _Named(first, related, frozenset(family), other)
@@ -578,6 +587,19 @@ class _ClassNames:
     return not self._below(one).isdisjoint(self._below(other))
 
 
+def _namings(tree) -> dict:
+  """Name -> each ``.<name>`` and each string constant ``name`` of
+  ``tree``, in ``ast.walk``'s order (what ``_named_in`` looks through, for
+  one attribute after another)."""
+  found: dict = {}
+  for node in _walk.nodes(tree):
+    if isinstance(node, ast.Attribute):
+      found.setdefault(node.attr, []).append(node)
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+      found.setdefault(node.value, []).append(node)
+  return found
+
+
 def _instance_reads(tree) -> dict:
   """id(node) -> the class name, for each ``self.<attr>`` of ``tree``
   through the instance parameter of a method of its class."""
@@ -683,8 +705,8 @@ class SelfHolding:
     # (the replicated flow proves none: where a module replicates an
     # optimizer, the planner keeps every one it does not prove replicated)
     self.self_attributes = SelfAttributes(
-        ast.Module(body=[], type_ignores=[]) if self.base is not None
-        else tree, self.names)
+        ast.Module(body=[], type_ignores=[]), self.names) if (
+            self.base is not None) else SelfAttributes.of(tree, self.names)
     self.alive_attributes: set = set()
 
   def _start_self_attributes(self):

@@ -200,6 +200,19 @@ def under(node: ast.AST, tree: ast.AST) -> list:
   return [n for n in ast.walk(node) if not isinstance(n, SHARED_LEAVES)]
 
 
+def derived(tree: ast.AST, compute, *args):
+  """``compute(tree, *args)``, computed once per tree (and ``args``, by
+  identity or value as they hash) while its walk is kept (``compute``: a
+  function of those alone; the tree is never changed once parsed, nor is
+  the result to be): what every flow of a module asks again (each phase
+  of the project's model builds its own)."""
+  memo = _memo(tree)
+  key = (compute, *args)
+  if key not in memo:
+    memo[key] = compute(tree, *args)
+  return memo[key]
+
+
 def forget() -> None:
   """Drops the trees kept (the end of a scan or migrate run)."""
   _walked.clear()

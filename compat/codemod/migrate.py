@@ -254,15 +254,21 @@ def migrate_source(source: bytes, path: str = '<string>',
       'so the flow could not be rewritten whole')
               for edit in dropped
               if edit.construct in _rewrite_plan.FLOW_CONSTRUCTS]
-  problems = problems or _self_check.problems(source, new, path, tree)
+  problems = problems or _self_check.problems(
+      source, new, path, tree, None if memo is None else _trees(memo))
   if problems:
     return source, rolled_back(source, plan, problems)
   return new, plan
 
 
-# ``memo``'s key of a source's tree: the output of a module that stays as
-# it was is scanned again on the tree (and walk) its input scan built.
-_TREE = 'tree'
+# ``memo``'s table of the trees parsed, by source: the output of a module
+# that stays as it was is scanned again on the tree (and walk) its input
+# scan built, a rewritten one on the tree its self-check parsed.
+_TREES = 'trees'
+
+
+def _trees(memo: dict) -> dict:
+  return memo.setdefault(_TREES, {})
 
 
 def _scanned(source: bytes, path: str, reexports, model, memo: dict):
@@ -271,11 +277,22 @@ def _scanned(source: bytes, path: str, reexports, model, memo: dict):
   plan's too (the plan reads the tree, it never changes it)."""
   key = (path, source)
   if key not in memo:
-    tree = memo[_TREE, source] = ast.parse(source, filename=path)
+    tree = _trees(memo)[source] = _tree_of(source, path, model)
     names = scan.module_names(tree, path, reexports, model)
     memo[key] = (tree, names, scan.scan_module(source, path, reexports, tree,
                                                model, names=names))
   return memo[key]
+
+
+def _tree_of(source: bytes, path: str, model) -> ast.Module:
+  """The module's tree: the project's own where its model read this very
+  source (with its names, its walk and what its flows collected, kept for
+  the run), else parsed here."""
+  if model is not None and model.sources.get(path) == source:
+    tree = model.trees.get(path)
+    if tree is not None:
+      return tree
+  return ast.parse(source, filename=path)
 
 
 def _undecided_kernel_names(tree: ast.Module, names, source: bytes) -> list:
@@ -474,7 +491,7 @@ def _output_scan(module: bytes, path: str, reexports, kernel,
   comes out as in an earlier one)."""
   key = ('output', path, module, repr(kernel))
   if key not in memo:
-    tree = memo.get((_TREE, module)) or ast.parse(module, filename=path)
+    tree = _trees(memo).get(module) or ast.parse(module, filename=path)
     # What nothing in the text can resolve to flax.optim through (scan's
     # own test) references nothing there: its walk is not made.
     can_name = kernel or scan.may_name_flax_optim(
