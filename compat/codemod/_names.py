@@ -10,6 +10,7 @@ from ``legacy_optim``'s source without importing it (no jax).
 """
 
 import ast
+import collections
 import functools
 import importlib.util
 import os
