@@ -748,6 +748,21 @@ def test_statement_walk_yields_ast_walks_statements_in_its_order():
             if isinstance(n, ast.stmt)] == expected, path
 
 
+def test_nodes_of_kinds_are_ast_walks_nodes_of_those_kinds_in_its_order():
+  from compat.codemod import _walk
+  tree = ast.parse(textwrap.dedent('''\
+      import flax
+      x = f(a.b, g(c).d)[h.i(j)]
+      class K:
+        def m(self, v=k.l()):
+          return (lambda: self.n.o(p))()
+      '''))
+  for kinds in ((ast.Call,), (ast.Attribute, ast.Call), (ast.Name,)):
+    expected = [n for n in ast.walk(tree) if isinstance(n, kinds)]
+    assert _walk.nodes_of(tree, kinds) == expected
+    assert _walk.nodes_of(tree, kinds) is _walk.nodes_of(tree, kinds)
+
+
 def test_every_removal_matcher_has_its_words():
   from compat.codemod import _prefilter
   from compat.codemod import _removals
