@@ -60,6 +60,9 @@ class Linker:
     # path -> the optimizer flow of a module the model read (its own tree
     # and names), built once for every reader (``module_flow``).
     self.module_flows: dict = {}
+    # method -> whether it gives nothing (``_factories.gives_nothing``):
+    # asked at each call that may run it, in every module read.
+    self._gives_nothing: dict = {}
 
   def module_flow(self, path) -> _flow.OptimizerFlow:
     """The optimizer flow of the module ``path`` the model read, on its
@@ -150,7 +153,7 @@ class Linker:
         continue
       candidates = self._method_candidates(node)
       others = [c for c in candidates if c.node not in self.def_functions
-                and not _factories.gives_nothing(c.node)]
+                and not self._gives_nothing_once(c.node)]
       if not others or len(others) == len(candidates):
         continue
       self._called.update(c.node for c in candidates)
@@ -207,6 +210,11 @@ class Linker:
                                       node.lineno, reason,
                                       producer_element=made,
                                       assumption=assumption))
+
+  def _gives_nothing_once(self, method) -> bool:
+    if method not in self._gives_nothing:
+      self._gives_nothing[method] = _factories.gives_nothing(method)
+    return self._gives_nothing[method]
 
   def _link_holders(self, sources, parse):
     """A field link from each class holding an optimizer to every module
