@@ -194,9 +194,12 @@ class Rule(NamedTuple):
   # Detection keys a module that cannot name flax.optim must spell for the
   # rule to find something there (the prefilter's words): ``methods`` as an
   # attribute's name (``optimizer.apply_gradient``; a call of one is the
-  # finding), ``words`` anywhere.
+  # finding), ``words`` anywhere, ``packages`` (a package the module
+  # imports: ``import compat``, ``from compat import to_optax``) anywhere
+  # but right after a dot (``tf.compat.v1`` is TensorFlow's).
   methods: tuple = ()
   words: tuple = ()
+  packages: tuple = ()
 
 
 RULES = (
@@ -207,7 +210,7 @@ RULES = (
     Rule('FOC102', SHIM, 'a flax-optim-compat bridge or the legacy_optim '
          'shim is used', SECTION_STRICT,
          'remove once migrated: uninstall flax-optim-compat',
-         words=('compat',)),
+         packages=('compat',)),
     Rule('FOC103', OPTIMIZER_DEF, 'a flax.optim optimizer definition '
          '(optim.Adam(...))', SECTION_ALGORITHMS),
     Rule('FOC104', OPTIMIZER_DEF_SUBCLASS, 'a user subclass of '

@@ -748,6 +748,21 @@ def test_statement_walk_yields_ast_walks_statements_in_its_order():
             if isinstance(n, ast.stmt)] == expected, path
 
 
+def test_nodes_of_kinds_are_ast_walks_nodes_of_those_kinds_in_its_order():
+  from compat.codemod import _walk
+  tree = ast.parse(textwrap.dedent('''\
+      import flax
+      x = f(a.b, g(c).d)[h.i(j)]
+      class K:
+        def m(self, v=k.l()):
+          return (lambda: self.n.o(p))()
+      '''))
+  for kinds in ((ast.Call,), (ast.Attribute, ast.Call), (ast.Name,)):
+    expected = [n for n in ast.walk(tree) if isinstance(n, kinds)]
+    assert _walk.nodes_of(tree, kinds) == expected
+    assert _walk.nodes_of(tree, kinds) is _walk.nodes_of(tree, kinds)
+
+
 def test_every_removal_matcher_has_its_words():
   from compat.codemod import _prefilter
   from compat.codemod import _removals
@@ -805,6 +820,16 @@ def test_every_removal_matcher_has_its_words():
     ('from jax import ops as o\nx = y[o.index[0]]\n', True),
     ('import jax.ops as o\nx = o.index_add(x, 1, 2)\n', True),
     ('from jax.ops import index_update as u\nx = u(x, 1, 2)\n', True),
+    # TensorFlow's nn and compat: no flax imported, after a dot
+    ('import tensorflow as tf\nx = tf.nn.relu(y)\n', False),
+    ('import tensorflow as tf\nx = tf.compat.v1.placeholder(f)\n', False),
+    ('import compat\ntx = compat.to_optax(opt_def)\n', True),
+    ('from compat import to_optax\n', True),
+    ('import tensorflow as tf\nfrom compat import (\n    to_optax)\n', True),
+    # flax.training.lr_schedule needs each part of its path
+    ('from utils import lr_schedule\nlr = lr_schedule.cosine(1)\n', False),
+    ('from flax.training import lr_schedule\n', True),
+    ('import flax.training.lr_schedule as s\n', True),
 ])
 def test_prefilter_looks_closely(source, may):
   from compat.codemod import _prefilter

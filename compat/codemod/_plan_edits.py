@@ -35,16 +35,14 @@ class PlanEdits:
     return _plan_records.source_line(self.source, line)
 
   def leave(self, node, construct, reason):
-    self.leftovers.append(_plan_records.Leftover(node.lineno, construct,
-                                   self._line(node.lineno), reason))
+    self.leftovers.append(self._leftover(node, construct, reason))
 
   def _covered(self, finding) -> bool:
     return any(e.line == finding.line for e in self.edits)
 
   def _leftover(self, node, construct, reason):
-    line = self.source.splitlines()[node.lineno - 1].decode(
-        'utf-8', 'replace').strip()
-    return _plan_records.Leftover(node.lineno, construct, line, reason)
+    return _plan_records.Leftover(node.lineno, construct,
+                                  self._line(node.lineno), reason)
 
   def _require_tx_imports(self):
     self.imports.append(('optax', None, None))

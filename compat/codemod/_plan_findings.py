@@ -22,7 +22,7 @@ Stdlib only.
 
 import ast
 import bisect
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from compat.codemod import _codes
 from compat.codemod import _links
@@ -100,10 +100,11 @@ def findings(plan, walked, source: bytes, tree: ast.Module) -> list:
   if not items:
     return []
   spans = sorted(statement_spans(tree))
+  longest = max((s[1] - s[0] for s in spans), default=0)
   taken = {f.line for f in walked}
   done, found = set(), []
   for first, last, column, construct, why in items:
-    statement = statement_holding(spans, first) or (first, last)
+    statement = statement_holding(spans, first, longest) or (first, last)
     if statement in done or not taken.isdisjoint(
         range(statement[0], statement[1] + 1)):
       continue
@@ -133,8 +134,16 @@ def statement_spans(tree: ast.Module, counted=None) -> list:
   return spans
 
 
-def statement_holding(spans: list, line: int):
-  """The narrowest of ``spans`` holding ``line`` (None: none does)."""
+def statement_holding(spans: list, line: int,
+                      longest: Optional[int] = None):
+  """The narrowest of ``spans`` holding ``line`` (None: none does; of two
+  as narrow, the first). ``longest``: where ``spans`` are sorted, the most
+  lines any runs after its first: then only the spans starting from
+  ``line - longest`` to ``line`` are looked at (``findings`` asks once per
+  edit and leftover, and a module has thousands of statements)."""
+  if longest is not None:
+    spans = spans[bisect.bisect_left(spans, (line - longest,)):
+                  bisect.bisect_right(spans, (line, float('inf')))]
   holding = [s for s in spans if s[0] <= line <= s[1]]
   return min(holding, key=lambda s: s[1] - s[0]) if holding else None
 

@@ -218,9 +218,17 @@ STOCK_EXACT = CATALOGUE.stock_exact()
 RULE_NAMES = frozenset(a.name for a in CATALOGUE.RULES)
 
 
+# The source ``source_line`` split last, and its lines: a plan asks for
+# lines of one module again and again (each edit and leftover: 13,000
+# splits of whole modules in a scan of /tmp/speed_tree).
+_SPLIT: list = [b'', []]
+
+
 def source_line(source: bytes, line: int) -> str:
   """Line ``line`` (1-based) of ``source``, stripped: a leftover's code."""
-  return source.splitlines()[line - 1].decode('utf-8', 'replace').strip()
+  if _SPLIT[0] is not source:
+    _SPLIT[:] = [source, source.splitlines()]
+  return _SPLIT[1][line - 1].decode('utf-8', 'replace').strip()
 
 
 def blocked_leftovers(source: bytes, blocked) -> list:

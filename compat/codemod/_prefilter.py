@@ -29,10 +29,11 @@ _rule_table = _lazy.module_without_package('legacy_optim', '_rule_table')
 # The ``_removals.match`` helpers and the words each needs; a test fails
 # when ``_removals`` grows a matcher not listed here.
 MATCHER_WORDS = {
-    # from jax.config import config: _JAX_CONFIG; flax.nn: _mentions_flax_nn
-    '_match_import': ('lr_schedule',),
-    '_match_lr_schedule_from': ('lr_schedule',),
-    '_match_lr_schedule_import': ('lr_schedule',),
+    # from jax.config import config: _JAX_CONFIG; flax.nn: _mentions_flax_nn;
+    # flax.training.lr_schedule: by its path (each part spelled)
+    '_match_import': (),
+    '_match_lr_schedule_from': (),
+    '_match_lr_schedule_import': (),
     '_match_pop_unpacking': ('pop',),
     '_match_positional_mask': (),  # by _KV_ATTENTION's names
     '_match_moved_module_from': (),  # by _MOVED_MODULES' names
@@ -47,12 +48,14 @@ _CALLED_WITH = {
     'pop': r'\((?:{gap}\()*{gap}[rRuU]?[\'"]',
 }
 # The flax.optim rules' detection keys (the rule table's): words a finding
-# needs anywhere (``traverse_util``, the bridges' ``compat``) and the
-# Optimizer's step methods, needed as an attribute's name.
+# needs anywhere (``traverse_util``), packages it needs imported (the
+# bridges') and the Optimizer's step methods, needed as an attribute's name.
 _RULE_WORDS = tuple(word for rule in _rule_table.RULES for word in rule.words)
 _RULE_METHODS = tuple(method for rule in _rule_table.RULES
                       for method in rule.methods)
-_SCAN_WORDS = (*_RULE_WORDS, *_RULE_METHODS)
+_RULE_PACKAGES = tuple(package for rule in _rule_table.RULES
+                       for package in rule.packages)
+_SCAN_WORDS = (*_RULE_WORDS, *_RULE_METHODS, *_RULE_PACKAGES)
 # Words whose findings read them only as an attribute's name (the legacy
 # methods, ``x.copy({...})``, ``rest, params = v.pop('params')``: the
 # matchers test ``node.func.attr``): ``copy`` in a licence header, or a
@@ -79,6 +82,9 @@ class Triggers(NamedTuple):
   # parts of each such path (``jax.ops.index``: ``index`` -> [{jax, ops}]):
   # a finding needs every part of one of them (``_spells_path``).
   path_parts: dict = {}
+  # W of ``words`` that a finding reads only as an imported package's name:
+  # spelled right after a dot it is another's (``tf.compat.v1``).
+  packages: frozenset = frozenset()
 
 
 def _today_modules() -> dict:
@@ -132,7 +138,8 @@ def triggers(checkpoint_functions) -> Triggers:
   return Triggers(words, frozenset(_last(p) for p in checkpoint_functions),
                   today, attribute, {word: resolved[word]
                                      for word in words - others
-                                     if word in resolved})
+                                     if word in resolved},
+                  frozenset(_RULE_PACKAGES))
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -185,7 +192,9 @@ def _after_jax(text: str, dot: int) -> bool:
 
 
 def _mentions_flax_nn(text: str) -> bool:
-  if 'nn' not in text:
+  # Without flax.optim only imports bind names: one of flax spells it
+  # (``tf.nn`` in a module that imports no flax is TensorFlow's).
+  if 'nn' not in text or not spells(text, 'flax'):
     return False
   # ``.nn`` after anything but the word jax, or ``import flax as jax``
   dots = []
@@ -269,6 +278,26 @@ def _spells_path(text: str, word: str, path_parts: dict) -> bool:
       for parts in path_parts[word]))
 
 
+def _spells_package(text: str, word: str) -> bool:
+  """Whether ``text`` has ``word`` as a whole identifier somewhere other
+  than right after a dot (spaces and continuations between; a comment
+  between them counts as a place, a rare spelling read conservatively)."""
+  for found in _word_starts(_whole(word), text):
+    before = found.start() - 1
+    while before >= 0 and text[before] in ' \t\\\n':
+      before -= 1
+    if before < 0 or text[before] != '.':
+      return True
+  return False
+
+
+def _spells_word(text: str, word: str, given: 'Triggers') -> bool:
+  """Whether ``text`` spells ``word`` of ``given.words`` as a finding
+  needs it (``_spells_path``; a package's name not as an attribute)."""
+  return _spells_path(text, word, given.path_parts) and (
+      word not in given.packages or _spells_package(text, word))
+
+
 @functools.lru_cache(maxsize=None)
 def _attribute_backwards(word: str) -> re.Pattern:
   """``\\.{_GAP}word\\b`` read backwards, on the reversed text (a text
@@ -308,8 +337,7 @@ def may_find(text: str, given: Triggers) -> bool:
   """False only when ``text`` has none of the words ``given`` names
   (``triggers()``) and no flax.nn. Only for a module that cannot name
   flax.optim (scan looks at every other one)."""
-  return (any(_spells_path(text, word, given.path_parts)
-              for word in given.words) or
+  return (any(_spells_word(text, word, given) for word in given.words) or
           _spells_attribute(text, given.attribute_words) or
           ('config' in text and _found(_JAX_CONFIG, text)) or
           _mentions_flax_nn(text) or

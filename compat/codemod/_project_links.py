@@ -32,6 +32,9 @@ _OPTIMIZER_STATE_ONLY = (_members.STEP, _members.PARAM_STATES)
 # Decorators that leave who calls a method as it was.
 _PLAIN_DECORATORS = ('staticmethod', 'classmethod')
 _CREATE = _members.CREATE
+# The node classes the links' passes over a module look at (``nodes_of``).
+_CALLS = (ast.Call,)
+_CALLS_AND_ATTRIBUTES = (ast.Attribute, ast.Call)
 
 
 def decorated_factory_assumption(function, decorators) -> str:
@@ -57,6 +60,9 @@ class Linker:
     # path -> the optimizer flow of a module the model read (its own tree
     # and names), built once for every reader (``module_flow``).
     self.module_flows: dict = {}
+    # method -> whether it gives nothing (``_factories.gives_nothing``):
+    # asked at each call that may run it, in every module read.
+    self._gives_nothing: dict = {}
 
   def module_flow(self, path) -> _flow.OptimizerFlow:
     """The optimizer flow of the module ``path`` the model read, on its
@@ -71,8 +77,8 @@ class Linker:
     """A link per call of a project factory whose definitions are made in
     another module; what the call's result meets decides the consumer."""
     names = self.names[path]
-    calls = [node for node in _walk.nodes(tree) if isinstance(
-        node, ast.Call) and self.returns_def(node, names)]
+    calls = [node for node in _walk.nodes_of(tree, _CALLS)
+             if self.returns_def(node, names)]
     if not calls:
       return
     parents = _walk.parents(tree)
@@ -128,9 +134,7 @@ class Linker:
     if not functions:
       return
     names = self.names[path]
-    for node in _walk.nodes(tree):
-      if not isinstance(node, ast.Call):
-        continue
+    for node in _walk.nodes_of(tree, _CALLS):
       for function in self.callees(node, names):
         if function.path == path or function.node not in functions:
           continue
@@ -144,12 +148,12 @@ class Linker:
     something else (``return self.given``): what the call gives is not
     known, so the definitions stay (a link with no consumer)."""
     names = self.names[path]
-    for node in _walk.nodes(tree):
-      if not isinstance(node, ast.Call) or names.resolve(node.func):
+    for node in _walk.nodes_of(tree, _CALLS):
+      if names.resolve(node.func):
         continue
       candidates = self._method_candidates(node)
       others = [c for c in candidates if c.node not in self.def_functions
-                and not _factories.gives_nothing(c.node)]
+                and not self._gives_nothing_once(c.node)]
       if not others or len(others) == len(candidates):
         continue
       self._called.update(c.node for c in candidates)
@@ -206,6 +210,11 @@ class Linker:
                                       node.lineno, reason,
                                       producer_element=made,
                                       assumption=assumption))
+
+  def _gives_nothing_once(self, method) -> bool:
+    if method not in self._gives_nothing:
+      self._gives_nothing[method] = _factories.gives_nothing(method)
+    return self._gives_nothing[method]
 
   def _link_holders(self, sources, parse):
     """A field link from each class holding an optimizer to every module
@@ -292,7 +301,7 @@ class Linker:
     own = []  # (_own_members, found at the first read of a field)
     parents = _walk.parents(tree)
     found: dict = {}
-    for node in parents:
+    for node in _walk.nodes_of(tree, _CALLS_AND_ATTRIBUTES):
       if len(found) == len(fields):
         break  # (only each field's first use counts)
       used = []
@@ -400,7 +409,7 @@ def _holder_touches(tree, holders) -> list:
     by_field.setdefault(holder.field, []).append(holder)
     by_name.setdefault(holder.name, []).append(holder)
   storing = _project_index.storing_names(holders)
-  for node in parents:
+  for node in _walk.nodes_of(tree, _CALLS_AND_ATTRIBUTES):
     touched = []
     if isinstance(node, ast.Call):
       called = _project_index.called_name(node)

@@ -167,6 +167,20 @@ def nodes(tree: ast.AST) -> tuple:
   return _walk_once(tree)['nodes']
 
 
+def nodes_of(tree: ast.AST, kinds: tuple) -> list:
+  """The nodes of ``tree`` whose class is one of ``kinds`` (leaf classes
+  of ``ast``, such as ``ast.Call``: none has a subclass), in ``ast.walk``'s
+  order: filtered once per tree and ``kinds``, for the passes that each
+  look at calls or attributes only (the project's links ask for them in
+  every module the model read; most of a module's nodes are neither)."""
+  memo = _walk_once(tree)
+  found = memo.get(kinds)
+  if found is None:
+    wanted = frozenset(kinds)
+    found = memo[kinds] = [n for n in memo['nodes'] if type(n) in wanted]
+  return found
+
+
 def parents(tree: ast.AST) -> dict:
   """Each node of ``tree`` below it -> the node holding it, in
   ``ast.walk``'s order (computed once; not to be changed)."""

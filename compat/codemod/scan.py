@@ -592,10 +592,9 @@ class _Visitor(ast.NodeVisitor):
       self.add(value, _plan_records.ESCAPE, _plan_records.unproven_store_why(
           holder, ast.unparse(value)), section)
     flow = module.flow
-    for call in _walk.nodes(self.module.tree):
-      if isinstance(call, ast.Call) and any(
-          flow.is_optimizer(p.argument)
-          for p in flow.helper_passes(call, flow.scope_of(call))):
+    for call in _walk.nodes_of(self.module.tree, (ast.Call,)):
+      if any(flow.is_optimizer(p.argument)
+             for p in flow.helper_passes(call, flow.scope_of(call))):
         self.add(call, 'checkpoint', _serialization_helpers.THROUGH_HELPER)
 
   def check_restores(self):
