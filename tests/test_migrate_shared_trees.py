@@ -24,25 +24,9 @@ def train(params, grads):
 }
 
 
-def test_each_module_is_parsed_once_for_the_model_and_its_plan(
-    tmp_path, monkeypatch):
-  for name, text in _MODULES.items():
-    (tmp_path / name).write_text(text)
-  parsed = []
-  parse = ast.parse
-
-  def noting(source, *args, **kwargs):
-    parsed.append(source if isinstance(source, bytes) else source.encode())
-    return parse(source, *args, **kwargs)
-
-  monkeypatch.setattr(ast, 'parse', noting)
-  _, results = migrate.migrate_paths([str(tmp_path)])
-  assert [r.new != r.old for r in results] == [True, True]  # both migrate
-  assert [parsed.count(text.encode()) for text in _MODULES.values()] == [1, 1]
-
-
-def test_each_rewritten_module_is_parsed_once_for_its_check_and_rescan(
-    tmp_path, monkeypatch):
+def _migrate_noting_parses(tmp_path, monkeypatch) -> tuple:
+  """migrate's results over ``_MODULES`` and every source ``ast.parse``
+  was given meanwhile, as given (bytes or str)."""
   for name, text in _MODULES.items():
     (tmp_path / name).write_text(text)
   parsed = []
@@ -54,7 +38,20 @@ def test_each_rewritten_module_is_parsed_once_for_its_check_and_rescan(
 
   monkeypatch.setattr(ast, 'parse', noting)
   _, results = migrate.migrate_paths([str(tmp_path)])
-  assert [r.new != r.old for r in results] == [True, True]
+  assert [r.new != r.old for r in results] == [True, True]  # both migrate
+  return results, parsed
+
+
+def test_each_module_is_parsed_once_for_the_model_and_its_plan(
+    tmp_path, monkeypatch):
+  _, parsed = _migrate_noting_parses(tmp_path, monkeypatch)
+  parsed = [s if isinstance(s, bytes) else s.encode() for s in parsed]
+  assert [parsed.count(text.encode()) for text in _MODULES.values()] == [1, 1]
+
+
+def test_each_rewritten_module_is_parsed_once_for_its_check_and_rescan(
+    tmp_path, monkeypatch):
+  results, parsed = _migrate_noting_parses(tmp_path, monkeypatch)
   # (the output as bytes: the import fix parses its text, before fixing
   # the imports, as a str, and that text is the output where no import
   # changes)
