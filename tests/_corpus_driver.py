@@ -1237,8 +1237,8 @@ def _ble_generator(directory):
   statements from the params' init to the epoch it starts at: the Adam
   optimizer's creation and the restore from ``directory`` (empty for a new
   run, as its ``checkpoint_directory`` flag starts) among them."""
-  import jax  # noqa: PLC0415 - after the stand-ins
   from flax import io as flax_io  # noqa: PLC0415 - after the stand-ins
+  import jax  # noqa: PLC0415 - after the stand-ins
   # flax.io took the tensorflow stand-in for gfile: back to Python's files,
   # where the checkpoints are.
   flax_io.set_mode(flax_io.BackendMode.DEFAULT)
@@ -1302,8 +1302,8 @@ def _ble():
   return _ble_run('train', os.path.abspath('no-checkpoints'))
 
 
-RESUME = {'ble': _ble_run, 'dopamine': _dopamine_run, 'hypernerf': _hypernerf_run,
-          'jax_rl': _jax_rl_run,
+RESUME = {'ble': _ble_run, 'dopamine': _dopamine_run,
+          'hypernerf': _hypernerf_run, 'jax_rl': _jax_rl_run,
           'jaxrl': _jaxrl_run, 'l2p': _l2p_resume,
           'mipnerf': _mipnerf_resume, 'nerfies': _nerfies_run,
           'nested': _nested_resume,
