@@ -24,6 +24,8 @@ own checkpoint code (clu's through tests/_clu_files.py).
 
 import collections
 import contextlib
+import dataclasses
+import functools
 import importlib
 import os
 import pathlib
@@ -1198,8 +1200,110 @@ def _dopamine():
   return _dopamine_run('train', os.path.abspath('no-checkpoints'))
 
 
-RESUME = {'dopamine': _dopamine_run, 'hypernerf': _hypernerf_run,
-          'jax_rl': _jax_rl_run,
+# ble's wind-field VAE, small: its own classes with 1 hidden layer of 8
+# units, 4 latents and a 3x3 grid of 2 pressure levels and 2 time slices
+# (flow fields 2x2). Its generator module builds them through
+# ``vae.model()`` and ``vae.FieldShape()``, and the VAE its sub-networks
+# through the names ``Encoder`` and ``Decoder``: those names are made small.
+_BLE_FIELD = dict(latlng_slices=3, flow_field_width=2, pressure_slices=2,
+                  time_slices=2)
+_BLE_BATCH = 4
+
+
+@contextlib.contextmanager
+def _hashed_dataclasses(*names):
+  """While it lasts, the dataclasses named get a hash (``unsafe_hash``).
+
+  ble's vae gives its modules a ``FieldShape()`` (a plain dataclass, so
+  without a hash) as a field's default: the Python of its time took that,
+  today's refuses an unhashable default. Served to both copies alike, as
+  ``_broadcast_to_takes_lists`` serves nerfies.
+  """
+  dataclass = dataclasses.dataclass
+
+  def hashed(cls=None, /, **kwargs):
+    if cls is None:
+      return functools.partial(hashed, **kwargs)
+    if cls.__name__ in names:
+      kwargs.setdefault('unsafe_hash', True)
+    return dataclass(cls, **kwargs)
+
+  with mock.patch.object(dataclasses, 'dataclass', hashed):
+    yield
+
+
+def _ble_generator(directory):
+  """ble's ``learn_wind_field_generator``, its VAE small, and ``train``'s
+  statements from the params' init to the epoch it starts at: the Adam
+  optimizer's creation and the restore from ``directory`` (empty for a new
+  run, as its ``checkpoint_directory`` flag starts) among them."""
+  from flax import io as flax_io  # noqa: PLC0415 - after the stand-ins
+  import jax  # noqa: PLC0415 - after the stand-ins
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  with _hashed_dataclasses('FieldShape'):
+    vae = importlib.import_module(
+        'balloon_learning_environment.generative.vae')
+  field = vae.FieldShape(**_BLE_FIELD)
+  small = dict(num_hidden_layers=1, hidden_layer_network_width=8)
+  vae.FieldShape = functools.partial(vae.FieldShape, **_BLE_FIELD)
+  vae.Encoder = functools.partial(vae.Encoder, **small)
+  vae.Decoder = functools.partial(vae.Decoder, field_shape=field, **small)
+  vae.model = functools.partial(vae.WindFieldVAE, num_latents=4,
+                                field_shape=field)
+  generator = importlib.import_module(
+      'balloon_learning_environment.generative.learn_wind_field_generator')
+  flags = types.SimpleNamespace(checkpoint_directory=directory,
+                                bootstrap_directory='')
+  created = _v033_driver.example_statements(
+      generator, 'train', 'params', 'epoch', key=jax.random.PRNGKey(0),
+      rng=jax.random.PRNGKey(1), learning_rate=1e-3, num_batches_per_epoch=1,
+      FLAGS=flags)
+  return generator, created, field.grid_shape()
+
+
+def _ble_run(mode, directory):
+  """ble's VAE training (``_v033_driver.train_save_resume``'s ``mode``):
+  one batch an epoch (so its epoch is its optimizer's step + 1 after a
+  restore), its module-level jitted ``train_step`` with its own KL
+  schedule's coefficient; its own save (the loop's ``save_checkpoint``
+  block, the epoch just trained). Its loop key and the batches' generator
+  are the harness's carry (its key is seeded by the time)."""
+  import jax  # noqa: PLC0415 - after the stand-ins
+  generator, created, grid = _ble_generator(directory)
+  optimizer, epoch = created['optimizer'], int(created['epoch'])
+  carry = {'batches': np.random.RandomState(0), 'rng': created['rng']}
+
+  def steps(count):
+    nonlocal optimizer, epoch
+    for _ in range(count):
+      kl_coefficient = generator.step_schedule(
+          epoch, start_value=0.5, increment=2., frequency=2, max_val=4.)
+      batch = carry['batches'].randn(_BLE_BATCH, *grid).astype(np.float32)
+      carry['rng'], key = jax.random.split(carry['rng'])
+      optimizer, loss, mse, kld, sigma = generator.train_step(
+          optimizer, batch, key, kl_coefficient)
+      yield (_v033_driver.params_of(optimizer),
+             {'loss': loss, 'mse': mse, 'kld': kld, 'sigma': sigma,
+              'epoch': epoch})
+      epoch += 1
+
+  def save():  # the loop's save block, at the epoch just trained
+    _v033_driver.example_block(
+        generator, 'train', 'checkpoints.save_checkpoint(',
+        FLAGS=created['FLAGS'], optimizer=optimizer, epoch=epoch - 1)
+
+  yield from _v033_driver.train_save_resume(mode, steps, save, carry,
+                                            directory, lambda: optimizer)
+
+
+def _ble():
+  return _ble_run('train', os.path.abspath('no-checkpoints'))
+
+
+RESUME = {'ble': _ble_run, 'dopamine': _dopamine_run,
+          'hypernerf': _hypernerf_run, 'jax_rl': _jax_rl_run,
           'jaxrl': _jaxrl_run, 'l2p': _l2p_resume,
           'mipnerf': _mipnerf_resume, 'nerfies': _nerfies_run,
           'nested': _nested_resume,
@@ -1210,6 +1314,11 @@ RESUME = {'dopamine': _dopamine_run, 'hypernerf': _hypernerf_run,
 _NERF_STAND_INS = ('tensorflow', 'cv2', 'imageio', 'matplotlib', 'PIL', 'tqdm')
 
 RECIPES = {
+    # gym: the package's environment registration on import; tensorflow:
+    # the wind-field reservoir's (the recipe's batches are synthetic); absl
+    # and gin are real.
+    'ble': (('.',), ('gym', 'tensorflow'), ('flax.metrics.tensorboard',),
+            _ble),
     'vit': (('.',), ('tensorflow', 'tensorflow_datasets', 'tensorflow_text',
                      'clu', 'flaxformer', 'pandas', 'tqdm', 'einops'),
             (), _vit),
