@@ -145,14 +145,18 @@ class PlanUses(_plan_rules.PlanRules):
     for node in _walk.nodes(self.tree):
       if not isinstance(node, ast.Call):
         continue
-      if isinstance(node.func, ast.Attribute) and (
-          node.func.attr == _members.CREATE) and self.flow.is_def(
-              node.func.value):
+      if self._def_create(node):
         given = _flow.create_arguments(node)
         if given is not None:
           yield given[_members.TARGET]
       elif node.args and self._jitted_def_create(node) is not None:
         yield node.args[0]
+
+  def _def_create(self, call) -> bool:
+    """``d.create(...)`` with ``d`` a definition of this flow."""
+    return isinstance(call.func, ast.Attribute) and (
+        call.func.attr == _members.CREATE) and self.flow.is_def(
+            call.func.value)
 
   def _unproven_holder(self, create) -> Optional[str]:
     """Why the TrainState ``create`` would make could reach code left as it

@@ -395,9 +395,7 @@ class Planner(_plan_imports.PlanImports):
       # (flax.traverse_util's, only where it goes into a MultiOptimizer)
       return self._left_if(node, 'traversal',
                            _multi.plan_traversal(self, node, RULES_MODULE))
-    if isinstance(node.func, ast.Attribute) and (
-        node.func.attr == _members.CREATE and
-        self.flow.is_def(node.func.value)):
+    if self._def_create(node):
       return self._left_if(node, _members.CREATE, self._plan_create(node))
     if self._jitted_def_create(node) is not None:
       return self._left_if(node, _members.CREATE,
