@@ -893,14 +893,11 @@ class ModuleNames:
   def _root_path(self, name: str, at) -> Optional[str]:
     """The canonical path ``name``, read at the node ``at``, is imported
     as (re-exports followed)."""
-    inner = self.inner  # (hot: most names no function or class binds)
-    if name in inner.imported or (name in inner.bound and
-                                  self._module_may_bind(name)):
-      found = inner.binding(name, at)
-      if found is _LOCAL:
-        return None
-      if found is not _MODULE:
-        return self._reexported(canonical(found))
+    found = self._inner_binding(name, at)
+    if found is _LOCAL:
+      return None
+    if found is not _MODULE:
+      return self._reexported(canonical(found))
     if name in self.bindings:
       return self._reexported(canonical(self.bindings[name]))
     if self.star_flax_optim and name in legacy_signatures():
@@ -908,6 +905,17 @@ class ModuleNames:
     if self.kernel is not None and self.kernel.path(name) is not None:
       return self._reexported(canonical(self.kernel.path(name)))
     return None
+
+  def _inner_binding(self, name: str, at):
+    """``InnerScopes.binding(name, at)``, looked up only where it can
+    change the answer (hot: most names no function or class binds): a
+    name only bound otherwise in them, which the module cannot import,
+    resolves to nothing either way."""
+    inner = self.inner
+    if name in inner.imported or (name in inner.bound and
+                                  self._module_may_bind(name)):
+      return inner.binding(name, at)
+    return _MODULE
 
   def _module_may_bind(self, name: str) -> bool:
     """Whether ``name`` may be an import at the module level (read
@@ -918,10 +926,8 @@ class ModuleNames:
   def binding(self, name_node: ast.Name, at=None) -> Optional[str]:
     """The dotted path, as written, of the import ``name_node`` reads
     (where ``at`` is, if given); None where no import binds it there."""
-    at = name_node if at is None else at
-    name = name_node.id
-    found = self.inner.binding(name, at) if (
-        name in self.inner.imported or name in self.inner.bound) else _MODULE
+    found = self._inner_binding(name_node.id,
+                                name_node if at is None else at)
     if found is _MODULE:
       return self.bindings.get(name_node.id)
     return None if found is _LOCAL else found

@@ -173,12 +173,12 @@ def nodes_of(tree: ast.AST, kinds: tuple) -> list:
   order: filtered once per tree and ``kinds``, for the passes that each
   look at calls or attributes only (the project's links ask for them in
   every module the model read; most of a module's nodes are neither)."""
-  memo = _walk_once(tree)
-  found = memo.get(kinds)
-  if found is None:
-    wanted = frozenset(kinds)
-    found = memo[kinds] = [n for n in memo['nodes'] if type(n) in wanted]
-  return found
+  return derived(tree, _of_kinds, kinds)
+
+
+def _of_kinds(tree: ast.AST, kinds: tuple) -> list:
+  wanted = frozenset(kinds)
+  return [n for n in nodes(tree) if type(n) in wanted]
 
 
 def parents(tree: ast.AST) -> dict:
