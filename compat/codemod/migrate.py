@@ -333,7 +333,8 @@ def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
 def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
                      reexports=None, chosen=None, model=None, blocked=(),
                      rate_set_elsewhere: bool = False,
-                     unsafe_fixes: bool = False, memo=None):
+                     unsafe_fixes: bool = False, memo=None,
+                     array_states: bool = False):
   """``(new_notebook_bytes, plan)``: all code cells migrated as one module.
 
   Only the source lines that change differ in the file's bytes
@@ -342,14 +343,14 @@ def migrate_notebook(raw: bytes, path: str, tier: str = 'exact',
   the cells joined, where the project's links name them). ``model``: the
   project's (a notebook is a consumer of the package's modules, as a
   script is: the fields, factories, rule classes and links it reads
-  come from there); ``rate_set_elsewhere``, ``unsafe_fixes``, ``memo``: as
-  for ``migrate_source``.
+  come from there); ``rate_set_elsewhere``, ``unsafe_fixes``, ``memo``,
+  ``array_states``: as for ``migrate_source``.
   """
   notebook = _notebook.Notebook(raw)
   combined = notebook.module.encode('utf-8')
   new, plan = migrate_source(combined, path, tier, reexports, (),
                              rate_set_elsewhere, chosen, model, blocked,
-                             unsafe_fixes, memo)
+                             unsafe_fixes, memo, array_states)
   plan = plan._replace(**{
       field: type(getattr(plan, field))(
           item._replace(line=notebook.file_line(item.line))
@@ -404,8 +405,7 @@ def migrate_file(path: str, tier: str = 'exact',
   """One file migrated in memory; ``project``: re-exports and the flows
   across modules to follow; ``rate_elsewhere``:
   ``rate_set_elsewhere(project)``; ``blocked``, ``unsafe_fixes``,
-  ``memo``, ``array_states``: see ``migrate_source`` (a notebook's
-  creates take ``array_states`` from their own flow alone)."""
+  ``memo``, ``array_states``: see ``migrate_source``."""
   shown = _shown(path)
   try:
     with open(path, 'rb') as f:
@@ -416,7 +416,8 @@ def migrate_file(path: str, tier: str = 'exact',
     if path.endswith('.ipynb') and project is not None:
       new, plan = migrate_notebook(
           old, path.replace(os.sep, '/'), tier, project.reexports, chosen,
-          project.model, blocked, rate_elsewhere, unsafe_fixes, memo)
+          project.model, blocked, rate_elsewhere, unsafe_fixes, memo,
+          array_states)
     elif path.endswith('.ipynb'):
       new, plan = migrate_notebook(old, shown, tier, chosen=chosen,
                                    unsafe_fixes=unsafe_fixes)
