@@ -10,9 +10,11 @@ detection matches), the rule it belongs to, what replaces it where that
 differs from its rule's text, and what migrate writes for a read of it or
 a call of it (``read_rewrite``, ``call_rewrite``: a new member rewrite is a
 row here). ``CLASS_COUNTERPARTS``: what replaces each class. ``FIXES``: the
-fixes that rest on an assumption, with their applicability (ruff's: a fix no
-row lists is proven, an unsafe one is applied only with ``--unsafe-fixes``)
-and the report's sentences for them. ``NOTES``: the texts of migrate's notes
+fixes that rest on an assumption or on a proof of a narrower shape, with
+their applicability (ruff's: a safe fix is proven and applied, its row says
+what is proven; an unsafe one is applied only with ``--unsafe-fixes``, its
+row says what it assumes; a fix no row lists is proven) and the report's
+sentences for them. ``NOTES``: the texts of migrate's notes
 and of the reasons it gives for what it leaves. ``TIER_REPLACEMENTS``: what
 replaces a definition in each tier. ``REMOVAL_FIXES``: what replaces each
 removed jax/flax API whose fix is one text.
