@@ -10,9 +10,11 @@ detection matches), the rule it belongs to, what replaces it where that
 differs from its rule's text, and what migrate writes for a read of it or
 a call of it (``read_rewrite``, ``call_rewrite``: a new member rewrite is a
 row here). ``CLASS_COUNTERPARTS``: what replaces each class. ``FIXES``: the
-fixes that rest on an assumption, with their applicability (ruff's: a fix no
-row lists is proven, an unsafe one is applied only with ``--unsafe-fixes``)
-and the report's sentences for them. ``NOTES``: the texts of migrate's notes
+fixes that rest on an assumption or on a proof of a narrower shape, with
+their applicability (ruff's: a safe fix is proven and applied, its row says
+what is proven; an unsafe one is applied only with ``--unsafe-fixes``, its
+row says what it assumes; a fix no row lists is proven) and the report's
+sentences for them. ``NOTES``: the texts of migrate's notes
 and of the reasons it gives for what it leaves. ``TIER_REPLACEMENTS``: what
 replaces a definition in each tier. ``REMOVAL_FIXES``: what replaces each
 removed jax/flax API whose fix is one text.
@@ -355,12 +357,14 @@ BY_NAME_REPLACEMENT = (
     'writes: the rule of that name, same numbers as flax 0.5.3)')
 
 # ----------------------------------------------------------------------------
-# The fixes that rest on an assumption, and the applicability of each
-# (ruff's ``Applicability``). A fix no row lists is proven (``SAFE``):
-# migrate applies it. An ``UNSAFE`` fix rests on the assumption its row
-# states: migrate applies it only with ``--unsafe-fixes`` and lists it with
-# that assumption either way; without the option its place holds the flow,
-# for ``why`` (``HIDDEN_FIX_REASON``).
+# The fixes that rest on an assumption or on a proof that only a narrower
+# shape allows, and the applicability of each (ruff's ``Applicability``). A
+# ``SAFE`` fix is proven (its row says what is proven): migrate applies it
+# and notes it with that reason (``PROVEN_FIX_NOTE``); a fix no row lists is
+# proven too. An ``UNSAFE`` fix rests on the assumption its row states:
+# migrate applies it only with ``--unsafe-fixes`` and lists it with that
+# assumption either way; without the option its place holds the flow, for
+# ``why`` (``HIDDEN_FIX_REASON``).
 
 SAFE = 'safe'
 UNSAFE = 'unsafe'
@@ -371,13 +375,16 @@ class Fix(NamedTuple):
   construct: str  # the rule whose finding it answers (a construct of RULES)
   applicability: str  # SAFE or UNSAFE
   # Why the place holds the flow where the fix is not applied (fields in
-  # braces: the finding's own).
-  why: str
-  # What the fix assumes (the report's sentence; fields in braces).
-  assumption: str
+  # braces: the finding's own); None for a SAFE fix, applied wherever its
+  # flow migrates.
+  why: Optional[str]
+  # What the fix rests on (the report's sentence; fields in braces): for an
+  # UNSAFE fix what it assumes, for a SAFE fix what is proven.
+  grounds: str
 
 
 GENERIC_TREE_WALKER = 'generic_tree_walker'
+GENERIC_TREE_WALKER_STATE_DICT = 'generic_tree_walker_state_dict'
 DECORATED_FACTORY = 'decorated_factory'
 FIXES = (
     # An optimizer in a dict a function of the user's takes apart as a tree
@@ -397,6 +404,17 @@ FIXES = (
         'so what it writes or gives back keeps flax.optim\'s names and '
         'order: files the original program wrote through it still load, and '
         'it loads the new ones'),
+    # The same, where the walker first replaces a dataclass node by its
+    # state dict (``_tree_walkers``): the Optimizer and the tree standing
+    # for it are dataclasses with equal state dicts
+    # (tests/test_legacy_tree.py), so nothing after that meets either.
+    Fix(GENERIC_TREE_WALKER_STATE_DICT, OPTIMIZER_ESCAPE, SAFE, None,
+        '{name}() ({where}) replaces a dataclass node by '
+        'flax.serialization.to_state_dict(node) before anything else reads '
+        'it, and flax_optim_rules.legacy_tree(...) is a dataclass whose '
+        'state dict equals the Optimizer\'s: proven to give back the same '
+        'names and leaves for both, so files the original program wrote '
+        'through it still load and it loads the new ones'),
     # A factory the project calls, wrapped by decorators (gin's
     # ``configurable``): its body is proven, its decorators and their
     # registry are not read.
@@ -413,6 +431,9 @@ FIXES_BY_NAME = {fix.name: fix for fix in FIXES}
 HIDDEN_FIX_REASON = ('{why}; an unsafe fix is available, hidden without '
                      '--unsafe-fixes: {assumption}')
 
+
+# The note of a SAFE fix of ``FIXES`` where it is applied.
+PROVEN_FIX_NOTE = 'proven fix applied: {grounds}'
 
 # How migrate's report speaks of the unsafe fixes (ruff's wording): the
 # terminal's line for each one applied and for those hidden (``{fixes}``:
@@ -436,11 +457,21 @@ UNSAFE_FIXES_HIDDEN_HEADING = (
 def unsafe_assumption(fix_name: str, **fields) -> str:
   """What the fix ``fix_name`` assumes, filled in with ``fields``; its row
   must be ``UNSAFE`` (a proven fix states no assumption)."""
+  return _grounds(fix_name, UNSAFE, 'it states no assumption', fields)
+
+
+def proven_grounds(fix_name: str, **fields) -> str:
+  """What is proven of the fix ``fix_name``, filled in with ``fields``; its
+  row must be ``SAFE`` (an unsafe fix proves nothing)."""
+  return _grounds(fix_name, SAFE, 'it proves nothing', fields)
+
+
+def _grounds(fix_name: str, applicability: str, otherwise: str,
+             fields) -> str:
   fix = FIXES_BY_NAME[fix_name]
-  if fix.applicability != UNSAFE:
-    raise ValueError(f'fix {fix_name!r} is {fix.applicability}: it states '
-                     'no assumption')
-  return fix.assumption.format(**fields)
+  if fix.applicability != applicability:
+    raise ValueError(f'fix {fix_name!r} is {fix.applicability}: {otherwise}')
+  return fix.grounds.format(**fields)
 
 
 def fix_why(fix_name: str, **fields) -> str:

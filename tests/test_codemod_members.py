@@ -166,11 +166,12 @@ def _table_texts() -> dict:
     texts[text] = f'{name} (replacement)'
   texts[_rule_table.PICKLE_REPLACEMENT] = 'pickle (replacement)'
   for fix in _rule_table.FIXES:
-    texts.update(_template_pieces(fix.why, f'{fix.name} (why)'))
-    texts.update(_template_pieces(fix.assumption, f'{fix.name} (assumption)'))
+    texts.update(_template_pieces(fix.why or '', f'{fix.name} (why)'))
+    texts.update(_template_pieces(fix.grounds, f'{fix.name} (grounds)'))
   texts.update(_template_pieces(_rule_table.HIDDEN_FIX_REASON,
                                 'hidden fix (reason)'))
-  for name in ('UNSAFE_FIX_APPLIED_LINE', 'UNSAFE_FIXES_HIDDEN_LINE',
+  for name in ('PROVEN_FIX_NOTE', 'UNSAFE_FIX_APPLIED_LINE',
+               'UNSAFE_FIXES_HIDDEN_LINE',
                'UNSAFE_FIXES_APPLIED_HEADING', 'UNSAFE_FIXES_HELD_HEADING',
                'UNSAFE_FIXES_HIDDEN_HEADING'):
     texts.update(_template_pieces(getattr(_rule_table, name), name))
@@ -251,7 +252,9 @@ def test_each_fix_names_a_rule_and_an_applicability():
   for fix in _rule_table.FIXES:
     assert fix.construct in _rule_table.BY_CONSTRUCT, fix
     assert fix.applicability in (_rule_table.SAFE, _rule_table.UNSAFE), fix
-    assert fix.why and fix.assumption, fix
+    assert fix.grounds, fix
+    # Only a fix that is not always applied says why its place holds.
+    assert bool(fix.why) == (fix.applicability == _rule_table.UNSAFE), fix
 
 
 def test_only_an_unsafe_fix_states_an_assumption(monkeypatch):
@@ -262,3 +265,19 @@ def test_only_an_unsafe_fix_states_an_assumption(monkeypatch):
                       fix._replace(applicability=_rule_table.SAFE))
   with pytest.raises(ValueError, match='generic_tree_walker.*safe'):
     _rule_table.unsafe_assumption(fix.name, name='walk', where='m.py:3')
+
+
+def test_a_safe_fix_states_what_is_proven_and_no_assumption():
+  # A SAFE row is no wart: its grounds are what is proven, read by
+  # proven_grounds; asking it for an assumption (or an unsafe row for a
+  # proof) is refused.
+  safe = _rule_table.FIXES_BY_NAME[_rule_table.GENERIC_TREE_WALKER_STATE_DICT]
+  assert safe.applicability == _rule_table.SAFE
+  proven = _rule_table.proven_grounds(safe.name, name='walk', where='m.py:3')
+  assert proven.startswith('walk() (m.py:3) ') and 'proven' in proven
+  with pytest.raises(ValueError, match='state_dict.*safe.*no assumption'):
+    _rule_table.unsafe_assumption(safe.name, name='walk', where='m.py:3')
+  with pytest.raises(ValueError, match='generic_tree_walker.*unsafe.*'
+                     'proves nothing'):
+    _rule_table.proven_grounds(_rule_table.GENERIC_TREE_WALKER, name='walk',
+                               where='m.py:3')

@@ -8,6 +8,7 @@ dtypes and shapes; ``objects.npz``: its leaves after one step) and the
 checkpoints it wrote (``tests/checkpoints``).
 """
 
+import dataclasses
 import functools
 import pathlib
 import pickle
@@ -15,6 +16,7 @@ import sys
 import warnings
 
 import chex
+from flax import jax_utils
 from flax import serialization
 from flax.training import train_state
 from golden import object_cases
@@ -270,3 +272,102 @@ def test_multi_optimizer_tree_is_flax_053s_and_loads_back():
       jax.tree_util.tree_leaves(flax_optim_rules.legacy_tree(loaded)),
       flax_leaves)
   chex.assert_trees_all_equal_structs(loaded.opt_state, stepped.opt_state)
+
+
+# ------------------------------------------------- what a tree walker sees
+# migrate proves a generic tree walker whose first act on a dataclass node
+# is ``flax.serialization.to_state_dict(node)`` (``compat.codemod.
+# _tree_walkers``): it rests on what follows, on real objects. The shim's
+# Optimizer (what the original program had) and legacy_tree of the
+# TrainState (what the migrated one has there) are both dataclasses, and
+# their state dicts are equal: the same nested dicts (names, order), the
+# same kinds of leaf. Where the leaves are tokens
+# (``treedef.unflatten(range(n))``, how ub names its leaves) the two are
+# equal outright; where the TrainState holds the Optimizer's values (a
+# resumed program), bit for bit; trained apart, to the rules' tolerance.
+_STEPS = 3
+
+
+def _shim_stepped(case, steps=_STEPS):
+  optimizer = objects._create(case)
+  for step in range(steps):
+    optimizer = objects._step(case, optimizer, step)
+  return optimizer
+
+
+def _rules_stepped(case, template, steps=_STEPS):
+  for step in range(steps):
+    template = template.apply_gradients(
+        grads=_as_jax(object_cases.grads(case, step)))
+  return template
+
+
+def _tokens(tree):
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  return treedef.unflatten(range(len(leaves)))
+
+
+def _paths(state_dict, prefix=()) -> dict:
+  """``{path: the leaf's class}`` in the dict's own order; a node that is
+  not a dict is a leaf (a walker's ``else``)."""
+  if isinstance(state_dict, dict):
+    out = {}
+    for key, child in state_dict.items():
+      out.update(_paths(child, prefix + (key,)))
+    return out
+  return {prefix: type(state_dict)}
+
+
+def _bits(state_dict) -> list:
+  return [(np.asarray(leaf).dtype, np.shape(leaf), np.asarray(leaf).tobytes())
+          for leaf in jax.tree_util.tree_leaves(state_dict)]
+
+
+def _assert_walked_alike(optimizer, tree, template):
+  """What a walker sees of either after its state-dict prelude."""
+  assert dataclasses.is_dataclass(optimizer)
+  assert dataclasses.is_dataclass(tree)
+  old, new = (serialization.to_state_dict(t) for t in (optimizer, tree))
+  # Nested dicts down to the leaves: the same keys in the same order, the
+  # same classes of leaf.
+  assert list(_paths(old).items()) == list(_paths(new).items())
+  assert [b[:2] for b in _bits(old)] == [b[:2] for b in _bits(new)]
+  chex.assert_trees_all_close(old, new, rtol=objects.RTOL, atol=objects.ATOL)
+  tokens_old, tokens_new = (serialization.to_state_dict(_tokens(t))
+                            for t in (optimizer, tree))
+  assert tokens_old == tokens_new
+  assert list(_paths(tokens_old).items()) == list(
+      _paths(tokens_new).items())
+  # The Optimizer's own values in the TrainState: the same bits.
+  resumed = flax_optim_rules.legacy_tree(
+      flax_optim_rules.from_legacy_tree(template, old))
+  assert dataclasses.is_dataclass(resumed)
+  resumed = serialization.to_state_dict(resumed)
+  assert list(_paths(old).items()) == list(_paths(resumed).items())
+  assert _bits(old) == _bits(resumed)
+
+
+@pytest.mark.parametrize('case', CASES, ids=objects._ids)
+def test_a_walkers_state_dict_of_the_optimizer_and_of_the_tree_are_equal(
+    case):
+  template = _created(case)
+  _assert_walked_alike(_shim_stepped(case), flax_optim_rules.legacy_tree(
+      _rules_stepped(case, template)), template)
+
+
+def test_a_walkers_state_dict_of_a_multi_optimizer_and_its_tree_are_equal():
+  case = object_cases.CASES_BY_NAME['multi_adam_momentum']
+  template = train_state.TrainState.create(
+      apply_fn=None, params=_as_jax(object_cases.params(case)),
+      tx=_multi_rule(case))
+  _assert_walked_alike(_shim_stepped(case), flax_optim_rules.legacy_tree(
+      _rules_stepped(case, template)), template)
+
+
+def test_a_walkers_state_dict_of_replicated_ones_are_equal():
+  case = object_cases.CASES_BY_NAME['adam']
+  optimizer = jax_utils.replicate(_shim_stepped(case))
+  tree = jax_utils.replicate(flax_optim_rules.legacy_tree(
+      _rules_stepped(case, _created(case))))
+  assert int(optimizer.state.step[0]) == int(tree.state.step[0]) == _STEPS
+  _assert_walked_alike(optimizer, tree, jax_utils.replicate(_created(case)))

@@ -1,15 +1,21 @@
 """``migrate --unsafe-fixes``: fixes that rest on an assumption the report
 states (ruff's *unsafe* applicability), applied only where asked.
 
-The first: a generic tree walker. ub's checkpoint helpers name the leaves
-of ``{'opt': optimizer, 'extra': ...}`` with a recursion of their own that
-asks each node only its kind (``_traverse_with_names``), so migrate cannot
-prove the dict is only taken apart as a tree there. Taking the function for
-a generic walker, the flow migrates with the dict in flax.optim's layout
-(``flax_optim_rules.legacy_tree``): the walker writes the files it wrote.
-Without the option nothing changes and the report names the fix; a function
-that reads a member of the Optimizer is no walker, with the option too. The
-modules are small ones written here in the shape of ub's helpers.
+The first: a generic tree walker. Checkpoint helpers in the shape of ub's
+name the leaves of ``{'opt': optimizer, 'extra': ...}`` with a recursion of
+their own that asks each node only its kind (``_traverse_with_names``), so
+migrate cannot prove the dict is only taken apart as a tree there. Taking
+the function for a generic walker, the flow migrates with the dict in
+flax.optim's layout (``flax_optim_rules.legacy_tree``): the walker writes
+the files it wrote. Without the option nothing changes and the report names
+the fix; a function that reads a member of the Optimizer is no walker, with
+the option too.
+
+ub's own walker first turns a dataclass node into its state dict: there the
+fix is proven (safe), applied without the option and noted with what is
+proven; the walkers of the unsafe tests here read their node before that
+(``if tree is None``), which keeps them outside what is proven. The modules
+are small ones written here in the shape of ub's helpers.
 """
 
 import ast
@@ -34,6 +40,8 @@ import numpy as np
 
 
 def _traverse_with_names(tree):
+  if tree is None:  # read before it is converted: not proven
+    return
   if dataclasses.is_dataclass(tree):
     tree = flax.serialization.to_state_dict(tree)
   if isinstance(tree, (dict, flax.core.FrozenDict)):
@@ -101,6 +109,24 @@ def train(params, batches, workdir, resume=False):
 '''
 
 _WALKER = '_traverse_with_names() (checkpoint_lib.py:9)'
+
+# ub's own walker (baselines/jft/checkpoint_utils.py): its first statement
+# that reads the node replaces a dataclass by its state dict.
+_UB_WALKER = '''def _traverse_with_names(tree):
+  if dataclasses.is_dataclass(tree):
+    tree = flax.serialization.to_state_dict(tree)
+  if isinstance(tree, dict) or isinstance(tree, flax.core.FrozenDict):
+    keys = sorted(tree.keys())
+    for key in keys:
+      for path, v in _traverse_with_names(tree[key]):
+        yield (key + "/" + path).rstrip("/"), v
+  else:
+    yield "", tree
+'''
+_UB_LIB = (
+    _CHECKPOINT_LIB[:_CHECKPOINT_LIB.index('def _traverse_with_names')] +
+    _UB_WALKER +
+    _CHECKPOINT_LIB[_CHECKPOINT_LIB.index('\n\ndef _flatten_with_names'):])
 
 
 def _migrated(tmp_path, unsafe_fixes, library=_CHECKPOINT_LIB):
@@ -174,6 +200,12 @@ def test_with_the_option_the_flow_migrates_and_keeps_the_files(tmp_path):
   assert f'train.py:31: unsafe fix applied: {_WALKER}' in summary
   assert 'hidden fix' not in summary
 
+  _assert_trains_and_resumes_alike(tmp_path, project, migrated)
+
+
+def _assert_trains_and_resumes_alike(tmp_path, project, migrated):
+  """Both programs train to the same bits and write the same files, and
+  each resumes from the file the other wrote."""
   _, batches = project_tests._data()
   first, rest = batches[:2], batches[2:]
   runs = {}
@@ -201,6 +233,38 @@ def test_with_the_option_the_flow_migrates_and_keeps_the_files(tmp_path):
     _train(directory, workdir, rest, True)
     assert _npz(workdir / 'checkpoint.npz') == _npz(
         tmp_path / f'{reader}_2.npz')
+
+
+def test_a_walker_that_first_takes_the_state_dict_is_a_proven_fix(tmp_path):
+  # Before: the same unsafe fix as any walker, hidden without the option
+  # (nothing changed). The Optimizer and legacy_tree(...) are dataclasses
+  # with equal state dicts (tests/test_legacy_tree.py), and the walker
+  # meets nothing of either but that state dict: proven, applied by the
+  # exact tier.
+  assert _UB_LIB.count('def _traverse_with_names(tree):\n  if dataclasses') == 1
+  project, migrated, results = _migrated(tmp_path, unsafe_fixes=False,
+                                         library=_UB_LIB)
+  project_tests._assert_fully_migrated(results)
+  assert results['checkpoint_lib.py'].new == results['checkpoint_lib.py'].old
+  new = results['train.py'].new.decode()
+  assert ("checkpoint_lib.save_checkpoint({'opt': "
+          "flax_optim_rules.legacy_tree(opt), 'extra': extra}, path)") in new
+  assert ("opt, extra = flax_optim_rules.from_legacy_tree(opt, "
+          "checkpoint['opt']), checkpoint['extra']") in new
+  listed = list(results.values())
+  assert not migrate.unsafe_fixes_applied(listed)
+  assert not migrate.unsafe_fixes_held(listed)
+  assert not migrate.unsafe_fixes_hidden(listed)
+  (note,) = [n for n in results['train.py'].plan.notes
+             if n.construct == 'optimizer_escape']
+  assert note.line == 31 and note.reason.startswith(
+      f'proven fix applied: {_WALKER} replaces a dataclass node by '
+      'flax.serialization.to_state_dict(node) before anything else reads it')
+  report = migrate.format_report(listed, [], 'exact')
+  assert '## Unsafe fixes' not in report
+  assert '- line 31 (optimizer_escape): `' in report
+  assert note.reason in report
+  _assert_trains_and_resumes_alike(tmp_path, project, migrated)
 
 
 _NOT_WALKERS = {
@@ -279,26 +343,77 @@ def leaves(node, prefix=()):
 '''
 
 
+def _ub_walker(old='', new=''):
+  assert not old or _UB_WALKER.count(old) == 1, old
+  return 'import dataclasses\nimport flax\nimport jax\n\n\n' + (
+      _UB_WALKER.replace(old, new))
+
+
+_PRELUDE = ('  if dataclasses.is_dataclass(tree):\n'
+            '    tree = flax.serialization.to_state_dict(tree)\n')
+_KIND_TEST = ('  if isinstance(tree, dict) or isinstance(tree, '
+              'flax.core.FrozenDict):\n')
+_PROVEN, _UNSAFE = 'proven', 'unsafe'
+
+
 @pytest.mark.parametrize('source, walks', [
-    (_CHECKPOINT_LIB, True),
-    (_ITEMS_WALKER, True),  # entries by .items(), leaves returned
+    (_UB_LIB, _PROVEN),
+    (_ub_walker(), _PROVEN),
+    # It also names the module by its import (`from flax import ...`).
+    (_ub_walker('flax.serialization.to_state_dict', 'serialization.'
+                'to_state_dict').replace(
+                    'import jax\n', 'from flax import serialization\n'),
+     _PROVEN),
+    (_CHECKPOINT_LIB, _UNSAFE),  # `if tree is None` reads it first
+    # No prelude: the dict test first, a dataclass given back as a leaf.
+    (_ub_walker(_PRELUDE, ''), _UNSAFE),
+    # The prelude after the kind test: the dataclass meets it first.
+    (_ub_walker(_PRELUDE + _KIND_TEST, _KIND_TEST + '  ' + _PRELUDE.replace(
+        '\n  ', '\n    ')), _UNSAFE),
+    # Read before the prelude.
+    (_ub_walker(_PRELUDE, '  assert tree is not None\n' + _PRELUDE),
+     _UNSAFE),
+    # Converted by something else: the dataclass stays one.
+    (_ub_walker('flax.serialization.to_state_dict(tree)',
+                'jax.device_get(tree)'), _UNSAFE),
+    # The conversion asked of something else than the node itself.
+    (_ub_walker('to_state_dict(tree)', 'to_state_dict(tree or {})'), None),
+    # More in the prelude's branch, or an `else`.
+    (_ub_walker('    tree = flax', '    tree is None\n    tree = flax'),
+     _UNSAFE),
+    (_ub_walker(_PRELUDE, _PRELUDE + '  else:\n'
+                '    tree = jax.device_get(tree)\n'), _UNSAFE),
+    # The name bound again later (here by the loop).
+    (_ub_walker('for key in keys:', 'for key in keys:\n      tree = '
+                'jax.device_get(tree)'), _UNSAFE),
+    # dataclasses.asdict is no tree function: no walker (as before).
+    (_ub_walker('flax.serialization.to_state_dict(tree)',
+                'dataclasses.asdict(tree)'), None),
+    (_ITEMS_WALKER, _UNSAFE),  # entries by .items(), leaves returned
     # No recursion: it walks nothing.
     (_ITEMS_WALKER.replace('leaves(child, prefix + (key,))', '[child]'),
-     False),
+     None),
     # No kind test: every node would be taken apart alike, dicts or not.
     (_ITEMS_WALKER.replace('isinstance(node, (dict, flax.core.FrozenDict))',
-                           'node'), False),
+                           'node'), None),
     # An entry read by a constant key: the Optimizer's own.
     (_ITEMS_WALKER.replace('return [(prefix, node)]',
-                           "return [(prefix, node['target'])]"), False),
+                           "return [(prefix, node['target'])]"), None),
 ])
 def test_the_walker_shape(source, walks):
   tree = ast.parse(source)
   names = _names.ModuleNames(tree, path='lib.py')
   function = [n for n in tree.body if isinstance(n, ast.FunctionDef)][0]
   parameter = _names.parameter_names(function)[0]
-  assumption = _tree_walkers.walker_assumption(
-      function, names, parameter, _legacy_trees._TREE_CALLS)
-  assert (assumption is not None) == walks, assumption
-  if walks:
-    assert assumption.startswith(f'{function.name}() (lib.py:')
+  walker = _tree_walkers.walker(function, names, parameter,
+                                _legacy_trees._TREE_CALLS)
+  assert (walker and (_PROVEN if walker.proven else _UNSAFE)) == walks, (
+      walker)
+  if walker is None:
+    return
+  assert walker.grounds.startswith(f'{function.name}() (lib.py:')
+  # The unsafe ones keep their assumption word for word.
+  assert (' is taken for a generic tree walker: ' in walker.grounds) == (
+      not walker.proven)
+  assert (' replaces a dataclass node by ' in walker.grounds) == (
+      walker.proven)

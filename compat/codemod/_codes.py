@@ -43,12 +43,16 @@ REMOVED_APIS = PREFIX + '2'  # the prefix of the other removed APIs' codes
 _OTHER_REMOVAL = _BY_CONSTRUCT[_rule_table.REMOVED_API].code
 _CODE = re.compile(rf'^{PREFIX}\d*$')
 
-# The fixes resting on an assumption (the table's ``FIXES``: applicability,
-# why the place holds the flow without the fix, what the fix assumes).
+# The fixes resting on an assumption or a proof (the table's ``FIXES``:
+# applicability, why the place holds the flow without the fix, what the fix
+# assumes or what is proven).
 GENERIC_TREE_WALKER = _rule_table.GENERIC_TREE_WALKER
+GENERIC_TREE_WALKER_STATE_DICT = _rule_table.GENERIC_TREE_WALKER_STATE_DICT
 DECORATED_FACTORY = _rule_table.DECORATED_FACTORY
 HIDDEN_FIX_REASON = _rule_table.HIDDEN_FIX_REASON
 unsafe_assumption = _rule_table.unsafe_assumption
+proven_grounds = _rule_table.proven_grounds
+PROVEN_FIX_NOTE = _rule_table.PROVEN_FIX_NOTE
 fix_why = _rule_table.fix_why
 UNSAFE_FIX_APPLIED_LINE = _rule_table.UNSAFE_FIX_APPLIED_LINE
 UNSAFE_FIXES_HIDDEN_LINE = _rule_table.UNSAFE_FIXES_HIDDEN_LINE

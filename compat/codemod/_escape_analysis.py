@@ -42,7 +42,9 @@ A dict saved or loaded as a tree through a generic tree walker
 (``_tree_walkers``) is followed only on an assumption: that place is an
 ``Escape`` with the assumption, an *unsafe fix* the planner applies only
 where asked (``migrate --unsafe-fixes``; ruff's ``Applicability::Unsafe``),
-and otherwise reports as available.
+and otherwise reports as available. A walker proven to walk the tree as the
+Optimizer (it first turns a dataclass node into its state dict) is no
+assumption and no escape: the planner applies that safe fix and notes it.
 
 Stdlib only.
 """

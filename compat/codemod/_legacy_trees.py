@@ -37,7 +37,9 @@ fails the above only as a generic tree walker of its parameter
 (``_tree_walkers``: kind tests, entries, recursion, leaves given back) is
 passed on an assumption: the verdict holds and names it
 (``_Verdict.assumptions``), and ``_escape_analysis`` makes it an unsafe
-fix. Stdlib only.
+fix; where the walker first turns a dataclass node into its state dict,
+that it walks the tree as the Optimizer is proven, and the verdict names it
+among what it proves (``_Verdict.proven``: a safe fix, noted). Stdlib only.
 """
 
 import ast
@@ -100,12 +102,16 @@ class _Verdict(NamedTuple):
   # What ``display`` rests on beside what is proven: a generic tree walker
   # the tree goes through (``_tree_walkers``), one text each.
   assumptions: tuple = ()
+  # The generic tree walkers it goes through that are proven to walk it as
+  # the Optimizer: what is proven of each, one text each.
+  proven: tuple = ()
 
 
 class _Answer(NamedTuple):
   """Whether a function takes a parameter only as a tree."""
   why: Optional[str]
   assumptions: tuple = ()
+  proven: tuple = ()
 
 
 def entry_of(value, parent, grandparent) -> Optional[tuple]:
@@ -171,6 +177,7 @@ class _Uses:
     self.seeds = seeds  # the expressions the tree starts as
     self.loaded_back: list = []
     self.assumptions: list = []  # generic walkers taken on trust
+    self.proven: list = []  # generic walkers proven (``_tree_walkers``)
     self.derived: set = set(derived)  # names made from the tree
     self.nested = {n.name: n for n in self.own
                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -427,12 +434,14 @@ class _Uses:
                                             self.key, self.depth + 1)
     if answer.why is None:
       self.assumptions += answer.assumptions
+      self.proven += answer.proven
       return None
-    # Not proven a tree's: a generic walker of it is taken on trust.
-    assumption = _tree_walkers.walker_assumption(definition, names,
-                                                 parameter, _TREE_CALLS)
-    if assumption is not None:
-      self.assumptions.append(assumption)
+    # Not proven a tree's: a generic walker of it is taken on trust, or
+    # proven where it first turns a dataclass into its state dict.
+    walker = _tree_walkers.walker(definition, names, parameter, _TREE_CALLS)
+    if walker is not None:
+      (self.proven if walker.proven else self.assumptions).append(
+          walker.grounds)
       return None
     return f'in {definition.name}(): {answer.why}'
 
@@ -474,7 +483,8 @@ class Checker:
       # tree_unflatten(...)`` in a loader): each of its reads is checked.
       uses = _Uses(self, definition, names, [], key, depth, False,
                    derived=(parameter,))
-      answer = _Answer(uses.problem(), tuple(uses.assumptions))
+      answer = _Answer(uses.problem(), tuple(uses.assumptions),
+                       tuple(uses.proven))
     finally:
       self._open.discard(marker)
     if not self._open:  # not resting on a question still open
@@ -510,7 +520,8 @@ class Checker:
       if why:
         return _Verdict(None, why)
     return _Verdict(Display(value, key, loaded_back), None,
-                    tuple(dict.fromkeys(uses.assumptions)))
+                    tuple(dict.fromkeys(uses.assumptions)),
+                    tuple(dict.fromkeys(uses.proven)))
 
 
 def assigned_names(parents, read) -> list:

@@ -294,6 +294,12 @@ class PlanUses(_plan_rules.PlanRules):
     for read in verdict.display.loaded_back:
       self.edit(read, f'{_RULES}.from_legacy_tree({template}, '
                 '{read})', 'checkpoint', read=read)
+    # A walker proven to walk the tree as the Optimizer: noted where the
+    # flow migrates (a safe fix, with what is proven).
+    self.proven_fixes += [_plan_records.Leftover(
+        node.lineno, _plan_records.ESCAPE, self._line(node.lineno),
+        _codes.PROVEN_FIX_NOTE.format(grounds=grounds))
+                          for grounds in verdict.proven]
 
   def _plan_helper_call(self, call, passes) -> Optional[str]:
     """``call`` gives optimizers to a function of the user's that only

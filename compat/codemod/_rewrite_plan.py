@@ -161,6 +161,9 @@ class Planner(_plan_imports.PlanImports):
     # Lines whose checkpoint call keeps or reads flax.optim's layout
     # (``_state_layout``, ``_restores``): no checkpoint note there.
     self.legacy_layout_lines: set[int] = set()
+    # The notes of the safe fixes planned (``_plan_uses``): kept where the
+    # flow migrates.
+    self.proven_fixes: list = []
     # (call, why) of each restore of the flow left as it is (``_restores``):
     # noted where the flow migrates.
     self.restores_left: list = []
@@ -264,6 +267,7 @@ class Planner(_plan_imports.PlanImports):
 
   def _plan_migrated_notes(self, flow_edits):
     """The notes and import removals of a flow that migrates."""
+    self.notes += self.proven_fixes
     self.notes += [Leftover(
         node.lineno, 'optimizer_def_subclass', self._line(node.lineno),
         _user_rules.PORT_NOTE.format(module=RULES_MODULE,

@@ -22,6 +22,15 @@ it walks it the same way. That it does is what a migration through it
 the code, but what the kinds it tests answer, and where the leaves it gives
 back go, is the program's.
 
+Except where it is proven (a safe fix, ``Walker.proven``): the walker's
+first statement that names its parameter is the prelude above, ``if
+dataclasses.is_dataclass(node): node = flax.serialization.to_state_dict(
+node)`` (nothing else in it, no ``else``), and no other statement binds
+the name. Both the Optimizer and ``legacy_tree(...)`` are dataclasses and
+their state dicts are equal (tests/test_legacy_tree.py asserts both), so
+from the prelude on the walker holds the same value for either, and gives
+back the same names and leaves.
+
 A parameter's walker shape, in the function's own scope (its node names:
 the parameter, a name rebound from it through a tree function, the entries
 it iterates):
@@ -46,7 +55,7 @@ nothing. Stdlib only.
 
 import ast
 import posixpath
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from compat.codemod import _codes
 from compat.codemod import _names
@@ -61,9 +70,17 @@ _KIND_CLASSES = frozenset((
     'typing.Dict', 'collections.OrderedDict', 'flax.core.FrozenDict',
     'flax.core.frozen_dict.FrozenDict', 'numpy.ndarray', 'jax.Array',
     'jax.numpy.ndarray'))
-_KIND_TESTS = frozenset(('dataclasses.is_dataclass',))
+# The prelude that makes a walker proven (``_state_dict_first``).
+_IS_DATACLASS = 'dataclasses.is_dataclass'
+_TO_STATE_DICT = 'flax.serialization.to_state_dict'
+_KIND_TESTS = frozenset((_IS_DATACLASS,))
 _ENTRY_METHODS = frozenset(('keys', 'items', 'values'))
 _ENTRY_FUNCTIONS = frozenset(('sorted', 'len', 'list', 'reversed'))
+# The string fields of the nodes that bind a name by them.
+_BINDING_FIELDS = {
+    'ExceptHandler': ('name',), 'FunctionDef': ('name',),
+    'AsyncFunctionDef': ('name',), 'ClassDef': ('name',),
+    'MatchAs': ('name',), 'MatchStar': ('name',), 'MatchMapping': ('rest',)}
 
 
 
@@ -213,13 +230,21 @@ class _Shape:
     return self._resolved(node) in _KIND_CLASSES
 
 
-def walker_assumption(definition, names, parameter,
-                      tree_calls) -> Optional[str]:
-  """The assumption a migration makes in passing a tree to ``parameter``
-  of ``definition`` (a module function of the module ``names`` reads),
-  where the function is a generic tree walker of it; None where it is
-  not. ``tree_calls``: the dotted names of the functions that take a tree
-  apart or rebuild it and do nothing else with its nodes."""
+class Walker(NamedTuple):
+  """A function found a generic tree walker of a parameter."""
+  # It first replaces a dataclass node by its state dict
+  # (``_state_dict_first``): the fix through it is proven (SAFE), not
+  # assumed (UNSAFE).
+  proven: bool
+  grounds: str  # what is proven, or what is assumed (the report's sentence)
+
+
+def walker(definition, names, parameter, tree_calls) -> Optional[Walker]:
+  """``definition`` (a module function of the module ``names`` reads) as a
+  generic tree walker of its ``parameter``, where a migration passes a tree
+  there; None where it is not one. ``tree_calls``: the dotted names of the
+  functions that take a tree apart or rebuild it and do nothing else with
+  its nodes."""
   if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
       parameter not in _names.parameter_names(definition)):
     return None
@@ -227,5 +252,74 @@ def walker_assumption(definition, names, parameter,
     return None
   where = f'{posixpath.normpath(names.path or "<module>")}:' + str(
       definition.lineno)
-  return _codes.unsafe_assumption(_codes.GENERIC_TREE_WALKER,
-                                  name=definition.name, where=where)
+  if _state_dict_first(definition, names, parameter):
+    return Walker(True, _codes.proven_grounds(
+        _codes.GENERIC_TREE_WALKER_STATE_DICT, name=definition.name,
+        where=where))
+  return Walker(False, _codes.unsafe_assumption(
+      _codes.GENERIC_TREE_WALKER, name=definition.name, where=where))
+
+
+def _state_dict_first(definition, names, parameter) -> bool:
+  """The walker's first statement that names ``parameter`` is ``if
+  dataclasses.is_dataclass(node): node = to_state_dict(node)`` (flax's),
+  and nothing else binds the name: whatever it is given, the Optimizer or
+  the tree standing for it (dataclasses both, with equal state dicts), no
+  later operation of it meets the dataclass, only the equal state dict."""
+  for statement in definition.body:
+    if _is_state_dict_prelude(statement, names, parameter):
+      break
+    if parameter in _named(statement):
+      return False  # read (or bound) before it is converted
+  else:
+    return False
+  # The prelude's own binding is the only one (nested scopes included:
+  # one that binds the name is not told apart from one that does not).
+  return sum(parameter in _bound(node) for statement in definition.body
+             for node in ast.walk(statement)) == 1
+
+
+def _is_state_dict_prelude(statement, names, parameter) -> bool:
+  """``if dataclasses.is_dataclass(p): p = flax.serialization.
+  to_state_dict(p)``, nothing else in either branch."""
+  if not isinstance(statement, ast.If) or statement.orelse or len(
+      statement.body) != 1:
+    return False
+  (assign,) = statement.body
+  return _called_on(statement.test, names, _IS_DATACLASS, parameter) and (
+      isinstance(assign, ast.Assign)) and len(assign.targets) == 1 and (
+          _is_name(assign.targets[0], parameter)) and _called_on(
+              assign.value, names, _TO_STATE_DICT, parameter)
+
+
+def _called_on(node, names, function, parameter) -> bool:
+  """``node`` is ``function(parameter)``, one argument, no keyword."""
+  return isinstance(node, ast.Call) and names.resolve(node.func) == (
+      function) and len(node.args) == 1 and not node.keywords and (
+          _is_name(node.args[0], parameter))
+
+
+def _is_name(node, name) -> bool:
+  return isinstance(node, ast.Name) and node.id == name
+
+
+def _named(statement) -> set:
+  """Every name ``statement`` reads or binds, nested scopes included."""
+  return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} | {
+      name for node in ast.walk(statement) for name in _bound(node)}
+
+
+def _bound(node) -> tuple:
+  """The names ``node`` itself binds (a store or ``del`` of a name, an
+  ``except ... as``, an import, a definition, an argument, a match
+  capture)."""
+  if isinstance(node, ast.Name):
+    return () if isinstance(node.ctx, ast.Load) else (node.id,)
+  if isinstance(node, ast.alias):
+    return (node.asname or node.name.split('.')[0],)
+  if isinstance(node, ast.arg):
+    return (node.arg,)
+  return tuple(name for name in (
+      getattr(node, field, None)
+      for field in _BINDING_FIELDS.get(type(node).__name__, ()))
+               if isinstance(name, str))
