@@ -27,9 +27,12 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import io
+import itertools
 import os
 import pathlib
 import pickle
+import shutil
 import sys
 import types
 from unittest import mock
@@ -1302,13 +1305,182 @@ def _ble():
   return _ble_run('train', os.path.abspath('no-checkpoints'))
 
 
+# ub's deterministic ViT (baselines/jft/deterministic.py) and its
+# checkpoint_utils, small: 4 images of 8x8x3 a batch, 3 classes, Adam with
+# flax.optim's own weight decay besides ub's (config.weight_decay), global
+# gradient clipping and ub's warmup+linear learning-rate schedule.
+_UB_BATCH = 4
+_UB_CLASSES = 3
+
+
+class _UbBatches:
+  """The training set as ``deterministic.main`` reads it: its image spec
+  (the model's input shape) and ``skip`` (a resumed run skips the steps
+  its checkpoint holds); batch ``k`` (local devices first) is drawn from
+  seed ``k``, so a resumed run sees the batches the first one would."""
+
+  element_spec = {'image': types.SimpleNamespace(
+      shape=(1, _UB_BATCH, 8, 8, 3))}
+
+  def __init__(self, start=0):
+    self.start = start
+
+  def skip(self, count):
+    return _UbBatches(self.start + count)
+
+  def __iter__(self):
+    for index in itertools.count(self.start):
+      rng = np.random.RandomState(index)
+      yield {'image': rng.rand(1, _UB_BATCH, 8, 8, 3).astype(np.float32),
+             'labels': np.eye(_UB_CLASSES, dtype=np.float32)[
+                 rng.randint(0, _UB_CLASSES, (1, _UB_BATCH))]}
+
+
+def _ub_vision_transformer(num_classes, hidden_size):
+  """``ub.models.vision_transformer`` as main calls it, small: the model
+  (uncertainty_baselines' package, outside the corpus's paths, with no
+  flax.optim code) is served to both copies alike. Like ub's ViT it
+  returns the logits and its outputs (``pre_logits``), takes ``train``
+  and drops out with the ``dropout`` key."""
+  import flax.linen as nn  # noqa: PLC0415 - after the stand-ins
+
+  class TinyViT(nn.Module):
+    @nn.compact
+    def __call__(self, images, train):
+      x = nn.Dense(hidden_size, name='embedding')(
+          images.reshape((images.shape[0], -1)))
+      x = nn.Dropout(0.1, deterministic=not train)(nn.gelu(x))
+      pre_logits = nn.tanh(nn.Dense(hidden_size, name='pre_logits')(x))
+      return (nn.Dense(num_classes, name='head')(pre_logits),
+              {'pre_logits': pre_logits})
+
+  return TinyViT()
+
+
+class _UbGFile(io.FileIO):
+  """tensorflow's ``gfile.GFile`` as checkpoint_utils reads it (its
+  ``size``, for its reads in parallel), on Python's files."""
+
+  def size(self):
+    return os.fstat(self.fileno()).st_size
+
+
+def _ub_gfile_rename(source, target, overwrite=False):
+  assert overwrite, 'checkpoint_utils renames over its checkpoint'
+  os.replace(source, target)
+
+
+def _ub_config(mode):
+  """A small config in ub's fields (its experiments' Adam pre-training
+  ones). A checkpointing run stops after ``STEPS`` steps at its
+  ``testing_failure_step`` (ub's simulated preemption) with a checkpoint
+  of that step; run again, it resumes from it and trains to its end."""
+  import ml_collections  # noqa: PLC0415 - after the stand-ins
+  config = ml_collections.ConfigDict(dict(
+      seed=0, dataset='synthetic', train_split='train', val_split='val',
+      pp_train='', pp_eval='', shuffle_buffer_size=1, batch_size=_UB_BATCH,
+      num_classes=_UB_CLASSES, init_head_bias=-2.0,
+      model=dict(hidden_size=8), optim_name='Adam',
+      optim=dict(beta1=0.9, beta2=0.999, weight_decay=0.03),
+      weight_decay=0.1, grad_clip_norm=1.0,
+      lr=dict(base=0.01, warmup_steps=2, decay_type='linear',
+              linear_end=1e-5),
+      total_steps=STEPS))
+  if mode != 'train':
+    config.total_steps = 2 * STEPS
+    config.checkpoint_steps = STEPS
+    config.testing_failure_step = STEPS
+  return config
+
+
+def _ub_main(config, directory):
+  """``deterministic.main``'s statements from its seed to the last before
+  its training loop (``output_dir``: ``directory``): the optimizer's
+  creation, its pmapped ``update_fn``, ``maybe_load_checkpoint`` (a resume
+  where ``directory`` holds its checkpoint), the dataset's and learning
+  rates' iterators from the step restored. Its input pipeline serves
+  ``_UbBatches``; tensorflow's gfile, checkpoint_utils' file access, is
+  served on Python's files. Returns the module and main's locals."""
+  import multiprocessing.pool  # noqa: PLC0415, F401 - main's ThreadPool
+  # al_utils subclasses clu's DatasetBuilder (a protocol): a stand-in's
+  # mock as a base class would make a mock of the class, not a class.
+  importlib.import_module('clu.deterministic_data').DatasetBuilder = type(
+      'DatasetBuilder', (), {})
+  deterministic = importlib.import_module('deterministic')
+  deterministic.ub.models.vision_transformer = _ub_vision_transformer
+  deterministic.checkpoint_utils.gfile = types.SimpleNamespace(
+      GFile=_UbGFile, exists=os.path.exists, rename=_ub_gfile_rename)
+  deterministic.input_utils.get_data = lambda **_: _UbBatches()
+  deterministic.input_utils.get_num_examples = lambda *_, **__: 64
+  return deterministic, _v033_driver.example_statements(
+      deterministic, 'main', 'seed', 'fewshot_results', config=config,
+      output_dir=directory)
+
+
+def _ub_steps(deterministic, main):
+  """main's training loop over ``main``'s locals, as its loop calls them:
+  ``update_fn`` on the next batch and learning rate, then its checkpoint
+  block where its ``itstime`` says (the save through main's
+  ``ThreadPool``, waited for), to its last step or its
+  ``testing_failure_step``; its pool closed as main ends. Each step's
+  params, measurements and loop key."""
+  from flax import jax_utils  # noqa: PLC0415 - after the stand-ins
+  config, total_steps = main['config'], main['total_steps']
+  for step in range(main['first_step'] + 1, total_steps + 1):
+    batch = next(main['train_iter'])
+    main['opt_repl'], main['train_loop_rngs'], measurements = main[
+        'update_fn'](main['opt_repl'], next(main['lr_iter']),
+                     batch['image'], batch['labels'],
+                     rng=main['train_loop_rngs'])
+    if deterministic.train_utils.itstime(
+        step, config.get('checkpoint_steps'), total_steps, process=0):
+      main['checkpoint_writer'] = _v033_driver.example_block(
+          deterministic, 'main', 'checkpoint_utils.CheckpointData(',
+          **{**main, 'step': step})['checkpoint_writer']
+      main['checkpoint_writer'].get()
+    yield (_v033_driver.params_of(jax_utils.unreplicate(main['opt_repl'])),
+           {'measurements': jax_utils.unreplicate(measurements),
+            'rngs': main['train_loop_rngs']})
+    if config.get('testing_failure_step') == step:
+      break
+  main['pool'].close()  # as main ends
+  main['pool'].join()
+
+
+def _ub_run(mode, directory):
+  """ub's own preemption and resume: ``save``: main runs ``STEPS`` steps
+  (not compared) and stops with its checkpoint in ``directory``, which
+  the original resumes from by itself in a copy (``continued``);
+  ``restore``: main resumes from ``directory``'s checkpoint. Then
+  ``STEPS`` steps, and after a resume ``(FINAL, its optimizer)``. All of
+  the run's state (optimizer, loop key, the dataset's position) goes
+  through ub's checkpoint: the harness carries nothing."""
+  from flax import jax_utils  # noqa: PLC0415 - after the stand-ins
+  config = _ub_config(mode)
+  if mode == 'save':
+    for _ in _ub_steps(*_ub_main(config, directory)):
+      pass
+    continued = os.path.join(directory, 'continued')
+    os.mkdir(continued)
+    shutil.copy(os.path.join(directory, 'checkpoint.npz'), continued)
+    directory = continued
+  deterministic, main = _ub_main(config, directory)
+  yield from _ub_steps(deterministic, main)
+  if mode != 'train':
+    yield _v033_driver.FINAL, jax_utils.unreplicate(main['opt_repl'])
+
+
+def _ub():
+  return _ub_run('train', os.path.abspath('no-checkpoints'))
+
+
 RESUME = {'ble': _ble_run, 'dopamine': _dopamine_run,
           'hypernerf': _hypernerf_run, 'jax_rl': _jax_rl_run,
           'jaxrl': _jaxrl_run, 'l2p': _l2p_resume,
           'mipnerf': _mipnerf_resume, 'nerfies': _nerfies_run,
           'nested': _nested_resume,
           'scenic': _scenic_resume, 'score_sde': _score_sde_run,
-          'vit': _vit_resume}
+          'ub': _ub_run, 'vit': _vit_resume}
 
 # nerfies' and hypernerf's data pipelines and visualisation.
 _NERF_STAND_INS = ('tensorflow', 'cv2', 'imageio', 'matplotlib', 'PIL', 'tqdm')
@@ -1366,6 +1538,13 @@ RECIPES = {
             'discrete_domains', 'discrete_domains.atari_lib',
             'replay_memory', 'replay_memory.circular_replay_buffer',
             'replay_memory.prioritized_replay_buffer')), _dopamine),
+    # Data pipelines, evaluation metrics and logging: tensorflow (and its
+    # gfile, served by _ub_main), tensorflow_datasets, clu, robustness
+    # metrics, sklearn (OOD metrics); uncertainty_baselines' package (its
+    # models, one served by _ub_main, and its datasets).
+    'ub': (('baselines/jft',), ('tensorflow', 'tensorflow_datasets', 'clu',
+                                'robustness_metrics', 'sklearn',
+                                'uncertainty_baselines'), (), _ub),
 }
 
 

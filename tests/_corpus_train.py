@@ -21,18 +21,25 @@ import numpy as np
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
 RESUMES = ('ble', 'dopamine', 'hypernerf', 'jax_rl', 'jaxrl', 'l2p', 'mipnerf',
-           'nerfies', 'nested', 'scenic', 'score_sde', 'vit')
+           'nerfies', 'nested', 'scenic', 'score_sde', 'ub', 'vit')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
 RUNS = {'ble': 'balloon_learning_environment/generative/',
         'dopamine': 'dopamine/jax/', 'hypernerf': '', 'jax_rl': 'jax_rl/',
         'jaxrl': '', 'l2p': '', 'mipnerf': '', 'nerfies': '', 'nested': '',
-        'scenic': 'scenic/train_lib/', 'score_sde': '', 'vit': 'vit_jax/'}
+        'scenic': 'scenic/train_lib/', 'score_sde': '',
+        'ub': 'baselines/jft/', 'vit': 'vit_jax/'}
 # Repositories whose recipe runs ``migrate --unsafe-fixes``'s output: its
 # exact tier keeps them whole (dopamine's optimizer definitions come from a
-# ``@gin.configurable`` factory, which a gin config could call), and the
-# assumption its unsafe fix rests on holds in the recipe (no gin config).
-UNSAFE_FIXES = ('dopamine',)
+# ``@gin.configurable`` factory, which a gin config could call; ub's
+# checkpoint helpers name the optimizer's leaves with a walker of their own,
+# ``_traverse_with_names``), and the assumption its unsafe fix rests on
+# holds in the recipe (no gin config; ub's walker names
+# ``legacy_tree(state)``'s leaves as it named the Optimizer's: its resume
+# test restores the original's checkpoint through it). Should the exact
+# tier prove ub's walker, its output is this one: the recipe holds either
+# way.
+UNSAFE_FIXES = ('dopamine', 'ub')
 # Repository -> removed APIs next to flax.optim (as migrate's report names
 # them) that migrate leaves in its RUNS subdirectory and that its recipe
 # serves to both copies alike (tests/_corpus_driver.py says how): those
@@ -40,8 +47,11 @@ UNSAFE_FIXES = ('dopamine',)
 SERVED = {'scenic': ('flax.core.pop(variables, key)',)}
 # Files there whose leftovers the recipe never runs: score_sde's
 # noise-conditional WideResNet (a classifier for controllable sampling,
-# imported) is flax.nn, out of migrate's scope.
-NOT_RUN = {'score_sde': ('models/wideresnet_noise_conditional.py:',)}
+# imported) is flax.nn, out of migrate's scope; ub's plex fine-tuning sweep
+# (a config nothing imports) does not parse as published (an ``if`` with no
+# body).
+NOT_RUN = {'score_sde': ('models/wideresnet_noise_conditional.py:',),
+           'ub': ('baselines/jft/experiments/vit_l32_plex_finetune.py:',)}
 
 
 def blocking(name, problems) -> list:
