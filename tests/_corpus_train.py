@@ -31,15 +31,10 @@ RUNS = {'ble': 'balloon_learning_environment/generative/',
         'ub': 'baselines/jft/', 'vit': 'vit_jax/'}
 # Repositories whose recipe runs ``migrate --unsafe-fixes``'s output: its
 # exact tier keeps them whole (dopamine's optimizer definitions come from a
-# ``@gin.configurable`` factory, which a gin config could call; ub's
-# checkpoint helpers name the optimizer's leaves with a walker of their own,
-# ``_traverse_with_names``), and the assumption its unsafe fix rests on
-# holds in the recipe (no gin config; ub's walker names
-# ``legacy_tree(state)``'s leaves as it named the Optimizer's: its resume
-# test restores the original's checkpoint through it). Should the exact
-# tier prove ub's walker, its output is this one: the recipe holds either
-# way.
-UNSAFE_FIXES = ('dopamine', 'ub')
+# ``@gin.configurable`` factory, which a gin config could call), and the
+# assumption its unsafe fix rests on holds in the recipe (no gin config).
+# (ub's checkpoint walker is a proven fix: its exact tier is the output.)
+UNSAFE_FIXES = ('dopamine',)
 # Repository -> removed APIs next to flax.optim (as migrate's report names
 # them) that migrate leaves in its RUNS subdirectory and that its recipe
 # serves to both copies alike (tests/_corpus_driver.py says how): those
