@@ -1474,9 +1474,131 @@ def _ub():
   return _ub_run('train', os.path.abspath('no-checkpoints'))
 
 
+# jax3d's NeSF NeRF trainer (jax3d/projects/nesf: its TrainState dataclass
+# holds the optimizer, which its own checkpoint functions save and restore),
+# small: a NeRF MLP 2 deep and 8 wide, 4 coarse and 4 fine samples a ray, no
+# semantic head, 8 rays a step on one device. mobilenerf, which pickles its
+# optimizer, is held by migrate; its trainers are not run.
+_JAX3D_RAYS = 8
+_JAX3D_LIB = 'jax3d.projects.nesf.nerfstatic'
+
+
+def _tf_dataset_a_class():
+  """The tensorflow stand-in's ``tf.data.Dataset`` made a class of its
+  own: jax3d's tree functions (``zeros_like``, ``shape_dtype_like``) ask
+  ``isinstance(leaf, tf.data.Dataset)`` of every leaf, which a mock
+  refuses; no value the recipe holds is one."""
+  tensorflow = importlib.import_module('tensorflow')
+  tensorflow.data.Dataset = type('Dataset', (), {})
+
+
+def _jax3d_setup(directory):
+  """train_lib, its ``ConfigParams`` (small, checkpoints under
+  ``directory``) and ``train``'s statements from the model's init to
+  ``train_pstep`` (the optimizer's creation and its TrainState among
+  them); its random state as ``train`` forks it."""
+  from flax import io as flax_io  # noqa: PLC0415 - after the stand-ins
+  # flax.io took the tensorflow stand-in for gfile: back to Python's files,
+  # where the checkpoints are, and to the error flax.io takes without
+  # tensorflow for a directory not there yet (the first save's, which flax
+  # makes then; the stand-in's mock is no exception class).
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  flax_io.NotFoundError = FileNotFoundError
+  _tf_dataset_a_class()
+  train_lib = importlib.import_module(f'{_JAX3D_LIB}.train_lib')
+  models = importlib.import_module(f'{_JAX3D_LIB}.models.models')
+  config = importlib.import_module(f'{_JAX3D_LIB}.utils.config')
+  datasets = importlib.import_module(f'{_JAX3D_LIB}.datasets')
+  params = config.ConfigParams(
+      # One scene, its data never read (the batches are synthetic).
+      datasets=datasets.DatasetParams(data_dir=directory,
+                                      batch_size=_JAX3D_RAYS),
+      models=models.NerfParams(
+          net_depth=2, net_width=8, net_depth_condition=1,
+          net_width_condition=4, skip_layer=1, max_deg_point=2, deg_view=1,
+          num_coarse_samples=4, num_fine_samples=4),
+      train=config.TrainParams(
+          train_dir=directory, train_steps=20, lr_init=1e-2, lr_final=1e-3,
+          lr_delay_steps=2, lr_delay_mult=0.1, clip_grads_by_norm=1.,
+          weight_decay_mult=1))
+  rng = train_lib.jax3d.RandomState(params.train.random_seed)
+  created = _v033_driver.example_statements(
+      train_lib, 'train', 'initialized_model', 'model', params=params,
+      rng=rng, placeholder_batch=None)
+  created = _v033_driver.example_statements(
+      train_lib, 'train', 'optimizer', 'train_pstep', params=params,
+      initialized_model=created['initialized_model'],
+      model=created['model'], max_steps=params.train.train_steps)
+  return train_lib, params, rng, created
+
+
+def _jax3d_batch(train_lib, rng):
+  """Synthetic rays of one scene, drawn from ``rng``, as its dataset
+  yields them to ``train_pstep`` (a leading device axis)."""
+  import jax  # noqa: PLC0415 - after the stand-ins
+  shapes = train_lib.types.Batch.as_types(
+      target_batch_shape=(1, _JAX3D_RAYS))
+
+  def draw(spec):
+    if np.issubdtype(spec.dtype, np.integer):
+      return np.zeros(spec.shape, spec.dtype)
+    return rng.rand(*spec.shape).astype(spec.dtype)
+  return jax.tree_util.tree_map(draw, train_lib.jax3d.shape_dtype_like(shapes))
+
+
+def _jax3d_run(mode, directory):
+  """jax3d's NeRF training (``_v033_driver.train_save_resume``'s ``mode``):
+  ``train``'s own restore statements (its ``restore_opt_checkpoint``, the
+  step it resumes at, the replication), then its loop's train step as the
+  loop calls it (its keys folded from the step; logging and the dataset
+  iterator left out); its own save (the loop's ``save_every`` block, the
+  step just trained, no dataset state: the batches are the harness's)."""
+  from flax import jax_utils  # noqa: PLC0415 - after the stand-ins
+  import jax  # noqa: PLC0415 - after the stand-ins
+  train_lib, params, rng, created = _jax3d_setup(directory)
+  save_dir = train_lib.train_utils.checkpoint_dir(params)
+  resumed = _v033_driver.example_statements(
+      train_lib, 'train', 'state', 'init_step',
+      containing='restore_opt_checkpoint', state=created['state'],
+      save_dir=save_dir)
+  replicated = _v033_driver.example_statements(
+      train_lib, 'train', 'state', 'n_local_devices', containing='replicate',
+      state=resumed['state'])
+  state, step = replicated['state'], int(resumed['init_step'])
+  rng.fold_in(jax.process_index())
+  carry = {'rng': np.random.RandomState(0)}
+
+  def steps(count):
+    nonlocal state, step
+    for _ in range(count):
+      lr = created['learning_rate_fn'](step)
+      keys = rng.fold_in_stateless(step).next(
+          replicated['n_local_devices'])
+      outputs = created['train_pstep'](
+          keys, state, _jax3d_batch(train_lib, carry['rng']), lr)
+      state = outputs.train_state
+      yield (_v033_driver.params_of(jax_utils.unreplicate(state).optimizer),
+             {'lr': lr, 'stats': jax_utils.unreplicate(outputs.stats)})
+      step += 1
+
+  def save():  # the loop's save block (not the one after the loop), at the
+    # step just trained
+    _v033_driver.example_block(
+        train_lib, 'train', 'step=step,', state=state, ds_state=None,
+        step=step - 1, save_dir=save_dir, params=params)
+
+  yield from _v033_driver.train_save_resume(
+      mode, steps, save, carry, directory,
+      lambda: jax_utils.unreplicate(state).optimizer)
+
+
+def _jax3d():
+  return _jax3d_run('train', os.path.abspath('no-checkpoints'))
+
+
 RESUME = {'ble': _ble_run, 'dopamine': _dopamine_run,
-          'hypernerf': _hypernerf_run, 'jax_rl': _jax_rl_run,
-          'jaxrl': _jaxrl_run, 'l2p': _l2p_resume,
+          'hypernerf': _hypernerf_run, 'jax3d': _jax3d_run,
+          'jax_rl': _jax_rl_run, 'jaxrl': _jaxrl_run, 'l2p': _l2p_resume,
           'mipnerf': _mipnerf_resume, 'nerfies': _nerfies_run,
           'nested': _nested_resume,
           'scenic': _scenic_resume, 'score_sde': _score_sde_run,
@@ -1545,6 +1667,15 @@ RECIPES = {
     'ub': (('baselines/jft',), ('tensorflow', 'tensorflow_datasets', 'clu',
                                 'robustness_metrics', 'sklearn',
                                 'uncertainty_baselines'), (), _ub),
+    # NeSF's data pipelines (tensorflow, tensorflow_datasets, sunds, einops),
+    # images and video (PIL, imageio, mediapy, skimage), progress bars
+    # (etils' etqdm imports tqdm), tensorflow's types in its annotations
+    # (tf.data.Dataset: _tf_dataset_a_class) and its summary writer's
+    # tensorboard; the recipe's batches are synthetic. chex, gin and etils
+    # are real.
+    'jax3d': (('.',), ('tensorflow', 'tensorflow_datasets', 'sunds', 'einops',
+                       'PIL', 'imageio', 'mediapy', 'skimage', 'tqdm'),
+              ('flax.metrics.tensorboard',), _jax3d),
 }
 
 
