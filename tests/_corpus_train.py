@@ -20,13 +20,14 @@ import numpy as np
 
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
-RESUMES = ('ble', 'dopamine', 'hypernerf', 'jax_rl', 'jaxrl', 'l2p', 'mipnerf',
-           'nerfies', 'nested', 'scenic', 'score_sde', 'vit')
+RESUMES = ('ble', 'dopamine', 'hypernerf', 'jax_rl', 'jaxrl', 'l2p', 'meliad',
+           'mipnerf', 'nerfies', 'nested', 'scenic', 'score_sde', 'vit')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
 RUNS = {'ble': 'balloon_learning_environment/generative/',
         'dopamine': 'dopamine/jax/', 'hypernerf': '', 'jax_rl': 'jax_rl/',
-        'jaxrl': '', 'l2p': '', 'mipnerf': '', 'nerfies': '', 'nested': '',
+        'jaxrl': '', 'l2p': '', 'meliad': '', 'mipnerf': '', 'nerfies': '',
+        'nested': '',
         'scenic': 'scenic/train_lib/', 'score_sde': '', 'vit': 'vit_jax/'}
 # Repositories whose recipe runs ``migrate --unsafe-fixes``'s output: its
 # exact tier keeps them whole (dopamine's optimizer definitions come from a
