@@ -1307,8 +1307,9 @@ def _ble():
 # making it smaller still: 1 layer of 2 heads of 4, embeddings of 8, a
 # vocabulary of 16; tiny_test's sequences of 256 tokens in 2 windows of
 # 128 (the XL cache, the model's state, carried from window to window and
-# step to step; its dropout tiles are 128 long), dropout on. Its trainer configures flax.optim's Adafactor (with momentum)
-# and a cosine schedule warming up over 2 steps.
+# step to step; its dropout tiles are 128 long), dropout on. Its trainer
+# configures flax.optim's Adafactor (with momentum) and a cosine schedule
+# warming up over 2 steps.
 _MELIAD_GIN = ('transformer/configs/base_htrans.gin',
                'transformer/configs/size/tiny_test.gin')
 _MELIAD_BINDINGS = (
