@@ -1596,11 +1596,96 @@ def _jax3d():
   return _jax3d_run('train', os.path.abspath('no-checkpoints'))
 
 
+# meliad's language model, small, through the repository's own gin files
+# (its base Transformer-XL config and its tiny test size) with bindings
+# making it smaller still: 1 layer of 2 heads of 4, embeddings of 8, a
+# vocabulary of 16; tiny_test's sequences of 256 tokens in 2 windows of
+# 128 (the XL cache, the model's state, carried from window to window and
+# step to step; its dropout tiles are 128 long), dropout on. Its trainer
+# configures flax.optim's Adafactor (with momentum) and a cosine schedule
+# warming up over 2 steps.
+_MELIAD_GIN = ('transformer/configs/base_htrans.gin',
+               'transformer/configs/size/tiny_test.gin')
+_MELIAD_BINDINGS = (
+    'NUM_LAYERS = 1', 'NUM_HEADS = 2', 'HEAD_DIM = 4', 'EMBED_DIM = 8',
+    'MLP_DIM = 16', 'NUM_EMBEDDINGS = 16', 'DTYPE = "float32"',
+    'training_loop.Trainer.warmup_steps = 2',
+    'training_loop.Trainer.max_scheduled_steps = 10')
+
+
+def _meliad_trainer(directory, carry):
+  """meliad's ``Trainer`` as its gin files configure it, small
+  (``_MELIAD_BINDINGS``), checkpointing in ``directory``; its training
+  data synthetic token sequences drawn from ``carry['rng']``."""
+  import flax  # noqa: PLC0415 - after the stand-ins
+  from flax import io as flax_io  # noqa: PLC0415
+  import gin  # noqa: PLC0415
+  # training_loop reads and makes its working directory through
+  # tensorflow's gfile (a stand-in): flax.io's on Python's files serves it,
+  # where the checkpoints are.
+  flax_io.set_mode(flax_io.BackendMode.DEFAULT)
+  training_loop = importlib.import_module('training_loop')
+  training_loop.gfile = flax_io
+  # initialize_model unpacks ``variables.pop("params")`` as (state,
+  # params): the flax of its time returned a FrozenDict, whose pop does
+  # that; today's returns a dict. Served to both copies alike, as scenic's.
+  flax.config.update('flax_return_frozendict', True)
+  gin.add_config_file_search_path('transformer/configs')
+  gin.parse_config_files_and_bindings(list(_MELIAD_GIN),
+                                      list(_MELIAD_BINDINGS))
+
+  def batches():
+    while True:  # (drawn when read: a restored carry is what is read)
+      rng = carry['rng']
+      yield {'targets': rng.randint(0, 16, (1, 256)).astype(np.int32),
+             'start_of_sequence': rng.rand(1) < 0.5,
+             'epoch': np.zeros(1, np.int32)}
+
+  return training_loop.Trainer(get_training_dataset_iterator=batches,
+                               workdir=directory)
+
+
+def _meliad_run(mode, directory):
+  """meliad's training (``_v033_driver.train_save_resume``'s ``mode``):
+  its Trainer's own ``initialize_model`` (the model, its optimizer from
+  the gin-configured definition, its own ``restore_checkpoint`` from
+  ``directory``: none for a new run), its train task (``run_step``: its
+  pmapped ``train_step``), the body of ``train``'s loop without tests,
+  logs and callbacks, and its own ``save_checkpoint`` at the step just
+  trained, from which ``initialize_model`` resumes at the next."""
+  from flax import jax_utils  # noqa: PLC0415 - after the stand-ins
+  carry = {'rng': np.random.RandomState(0)}
+  trainer = _meliad_trainer(directory, carry)
+  tstate, step, imodel, prngs = trainer.initialize_model()
+  task = trainer.create_training_task('train', imodel, prngs, {})
+
+  def steps(count):
+    nonlocal tstate, step
+    for _ in range(count):
+      tstate, metrics = task.run_step(tstate, task.get_next_input(), step)
+      del metrics['step_time']  # (the wall clock's)
+      single = jax_utils.unreplicate(tstate)
+      step += 1
+      yield (_v033_driver.params_of(single.optimizer),
+             {'metrics': metrics, 'state': single.state})
+
+  def save():  # train's save block, at the step just trained
+    trainer.save_checkpoint(tstate, step - 1, None)
+
+  yield from _v033_driver.train_save_resume(
+      mode, steps, save, carry, directory,
+      lambda: jax_utils.unreplicate(tstate).optimizer)
+
+
+def _meliad():
+  return _meliad_run('train', os.path.abspath('no-checkpoints'))
+
+
 RESUME = {'ble': _ble_run, 'dopamine': _dopamine_run,
           'hypernerf': _hypernerf_run, 'jax3d': _jax3d_run,
           'jax_rl': _jax_rl_run, 'jaxrl': _jaxrl_run, 'l2p': _l2p_resume,
-          'mipnerf': _mipnerf_resume, 'nerfies': _nerfies_run,
-          'nested': _nested_resume,
+          'meliad': _meliad_run, 'mipnerf': _mipnerf_resume,
+          'nerfies': _nerfies_run, 'nested': _nested_resume,
           'scenic': _scenic_resume, 'score_sde': _score_sde_run,
           'ub': _ub_run, 'vit': _vit_resume}
 
@@ -1676,6 +1761,10 @@ RECIPES = {
     'jax3d': (('.',), ('tensorflow', 'tensorflow_datasets', 'sunds', 'einops',
                        'PIL', 'imageio', 'mediapy', 'skimage', 'tqdm'),
               ('flax.metrics.tensorboard',), _jax3d),
+    # tensorflow: the trainer's gfile (served by flax.io: _meliad_trainer)
+    # and the text data pipeline's; seqio: that pipeline's vocabularies;
+    # clu: the metric writers (the recipe writes no summaries).
+    'meliad': (('.',), ('tensorflow', 'seqio', 'clu'), (), _meliad),
 }
 
 

@@ -21,14 +21,15 @@ import numpy as np
 DRIVER = os.path.join(os.path.dirname(__file__), '_corpus_driver.py')
 # Repositories with a resume recipe (tests/_corpus_driver.py's RESUME).
 RESUMES = ('ble', 'dopamine', 'hypernerf', 'jax3d', 'jax_rl', 'jaxrl', 'l2p',
-           'mipnerf', 'nerfies', 'nested', 'scenic', 'score_sde', 'ub', 'vit')
+           'meliad', 'mipnerf', 'nerfies', 'nested', 'scenic', 'score_sde',
+           'ub', 'vit')
 # Repository (tests/corpus/repos.toml's name) -> the subdirectory whose
 # files the recipe runs: what must migrate completely.
 RUNS = {'ble': 'balloon_learning_environment/generative/',
         'dopamine': 'dopamine/jax/', 'hypernerf': '',
         'jax3d': 'jax3d/projects/nesf/', 'jax_rl': 'jax_rl/',
-        'jaxrl': '', 'l2p': '', 'mipnerf': '', 'nerfies': '', 'nested': '',
-        'scenic': 'scenic/train_lib/', 'score_sde': '',
+        'jaxrl': '', 'l2p': '', 'meliad': '', 'mipnerf': '', 'nerfies': '',
+        'nested': '', 'scenic': 'scenic/train_lib/', 'score_sde': '',
         'ub': 'baselines/jft/', 'vit': 'vit_jax/'}
 # Repositories whose recipe runs ``migrate --unsafe-fixes``'s output: its
 # exact tier keeps them whole (dopamine's optimizer definitions come from a

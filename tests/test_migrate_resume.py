@@ -356,10 +356,17 @@ def test_the_migrated_program_resumes_from_the_originals_checkpoint(
     # clu's checkpoint module (TensorFlow keeps its bookkeeping only).
     monkeypatch.setitem(sys.modules, 'clu.checkpoint',
                         _clu_files.clu_checkpoint_module())
-  project, migrated, results = _migrated(
-      tmp_path, {'train.py': _HEAD + _ROUTES[route]})
+  _assert_resumes(tmp_path, {'train.py': _HEAD + _ROUTES[route]},
+                  _REWRITTEN[route])
+
+
+def _assert_resumes(tmp_path, files, rewritten):
+  """The project ``files`` migrates fully, its ``train.py`` holds
+  ``rewritten``, and its migrated program resumes from its original's
+  checkpoint as if never interrupted. Returns migrate's results."""
+  project, migrated, results = _migrated(tmp_path, files)
   _assert_fully_migrated(results)
-  assert _REWRITTEN[route] in results['train.py'].new.decode()
+  assert rewritten in results['train.py'].new.decode()
   params, batches = _data()
   whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
   whole.mkdir()
@@ -370,6 +377,66 @@ def test_the_migrated_program_resumes_from_the_originals_checkpoint(
   _assert_resumed_as_uninterrupted(old, new)
   _, again = migrate.migrate_paths([str(migrated)])
   assert all(result.new == result.old for result in again)
+  return results
+
+
+# meliad: the state class of another module, known by a module-level alias
+# of it, restored by a method of the trainer that its other method calls
+# through ``self``.
+_ALIASED_STATE_MODULE = '''from typing import Any
+
+import flax
+from flax import optim
+
+
+@flax.struct.dataclass
+class TrainState:
+  optimizer: optim.Optimizer
+  state: Any
+'''
+
+_ALIASED_STATE = _HEAD + '''import state_lib
+
+TrainState = state_lib.TrainState
+
+
+class Trainer:
+
+  def __init__(self, workdir):
+    self.workdir = workdir
+
+  def restore_checkpoint(self, train_state: TrainState) -> TrainState:
+    return checkpoints.restore_checkpoint(self.workdir, train_state)
+
+  def initialize(self, params, resume):
+    optimizer = optim.Adam(0.1, beta2=0.99).create(params)
+    tstate = TrainState(optimizer, {'cache': jnp.ones(2)})
+    if resume:
+      tstate = self.restore_checkpoint(tstate)
+    return tstate
+
+
+def train(params, batches, workdir, resume):
+  tstate = Trainer(workdir).initialize(params, resume)
+  for batch in batches:
+    tstate = TrainState(step(tstate.optimizer, batch), tstate.state)
+  checkpoints.save_checkpoint(workdir, tstate,
+                              int(tstate.optimizer.state.step), overwrite=True)
+  return tstate.optimizer, tstate.optimizer.state.step
+'''
+
+
+def test_a_state_class_known_by_a_module_alias_resumes_from_the_original(
+    tmp_path):
+  results = _assert_resumes(
+      tmp_path, {'state_lib.py': _ALIASED_STATE_MODULE,
+                 'train.py': _ALIASED_STATE},
+      'flax_optim_rules.from_either_layout(train_state, '
+      'checkpoints.restore_checkpoint(self.workdir, None))')
+  # The trainer's own restore method is no other library's restore: no
+  # note sends the user to convert files it reads.
+  assert not [note for note in results['train.py'].plan.notes
+              if note.construct == 'checkpoint'], results['train.py'].plan.notes
 
 
 _UNSEEN_RESTORES = _HEAD + '''import templates

@@ -75,10 +75,11 @@ class ClassHierarchy:
 
   def annotation_fields(self, annotation, names) -> frozenset:
     """The optimizer fields of the holder class an annotation in the module
-    of ``names`` names."""
+    of ``names`` names (itself or by a module-level alias of it,
+    ``_class_alias``)."""
     node = _names.annotated_class(names, annotation)
     return frozenset() if node is None else self.class_fields(
-        _project_index.dotted_name(node, names))
+        _project_index.dotted_name(_class_alias(names, node), names))
 
   def returned_fields(self, call, names) -> frozenset:
     """The optimizer fields of the holder class the project function
@@ -235,3 +236,45 @@ class ClassHierarchy:
           found.append(node)
           frontier.append(node)
     return found
+
+
+def _class_alias(names, node) -> ast.AST:
+  """What the name ``node`` stands for where the module of ``names`` binds
+  it once, at its top level, to another class reference (``TrainState =
+  training_task.TrainState``, a program's shorter name for the class of
+  another module), followed through aliases of aliases; else ``node``."""
+  aliases = _walk.derived(names.tree, _module_aliases)
+  seen = set()
+  while isinstance(node, ast.Name) and node.id in aliases and (
+      node.id not in seen):
+    seen.add(node.id)
+    node = aliases[node.id]
+  return node
+
+
+def _module_aliases(tree) -> dict:
+  """``{name: value}`` of the module's top-level ``name = value``
+  assignments of a name or an attribute chain whose name nothing else in
+  the module binds (no other assignment, import, definition or
+  parameter): what the name means wherever it is read."""
+  bound: dict = {}
+  for node in _walk.nodes(tree):
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+      names = [node.id]
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                           ast.ClassDef, ast.ExceptHandler)):
+      names = [node.name]
+    elif isinstance(node, ast.arg):
+      names = [node.arg]
+    elif isinstance(node, ast.alias):
+      names = [node.asname or node.name.partition('.')[0]]
+    else:
+      continue
+    for name in names:
+      bound[name] = bound.get(name, 0) + 1
+  return {statement.targets[0].id: statement.value
+          for statement in tree.body
+          if isinstance(statement, ast.Assign) and len(statement.targets) == 1
+          and isinstance(statement.targets[0], ast.Name) and isinstance(
+              statement.value, (ast.Name, ast.Attribute)) and (
+                  bound[statement.targets[0].id] == 1)}

@@ -80,6 +80,23 @@ class FlowHolding(_flow_queries.FlowQueries):
     """``call`` runs a function of this module (by name or an alias)."""
     return self._callee(call, self.scope_of(call)) is not None
 
+  def runs_own_class_method(self, call) -> bool:
+    """``call`` is ``self.method(...)`` in a method of a class of this
+    module that defines ``method`` (``self`` its instance parameter, bound
+    nowhere else in it): that class's own method, not another library's
+    (``Trainer.restore_checkpoint`` called by its ``initialize_model``)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value,
+                                                           ast.Name)):
+      return False
+    scope = self.scope_of(call)
+    owner = self._method_class.get(id(scope.node))
+    if owner is None or func.value.id != _names.instance_parameter(
+        scope.node) or len(scope.bindings.get(func.value.id, ())) != 1:
+      return False
+    return any(isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and
+               item.name == func.attr for item in owner.body)
+
   def _reaching_value(self, read, binding) -> Optional[ast.AST]:
     """The value the name ``read`` has where it is read, where one
     assignment gives it there: ``name = value`` earlier in the block of

@@ -161,7 +161,8 @@ def restore_of(planner, call) -> Optional[Restore]:
 def _project_function(planner, call) -> bool:
   model = planner.names.model
   return planner.flow.runs_module_function(call) or (
-      model is not None and model.callee(call, planner.names) is not None)
+      planner.flow.runs_own_class_method(call)) or (
+          model is not None and model.callee(call, planner.names) is not None)
 
 
 def fills_flow(planner, restore: Restore) -> bool:
