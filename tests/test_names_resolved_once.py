@@ -7,6 +7,8 @@ follows what can change it: a new or grown re-export table (the rounds of
 import ast
 
 from compat.codemod import _names
+from compat.codemod import _removals
+from compat.codemod import scan
 
 
 def _counting_look_ups(monkeypatch) -> list:
@@ -65,3 +67,34 @@ def test_an_alias_found_later_is_resolved_through(monkeypatch):
   tree.body[1].value = ast.parse('optim.Adam', mode='eval').body
   names.collect_aliases()
   assert names.resolve(read) == 'flax.optim.Adam'
+
+
+_PLANNED = '''import jax
+from flax import optim
+
+
+def train(params, grads):
+  optimizer = optim.Adam(1e-3).create(params)
+  optimizer = optimizer.apply_gradient(grads)
+  return jax.tree_map(lambda x: x, optimizer.target)
+'''
+
+
+def test_scan_and_the_plan_match_each_node_against_removals_once(
+    tmp_path, monkeypatch):
+  """The scan's walk and the plan of a module it plans ask which removed
+  API each node uses of the same names: matched once, answered twice."""
+  (tmp_path / 'train.py').write_text(_PLANNED)
+  matched = []
+  match = _removals.match
+
+  def noting(node, names):
+    matched.append(node)
+    return match(node, names)
+
+  monkeypatch.setattr(_removals, 'match', noting)
+  result = scan.scan_paths([str(tmp_path)])
+  # (planned: its plan's findings are there, and the removal's)
+  assert 'removed_api' in {f.construct for f in result.findings}
+  assert any(f.construct == 'apply_gradient' for f in result.findings)
+  assert matched and len(matched) == len(set(matched))

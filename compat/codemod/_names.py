@@ -763,6 +763,9 @@ class ModuleNames:
     # re-export table (``_resolved_for``) and bindings (aliases clear it).
     self._resolved: dict[tuple, tuple] = {}
     self._resolved_for: tuple = (None, 0)
+    # (question, node) -> ``question(node, self)`` (``answer``): cleared
+    # with ``_resolved``.
+    self._answers: dict[tuple, object] = {}
     # Module-level local name -> dotted import path (the module's imports,
     # at any depth outside functions and classes, and its aliases).
     self.bindings: dict[str, str] = {}
@@ -836,7 +839,7 @@ class ModuleNames:
         for target in node.targets:
           if isinstance(target, ast.Name):
             self.bindings[target.id] = self.aliases[target.id] = path
-            self._resolved.clear()  # (what its uses resolve to changed)
+            self._forget_resolved()  # (what its uses resolve to changed)
 
   def reference_roots(self) -> frozenset:
     """The local names a chain must start with to resolve into flax.optim:
@@ -873,11 +876,7 @@ class ModuleNames:
     it is read: at the chain's root, or at the node ``at`` (a name made up
     for the look-up, read as if in ``at``'s scope; a node of no function
     or class, or of none of the tree, reads the module's names)."""
-    table, (known, size) = self.reexports, self._resolved_for
-    if table is not known or len(table) != size:
-      # (a new or grown table: the rounds of ``project_reexports``)
-      self._resolved.clear()
-      self._resolved_for = (table, len(table))
+    self._check_table()
     found = self._resolved.get((node, at))
     if found is None:
       used, self.used_reexports = self.used_reexports, set()
@@ -889,6 +888,31 @@ class ModuleNames:
     if found[1]:
       self.used_reexports |= found[1]
     return found[0]
+
+  def answer(self, question: Callable, node):
+    """``question(node, self)``, asked once per node while what ``resolve``
+    reads stays the same (``question``: a function of the node and of
+    these names only through ``resolve`` and the re-export table, such as
+    ``_removals.match``, which the scan's walk and the plan of the same
+    module both ask of its nodes)."""
+    self._check_table()
+    key = (question, node)
+    if key in self._answers:
+      return self._answers[key]
+    found = self._answers[key] = question(node, self)
+    return found
+
+  def _check_table(self) -> None:
+    """Forgets what was resolved for another re-export table, or for this
+    one before it grew (the rounds of ``project_reexports``)."""
+    table, (known, size) = self.reexports, self._resolved_for
+    if table is not known or len(table) != size:
+      self._forget_resolved()
+      self._resolved_for = (table, len(table))
+
+  def _forget_resolved(self) -> None:
+    self._resolved.clear()
+    self._answers.clear()
 
   def _resolve(self, node, at) -> Optional[str]:
     attributes = []  # outermost first; the chain's root is read first
