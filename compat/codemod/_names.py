@@ -726,6 +726,9 @@ class InnerScopes:
     return scope
 
 
+_UNASKED = object()  # (no answer yet: None is one)
+
+
 class ModuleNames:
   """One file's imports, legacy-valued names and user OptimizerDef classes.
 
@@ -897,9 +900,9 @@ class ModuleNames:
     module both ask of its nodes)."""
     self._check_table()
     key = (question, node)
-    if key in self._answers:
-      return self._answers[key]
-    found = self._answers[key] = question(node, self)
+    found = self._answers.get(key, _UNASKED)
+    if found is _UNASKED:
+      found = self._answers[key] = question(node, self)
     return found
 
   def _check_table(self) -> None:
