@@ -879,7 +879,9 @@ class ModuleNames:
     it is read: at the chain's root, or at the node ``at`` (a name made up
     for the look-up, read as if in ``at``'s scope; a node of no function
     or class, or of none of the tree, reads the module's names)."""
-    self._check_table()
+    table, (known, size) = self.reexports, self._resolved_for
+    if table is not known or len(table) != size:  # (inline: hot)
+      self._renew(table)
     found = self._resolved.get((node, at))
     if found is None:
       used, self.used_reexports = self.used_reexports, set()
@@ -898,20 +900,21 @@ class ModuleNames:
     these names only through ``resolve`` and the re-export table, such as
     ``_removals.match``, which the scan's walk and the plan of the same
     module both ask of its nodes)."""
-    self._check_table()
+    table, (known, size) = self.reexports, self._resolved_for
+    if table is not known or len(table) != size:
+      self._renew(table)
     key = (question, node)
     found = self._answers.get(key, _UNASKED)
     if found is _UNASKED:
       found = self._answers[key] = question(node, self)
     return found
 
-  def _check_table(self) -> None:
+  def _renew(self, table: dict) -> None:
     """Forgets what was resolved for another re-export table, or for this
-    one before it grew (the rounds of ``project_reexports``)."""
-    table, (known, size) = self.reexports, self._resolved_for
-    if table is not known or len(table) != size:
-      self._forget_resolved()
-      self._resolved_for = (table, len(table))
+    one before it grew (the rounds of ``project_reexports``), for
+    ``table``."""
+    self._forget_resolved()
+    self._resolved_for = (table, len(table))
 
   def _forget_resolved(self) -> None:
     self._resolved.clear()
