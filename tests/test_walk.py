@@ -194,3 +194,44 @@ def test_references_read_the_shared_walk(name, source, monkeypatch):
     found = list(_names.references(tree, names))
   assert not walked
   assert found == expected
+
+
+_STATEMENT_KINDS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+@pytest.mark.parametrize('name, source', list(_sources()),
+                         ids=[name for name, _ in _sources()])
+def test_a_modules_statements_are_the_standard_walks_listed_once(
+    name, source, monkeypatch):
+  """``statements`` of a module: ``ast.walk``'s statements, handlers and
+  match cases, in its order; listed once per tree while its walk is kept
+  (a dozen passes of each module read them), a function's each time."""
+  del name
+  tree = ast.parse(source)
+  expected = [tree] + [n for n in ast.walk(tree)
+                       if isinstance(n, _STATEMENT_KINDS)]
+  listed = []
+  children = _walk.statement_children
+
+  def noting(node):
+    listed.append(node)
+    return children(node)
+
+  monkeypatch.setattr(_walk, 'statement_children', noting)
+  _walk.start_run()
+  try:
+    _walk.keep(tree)
+    assert list(_walk.statements(tree)) == expected
+    assert len(listed) == len(expected)
+    _walk_many_others()
+    assert list(_walk.statements(tree)) == expected
+    assert len(listed) == len(expected)
+    function = next((n for n in expected if isinstance(n, ast.FunctionDef)),
+                    None)
+    if function is not None:
+      below = [n for n in ast.walk(function)
+               if isinstance(n, _STATEMENT_KINDS)]
+      assert list(_walk.statements(function)) == below
+      assert len(listed) == len(expected) + len(below)
+  finally:
+    _walk.forget()

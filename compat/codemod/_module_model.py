@@ -66,10 +66,9 @@ class ModuleModel:
     the replicated flow's rule for ``x.replicate()`` proves nothing where
     the plain flow does not prove ``x`` (``jax_utils.replicate(state)``,
     the common one, is no root)."""
-    return any(isinstance(node, ast.Attribute) and
-               node.attr == _members.REPLICATE and
+    return any(node.attr == _members.REPLICATE and
                self.flow.is_optimizer(node.value)
-               for node in _walk.nodes(self.tree))
+               for node in _walk.nodes_of(self.tree, (ast.Attribute,)))
 
   def _proven_elsewhere(self) -> bool:
     model = self.names.model
@@ -86,8 +85,7 @@ class ModuleModel:
     model = self.names.model
     holders = model.holders if model is not None else (
         _project.holders_in(None, self.tree, self.names))
-    return [store for node in _walk.nodes(self.tree)
-            if isinstance(node, ast.Call)
+    return [store for node in _walk.nodes_of(self.tree, (ast.Call,))
             for store in _project.field_stores(node, holders)] + (
                 _project.attribute_stores(self.tree, holders))
 

@@ -15,6 +15,10 @@ from compat.codemod import _state_layout
 from compat.codemod import _walk
 
 _RULES = _plan_records.RULES_MODULE  # the module migrated code imports
+# The node classes each pass reads (``_walk.nodes_of``: filtered once per
+# tree, not each pass walking all of the module's nodes).
+_IMPORTS = (ast.Import, ast.ImportFrom)
+_REFERENCES = (ast.Name, ast.Attribute)
 
 
 class PlanImports(_plan_uses.PlanUses):
@@ -22,7 +26,7 @@ class PlanImports(_plan_uses.PlanUses):
   ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
 
   def _plan_import_removals(self):
-    for node in _walk.nodes(self.tree):
+    for node in _walk.nodes_of(self.tree, _IMPORTS):
       if isinstance(node, ast.Import):
         for alias in node.names:
           if alias.name in ('flax.optim', 'legacy_optim'):
@@ -53,9 +57,7 @@ class PlanImports(_plan_uses.PlanUses):
   def _reexport_leftovers(self) -> list:
     """Imports that reach flax.optim through another module's re-export."""
     leftovers = []
-    for node in _walk.nodes(self.tree):
-      if not isinstance(node, (ast.Import, ast.ImportFrom)):
-        continue
+    for node in _walk.nodes_of(self.tree, _IMPORTS):
       for alias in node.names:
         local = alias.asname or alias.name.partition('.')[0]
         raw = self.names.binding(ast.Name(id=local), at=node) or ''
@@ -111,10 +113,10 @@ class PlanImports(_plan_uses.PlanUses):
     key = ('whole references', self.names)
     if key not in self.module.analyses:
       self.module.analyses[key] = [
-          (node, self.names.resolve(node)) for node in _walk.nodes(self.tree)
-          if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
-              node.ctx, ast.Load) and not isinstance(self.parents.get(node),
-                                                     ast.Attribute)]
+          (node, self.names.resolve(node))
+          for node in _walk.nodes_of(self.tree, _REFERENCES)
+          if isinstance(node.ctx, ast.Load) and not isinstance(
+              self.parents.get(node), ast.Attribute)]
     return self.module.analyses[key]
 
   def _removal_matches(self) -> list:
@@ -124,9 +126,9 @@ class PlanImports(_plan_uses.PlanUses):
     key = ('removals', self.names)
     if key not in self.module.analyses:
       self.module.analyses[key] = [
-          (node, removal) for node in _walk.nodes(self.tree)
-          if isinstance(node, _removals.MATCHED_KINDS)
-          for removal in [_removals.match(node, self.names)]
+          (node, removal)
+          for node in _walk.nodes_of(self.tree, _removals.MATCHED_KINDS)
+          for removal in [self.names.answer(_removals.match, node)]
           if removal is not None]
     return self.module.analyses[key]
 

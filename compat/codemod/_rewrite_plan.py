@@ -105,6 +105,7 @@ def _module_of(tree, names, checkpoint_lines, scanned):
 
 # The kinds of node ``Planner._plan_flow_node`` plans.
 _FLOW_NODE_KINDS = (ast.ClassDef, ast.Call, ast.Name, ast.Attribute)
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 class Planner(_plan_imports.PlanImports):
@@ -168,10 +169,10 @@ class Planner(_plan_imports.PlanImports):
     # noted where the flow migrates.
     self.restores_left: list = []
     self.imports, self.removed = [], []
-    bound = {n.id for n in _walk.nodes(tree) if isinstance(n, ast.Name)}
-    bound |= {n.name for n in _walk.nodes(tree) if isinstance(
-        n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    bound |= {a.arg for a in _walk.nodes(tree) if isinstance(a, ast.arg)}
+    # (each kind filtered once per tree: ``_walk.nodes_of``)
+    bound = {n.id for n in _walk.nodes_of(tree, (ast.Name,))}
+    bound |= {n.name for n in _walk.nodes_of(tree, _DEFINITIONS)}
+    bound |= {a.arg for a in _walk.nodes_of(tree, (ast.arg,))}
     self._taken = bound
 
   @property
@@ -318,9 +319,7 @@ class Planner(_plan_imports.PlanImports):
     before = len(self.edits)
     leftovers = self._reexport_leftovers()
     self.inject = self._injects_rates()
-    for node in _walk.nodes(self.tree):
-      if not isinstance(node, _FLOW_NODE_KINDS):
-        continue  # (most nodes: nothing of the flow to plan)
+    for node in _walk.nodes_of(self.tree, _FLOW_NODE_KINDS):
       made = len(self.edits)
       leftovers += self._plan_flow_node(node)
       if len(self.edits) > made:

@@ -37,7 +37,19 @@ def statement_children(node: ast.AST) -> list:
 
 def statements(tree: ast.AST) -> Iterator[ast.AST]:
   """Every statement under ``tree`` (with the handlers and match cases
-  between them), in ``ast.walk``'s order."""
+  between them), in ``ast.walk``'s order. A module's are listed once per
+  tree (``derived``): a dozen passes read them (the names' classes and
+  holders, the project's index, the self-holders, the plan's spans)."""
+  if type(tree) is ast.Module:
+    return iter(derived(tree, _statement_list))
+  return _statements(tree)
+
+
+def _statement_list(tree: ast.AST) -> tuple:
+  return tuple(_statements(tree))
+
+
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
   todo = collections.deque([tree])
   while todo:
     node = todo.popleft()

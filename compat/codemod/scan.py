@@ -240,6 +240,10 @@ class _Visitor(ast.NodeVisitor):
     self._restores: list[ast.Call] = []
     # The escape check's facts of the module, where it ran.
     self.escapes_model: Optional[_module_model.ModuleModel] = None
+    # Whether its removal matches are kept with its names for the plan
+    # (``ModuleNames.answer``): only a module that can name flax.optim is
+    # planned, and keeping costs about what matching again would.
+    self.keeps_matches = True
 
   # NodeVisitor's own visit/generic_visit look the method up by name on
   # every node and descend into contexts and operators too; scanning is
@@ -287,7 +291,8 @@ class _Visitor(ast.NodeVisitor):
       self._check_import(node, alias.name)
 
   def _check_removal(self, node):
-    removal = _removals.match(node, self.module)
+    removal = self.module.answer(_removals.match, node) if (
+        self.keeps_matches) else _removals.match(node, self.module)
     if removal is not None:
       self.add(node, removal.construct, removal.replacement,
                rep.SECTION_FIND, removed=removal.old)
@@ -738,6 +743,7 @@ def scan_module(source, path: str, reexports, tree: ast.Module, model=None,
     # Its cached value, never built: the stand-in answers what the walk asks
     # (no value here is an optimizer); the checks below are not run.
     visitor.flow = cast(_flow.OptimizerFlow, _flow.NO_OPTIMIZERS)
+    visitor.keeps_matches = False
   visitor.visit(tree)
   if may_name_flax_optim:  # (else no value here is an optimizer: none
     # escapes, and no restore's template holds one)
