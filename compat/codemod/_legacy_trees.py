@@ -472,7 +472,10 @@ class Checker:
                         depth) -> _Answer:
     """Why ``definition`` uses its ``parameter`` otherwise than as a tree
     (and the walkers that holds through only if they are generic)."""
-    marker = (id(definition), parameter, key)
+    # The definition itself, not its id(): a project function's tree may be
+    # dropped and parsed again while this checker lives, and a new node
+    # could take a freed one's id and its answer.
+    marker = (definition, parameter, key)
     if marker in self._answers:
       return self._answers[marker]
     if marker in self._open:
