@@ -259,18 +259,8 @@ def _module_aliases(tree) -> dict:
   parameter): what the name means wherever it is read."""
   bound: dict = {}
   for node in _walk.nodes(tree):
-    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-      names = [node.id]
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
-                           ast.ClassDef, ast.ExceptHandler)):
-      names = [node.name]
-    elif isinstance(node, ast.arg):
-      names = [node.arg]
-    elif isinstance(node, ast.alias):
-      names = [node.asname or node.name.partition('.')[0]]
-    else:
-      continue
-    for name in names:
+    name = _names.binds(node)
+    if name is not None:
       bound[name] = bound.get(name, 0) + 1
   return {statement.targets[0].id: statement.value
           for statement in tree.body

@@ -315,6 +315,14 @@ def bound_by(node) -> Optional[str]:
   return None
 
 
+def binds(node) -> Optional[str]:
+  """The name ``node`` itself binds, an import's name included (``import
+  a.b`` binds ``a``); else None."""
+  if isinstance(node, ast.alias):
+    return node.asname or node.name.partition('.')[0]
+  return bound_by(node)
+
+
 def bindings_of(tree: ast.Module) -> Bindings:
   """Every name ``tree`` binds, at any depth (imports, assignment, ``del``,
   ``for``/``with``/``except`` targets, walrus, comprehension variables,

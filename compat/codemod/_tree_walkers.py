@@ -76,11 +76,6 @@ _TO_STATE_DICT = 'flax.serialization.to_state_dict'
 _KIND_TESTS = frozenset((_IS_DATACLASS,))
 _ENTRY_METHODS = frozenset(('keys', 'items', 'values'))
 _ENTRY_FUNCTIONS = frozenset(('sorted', 'len', 'list', 'reversed'))
-# The string fields of the nodes that bind a name by them.
-_BINDING_FIELDS = {
-    'ExceptHandler': ('name',), 'FunctionDef': ('name',),
-    'AsyncFunctionDef': ('name',), 'ClassDef': ('name',),
-    'MatchAs': ('name',), 'MatchStar': ('name',), 'MatchMapping': ('rest',)}
 
 
 
@@ -275,7 +270,7 @@ def _state_dict_first(definition, names, parameter) -> bool:
     return False
   # The prelude's own binding is the only one (nested scopes included:
   # one that binds the name is not told apart from one that does not).
-  return sum(parameter in _bound(node) for statement in definition.body
+  return sum(_names.binds(node) == parameter for statement in definition.body
              for node in ast.walk(statement)) == 1
 
 
@@ -306,20 +301,5 @@ def _is_name(node, name) -> bool:
 def _named(statement) -> set:
   """Every name ``statement`` reads or binds, nested scopes included."""
   return {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} | {
-      name for node in ast.walk(statement) for name in _bound(node)}
+      _names.binds(node) for node in ast.walk(statement)}
 
-
-def _bound(node) -> tuple:
-  """The names ``node`` itself binds (a store or ``del`` of a name, an
-  ``except ... as``, an import, a definition, an argument, a match
-  capture)."""
-  if isinstance(node, ast.Name):
-    return () if isinstance(node.ctx, ast.Load) else (node.id,)
-  if isinstance(node, ast.alias):
-    return (node.asname or node.name.split('.')[0],)
-  if isinstance(node, ast.arg):
-    return (node.arg,)
-  return tuple(name for name in (
-      getattr(node, field, None)
-      for field in _BINDING_FIELDS.get(type(node).__name__, ()))
-               if isinstance(name, str))
