@@ -38,6 +38,10 @@ class ClassHierarchy:
     self._field_classes: dict = {}
     # Dotted names of the classes ``flax.struct.dataclass`` makes.
     self._struct_classes: set = set()
+    # (how many holders it was made of, {dotted class: its optimizer
+    # fields}): ``class_fields`` of every holder, made again only once the
+    # index has added holders (it only ever adds them).
+    self._holder_fields: tuple = (0, {})
 
   def _index_class(self, path, node, names):
     """The class by its dotted names, its bases, its annotated attributes
@@ -68,10 +72,18 @@ class ClassHierarchy:
 
   def class_fields(self, dotted: Optional[str]) -> frozenset:
     """The optimizer fields of the project's holder class ``dotted``."""
-    return frozenset(
-        holder.field for holder in self.holders
-        if any(f'{module}.{holder.name}' == dotted
-               for module in self.module_names_of.get(holder.path, ())))
+    # (each flow asks per call and annotation it types: a look-up by the
+    # class's dotted name, not a pass over every holder per question)
+    made, fields = self._holder_fields
+    if made != len(self.holders):
+      fields = {}
+      for holder in self.holders:
+        for module in self.module_names_of.get(holder.path, ()):
+          dotted_holder = f'{module}.{holder.name}'
+          fields[dotted_holder] = fields.get(dotted_holder, frozenset()) | {
+              holder.field}
+      self._holder_fields = (len(self.holders), fields)
+    return fields.get(dotted, frozenset())
 
   def annotation_fields(self, annotation, names) -> frozenset:
     """The optimizer fields of the holder class an annotation in the module
@@ -243,6 +255,9 @@ def _class_alias(names, node) -> ast.AST:
   it once, at its top level, to another class reference (``TrainState =
   training_task.TrainState``, a program's shorter name for the class of
   another module), followed through aliases of aliases; else ``node``."""
+  if not (isinstance(node, ast.Name) and node.id in _walk.derived(
+      names.tree, _top_level_assignments)):
+    return node  # (no alias: the module's bindings need not be counted)
   aliases = _walk.derived(names.tree, _module_aliases)
   seen = set()
   while isinstance(node, ast.Name) and node.id in aliases and (
@@ -257,14 +272,22 @@ def _module_aliases(tree) -> dict:
   assignments of a name or an attribute chain whose name nothing else in
   the module binds (no other assignment, import, definition or
   parameter): what the name means wherever it is read."""
+  assigned = _walk.derived(tree, _top_level_assignments)
   bound: dict = {}
-  for node in _walk.nodes(tree):
+  for node in _walk.nodes(tree) if assigned else ():
     name = _names.binds(node)
     if name is not None:
       bound[name] = bound.get(name, 0) + 1
+  return {name: value for name, value in assigned.items()
+          if bound[name] == 1}
+
+
+def _top_level_assignments(tree) -> dict:
+  """``{name: value}`` of the module's top-level ``name = value``
+  assignments of a name or an attribute chain (the last of a name's): the
+  candidates of ``_module_aliases``."""
   return {statement.targets[0].id: statement.value
           for statement in tree.body
           if isinstance(statement, ast.Assign) and len(statement.targets) == 1
           and isinstance(statement.targets[0], ast.Name) and isinstance(
-              statement.value, (ast.Name, ast.Attribute)) and (
-                  bound[statement.targets[0].id] == 1)}
+              statement.value, (ast.Name, ast.Attribute))}
