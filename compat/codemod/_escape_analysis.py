@@ -92,9 +92,15 @@ def escapes(module) -> list:
   return list(module.analyses[key])
 
 
+# The nodes the escape check asks about (the rest of a module's nodes,
+# most of them, can neither be nor give an optimizer): filtered once per
+# tree (``_walk.nodes_of``), in the walk's order.
+_ASKED = (ast.Call, ast.Subscript, ast.Name, ast.Attribute)
+
+
 def _escapes(module) -> list:
   found = []
-  for node in _walk.nodes(module.tree):
+  for node in _walk.nodes_of(module.tree, _ASKED):
     if isinstance(node, ast.Call):
       found += [Escape(n, why)
                 for n, why in _unproven_to_foreign_step(module, node)]
