@@ -104,15 +104,15 @@ def callee_modules(model) -> set:
   found = set()
   for path, names in list(model.names.items()):
     aliases = model.module_aliases(names)
-    for node in _walk.nodes(model.trees[path]):
-      if isinstance(node, ast.Call):
-        dotted = names.resolve(node.func)
-        modules = [dotted.rpartition('.')[0]] if dotted else (
-            _aliased_modules(aliases, node.func))
-        for module in modules:
-          callee = path_of.get(module)
-          if callee is not None and callee not in model.names:
-            found.add(callee)
+    # (the calls filtered once per tree: the links' passes read them too)
+    for node in _walk.nodes_of(model.trees[path], (ast.Call,)):
+      dotted = names.resolve(node.func)
+      modules = [dotted.rpartition('.')[0]] if dotted else (
+          _aliased_modules(aliases, node.func))
+      for module in modules:
+        callee = path_of.get(module)
+        if callee is not None and callee not in model.names:
+          found.add(callee)
   return found
 
 
