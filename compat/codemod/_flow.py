@@ -136,5 +136,10 @@ class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding,
     self._init_self_attributes(tree)
     self._collect_module(tree)
     self._solve()
+    # The names some binding of which holds an optimizer, once solved (the
+    # fixpoint alone changes ``alive``): a read of any other name is none,
+    # told without walking its scopes (``is_optimizer``; the escape check
+    # and the plan ask about every name of the module).
+    self.alive_names = frozenset(name for _, name in self.alive)
     self._solved = True
 

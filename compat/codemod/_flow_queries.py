@@ -45,6 +45,9 @@ class FlowQueries(_flow_solve.FlowSolver):
 
   def is_optimizer(self, node, scope=None) -> bool:
     """True when ``node`` evaluates to a legacy ``Optimizer`` on every path."""
+    if isinstance(node, ast.Name) and self._solved and (
+        node.id not in self.alive_names):
+      return False  # (whichever binding it reads, none is alive)
     if scope is None:
       scope = self.scope_of(node)
     if isinstance(node, ast.Name):
