@@ -198,8 +198,11 @@ def roll_back(links, plan_of, flow_migrated=lambda plan: True,
         link.producer_path, link.consumer_path)}) - done
     if not component:
       return
+    ends: list = [None, {}]  # (the links' count, _component_links of them)
     for path in sorted(component):
-      yield path, _blocked_here(links, component, path, file_line)
+      if ends[0] != len(links):  # (the caller's plans may add links)
+        ends[:] = [len(links), _component_links(links, component)]
+      yield path, _blocked_here(ends[1].get(path, ()), path, file_line)
     done |= component
 
 
@@ -214,25 +217,38 @@ def sharing_optimizers(links, start) -> set:
 
 def _linked(links, start) -> set:
   """The modules linked to ``start``, transitively."""
+  # (each module's neighbours listed once: not every link asked per module)
+  neighbours: dict = {}
+  for link in links:
+    ends = (link.producer_path, link.consumer_path)
+    for path in ends:
+      neighbours.setdefault(path, set()).update(ends)
   found, frontier = set(start), list(start)
   while frontier:
-    path = frontier.pop()
-    for link in links:
-      ends = (link.producer_path, link.consumer_path)
-      if path in ends:
-        for other in ends:
-          if other not in found:
-            found.add(other)
-            frontier.append(other)
+    for other in neighbours.get(frontier.pop(), ()):
+      if other not in found:
+        found.add(other)
+        frontier.append(other)
   return found
 
 
-def _blocked_here(links, component, path, file_line=None) -> list:
+def _component_links(links, component) -> dict:
+  """``{path: [link]}``: the links whose producer is in ``component``, in
+  their order, by each module they end in (what ``_blocked_here`` reads
+  for each module of the component, not every link for each)."""
+  found: dict = {}
+  for link in links:
+    if link.producer_path in component:
+      for path in dict.fromkeys((link.producer_path, link.consumer_path)):
+        found.setdefault(path, []).append(link)
+  return found
+
+
+def _blocked_here(links, path, file_line=None) -> list:
+  """``(line, construct, reason)`` of each of ``links`` (those of the
+  rolled-back component ending in ``path``) there."""
   blocked = []
   for link in links:
-    if link.producer_path not in component or path not in (
-        link.producer_path, link.consumer_path):
-      continue  # (most links of a large component end elsewhere)
     reason = KEPT_WITH_FLOW + link.describe(file_line)
     if link.kind in WHOLE_FLOW_KINDS + (HELD,):
       line = (link.producer_line if link.producer_path == path else
