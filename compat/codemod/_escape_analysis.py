@@ -101,16 +101,16 @@ _ASKED = (ast.Call, ast.Subscript, ast.Name, ast.Attribute)
 def _escapes(module) -> list:
   found = []
   for node in _walk.nodes_of(module.tree, _ASKED):
-    if isinstance(node, ast.Call):
+    node_class = type(node)  # (a leaf class of ``ast``: told by identity)
+    if node_class is ast.Call:
       found += [Escape(n, why)
                 for n, why in _unproven_to_foreign_step(module, node)]
-    if isinstance(node, ast.Subscript) and module.flow.dict_entry_holds(
-        node, module.flow.scope_of(node)):
-      why = _why_escapes(module, node, True)  # read back from a dict
-      found += [Escape(node, why)] if why else []
+    elif node_class is ast.Subscript:
+      if module.flow.dict_entry_holds(node, module.flow.scope_of(node)):
+        why = _why_escapes(module, node, True)  # read back from a dict
+        found += [Escape(node, why)] if why else []
       continue
-    if not isinstance(node, (ast.Name, ast.Attribute, ast.Call)) or (
-        not isinstance(getattr(node, 'ctx', ast.Load()), ast.Load)):
+    elif not isinstance(node.ctx, ast.Load):
       continue
     kind = _kind(module, node)
     if kind is None:
