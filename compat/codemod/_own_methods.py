@@ -35,6 +35,9 @@ from compat.codemod import _project_index
 from compat.codemod import _walk
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# (the module's calls and functions, filtered once per tree by
+# ``_walk.nodes_of``: the passes here look at nothing else)
+_CALLS = (ast.Call,)
 
 
 def runs_own_method(model, names, call) -> bool:
@@ -75,8 +78,8 @@ def own_step_lines(names) -> frozenset:
   if model is None:
     return frozenset()  # (a module alone: no class of a project to type by)
   return frozenset(
-      node.lineno for node in _walk.nodes(names.tree)
-      if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+      node.lineno for node in _walk.nodes_of(names.tree, _CALLS)
+      if isinstance(node.func, ast.Attribute)
       and node.func.attr in _members.STEP_METHODS and runs_own_method(
           model, names, node))
 
@@ -108,7 +111,7 @@ def _typed_names(names) -> dict:
 def _find_typed_names(names) -> dict:
   found = {}
   calling = _functions_calling_a_step(names.tree)
-  for function in _walk.nodes(names.tree):
+  for function in _walk.nodes_of(names.tree, _FUNCTIONS):
     if function in calling:
       nodes = _function_nodes(function, names)
       types = _FunctionTypes(function, names, nodes)
@@ -129,9 +132,9 @@ def _functions_calling_a_step(tree) -> set:
   each function (and each nested one again)."""
   parents = _walk.parents(tree)
   found = set()
-  for node in _walk.nodes(tree):
-    if isinstance(node, ast.Call) and isinstance(
-        node.func, ast.Attribute) and node.func.attr in _members.STEP_METHODS:
+  for node in _walk.nodes_of(tree, _CALLS):
+    if isinstance(node.func, ast.Attribute) and (
+        node.func.attr in _members.STEP_METHODS):
       holder = parents.get(node)
       while holder is not None:
         if isinstance(holder, _FUNCTIONS):
