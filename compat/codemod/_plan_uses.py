@@ -20,6 +20,9 @@ from compat.codemod import _walk
 
 _RULES = _plan_records.RULES_MODULE  # the module migrated code imports
 _CATALOGUE = _plan_records.CATALOGUE
+# The parents of a dict's entries: a dict display's values, ``dict(k=v)``'s
+# keywords (``_legacy_trees.entry_of``).
+_ENTRY_HOLDERS = (ast.Dict, ast.keyword)
 
 
 class PlanUses(_plan_rules.PlanRules):
@@ -268,6 +271,20 @@ class PlanUses(_plan_rules.PlanRules):
     return isinstance(parent, ast.Attribute) and (
         parent.attr == _members.CREATE) and isinstance(call, ast.Call) and (
             call.func is parent) and self.flow.is_def(node)
+
+  def _tree_entry_reads(self) -> list:
+    """The names and attribute chains read as the value of a dict display
+    or of a keyword, in the walk's order: the only nodes
+    ``_legacy_trees.entry_of`` can find an entry of (its parent is the
+    dict or the keyword), so ``_plan_tree_entry`` asks of no other read."""
+    reads = []
+    for holder in _walk.nodes_of(self.tree, _ENTRY_HOLDERS):
+      values = holder.values if isinstance(holder, ast.Dict) else [
+          holder.value]
+      reads += [value for value in values
+                if isinstance(value, (ast.Name, ast.Attribute)) and (
+                    isinstance(value.ctx, ast.Load))]
+    return reads
 
   def _plan_tree_entry(self, node):
     """An optimizer in a dict saved or loaded as a tree (``_legacy_trees``):

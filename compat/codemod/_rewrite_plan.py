@@ -103,8 +103,19 @@ def _module_of(tree, names, checkpoint_lines, scanned):
   return _module_model.ModuleModel(tree, names, checkpoint_lines, scanned)
 
 
-# The kinds of node ``Planner._plan_flow_node`` plans.
-_FLOW_NODE_KINDS = (ast.ClassDef, ast.Call, ast.Name, ast.Attribute)
+def _own_step_lines(module, names) -> frozenset:
+  """``_own_methods.own_step_lines(names)``: found once per module model
+  and names, so a plan and its twin (``Planner.plan_and_kept``) walk the
+  module for it once."""
+  key = ('own step lines', names)
+  if key not in module.analyses:
+    module.analyses[key] = _own_methods.own_step_lines(names)
+  return module.analyses[key]
+
+
+# The kinds of node ``Planner._plan_flow_node`` plans (a name is planned
+# only as a dict's entry: ``PlanUses._tree_entry_reads``).
+_FLOW_NODE_KINDS = (ast.ClassDef, ast.Call, ast.Attribute)
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -251,7 +262,7 @@ class Planner(_plan_imports.PlanImports):
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
                 self.removed, tuple(sorted(set(self.unsafe))),
-                _own_methods.own_step_lines(self.names),
+                _own_step_lines(self.module, self.names),
                 frozenset(self.elements))
 
   def _assumed_links(self) -> list:
@@ -324,6 +335,11 @@ class Planner(_plan_imports.PlanImports):
       leftovers += self._plan_flow_node(node)
       if len(self.edits) > made:
         self.elements.append(_links.Element.of(node))
+    for node in self._tree_entry_reads():
+      made = len(self.edits)
+      self._plan_tree_entry(node)
+      if len(self.edits) > made:
+        self.elements.append(_links.Element.of(node))
     leftovers += self._unproven_field_stores()
     for escape in _escape_analysis.escapes(self.module):
       leftovers += self._escape_leftovers(escape)
@@ -375,9 +391,6 @@ class Planner(_plan_imports.PlanImports):
         leftovers.append(self._leftover(node, 'multi_optimizer', reason))
     elif isinstance(node, ast.Call):
       leftovers += self._plan_flow_call(node)
-    if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
-        node.ctx, ast.Load):
-      self._plan_tree_entry(node)
     if isinstance(node, ast.Attribute):
       leftovers += self._plan_member_use(node)
     return leftovers
