@@ -6,13 +6,16 @@ again for a plan's twin, is paid over the whole tree."""
 import ast
 
 import test_migrate_legacy_trees as tree_tests
+import test_migrate_resume
 import test_plan_kept
 
+from compat.codemod import _flow
 from compat.codemod import _names
 from compat.codemod import _own_methods
 from compat.codemod import _plan_findings
 from compat.codemod import _plan_records
 from compat.codemod import _plan_uses
+from compat.codemod import _rewrite_plan
 from compat.codemod import scan
 
 
@@ -101,3 +104,62 @@ def test_a_plan_and_its_twin_find_the_own_step_lines_once(monkeypatch):
                                             scanned=facts)
   assert plan.edits and kept.edits != plan.edits
   assert found == [names]
+
+
+def test_another_librarys_restore_is_asked_about_where_the_flow_migrates(
+    monkeypatch):
+  """A call named like a restore of no route migrate rewrites is only
+  noted, where the flow migrates: its arguments are asked about there,
+  and not where the flow stays (a link keeps it)."""
+  source = test_migrate_resume._UNSEEN_RESTORES.encode()
+  line = 1 + next(i for i, text in enumerate(source.decode().splitlines())
+                  if 'restore_or_initialize' in text)
+  asked = []
+  may_hold = _flow.OptimizerFlow.may_hold_optimizer
+
+  def noting(self, node):
+    asked.append(node)
+    return may_hold(self, node)
+
+  def planned(blocked):
+    tree = ast.parse(source)
+    names = scan.module_names(tree, 'train.py')
+    walked = scan.walk_module(source, 'train.py', tree=tree)[0]
+    asked.clear()
+    return _rewrite_plan.Planner(source, tree, names, walked,
+                                 blocked=blocked).plan()
+
+  monkeypatch.setattr(_flow.OptimizerFlow, 'may_hold_optimizer', noting)
+  migrated = planned(())
+  assert migrated.edits and asked
+  assert any(note.line == line and 'is not a restore migrate rewrites' in
+             note.reason for note in migrated.notes), migrated.notes
+  kept = planned([(line - 1, 'create', 'kept by another module')])
+  assert kept.leftovers and not kept.notes and not asked
+
+
+def _whole_references(source: str) -> list:
+  tree = ast.parse(source)
+  names = scan.module_names(tree, 'm.py')
+  walked = scan.walk_module(source.encode(), 'm.py', tree=tree)[0]
+  planner = _rewrite_plan.Planner(source.encode(), tree, names, walked)
+  return sorted((ast.unparse(node), str(path))
+                for node, path in planner._whole_references())
+
+
+def test_only_chains_that_can_lead_into_flax_optim_are_resolved_as_classes():
+  """The class references the plan rewrites are of flax.optim: a chain
+  from a name bound to nothing that leads there is not resolved."""
+  assert _whole_references(
+      'import numpy as np\n'
+      'import flax\n'
+      'from flax import optim\n'
+      'def f(optimizer: optim.Optimizer, x):\n'
+      '  return np.ones(3), flax.optim.Adam, x\n') == [
+          ('flax.optim.Adam', 'flax.optim.Adam'),
+          ('optim.Optimizer', 'flax.optim.Optimizer')]
+  # A star import of flax.optim may bind any name: each is resolved.
+  assert _whole_references(
+      'from flax.optim import *\n'
+      'def f(x):\n'
+      '  return Adam, x\n') == [('Adam', 'flax.optim.Adam'), ('x', 'None')]

@@ -179,6 +179,7 @@ class Planner(_plan_imports.PlanImports):
     # (call, why) of each restore of the flow left as it is (``_restores``):
     # noted where the flow migrates.
     self.restores_left: list = []
+    self.restores_later: list = []  # (maybe restores: ``_restores``)
     self.imports, self.removed = [], []
     # (each kind filtered once per tree: ``_walk.nodes_of``)
     bound = {n.id for n in _walk.nodes_of(tree, (ast.Name,))}
@@ -288,6 +289,7 @@ class Planner(_plan_imports.PlanImports):
     if flow_edits:
       self.notes += self._called_nowhere_notes()
     if flow_edits:
+      _restores.note_later_ones(self, self.restores_later, RULES_MODULE)
       self.notes += [Leftover(
           node.lineno, 'checkpoint', self._line(node.lineno),
           _restores.note(self, why))
@@ -505,7 +507,10 @@ class Planner(_plan_imports.PlanImports):
     rewritten to read both layouts where the template holds an optimizer
     of the flow, else kept with the reason (noted where the flow
     migrates)."""
-    restore = _restores.restore_of(self, call)
+    # (another library's is only noted: asked where the flow migrates)
+    later = None if self.names.resolve(call.func) in (
+        _flow.OPTIMIZER_CLASSES) else self.restores_later
+    restore = _restores.restore_of(self, call, later)
     if restore is None:
       return False
     why = _restores.plan_restore(self, restore, RULES_MODULE)
