@@ -68,9 +68,9 @@ def layout_key_reads(tree: ast.Module) -> list:
   """``(node, key)`` of each read of a nested dict by one of flax.optim's
   checkpoint keys (``state['optimizer']['target']``): one level below
   another subscript, so that ``batch['target']`` is not one."""
-  return [(node, node.slice.value) for node in _walk.nodes(tree)
-          if isinstance(node, ast.Subscript) and
-          isinstance(node.value, ast.Subscript) and
+  return [(node, node.slice.value)
+          for node in _walk.nodes_of(tree, (ast.Subscript,))
+          if isinstance(node.value, ast.Subscript) and
           isinstance(node.slice, ast.Constant) and
           node.slice.value in LAYOUT_KEYS]
 

@@ -23,6 +23,8 @@ _CATALOGUE = _plan_records.CATALOGUE
 # The parents of a dict's entries: a dict display's values, ``dict(k=v)``'s
 # keywords (``_legacy_trees.entry_of``).
 _ENTRY_HOLDERS = (ast.Dict, ast.keyword)
+# (each kind filtered once per tree: ``_walk.nodes_of``)
+_CALLS = (ast.Call,)
 
 
 class PlanUses(_plan_rules.PlanRules):
@@ -30,7 +32,7 @@ class PlanUses(_plan_rules.PlanRules):
   ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
 
   def _replicate_calls(self):
-    return [n for n in _walk.nodes(self.tree) if isinstance(n, ast.Call) and
+    return [n for n in _walk.nodes_of(self.tree, _CALLS) if
             isinstance(n.func, ast.Attribute) and
             n.func.attr == _members.REPLICATE and
             self.flow.is_optimizer(n.func.value)]
@@ -145,9 +147,7 @@ class PlanUses(_plan_rules.PlanRules):
   def _create_targets(self):
     """The target each ``create`` of this module's flow is given (those
     passed with * or ** are not planned: they hold the flow)."""
-    for node in _walk.nodes(self.tree):
-      if not isinstance(node, ast.Call):
-        continue
+    for node in _walk.nodes_of(self.tree, _CALLS):
       if self._def_create(node):
         given = _flow.create_arguments(node)
         if given is not None:
