@@ -19,27 +19,34 @@ from compat.codemod import _rewrite_plan
 from compat.codemod import scan
 
 
+def _calls(monkeypatch, owner, name: str) -> list:
+  """The arguments of each call of ``owner.name`` from now on, in order
+  (a method's with its instance first)."""
+  calls = []
+  function = getattr(owner, name)
+
+  def noting(*args):
+    calls.append(args)
+    return function(*args)
+
+  monkeypatch.setattr(owner, name, noting)
+  return calls
+
+
 def test_only_a_dicts_entries_are_asked_whether_they_hold_an_optimizer(
     tmp_path, monkeypatch):
   """``{'opt': opt}`` and ``dict(opt=opt)`` are rewritten, and no other
   read of the module is asked about (a dict's entry: a display's value or
   a keyword's, the parents ``_legacy_trees.entry_of`` reads)."""
-  asked = []
-  plan_entry = _plan_uses.PlanUses._plan_tree_entry
-
-  def noting(self, node):
-    asked.append((node, self.parents.get(node)))
-    return plan_entry(self, node)
-
-  monkeypatch.setattr(_plan_uses.PlanUses, '_plan_tree_entry', noting)
+  asked = _calls(monkeypatch, _plan_uses.PlanUses, '_plan_tree_entry')
   _, _, results = tree_tests._migrated_project(tmp_path)
   new = results['train.py'].new.decode()
   assert "{'opt': flax_optim_rules.legacy_tree(opt), 'extra': extra}" in new
   assert 'dict(opt=flax_optim_rules.legacy_tree(opt), extra=extra)' in new
   assert asked
-  assert all(isinstance(parent, (ast.Dict, ast.keyword))
-             for _, parent in asked)
-  assert len(asked) == len({id(node) for node, _ in asked})
+  assert all(isinstance(planner.parents.get(node), (ast.Dict, ast.keyword))
+             for planner, node in asked)
+  assert len(asked) == len({id(node) for _, node in asked})
 
 
 _SPREAD = '''\
@@ -65,14 +72,7 @@ def test_a_spread_dicts_keys_are_found_once_per_tree_and_name(monkeypatch):
   tree = ast.parse(_SPREAD)
   spreads = [call.keywords[0].value
              for call in tree.body[-1].body[-1].value.elts[:5]]
-  bound = []
-  bound_by = _names.bound_by
-
-  def noting(node):
-    bound.append(node)
-    return bound_by(node)
-
-  monkeypatch.setattr(_names, 'bound_by', noting)
+  bound = _calls(monkeypatch, _names, 'bound_by')
   keys, walked = [], []
   for spread in spreads:
     before = len(bound)
@@ -87,15 +87,9 @@ def test_a_spread_dicts_keys_are_found_once_per_tree_and_name(monkeypatch):
   assert [_plan_records.literal_dict_keys(s, tree) for s in spreads] == keys
   assert len(bound) == before
 
+
 def test_a_plan_and_its_twin_find_the_own_step_lines_once(monkeypatch):
-  found = []
-  own_step_lines = _own_methods.own_step_lines
-
-  def noting(names):
-    found.append(names)
-    return own_step_lines(names)
-
-  monkeypatch.setattr(_own_methods, 'own_step_lines', noting)
+  found = _calls(monkeypatch, _own_methods, 'own_step_lines')
   source = test_plan_kept._FACTORY
   tree = ast.parse(source)
   names = scan.module_names(tree, 'm.py')
@@ -103,7 +97,7 @@ def test_a_plan_and_its_twin_find_the_own_step_lines_once(monkeypatch):
   plan, kept = _plan_findings.plan_and_kept(source, tree, names, walked,
                                             scanned=facts)
   assert plan.edits and kept.edits != plan.edits
-  assert found == [names]
+  assert found == [(names,)]
 
 
 def test_another_librarys_restore_is_asked_about_where_the_flow_migrates(
@@ -114,13 +108,6 @@ def test_another_librarys_restore_is_asked_about_where_the_flow_migrates(
   source = test_migrate_resume._UNSEEN_RESTORES.encode()
   line = 1 + next(i for i, text in enumerate(source.decode().splitlines())
                   if 'restore_or_initialize' in text)
-  asked = []
-  may_hold = _flow.OptimizerFlow.may_hold_optimizer
-
-  def noting(self, node):
-    asked.append(node)
-    return may_hold(self, node)
-
   def planned(blocked):
     tree = ast.parse(source)
     names = scan.module_names(tree, 'train.py')
@@ -129,7 +116,7 @@ def test_another_librarys_restore_is_asked_about_where_the_flow_migrates(
     return _rewrite_plan.Planner(source, tree, names, walked,
                                  blocked=blocked).plan()
 
-  monkeypatch.setattr(_flow.OptimizerFlow, 'may_hold_optimizer', noting)
+  asked = _calls(monkeypatch, _flow.OptimizerFlow, 'may_hold_optimizer')
   migrated = planned(())
   assert migrated.edits and asked
   assert any(note.line == line and 'is not a restore migrate rewrites' in
