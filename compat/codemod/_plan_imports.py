@@ -3,6 +3,7 @@ removed (or kept for modules that import them from here), its classes
 named, the removed jax spellings. Stdlib only."""
 
 import ast
+from typing import Optional
 
 from compat.codemod import _codes
 from compat.codemod import _flow
@@ -112,11 +113,17 @@ class PlanImports(_plan_uses.PlanUses):
     resolve them once."""
     key = ('whole references', self.names)
     if key not in self.module.analyses:
+      # Only a chain from a name that can lead into flax.optim resolves to
+      # one of its classes (``reference_roots``; under a star import of
+      # flax.optim, any name may): the others are not resolved at all.
+      roots = None if self.names.star_flax_optim else (
+          self.names.reference_roots())
       self.module.analyses[key] = [
           (node, self.names.resolve(node))
           for node in _walk.nodes_of(self.tree, _REFERENCES)
           if isinstance(node.ctx, ast.Load) and not isinstance(
-              self.parents.get(node), ast.Attribute)]
+              self.parents.get(node), ast.Attribute) and (
+                  roots is None or _chain_root(node) in roots)]
     return self.module.analyses[key]
 
   def _removal_matches(self) -> list:
@@ -153,3 +160,11 @@ class PlanImports(_plan_uses.PlanUses):
       module = _removals.needed_import(removal.rewrite)
       if module and not isinstance(node, ast.ImportFrom):
         self.imports.append((module, None, None))
+
+
+def _chain_root(node) -> Optional[str]:
+  """The name a name or attribute chain starts at (None: another
+  expression's attribute)."""
+  while isinstance(node, ast.Attribute):
+    node = node.value
+  return node.id if isinstance(node, ast.Name) else None

@@ -68,9 +68,9 @@ def layout_key_reads(tree: ast.Module) -> list:
   """``(node, key)`` of each read of a nested dict by one of flax.optim's
   checkpoint keys (``state['optimizer']['target']``): one level below
   another subscript, so that ``batch['target']`` is not one."""
-  return [(node, node.slice.value) for node in _walk.nodes(tree)
-          if isinstance(node, ast.Subscript) and
-          isinstance(node.value, ast.Subscript) and
+  return [(node, node.slice.value)
+          for node in _walk.nodes_of(tree, (ast.Subscript,))
+          if isinstance(node.value, ast.Subscript) and
           isinstance(node.slice, ast.Constant) and
           node.slice.value in LAYOUT_KEYS]
 
@@ -263,40 +263,51 @@ def literal_dict_keys(node, tree) -> Optional[set]:
   """The keys of the dict ``node`` names, where it is a name the module
   binds once, at its top level, to a dict literal of string keys, and only
   reads as ``**name`` or ``name[key]`` (so nothing changes it); else None:
-  it may hold anything."""
+  it may hold anything. Found once per tree and name (``_walk.derived``)."""
   if not isinstance(node, ast.Name):
     return None
+  keys = _walk.derived(tree, _literal_dict_keys, node.id)
+  return None if keys is None else set(keys)
+
+
+# The statements that bind names by importing them.
+_IMPORTS = (ast.Import, ast.ImportFrom)
+
+
+def _literal_dict_keys(tree, name: str) -> Optional[frozenset]:
+  """``literal_dict_keys`` of a read of ``name``: the cheaper tests first
+  (its top-level assignments, the imports), then one walk of the tree."""
+  values = [statement.value for statement in tree.body
+            if isinstance(statement, ast.Assign) and [
+                getattr(t, 'id', None) for t in statement.targets] == [name]]
+  if len(values) != 1 or not isinstance(values[0], ast.Dict) or not all(
+      isinstance(k, ast.Constant) and isinstance(k.value, str)
+      for k in values[0].keys):
+    return None  # a ``**`` inside, or a key known only at run time
+  imported = {_names.binds(alias)
+              for statement in _walk.nodes_of(tree, _IMPORTS)
+              for alias in statement.names}
+  if '*' in imported or name in imported:
+    return None  # (a star import may bind it)
   read_whole = set()  # ids of the names read as ``**name`` or ``name[k]``
-  walked = _walk.nodes(tree)  # (ast.walk's nodes, walked once per tree)
-  for parent in walked:
-    if isinstance(parent, ast.keyword) and parent.arg is None:
-      read_whole.add(id(parent.value))
-    elif isinstance(parent, ast.Subscript) and isinstance(parent.ctx,
-                                                          ast.Load):
-      read_whole.add(id(parent.value))
-  bindings = _names.bindings_of(tree)
-  if bindings.star or node.id in bindings.imported:
-    return None
   stores = 0  # assignments, augmented ones, del, def, parameters...
-  for child in walked:
-    if _names.bound_by(child) == node.id:
+  # (the walk is breadth first: a name's parent comes before it)
+  for child in _walk.nodes(tree):
+    if isinstance(child, ast.keyword) and child.arg is None:
+      read_whole.add(id(child.value))
+    elif isinstance(child, ast.Subscript) and isinstance(child.ctx, ast.Load):
+      read_whole.add(id(child.value))
+    if _names.bound_by(child) == name:
       stores += 1
-    elif isinstance(child, ast.Name) and child.id == node.id and (
+    elif isinstance(child, ast.Name) and child.id == name and (
         id(child) not in read_whole):
       return None  # a method call, an argument: it may change it
     elif isinstance(child, (ast.Global, ast.Nonlocal)) and (
-        node.id in child.names):
+        name in child.names):
       return None
-  values = [statement.value for statement in tree.body
-            if isinstance(statement, ast.Assign) and [
-                getattr(t, 'id', None) for t in statement.targets] == [
-                    node.id]]
-  if stores != 1 or len(values) != 1 or not isinstance(values[0], ast.Dict):
+  if stores != 1:
     return None
-  if not all(isinstance(k, ast.Constant) and isinstance(k.value, str)
-             for k in values[0].keys):
-    return None  # a ``**`` inside, or a key known only at run time
-  return {k.value for k in values[0].keys}
+  return frozenset(k.value for k in values[0].keys)
 
 
 def literal_template(text: str) -> str:

@@ -20,6 +20,11 @@ from compat.codemod import _walk
 
 _RULES = _plan_records.RULES_MODULE  # the module migrated code imports
 _CATALOGUE = _plan_records.CATALOGUE
+# The parents of a dict's entries: a dict display's values, ``dict(k=v)``'s
+# keywords (``_legacy_trees.entry_of``).
+_ENTRY_HOLDERS = (ast.Dict, ast.keyword)
+# (each kind filtered once per tree: ``_walk.nodes_of``)
+_CALLS = (ast.Call,)
 
 
 class PlanUses(_plan_rules.PlanRules):
@@ -27,7 +32,7 @@ class PlanUses(_plan_rules.PlanRules):
   ``_rewrite_plan.Planner``, whose ``__init__`` sets the state."""
 
   def _replicate_calls(self):
-    return [n for n in _walk.nodes(self.tree) if isinstance(n, ast.Call) and
+    return [n for n in _walk.nodes_of(self.tree, _CALLS) if
             isinstance(n.func, ast.Attribute) and
             n.func.attr == _members.REPLICATE and
             self.flow.is_optimizer(n.func.value)]
@@ -142,9 +147,7 @@ class PlanUses(_plan_rules.PlanRules):
   def _create_targets(self):
     """The target each ``create`` of this module's flow is given (those
     passed with * or ** are not planned: they hold the flow)."""
-    for node in _walk.nodes(self.tree):
-      if not isinstance(node, ast.Call):
-        continue
+    for node in _walk.nodes_of(self.tree, _CALLS):
       if self._def_create(node):
         given = _flow.create_arguments(node)
         if given is not None:
@@ -268,6 +271,20 @@ class PlanUses(_plan_rules.PlanRules):
     return isinstance(parent, ast.Attribute) and (
         parent.attr == _members.CREATE) and isinstance(call, ast.Call) and (
             call.func is parent) and self.flow.is_def(node)
+
+  def _tree_entry_reads(self) -> list:
+    """The names and attribute chains read as the value of a dict display
+    or of a keyword, in the walk's order: the only nodes
+    ``_legacy_trees.entry_of`` can find an entry of (its parent is the
+    dict or the keyword), so ``_plan_tree_entry`` asks of no other read."""
+    reads = []
+    for holder in _walk.nodes_of(self.tree, _ENTRY_HOLDERS):
+      values = holder.values if isinstance(holder, ast.Dict) else [
+          holder.value]
+      reads += [value for value in values
+                if isinstance(value, (ast.Name, ast.Attribute)) and (
+                    isinstance(value.ctx, ast.Load))]
+    return reads
 
   def _plan_tree_entry(self, node):
     """An optimizer in a dict saved or loaded as a tree (``_legacy_trees``):

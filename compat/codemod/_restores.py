@@ -136,10 +136,13 @@ def target_of(call, route) -> Optional[ast.AST]:
   return target
 
 
-def restore_of(planner, call) -> Optional[Restore]:
+def restore_of(planner, call, later: Optional[list] = None
+               ) -> Optional[Restore]:
   """``call`` as a restore into a template, or None: a route of
   ``ROUTES``, or a call of another library named like a restore and
-  given an argument that may hold an optimizer the flow migrates."""
+  given an argument that may hold an optimizer the flow migrates
+  (``another_librarys``). ``later``: where given, such a call is added to
+  it instead, not asked about (None returned)."""
   route = planner.names.resolve(call.func)
   if route in ROUTES:
     target = target_of(call, route)
@@ -152,10 +155,31 @@ def restore_of(planner, call) -> Optional[Restore]:
   if not any(word in name.lower() for word in _RESTORING_WORDS) or (
       _project_function(planner, call)):
     return None  # a function of the project: its own module's restore
+  if later is not None:
+    later.append(call)
+    return None
+  return another_librarys(planner, call)
+
+
+def another_librarys(planner, call) -> Optional[Restore]:
+  """``call``, of another library and named like a restore, as a restore
+  into its first argument that may hold an optimizer the flow migrates
+  (the flow's ``may_hold_optimizer``); None where none may."""
   for argument in [*call.args, *(k.value for k in call.keywords)]:
     if planner.flow.may_hold_optimizer(argument):
       return Restore(call, None, argument)
   return None
+
+
+def note_later_ones(planner, later, rules: str) -> None:
+  """Each restore of another library among the calls ``later``
+  (``restore_of``) into ``planner.restores_left``, with why it stays (only
+  noted, where the flow migrates: so asked only then)."""
+  for call in later:
+    restore = another_librarys(planner, call)
+    if restore is not None:
+      planner.restores_left.append((call, plan_restore(planner, restore,
+                                                       rules)))
 
 
 def _project_function(planner, call) -> bool:

@@ -103,8 +103,19 @@ def _module_of(tree, names, checkpoint_lines, scanned):
   return _module_model.ModuleModel(tree, names, checkpoint_lines, scanned)
 
 
-# The kinds of node ``Planner._plan_flow_node`` plans.
-_FLOW_NODE_KINDS = (ast.ClassDef, ast.Call, ast.Name, ast.Attribute)
+def _own_step_lines(module, names) -> frozenset:
+  """``_own_methods.own_step_lines(names)``: found once per module model
+  and names, so a plan and its twin (``Planner.plan_and_kept``) walk the
+  module for it once."""
+  key = ('own step lines', names)
+  if key not in module.analyses:
+    module.analyses[key] = _own_methods.own_step_lines(names)
+  return module.analyses[key]
+
+
+# The kinds of node ``Planner._plan_flow_node`` plans (a name is planned
+# only as a dict's entry: ``PlanUses._tree_entry_reads``).
+_FLOW_NODE_KINDS = (ast.ClassDef, ast.Call, ast.Attribute)
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -168,6 +179,7 @@ class Planner(_plan_imports.PlanImports):
     # (call, why) of each restore of the flow left as it is (``_restores``):
     # noted where the flow migrates.
     self.restores_left: list = []
+    self.restores_later: list = []  # (maybe restores: ``_restores``)
     self.imports, self.removed = [], []
     # (each kind filtered once per tree: ``_walk.nodes_of``)
     bound = {n.id for n in _walk.nodes_of(tree, (ast.Name,))}
@@ -251,7 +263,7 @@ class Planner(_plan_imports.PlanImports):
                 sorted(set(self.notes)), sorted(set(self.imports),
                                                 key=str),
                 self.removed, tuple(sorted(set(self.unsafe))),
-                _own_methods.own_step_lines(self.names),
+                _own_step_lines(self.module, self.names),
                 frozenset(self.elements))
 
   def _assumed_links(self) -> list:
@@ -277,6 +289,7 @@ class Planner(_plan_imports.PlanImports):
     if flow_edits:
       self.notes += self._called_nowhere_notes()
     if flow_edits:
+      _restores.note_later_ones(self, self.restores_later, RULES_MODULE)
       self.notes += [Leftover(
           node.lineno, 'checkpoint', self._line(node.lineno),
           _restores.note(self, why))
@@ -322,6 +335,11 @@ class Planner(_plan_imports.PlanImports):
     for node in _walk.nodes_of(self.tree, _FLOW_NODE_KINDS):
       made = len(self.edits)
       leftovers += self._plan_flow_node(node)
+      if len(self.edits) > made:
+        self.elements.append(_links.Element.of(node))
+    for node in self._tree_entry_reads():
+      made = len(self.edits)
+      self._plan_tree_entry(node)
       if len(self.edits) > made:
         self.elements.append(_links.Element.of(node))
     leftovers += self._unproven_field_stores()
@@ -375,9 +393,6 @@ class Planner(_plan_imports.PlanImports):
         leftovers.append(self._leftover(node, 'multi_optimizer', reason))
     elif isinstance(node, ast.Call):
       leftovers += self._plan_flow_call(node)
-    if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(
-        node.ctx, ast.Load):
-      self._plan_tree_entry(node)
     if isinstance(node, ast.Attribute):
       leftovers += self._plan_member_use(node)
     return leftovers
@@ -492,7 +507,10 @@ class Planner(_plan_imports.PlanImports):
     rewritten to read both layouts where the template holds an optimizer
     of the flow, else kept with the reason (noted where the flow
     migrates)."""
-    restore = _restores.restore_of(self, call)
+    # (another library's is only noted: asked where the flow migrates)
+    later = None if self.names.resolve(call.func) in (
+        _flow.OPTIMIZER_CLASSES) else self.restores_later
+    restore = _restores.restore_of(self, call, later)
     if restore is None:
       return False
     why = _restores.plan_restore(self, restore, RULES_MODULE)
