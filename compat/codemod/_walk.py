@@ -183,6 +183,16 @@ def _walk_once(tree: ast.AST) -> dict:
   return memo
 
 
+def is_walked(tree: ast.AST) -> bool:
+  """Whether ``tree``'s walk is made and kept (asking makes nothing, and
+  keeps no tree longer)."""
+  for table in (_kept_whole, _walked):
+    entry = table.get(id(tree))
+    if entry is not None and entry[0] is tree and 'nodes' in entry[1]:
+      return True
+  return False
+
+
 def nodes(tree: ast.AST) -> tuple:
   """Every node of ``tree``, in ``ast.walk``'s order (walked once)."""
   return _walk_once(tree)['nodes']

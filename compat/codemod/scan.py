@@ -616,6 +616,32 @@ class _Visitor(ast.NodeVisitor):
         self.add(call, 'checkpoint', _restores.TEMPLATE_RESTORE)
 
 
+class _FlatVisitor(_Visitor):
+  """A ``_Visitor`` of a tree whose shared walk is made (``_walk``: the
+  project's model walked every module it read): each node's ``visit_``
+  method called in the walk's order, none descending. The recursion cost
+  a fifth of the visit there (504 modules of the speed tree: 0.77 s ->
+  0.61 s), and a long expression (1,500 terms) ran out of stack.
+  Breadth first, not depth first: what a node notes for others (the
+  references a finding explains, the callees, a chain's inner values) is
+  under it, so visited after it either way; the findings are sorted."""
+
+  def visit(self, node):
+    for each in _walk.nodes(node):
+      method = _FLAT.get(type(each))
+      if method is not None:
+        method(self, each)
+
+  def generic_visit(self, node):
+    pass  # (its children come in the walk's order)
+
+
+# Node class -> the _Visitor method for its nodes, where one has its own.
+_FLAT = {getattr(ast, name[len('visit_'):]): method
+         for name, method in vars(_Visitor).items()
+         if name.startswith('visit_')}
+
+
 class _RestoreView(NamedTuple):
   """What ``_restores`` asks of a module: its names, its optimizer flow and
   its other findings (as it asks a planner)."""
@@ -738,7 +764,8 @@ def scan_module(source, path: str, reexports, tree: ast.Module, model=None,
     names = _names.ModuleNames(tree, reexports, collect=False)
   elif names is None:
     names = module_names(tree, path, reexports, model, kernel)
-  visitor = _Visitor(path, names, text.splitlines())
+  visitor = (_FlatVisitor if _walk.is_walked(tree) else _Visitor)(
+      path, names, text.splitlines())
   if not may_name_flax_optim:
     # Its cached value, never built: the stand-in answers what the walk asks
     # (no value here is an optimizer); the checks below are not run.
