@@ -127,6 +127,9 @@ def test_one_class_of_nodes_is_the_walks_own_list_not_a_filter(name, source):
   absent = next(k for k in (ast.Nonlocal, ast.Await, ast.MatchStar)
                 if k not in kinds)
   assert _walk.nodes_of(tree, (absent,)) == [], name
+  memo['nodes'] = nodes  # (a shared leaf's class: filtered, as before)
+  assert _walk.nodes_of(tree, (ast.Load,)) == [
+      n for n in ast.walk(tree) if type(n) is ast.Load], name
 
 
 @pytest.mark.parametrize('name, source', list(_sources()),

@@ -200,13 +200,13 @@ def nodes(tree: ast.AST) -> tuple:
 
 def nodes_of(tree: ast.AST, kinds: tuple) -> list:
   """The nodes of ``tree`` whose class is one of ``kinds`` (leaf classes
-  of ``ast``, such as ``ast.Call``: none has a subclass; none a shared
-  leaf), in ``ast.walk``'s order, not to be changed: the walk's own list
-  for one class, filtered once per tree and ``kinds`` for several, for the
-  passes that each look at calls or attributes only (the project's links
-  ask for them in every module the model read; most of a module's nodes
-  are neither)."""
-  if len(kinds) == 1:
+  of ``ast``, such as ``ast.Call``: none has a subclass), in
+  ``ast.walk``'s order, not to be changed: the walk's own list for one
+  class (but a shared leaf's), filtered once per tree and ``kinds`` for
+  several, for the passes that each look at calls or attributes only (the
+  project's links ask for them in every module the model read; most of a
+  module's nodes are neither)."""
+  if len(kinds) == 1 and kinds[0] not in _SHARED_LEAF_CLASSES:
     return _walk_once(tree)['by_class'].get(kinds[0], _NONE)
   return derived(tree, _of_kinds, kinds)
 
