@@ -837,6 +837,22 @@ def test_prefilter_looks_closely(source, may):
   assert bool(scan.scan_source(source)) is may
 
 
+def test_the_prefilter_looks_for_words_once_per_shared_prefix():
+  """``may_find`` looks a text through once per group of its words that
+  share a prefix (the traversals' nine ``Travers...``, the ``index_...``,
+  ``save_checkpoint...``), each word only where its prefix is there: a
+  group's words are the tables' words, each starting with its prefix."""
+  given = scan._TRIGGERS
+  for groups, words in ((given.word_groups, given.words),
+                        (given.checkpoint_groups, given.checkpoint_words)):
+    assert sorted(w for _, group in groups for w in group) == sorted(words)
+    for prefix, group in groups:
+      assert all(w.startswith(prefix) for w in group), group
+      assert group == (prefix,) or len(prefix) >= 4, group
+  assert len(given.word_groups) <= len(given.words) - 10
+  assert len(given.checkpoint_groups) < len(given.checkpoint_words)
+
+
 @pytest.mark.parametrize('text', [
     'x = a.' + '#' * 200 + '\n',  # a banner after an attribute dot
     'x = (a.  # ' + '#' * 200 + '\n  b)\n',

@@ -16,6 +16,7 @@ knows). Stdlib only.
 """
 
 import functools
+import os
 import re
 from typing import Iterator, NamedTuple
 
@@ -85,6 +86,31 @@ class Triggers(NamedTuple):
   # W of ``words`` that a finding reads only as an imported package's name:
   # spelled right after a dot it is another's (``tf.compat.v1``).
   packages: frozenset = frozenset()
+  # ``words`` and ``checkpoint_words`` as ``_groups`` (every text is looked
+  # through once per group, not once per word).
+  word_groups: tuple = ()
+  checkpoint_groups: tuple = ()
+
+
+# The fewest letters a group's words share (``_groups``): a shorter
+# prefix is in most texts and tells nothing.
+_SHARED_PREFIX = 4
+
+
+def _groups(words) -> tuple:
+  """``words`` as ``(prefix, words)`` groups, each of the words (sorted)
+  sharing one prefix of ``_SHARED_PREFIX`` letters or more (a word alone,
+  its own): a text without the prefix spells none of them (the
+  traversals' nine ``Travers...``, the five ``index_...``)."""
+  found: list = []
+  for word in sorted(words):
+    if found:
+      shared = os.path.commonprefix([found[-1][0], word])
+      if len(shared) >= _SHARED_PREFIX:
+        found[-1] = (shared, found[-1][1] + (word,))
+        continue
+    found.append((word, (word,)))
+  return tuple(found)
 
 
 def _today_modules() -> dict:
@@ -135,11 +161,11 @@ def triggers(checkpoint_functions) -> Triggers:
   for needed in MATCHER_WORDS.values():
     others |= set(needed)
   words = frozenset((tables | others) - attribute)
-  return Triggers(words, frozenset(_last(p) for p in checkpoint_functions),
-                  today, attribute, {word: resolved[word]
-                                     for word in words - others
-                                     if word in resolved},
-                  frozenset(_RULE_PACKAGES))
+  checkpoint_words = frozenset(_last(p) for p in checkpoint_functions)
+  return Triggers(words, checkpoint_words, today, attribute,
+                  {word: resolved[word] for word in words - others
+                   if word in resolved}, frozenset(_RULE_PACKAGES),
+                  _groups(words), _groups(checkpoint_words))
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -337,10 +363,13 @@ def may_find(text: str, given: Triggers) -> bool:
   """False only when ``text`` has none of the words ``given`` names
   (``triggers()``) and no flax.nn. Only for a module that cannot name
   flax.optim (scan looks at every other one)."""
-  return (any(_spells_word(text, word, given) for word in given.words) or
+  return (any(prefix in text and any(_spells_word(text, word, given)
+                                     for word in words)
+              for prefix, words in given.word_groups) or
           _spells_attribute(text, given.attribute_words) or
           ('config' in text and _found(_JAX_CONFIG, text)) or
           _mentions_flax_nn(text) or
           _mentions_removed_word(text, given.today_words) or
-          (_spells(text, given.checkpoint_words) and
+          (any(prefix in text and _spells(text, words)
+               for prefix, words in given.checkpoint_groups) and
            _has_optimizer_name(text)))

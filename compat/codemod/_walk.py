@@ -144,16 +144,20 @@ _SHARED_LEAF_CLASSES = frozenset(
 def _walk_once(tree: ast.AST) -> dict:
   """``tree``'s walk, done once: its nodes in ``ast.walk``'s order
   (breadth first; a node the parser shares, such as ``ast.Load()``, once
-  per place), each node's children but the shared leaves and each node's
+  per place), each node's children but the shared leaves, each node's
   parent (the last holder of a shared one, as a dict built in that order
-  keeps it)."""
+  keeps it) and, by class, the nodes but the shared leaves in that order
+  (``nodes_of``: most passes look at one class or two)."""
   memo = _memo(tree)
   if 'children' not in memo:
     order, children, parents = [tree], {}, {}
+    by_class = collections.defaultdict(list, {type(tree): [tree]})
     append, leaves, node_class = order.append, _SHARED_LEAF_CLASSES, ast.AST
     # (child_nodes' loop, inlined: hot; a list read while it grows is read
     # to its end: breadth first; the classes of the leaves told by one
-    # look-up, not isinstance against their five bases)
+    # look-up, not isinstance against their five bases; the class index
+    # filled here costs next to nothing, one filter per class and tree
+    # cost a pass over every node each)
     for node in order:
       own = children[node] = []
       for field in node._fields:
@@ -163,15 +167,30 @@ def _walk_once(tree: ast.AST) -> dict:
             if isinstance(kid, node_class):
               parents[kid] = node
               append(kid)
-              if type(kid) not in leaves:
+              kind = type(kid)
+              if kind not in leaves:
                 own.append(kid)
+                by_class[kind].append(kid)
         elif isinstance(value, node_class):
           parents[value] = node
           append(value)
-          if type(value) not in leaves:
+          kind = type(value)
+          if kind not in leaves:
             own.append(value)
-    memo.update(nodes=tuple(order), children=children, parents=parents)
+            by_class[kind].append(value)
+    memo.update(nodes=tuple(order), children=children, parents=parents,
+                by_class=by_class)
   return memo
+
+
+def is_walked(tree: ast.AST) -> bool:
+  """Whether ``tree``'s walk is made and kept (asking makes nothing, and
+  keeps no tree longer)."""
+  for table in (_kept_whole, _walked):
+    entry = table.get(id(tree))
+    if entry is not None and entry[0] is tree and 'nodes' in entry[1]:
+      return True
+  return False
 
 
 def nodes(tree: ast.AST) -> tuple:
@@ -181,11 +200,18 @@ def nodes(tree: ast.AST) -> tuple:
 
 def nodes_of(tree: ast.AST, kinds: tuple) -> list:
   """The nodes of ``tree`` whose class is one of ``kinds`` (leaf classes
-  of ``ast``, such as ``ast.Call``: none has a subclass), in ``ast.walk``'s
-  order: filtered once per tree and ``kinds``, for the passes that each
-  look at calls or attributes only (the project's links ask for them in
-  every module the model read; most of a module's nodes are neither)."""
+  of ``ast``, such as ``ast.Call``: none has a subclass), in
+  ``ast.walk``'s order, not to be changed: the walk's own list for one
+  class (but a shared leaf's), filtered once per tree and ``kinds`` for
+  several, for the passes that each look at calls or attributes only (the
+  project's links ask for them in every module the model read; most of a
+  module's nodes are neither)."""
+  if len(kinds) == 1 and kinds[0] not in _SHARED_LEAF_CLASSES:
+    return _walk_once(tree)['by_class'].get(kinds[0], _NONE)
   return derived(tree, _of_kinds, kinds)
+
+
+_NONE: list = []  # (shared: no caller changes what nodes_of gives)
 
 
 def _of_kinds(tree: ast.AST, kinds: tuple) -> list:
