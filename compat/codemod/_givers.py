@@ -127,10 +127,14 @@ class _Trace:
   """What a module's flow read of what changes between solves
   (``CrossModuleFlow.tracing``): each value it saw, by key."""
 
-  def __init__(self):
+  def __init__(self, start):
     self.seen: dict = {}
     # False where it asked what the model does not trace (holding flows).
     self.reusable = True
+    # The givings of its module's functions as its pass reached them
+    # (``_Pass.start``): asked again in a pass, they change only where
+    # this flow proves them.
+    self.start = start
 
   def saw(self, key, value):
     if self.seen.setdefault(key, value) != value:
@@ -160,10 +164,12 @@ class _Pass:
     # functions are: a giving read there may change while it is asked.
     self.positions: dict = {}
     self.spans: dict = {}
+    self.own: dict = {}  # path -> its functions among the candidates
     for index, function in enumerate(candidates):
       self.positions.setdefault(id(function.node), []).append(index)
       first, _ = self.spans.get(function.path, (index, index))
       self.spans[function.path] = first, index
+      self.own.setdefault(function.path, []).append(function.node)
 
   def flow_of(self, function):
     path = function.path
@@ -173,20 +179,31 @@ class _Pass:
         self.flows[path], self.traces[path] = kept.flow, kept.trace
         self.model.note_reads(kept.reads)
       else:
-        self.traces[path] = _Trace()
+        self.traces[path] = _Trace(self.start(path))
         with self.model.tracing(self.traces[path]):
           _flow_of(self.model, function, self.flows)
     return self.flows[path]
 
+  def start(self, path) -> dict:
+    """The givings now of the functions of the module ``path``."""
+    return {node: value_of(self.model, ('giver', node))
+            for node in self.own[path]}
+
   def _stands(self, path, trace) -> bool:
-    if not trace.reusable:
+    if not trace.reusable or trace.start != self.start(path):
       return False
     first, last = self.spans[path]
+    own = {id(node) for node in self.own[path]}
     for key, value in trace.seen.items():
+      ids = ({id(key[1])} if key[0] == 'giver' else
+             key[1] if key[0] == 'tuples' else set())
+      if ids & own:
+        # (its own, proven by this flow from the same start: as it saw)
+        if ids - own:
+          return False
+        continue
       if value_of(self.model, key) != value:
         return False
-      ids = ({id(key[1])} if key[0] == 'giver' else
-             key[1] if key[0] == 'tuples' else ())
       for i in ids:
         at = self.positions.get(i, ())
         # (proven while its module's functions are: it changes there)
