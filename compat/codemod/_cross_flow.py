@@ -88,6 +88,8 @@ class CrossModuleFlow:
     # ``_givers`` kept of its last first pass.
     self._traces: list = []
     self.givers_memo: Optional[tuple] = None
+    # (what ``_solve_rate_setters`` read, what it found) of its last solve.
+    self._rate_setters_of: tuple = (None, frozenset())
     # Whether asking raises HoldingDeferred (in ``scan``'s workers).
     self.defers_holding = False
     self.param_why: dict = {}  # the same keys -> why a verdict is False
@@ -181,7 +183,14 @@ class CrossModuleFlow:
 
   def _solve_rate_setters(self):
     """``rate_setters``: a least fixpoint over the module functions of the
-    modules read."""
+    modules read (solved again only where the functions by their names, a
+    module's names or the re-exports they resolve through changed: every
+    round of the givers asks it)."""
+    read = tuple(self.functions.items()), tuple(self.reexports.items()), [
+        (path, self.names[path], self.trees[path]) for path in self.names]
+    if read == self._rate_setters_of[0]:
+      self.rate_setters = set(self._rate_setters_of[1])
+      return
     functions = {id(f.node): f for f in self.functions.values()
                  if not f.is_method}
     named: dict = {}  # id(FunctionDef) -> ids of the functions it names
@@ -206,6 +215,7 @@ class CrossModuleFlow:
           setters.add(key)
           changed = True
     self.rate_setters = {functions[key].node for key in setters}
+    self._rate_setters_of = read, frozenset(self.rate_setters)
 
   def names_rate_setter(self, tree, names, path) -> bool:
     """The module ``tree`` of ``path`` names another module's function

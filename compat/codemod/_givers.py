@@ -225,7 +225,7 @@ _UNTRACED = frozenset((
     'optimizer_givers', 'tuple_givers', 'step_factories', 'param_verdicts',
     'step_params', 'followed_factories', 'step_call_verdicts', 'param_why',
     'rate_setters', '_holding_flows', '_holding_reads', '_holding_open',
-    '_reads_open', '_traces', 'givers_memo'))
+    '_reads_open', '_traces', 'givers_memo', '_rate_setters_of'))
 
 
 def _state(model) -> dict:
