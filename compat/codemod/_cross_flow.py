@@ -83,6 +83,13 @@ class CrossModuleFlow:
     # asked, innermost last (``reading``).
     self._holding_reads: dict = {}
     self._reads_open: list = []
+    # The traces open (``tracing``: ``_givers`` keeps a module's flow
+    # across its solves while every read a trace noted stands), and what
+    # ``_givers`` kept of its last first pass.
+    self._traces: list = []
+    self.givers_memo: Optional[tuple] = None
+    # (what ``_solve_rate_setters`` read, what it found) of its last solve.
+    self._rate_setters_of: tuple = (None, frozenset())
     # Whether asking raises HoldingDeferred (in ``scan``'s workers).
     self.defers_holding = False
     self.param_why: dict = {}  # the same keys -> why a verdict is False
@@ -135,7 +142,7 @@ class CrossModuleFlow:
     if found is None:
       return None
     self._note_reads((_verdict_read(found.node, parameter),))
-    return self.param_verdicts.get((found.node, parameter))
+    return self._traced(('verdict', found.node, parameter))
 
   def def_param_verdict(self, names, function, parameter) -> bool:
     """Every call of the method ``function`` (a def of the module of
@@ -146,7 +153,9 @@ class CrossModuleFlow:
   def step_param(self, names, function, parameter):
     """The step every call of the module function named ``function`` (in
     the module of ``names``) passes as ``parameter``, or None."""
-    return self._of_parameter(self.step_params, names, function, parameter)
+    found = self._module_function(names, function)
+    return None if found is None else self._traced(
+        ('step_param', found.node, parameter))
 
   def factory_followed(self, names, factory) -> bool:
     """Every call of the step factory named ``factory`` (in the module of
@@ -154,17 +163,15 @@ class CrossModuleFlow:
     for followed while a verdict on its step's calls holds
     (``_step_calls``, which checks it)."""
     found = self._module_function(names, factory)
-    return found is not None and (
-        found.node in self.followed_factories or any(
-            holds for (node, _), holds in self.step_call_verdicts.items()
-            if node is found.node))
+    return found is not None and self._traced(('followed', found.node))
 
   def step_call_verdict(self, names, factory, parameter) -> bool:
     """Every call from other modules of the step that the factory named
     ``factory`` (in the module of ``names``) returns passes an optimizer
     as ``parameter`` (``_step_calls``)."""
-    return bool(self._of_parameter(self.step_call_verdicts, names, factory,
-                                   parameter))
+    found = self._module_function(names, factory)
+    return found is not None and bool(self._traced(
+        ('step_call', found.node, parameter)))
 
   def param_why_of(self, names, function, parameter) -> Optional[str]:
     """Why ``param_verdict`` is False (None where it is not)."""
@@ -176,7 +183,14 @@ class CrossModuleFlow:
 
   def _solve_rate_setters(self):
     """``rate_setters``: a least fixpoint over the module functions of the
-    modules read."""
+    modules read (solved again only where the functions by their names, a
+    module's names or the re-exports they resolve through changed: every
+    round of the givers asks it)."""
+    read = tuple(self.functions.items()), tuple(self.reexports.items()), [
+        (path, self.names[path], self.trees[path]) for path in self.names]
+    if read == self._rate_setters_of[0]:
+      self.rate_setters = set(self._rate_setters_of[1])
+      return
     functions = {id(f.node): f for f in self.functions.values()
                  if not f.is_method}
     named: dict = {}  # id(FunctionDef) -> ids of the functions it names
@@ -201,6 +215,7 @@ class CrossModuleFlow:
           setters.add(key)
           changed = True
     self.rate_setters = {functions[key].node for key in setters}
+    self._rate_setters_of = read, frozenset(self.rate_setters)
 
   def names_rate_setter(self, tree, names, path) -> bool:
     """The module ``tree`` of ``path`` names another module's function
@@ -219,9 +234,9 @@ class CrossModuleFlow:
     """The step ``call`` (of another module's step factory, or of one of
     several through a module alias) returns."""
     functions = self.callees(call, names)
-    self._note_reads(id(f.node) for f in functions)
-    steps = [self.step_factories.get(f.node) if not f.is_method else None
-             for f in functions]
+    givings = self._givings(functions)
+    steps = [step if not f.is_method else None
+             for f, (_, _, step) in zip(functions, givings)]
     if not steps or None in steps:
       return None
     return steps[0] if len(steps) == 1 else _flow.merged_step(steps)
@@ -230,10 +245,8 @@ class CrossModuleFlow:
     """What a call of another module's function returns: True (an
     optimizer), a tuple of element kinds holding one, or None (through a
     module alias: what every function it may run returns alike)."""
-    functions = self.callees(call, names)
-    self._note_reads(id(f.node) for f in functions)
-    kinds = [True if f.node in self.optimizer_givers else
-             self.tuple_givers.get(f.node) for f in functions]
+    kinds = [True if optimizer else pair for optimizer, pair, _ in
+             self._givings(self.callees(call, names))]
     return kinds[0] if kinds and all(k == kinds[0] for k in kinds) else None
 
   def gives_tuple(self, node, path) -> bool:
@@ -242,7 +255,38 @@ class CrossModuleFlow:
     are linked to and unpack (``tuple_givers``)."""
     mine = self._model_ids(node, path)
     self._note_reads(mine)
-    return bool(mine & {id(giver) for giver in self.tuple_givers})
+    return self._traced(('tuples', frozenset(mine)))
+
+  def _givings(self, functions) -> list:
+    """``(gives an optimizer, tuple kinds, step)`` of each of the module
+    functions ``functions`` (noted read)."""
+    self._note_reads(id(f.node) for f in functions)
+    return [self._traced(('giver', f.node)) for f in functions]
+
+  def _traced(self, key):
+    """The value of ``key`` now (``_givers.value_of``), noted in every
+    trace open."""
+    value = _givers.value_of(self, key)
+    for trace in self._traces:
+      trace.saw(key, value)
+    return value
+
+  def _untraceable(self):
+    """The flows traced now asked what the model's holding flows answer,
+    or added a link: no trace of theirs notes all they depend on."""
+    for trace in self._traces:
+      trace.reusable = False
+
+  @contextlib.contextmanager
+  def tracing(self, trace):
+    """Notes in ``trace`` (``saw(key, value)``; ``reusable``) every read
+    inside of what changes between the solves of ``_givers``
+    (``_givers.value_of``)."""
+    self._traces.append(trace)
+    try:
+      yield trace
+    finally:
+      self._traces.pop()
 
   def forget_holding_flows(self, changed=None):
     """Drops the flows asked what they hold that read something of
@@ -276,6 +320,10 @@ class CrossModuleFlow:
       self._reads_open.pop()
       self._note_reads(reads)
 
+  def note_reads(self, ids):
+    """Notes ``ids`` read in the innermost ``reading`` open."""
+    self._note_reads(ids)
+
   def _note_reads(self, ids):
     if self._reads_open:
       self._reads_open[-1].update(ids)
@@ -296,6 +344,7 @@ class CrossModuleFlow:
     not prove ``self.<attr>`` an optimizer in every class of ``classes``
     naming it there (``SelfHolding``); None where it does. A question
     asked again while open is answered by the others."""
+    self._untraceable()
     if path not in self.trees or path not in self.names:
       return path, 'migrate reads no optimizer flow there'
     key = ('self', path, attr)
@@ -312,6 +361,7 @@ class CrossModuleFlow:
     """Links the module ``path`` keeping an attribute through ``self``
     (its class at ``line``) with ``other``, whose classes sharing its
     instances keep it too: their whole flows agree."""
+    self._untraceable()
     link = _links.Link(path, line, other, other_line, other_line, reason,
                        'field')
     if link not in self.links:
@@ -323,6 +373,7 @@ class CrossModuleFlow:
     (``OptimizerFlow.holds_optimizer`` in the caller's module); None where
     no other module refers to it, False where one does otherwise than by
     a call, or its callers are not known."""
+    self._untraceable()
     mine = self._model_ids(node, path)
     if not mine or not mine <= self.reference_candidates:
       return None if self.called_elsewhere(node, path) is None else False
@@ -356,6 +407,7 @@ class CrossModuleFlow:
     """Every return of the project's module function ``call`` runs (in
     another module) holds an optimizer (``index``: its element of the
     tuple returned)."""
+    self._untraceable()
     function = self.callee(call, names)
     if function is None or function.is_method or (
         function.path not in self.trees):

@@ -71,8 +71,9 @@ class Factories:
     optimizer made in one is stepped in the other), then every module that
     names one of the functions (``_params`` proves their parameters from
     all their calls); the factories are solved again over them."""
+    called: dict = {}  # (each module's walk, once)
     while self._read_paths(sorted(
-        p for p in _params.callee_modules(self)
+        p for p in _params.callee_modules(self, called)
         if p not in unparsed), sources, parse, unparsed):
       pass
     self._read_modules_naming(_params.function_names(self), sources, parse,

@@ -24,6 +24,14 @@ module's flow given the others, each proven the same way: what a value
 holds follows by induction over the program's run. A function whose proof
 needed a kind that was not kept falls in a later round.
 
+The model is solved again and again (``_params``' and ``_step_calls``'
+rounds each ask it, a verdict turned False between them); a module's
+flow built in one first pass serves the next while all it read stands
+(``_Trace``): the rest of the model is as it was, and each giving and
+verdict it read is as it saw it, and stays so while its module's
+functions are proven (no function its module waits on is proven among
+them).
+
 The step factories (``make_update_fn(...)``) are proven in the same
 passes. Where a round proves none of the functions it started
 optimistically, or the rounds do not settle (a bound guards against a
@@ -33,6 +41,7 @@ Stdlib only.
 """
 
 import ast
+import bisect
 from typing import NamedTuple
 
 from compat.codemod import _flow
@@ -96,6 +105,146 @@ def _flow_of(model, function, flows):
   return flow
 
 
+def value_of(model, key):
+  """The value now of ``key``, a read of what changes between the solves
+  (as ``CrossModuleFlow.tracing`` notes it)."""
+  what, node = key[0], key[1]
+  if what == 'giver':
+    return (node in model.optimizer_givers, model.tuple_givers.get(node),
+            model.step_factories.get(node))
+  if what == 'tuples':
+    return bool(node & {id(giver) for giver in model.tuple_givers})
+  if what == 'followed':
+    return node in model.followed_factories or any(
+        holds for (factory, _), holds in model.step_call_verdicts.items()
+        if factory is node)
+  table = {'verdict': model.param_verdicts, 'step_param': model.step_params,
+           'step_call': model.step_call_verdicts}[what]
+  return table.get(key[1:])
+
+
+class _Trace:
+  """What a module's flow read of what changes between solves
+  (``CrossModuleFlow.tracing``): each value it saw, by key."""
+
+  def __init__(self, start):
+    self.seen: dict = {}
+    # False where it asked what the model does not trace (holding flows).
+    self.reusable = True
+    # The givings of its module's functions as its pass reached them
+    # (``_Pass.start``): asked again in a pass, they change only where
+    # this flow proves them.
+    self.start = start
+
+  def saw(self, key, value):
+    if self.seen.setdefault(key, value) != value:
+      self.reusable = False  # (a giving proven while it was read)
+
+
+class _Kept(NamedTuple):
+  """A module's flow of a first pass, for the next."""
+  flow: _flow.OptimizerFlow
+  trace: _Trace
+  reads: set  # what ``reading`` noted while it was built and asked
+
+
+class _Pass:
+  """One first pass's flows: those kept from the last one that still
+  stand, others built."""
+
+  def __init__(self, model, candidates):
+    self.model = model
+    state = _state(model)
+    memo = model.givers_memo
+    self.kept = memo[1] if memo is not None and memo[0] == state else {}
+    self.state = state
+    self.flows: dict = {}
+    self.traces: dict = {}
+    # Where each function is proven in the pass, and where each module's
+    # functions are: a giving read there may change while it is asked.
+    self.positions: dict = {}
+    self.spans: dict = {}
+    self.own: dict = {}  # path -> its functions among the candidates
+    for index, function in enumerate(candidates):
+      self.positions.setdefault(id(function.node), []).append(index)
+      first, _ = self.spans.get(function.path, (index, index))
+      self.spans[function.path] = first, index
+      self.own.setdefault(function.path, []).append(function.node)
+
+  def flow_of(self, function):
+    path = function.path
+    if path not in self.flows:
+      kept = self.kept.get(path)
+      if kept is not None and self._stands(path, kept.trace):
+        self.flows[path], self.traces[path] = kept.flow, kept.trace
+        self.model.note_reads(kept.reads)
+      else:
+        self.traces[path] = _Trace(self.start(path))
+        with self.model.tracing(self.traces[path]):
+          _flow_of(self.model, function, self.flows)
+    return self.flows[path]
+
+  def start(self, path) -> dict:
+    """The givings now of the functions of the module ``path``."""
+    return {node: value_of(self.model, ('giver', node))
+            for node in self.own[path]}
+
+  def _stands(self, path, trace) -> bool:
+    if not trace.reusable or trace.start != self.start(path):
+      return False
+    first, last = self.spans[path]
+    own = {id(node) for node in self.own[path]}
+    for key, value in trace.seen.items():
+      ids = ({id(key[1])} if key[0] == 'giver' else
+             key[1] if key[0] == 'tuples' else set())
+      if ids & own:
+        # (its own, proven by this flow from the same start: as it saw)
+        if ids - own:
+          return False
+        continue
+      if value_of(self.model, key) != value:
+        return False
+      for i in ids:
+        at = self.positions.get(i, ())
+        # (proven while its module's functions are: it changes there)
+        if bisect.bisect_left(at, first) < bisect.bisect_right(at, last):
+          return False
+    return True
+
+  def keep(self, modules):
+    """Keeps the flows whose traces may stand for the next pass."""
+    self.model.givers_memo = self.state, {
+        path: _Kept(flow, self.traces[path], modules[path].reads)
+        for path, flow in self.flows.items() if self.traces[path].reusable}
+
+
+# The model's parts that change between the solves, or that no flow
+# asks of it: a flow's trace notes those it reads (``tracing``), or it
+# is not kept (the holding flows).
+_UNTRACED = frozenset((
+    'optimizer_givers', 'tuple_givers', 'step_factories', 'param_verdicts',
+    'step_params', 'followed_factories', 'step_call_verdicts', 'param_why',
+    'rate_setters', '_holding_flows', '_holding_reads', '_holding_open',
+    '_reads_open', '_traces', 'givers_memo', '_rate_setters_of'))
+
+
+def _state(model) -> dict:
+  """The rest of the model by value, to compare with a pass before."""
+  return {key: _frozen(value) for key, value in vars(model).items()
+          if key not in _UNTRACED}
+
+
+def _frozen(value):
+  """``value`` with its containers copied as tuples (nested ones too)."""
+  if isinstance(value, dict):
+    return dict, tuple((key, _frozen(item)) for key, item in value.items())
+  if isinstance(value, (list, tuple)):
+    return type(value), tuple(_frozen(item) for item in value)
+  if isinstance(value, (set, frozenset)):
+    return set, tuple(_frozen(item) for item in value)
+  return value
+
+
 def _proven_in(flow, node):
   """``(kind, step)`` the module's ``flow`` proves of its function
   ``node`` (None, None where it is not the module's def of its name)."""
@@ -112,11 +261,13 @@ def _first_pass(model, candidates) -> dict:
       frozenset(model.optimizer_givers), dict(model.tuple_givers),
       dict(model.step_factories)), _NONE))
   modules: dict = {}
-  flows: dict = {}
+  flows = _Pass(model, candidates)
   for function in candidates:
     node = function.node
     with model.reading() as reads:
-      kind, step = _proven_in(_flow_of(model, function, flows), node)
+      flow = flows.flow_of(function)
+      with model.tracing(flows.traces[function.path]):
+        kind, step = _proven_in(flow, node)
     module = modules.setdefault(function.path, _Module({}, set()))
     module.reads.update(reads)
     module.proven[node] = kind, step
@@ -126,6 +277,7 @@ def _first_pass(model, candidates) -> dict:
       model.tuple_givers[node] = kind
     if step is not None:
       model.step_factories[node] = step
+  flows.keep(modules)
   return modules
 
 

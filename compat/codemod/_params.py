@@ -96,24 +96,35 @@ def _add_reference(model, candidates, found, path, node, parent, function):
   found.setdefault(id(function.node), []).append(_Reference(path, node, call))
 
 
-def callee_modules(model) -> set:
+def callee_modules(model, called=None) -> set:
   """The paths of the project's modules, not read yet, whose functions the
-  modules read so far call."""
+  modules read so far call. ``called``: path -> the modules its calls may
+  run a function of, kept between the calls of one reading (a module's
+  names resolve alike while others are read)."""
   path_of = {dotted: path for path, dotteds in model.module_names_of.items()
              for dotted in dotteds}
+  called = {} if called is None else called
   found = set()
   for path, names in list(model.names.items()):
-    aliases = model.module_aliases(names)
-    # (the calls filtered once per tree: the links' passes read them too)
-    for node in _walk.nodes_of(model.trees[path], (ast.Call,)):
-      dotted = names.resolve(node.func)
-      modules = [dotted.rpartition('.')[0]] if dotted else (
-          _aliased_modules(aliases, node.func))
-      for module in modules:
-        callee = path_of.get(module)
-        if callee is not None and callee not in model.names:
-          found.add(callee)
+    if path not in called:
+      called[path] = _called_modules(model, path, names)
+    for module in called[path]:
+      callee = path_of.get(module)
+      if callee is not None and callee not in model.names:
+        found.add(callee)
   return found
+
+
+def _called_modules(model, path, names) -> list:
+  """The modules the calls of the module ``path`` may run a function of."""
+  aliases = model.module_aliases(names)
+  modules = []
+  # (the calls filtered once per tree: the links' passes read them too)
+  for node in _walk.nodes_of(model.trees[path], (ast.Call,)):
+    dotted = names.resolve(node.func)
+    modules += [dotted.rpartition('.')[0]] if dotted else (
+        _aliased_modules(aliases, node.func))
+  return modules
 
 
 def _aliased_modules(aliases, func) -> tuple:

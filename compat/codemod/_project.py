@@ -187,6 +187,8 @@ class Model(_project_index.ProjectIndex, _classes.ClassHierarchy,
     self._solve_steps()
     _step_calls.solve(self, lambda: self._solve_steps(sources, parse,
                                                       unparsed))
+    # (solved: what the solves kept for the next refers back to the model)
+    self.givers_memo, self._rate_setters_of = None, (None, frozenset())
     for path in self.names:
       self._link_calls(path, self.trees[path])
       self._link_rule_uses(path, self.trees[path])
