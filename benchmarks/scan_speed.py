@@ -12,12 +12,18 @@ of them costs).
   python benchmarks/scan_speed.py --generate 10000 --runs 3
   python benchmarks/scan_speed.py --tree path/to/research/repo --runs 3
   python benchmarks/scan_speed.py --mirrors ../shared/mirrors --files 3000
+  python benchmarks/scan_speed.py --each path/to/repositories --runs 1
 
 ``--mirrors DIR --files N`` measures a tree of real JAX code: the .py files
 and notebooks of every mirror in DIR (``owner+name`` bare git directories,
 their branch ``pinned`` or flax's tag ``v0.3.3``; tests/corpus), extracted
 whole, copied again side by side until the tree holds N files (the mirrors
 hold about 1,600: a copy's modules are the same code at other paths).
+Its copies make every module name ambiguous, so no import resolves from
+one module of a repository to another there and the project's model
+(links, the givers' fixpoints) has little to do: ``--each DIR`` measures
+each directory in DIR as its own project, as a user scans one repository
+(``--each`` over the tree's first copy), and sums them.
 
 ``--generate N`` writes a tree of N modules of the kinds a JAX research
 repository has (linen models, Optax training loops, configs, utilities;
@@ -275,9 +281,15 @@ def measure(paths, runs: int) -> dict:
   return results
 
 
+def medians(results: dict) -> dict:
+  """``{variant: {'wall': s, 'cpu': s}}``: the medians of ``measure``'s
+  runs."""
+  return {v: {k: statistics.median(r[k] for r in rows)
+              for k in ('wall', 'cpu')} for v, rows in results.items()}
+
+
 def table(name: str, results: dict) -> str:
-  median = {v: {k: statistics.median(r[k] for r in rows)
-                for k in ('wall', 'cpu')} for v, rows in results.items()}
+  median = medians(results)
   files = results['ast.parse'][0]['files']
   lines = [f'{name}: {files} files, {len(results["ast.parse"])} runs, '
            f'load average {os.getloadavg()[0]:.1f}',
@@ -295,6 +307,18 @@ def table(name: str, results: dict) -> str:
   return '\n'.join(lines)
 
 
+def summed(trees: dict) -> str:
+  """The line for ``trees`` each measured as its own project (``{tree:
+  measure's results}``): each variant's median CPU summed over them, and
+  ``scan -j 1``'s sum over ``ast.parse``'s."""
+  total = {v: sum(medians(results)[v]['cpu'] for results in trees.values())
+           for v in VARIANTS}
+  return (f'{len(trees)} trees, each its own project: ' + ', '.join(
+      f'{v} {total[v]:.2f} CPU s' for v in VARIANTS) +
+          f'; scan -j 1 / ast.parse: '
+          f'{total["scan -j 1"] / total["ast.parse"]:.2f}x')
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--generate', type=int, metavar='N',
@@ -305,6 +329,10 @@ def main(argv=None) -> int:
                       help='measure a tree of the mirrors\' real code')
   parser.add_argument('--files', type=int, default=3000,
                       help='with --mirrors: copies until this many files')
+  parser.add_argument('--each', metavar='DIR',
+                      help='measure each directory in DIR as its own '
+                      'project (one repository at a time, as a user scans '
+                      'it), then their sums')
   parser.add_argument('--runs', type=int, default=3)
   parser.add_argument('--json', metavar='FILE', help='write raw figures')
   args = parser.parse_args(argv)
@@ -324,6 +352,12 @@ def main(argv=None) -> int:
   for tree in args.tree:
     raw[tree] = measure([tree], args.runs)
     print(table(tree, raw[tree]), flush=True)
+  if args.each:
+    each = {}
+    for tree in sorted(e.path for e in os.scandir(args.each) if e.is_dir()):
+      each[tree] = raw[tree] = measure([tree], args.runs)
+      print(table(tree, each[tree]), flush=True)
+    print(summed(each), flush=True)
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(raw, f, indent=1)
