@@ -505,6 +505,20 @@ HAND_BUILT = 'hand_built'  # Optimizer(definition, state, target)
 STARRED_ARGUMENTS = 'starred_arguments'  # f(*args, **kwargs)
 NO_LEARNING_RATE = 'no_learning_rate'  # a definition without its rate
 JAX_TAKEN = 'jax_taken'  # a rewrite writing ``jax.`` where that is not jax
+# Why ``.replicate()`` stays (``{problem}``: one of the four after it).
+REPLICATE_LEFT = 'replicate_left'
+REPLICATE_ARGUMENTS = 'replicate_arguments'  # not (devices, axis_name)
+REPLICATE_AXIS_NOT_LITERAL = 'replicate_axis_not_literal'
+REPLICATE_AXES_DIFFER = 'replicate_axes_differ'
+REPLICATE_CHECKPOINTED = 'replicate_checkpointed'  # a checkpoint sees it
+# Why ``.create(...)`` stays.
+CREATE_ARGUMENTS = 'create_arguments'  # not create(target, focus=None)
+CREATE_FOCUS = 'create_focus'  # a focus selecting parameters
+# A read of a definition's attribute (``{attr}``) the transform lacks.
+DEFINITION_MEMBER = 'definition_member'
+# A finding of the flow no edit covers (``{callers}``: ': ' and the calls
+# that leave it unproven, or nothing).
+NOT_PROVABLY_OPTIMIZER = 'not_provably_optimizer'
 NOTES = (
     Note(HELD, None, (
         'kept as it is: a # noqa on the line or the selected codes '
@@ -553,6 +567,34 @@ NOTES = (
         'no learning rate in the definition and none passed to '
         'apply_gradient in this file')),
     Note(JAX_TAKEN, None, '`jax` names something else in this module'),
+    Note(REPLICATE_LEFT, REPLICATE, (
+        '.replicate(): {problem}; a ReplicatedOptimizer averages the '
+        'gradients over the pmap axis inside apply_gradient (psum(g) / '
+        'psum(1)), by hand: {replacement}')),
+    Note(REPLICATE_ARGUMENTS, REPLICATE, (
+        'replicate() arguments cannot be mapped with certainty')),
+    Note(REPLICATE_AXIS_NOT_LITERAL, REPLICATE, (
+        'the axis_name is not a literal string')),
+    Note(REPLICATE_AXES_DIFFER, REPLICATE, (
+        'replicate() calls with different axis names')),
+    Note(REPLICATE_CHECKPOINTED, REPLICATE, (
+        "a ReplicatedOptimizer's checkpoint keeps one replica's copy; the "
+        "replicated TrainState's would keep them all")),
+    Note(CREATE_ARGUMENTS, CREATE, (
+        'create() arguments passed with * or **, or not as '
+        'create(target, focus=None), cannot be mapped with certainty')),
+    Note(CREATE_FOCUS, CREATE, (
+        'create(..., focus=...) selects parameters: use optax.partition '
+        'with compat.traversal_labels (not rewritten automatically)')),
+    Note(DEFINITION_MEMBER, OPTIMIZER_DEF, (
+        '.{attr} of a flax.optim definition has no counterpart on the Optax '
+        "transform migrate writes for it (its hyper-parameters live in the "
+        "transform's state once injected: "
+        'optax.tree_utils.tree_get(state.opt_state, name))')),
+    Note(NOT_PROVABLY_OPTIMIZER, None, (
+        'not rewritten: the object is not provably a flax.optim '
+        'Optimizer/OptimizerDef here (its flow leaves what this file '
+        'shows{callers}); {replacement}')),
 )
 NOTES_BY_NAME = {note.name: note for note in NOTES}
 

@@ -51,7 +51,7 @@ class PlanUses(_plan_rules.PlanRules):
     for call in calls:
       if any(isinstance(a, ast.Starred) for a in call.args) or any(
           k.arg not in ('devices', 'axis_name') for k in call.keywords):
-        return None, 'replicate() arguments cannot be mapped with certainty'
+        return None, _codes.note(_codes.REPLICATE_ARGUMENTS)
       given = dict(zip(('devices', 'axis_name'), call.args))
       given.update({k.arg: k.value for k in call.keywords})
       axis = given.get('axis_name')
@@ -60,21 +60,19 @@ class PlanUses(_plan_rules.PlanRules):
       elif isinstance(axis, ast.Constant) and isinstance(axis.value, str):
         axes.add(axis.value)
       else:
-        return None, 'the axis_name is not a literal string'
+        return None, _codes.note(_codes.REPLICATE_AXIS_NOT_LITERAL)
     if len(axes) != 1:
-      return None, 'replicate() calls with different axis names'
+      return None, _codes.note(_codes.REPLICATE_AXES_DIFFER)
     if any(f.construct in _plan_records.NOTE_CONSTRUCTS for f in self.findings):
-      return None, ("a ReplicatedOptimizer's checkpoint keeps one replica's "
-                    "copy; the replicated TrainState's would keep them all")
+      return None, _codes.note(_codes.REPLICATE_CHECKPOINTED)
     return axes.pop(), None
 
   def _plan_replicate(self, node, call, receiver) -> Optional[str]:
     """``opt.replicate(...)`` -> ``jax_utils.replicate(state[, devices])``."""
     if self.replica_axis is None:
-      return (f'.replicate(): {self.replicate_problem}; a ReplicatedOptimizer '
-              'averages the gradients over the pmap axis inside '
-              'apply_gradient (psum(g) / psum(1)), by hand: '
-              f'{_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text}')
+      return _codes.note(_codes.REPLICATE_LEFT).format(
+          problem=self.replicate_problem,
+          replacement=_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text)
     given = dict(zip(('devices', 'axis_name'), call.args))
     given.update({k.arg: k.value for k in call.keywords})
     name = self._jax_utils_name()
@@ -89,11 +87,9 @@ class PlanUses(_plan_rules.PlanRules):
   def _plan_create(self, node) -> Optional[str]:
     given = _flow.create_arguments(node)
     if given is None:
-      return ('create() arguments passed with * or **, or not as '
-              'create(target, focus=None), cannot be mapped with certainty')
+      return _codes.note(_codes.CREATE_ARGUMENTS)
     if not _flow.is_none(given.get('focus')):
-      return ('create(..., focus=...) selects parameters: use optax.partition '
-              'with compat.traversal_labels (not rewritten automatically)')
+      return _codes.note(_codes.CREATE_FOCUS)
     held = self._unproven_holder(node)
     if held:
       return held

@@ -457,11 +457,8 @@ class Planner(_plan_imports.PlanImports):
       return self._left_if(node, 'optimizer_use', self._plan_use(node))
     if use == _members.OPTIMIZER_DEF:
       # The transform written for the definition has no such attribute.
-      return [self._leftover(node, _members.OPTIMIZER_DEF, (
-          f'.{node.attr} of a flax.optim definition has no counterpart on '
-          'the Optax transform migrate writes for it (its hyper-parameters '
-          'live in the transform\'s state once injected: '
-          'optax.tree_utils.tree_get(state.opt_state, name))'))]
+      return [self._leftover(node, _members.OPTIMIZER_DEF, _codes.note(
+          _codes.DEFINITION_MEMBER).format(attr=node.attr))]
     return []
 
   def _plan_findings_left(self, leftovers):
@@ -486,10 +483,9 @@ class Planner(_plan_imports.PlanImports):
                                        self.tree, finding.line, finding.code)
         leftovers.append(Leftover(
             finding.line, finding.construct, finding.code,
-            'not rewritten: the object is not provably a flax.optim '
-            'Optimizer/OptimizerDef here (its flow leaves what this file '
-            'shows' + (f': {callers}' if callers else '') + '); ' +
-            finding.replacement))
+            _codes.note(_codes.NOT_PROVABLY_OPTIMIZER).format(
+                callers=f': {callers}' if callers else '',
+                replacement=finding.replacement)))
 
   def _unproven_field_stores(self) -> list:
     """A value stored in a field annotated ``optim.Optimizer`` (the class
