@@ -519,6 +519,38 @@ DEFINITION_MEMBER = 'definition_member'
 # A finding of the flow no edit covers (``{callers}``: ': ' and the calls
 # that leave it unproven, or nothing).
 NOT_PROVABLY_OPTIMIZER = 'not_provably_optimizer'
+# Why an optimizer's flow stays where the optimizer goes on to code migrate
+# cannot follow (``compat.codemod._escape_analysis``, ``_legacy_trees``):
+# ``{text}`` is the optimizer's source, the other fields the sources and
+# names of the places it reaches. A reason that may follow (``{read}`` of
+# ESCAPE_NAME_ALSO_HOLDS, ``{why}`` of ESCAPE_STORED and
+# ESCAPE_UNPACKED_UNPROVEN) is filled with ' (', the reason and ')', or
+# with nothing.
+ESCAPE_STEP_STARRED = 'escape_step_starred'
+ESCAPE_STEP_UNPROVEN = 'escape_step_unproven'
+ESCAPE_TUPLE_ATTRIBUTE = 'escape_tuple_attribute'
+ESCAPE_TUPLE_GOES_INTO = 'escape_tuple_goes_into'
+ESCAPE_TUPLE_INDEXED = 'escape_tuple_indexed'
+ESCAPE_REPLICATED_TREE = 'escape_replicated_tree'
+ESCAPE_TREE_UNPROVEN = 'escape_tree_unproven'
+ESCAPE_TREE_READ_BACK = 'escape_tree_read_back'
+ESCAPE_GOES_INTO = 'escape_goes_into'
+ESCAPE_NAME_ALSO_HOLDS = 'escape_name_also_holds'
+ESCAPE_NAME_HOLDS_TUPLE = 'escape_name_holds_tuple'
+ESCAPE_STORED = 'escape_stored'
+ESCAPE_UNPACKED_COUNT = 'escape_unpacked_count'
+ESCAPE_UNPACKED_NESTED = 'escape_unpacked_nested'
+ESCAPE_UNPACKED_UNPROVEN = 'escape_unpacked_unproven'
+ESCAPE_PICKLED = 'escape_pickled'
+ESCAPE_TUPLE_ELEMENT = 'escape_tuple_element'
+# (``{where}``: a method, or a nested function or lambda)
+ESCAPE_RETURNED_UNFOLLOWED = 'escape_returned_unfollowed'
+ESCAPE_RETURNER_USED = 'escape_returner_used'
+ESCAPE_RETURNER_USED_ELSEWHERE = 'escape_returner_used_elsewhere'
+ESCAPE_RETURNS_MIXED = 'escape_returns_mixed'
+ESCAPE_RETURNS_TUPLE = 'escape_returns_tuple'
+ESCAPE_PASSED = 'escape_passed'
+ESCAPE_TUPLE_ARGUMENTS = 'escape_tuple_arguments'  # not a pool's apply_async
 NOTES = (
     Note(HELD, None, (
         'kept as it is: a # noqa on the line or the selected codes '
@@ -595,6 +627,86 @@ NOTES = (
         'not rewritten: the object is not provably a flax.optim '
         'Optimizer/OptimizerDef here (its flow leaves what this file '
         'shows{callers}); {replacement}')),
+    Note(ESCAPE_STEP_STARRED, OPTIMIZER_ESCAPE, (
+        '`{call}` passes arguments with * or ** to the step {step}(), whose '
+        'optimizer parameters migrate')),
+    Note(ESCAPE_STEP_UNPROVEN, OPTIMIZER_ESCAPE, (
+        '`{value}` is not provably an optimizer and goes in as `{name}` of '
+        'the step {step}(), whose module migrates that parameter')),
+    Note(ESCAPE_TUPLE_ATTRIBUTE, OPTIMIZER_ESCAPE, (
+        '`{text}` gives a tuple holding an optimizer, read here by '
+        'attribute')),
+    Note(ESCAPE_TUPLE_GOES_INTO, OPTIMIZER_ESCAPE, (
+        '`{text}` gives a tuple holding an optimizer, which goes into '
+        '`{parent}`, where migrate cannot follow it')),
+    Note(ESCAPE_TUPLE_INDEXED, OPTIMIZER_ESCAPE, (
+        '`{text}` gives a tuple holding an optimizer, read here by index '
+        '(`{subscript}`), where migrate cannot follow it')),
+    Note(ESCAPE_REPLICATED_TREE, OPTIMIZER_ESCAPE, (
+        'the replicated optimizer `{text}` goes into a dict saved or loaded '
+        "as a tree: migrate writes flax.optim's tree of an optimizer only "
+        'where it is not replicated')),
+    Note(ESCAPE_TREE_UNPROVEN, OPTIMIZER_ESCAPE, (
+        'the optimizer `{text}` goes into a dict that migrate does not see '
+        'only saved or loaded as a tree: {why} (where it is, '
+        "flax_optim_rules.legacy_tree({text}) keeps flax.optim's layout in "
+        'it, and flax_optim_rules.from_legacy_tree reads it back)')),
+    Note(ESCAPE_TREE_READ_BACK, OPTIMIZER_ESCAPE, (
+        '`{target}` takes the optimizer read back as `{read}` and is not '
+        'provably one where it is read')),
+    Note(ESCAPE_GOES_INTO, OPTIMIZER_ESCAPE, (
+        'the optimizer `{text}` goes into `{parent}`, where migrate cannot '
+        'follow it: code reading it there would meet a TrainState')),
+    Note(ESCAPE_NAME_ALSO_HOLDS, OPTIMIZER_ESCAPE, (
+        '`{name}` also holds values not provably a flax.optim Optimizer '
+        '(another assignment), so its uses stay as they are; the optimizer '
+        '`{text}` would reach them{read}')),
+    Note(ESCAPE_NAME_HOLDS_TUPLE, OPTIMIZER_ESCAPE, (
+        '`{name}` holds the tuple `{text}` gives, which migrate does not '
+        'follow into its uses')),
+    Note(ESCAPE_STORED, OPTIMIZER_ESCAPE, (
+        'the optimizer `{text}` is stored in `{target}`, where migrate '
+        'cannot follow it: code reading it there would meet a '
+        'TrainState{why}')),
+    Note(ESCAPE_UNPACKED_COUNT, OPTIMIZER_ESCAPE, (
+        'the tuple `{text}` gives is unpacked into another number of names')),
+    Note(ESCAPE_UNPACKED_NESTED, OPTIMIZER_ESCAPE, (
+        '`{element}` takes a tuple holding an optimizer out of the tuple '
+        '`{text}` gives, which migrate does not follow into its uses')),
+    Note(ESCAPE_UNPACKED_UNPROVEN, OPTIMIZER_ESCAPE, (
+        '`{element}` takes the optimizer of the tuple `{text}` gives and is '
+        'not provably one where it is read{why}')),
+    Note(ESCAPE_PICKLED, OPTIMIZER_ESCAPE, (
+        'the optimizer `{text}` is pickled by `{call}(...)`: a TrainState '
+        'does not pickle (its tx holds functions), so the migrated program '
+        'would fail there; write it with flax.serialization.to_bytes (which '
+        'migrate follows) and run migrate again, or, once migrated, pickle '
+        'flax_optim_rules.legacy_tree(state) (read back with '
+        'flax_optim_rules.from_legacy_tree(state, tree))')),
+    Note(ESCAPE_TUPLE_ELEMENT, OPTIMIZER_ESCAPE, (
+        '`{element}` takes the optimizer `{text}` and is not provably one '
+        'where it is read')),
+    Note(ESCAPE_RETURNED_UNFOLLOWED, OPTIMIZER_ESCAPE, (
+        '`{text}` is returned by {where}, whose callers migrate does not '
+        'follow')),
+    Note(ESCAPE_RETURNER_USED, OPTIMIZER_ESCAPE, (
+        '`{text}` is returned by {function}(), which is used otherwise than '
+        'by calling it here, so its callers are not known')),
+    Note(ESCAPE_RETURNER_USED_ELSEWHERE, OPTIMIZER_ESCAPE, (
+        '`{text}` is returned by {function}(), which {where} uses otherwise '
+        'than by calling it, so its callers are not known')),
+    Note(ESCAPE_RETURNS_MIXED, OPTIMIZER_ESCAPE, (
+        '{function}() returns `{text}` on one path and something not '
+        'provably an optimizer on another: its callers cannot tell')),
+    Note(ESCAPE_RETURNS_TUPLE, OPTIMIZER_ESCAPE, (
+        '{function}() returns a tuple holding the optimizer `{text}` and is '
+        '{where}: callers there are not followed into the tuple')),
+    Note(ESCAPE_PASSED, OPTIMIZER_ESCAPE, (
+        'the optimizer `{text}` is passed to `{call}(...)`, whose use of it '
+        'migrate does not prove: code there would meet a TrainState')),
+    Note(ESCAPE_TUPLE_ARGUMENTS, OPTIMIZER_ESCAPE, (
+        '`{text}` goes into the tuple `{arguments}`, where migrate cannot '
+        'follow it')),
 )
 NOTES_BY_NAME = {note.name: note for note in NOTES}
 
@@ -602,6 +714,12 @@ NOTES_BY_NAME = {note.name: note for note in NOTES}
 def note(name: str) -> str:
   """The text of the note ``name`` (its fields unfilled)."""
   return NOTES_BY_NAME[name].text
+
+
+def filled_note(name: str, /, **fields) -> str:
+  """The text of the note ``name`` with its fields filled from ``fields``
+  (``name`` is positional only: a note may have a field of that name)."""
+  return NOTES_BY_NAME[name].text.format(**fields)
 
 
 # ----------------------------------------------------------------------------

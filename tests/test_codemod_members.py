@@ -281,3 +281,13 @@ def test_a_safe_fix_states_what_is_proven_and_no_assumption():
                      'proves nothing'):
     _rule_table.proven_grounds(_rule_table.GENERIC_TREE_WALKER, name='walk',
                                where='m.py:3')
+
+
+def test_a_note_fills_a_field_called_name():
+  # A note's fields are its own words (this one names the step's parameter
+  # ``{name}``): filling one never collides with the note's name.
+  assert _rule_table.filled_note(
+      _rule_table.ESCAPE_STEP_UNPROVEN, value='tx', name='optimizer',
+      step='train_step') == (
+          '`tx` is not provably an optimizer and goes in as `optimizer` of '
+          'the step train_step(), whose module migrates that parameter')

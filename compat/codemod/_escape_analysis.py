@@ -143,14 +143,14 @@ def _unproven_to_foreign_step(module, call) -> list:
     return []
   if any(isinstance(a, ast.Starred) for a in call.args) or any(
       k.arg is None for k in call.keywords):
-    return [(call, f'`{ast.unparse(call)[:60]}` passes arguments with * or '
-             f'** to the step {step.node.name}(), whose optimizer '
-             'parameters migrate')]
+    return [(call, _codes.filled_note(
+        _codes.ESCAPE_STEP_STARRED, call=ast.unparse(call)[:60],
+        step=step.node.name))]
   passed = {_flow.required(step, call, value): value
             for value in call.args + [k.value for k in call.keywords]}
-  return [(value, f'`{ast.unparse(value)[:60]}` is not provably an '
-           f'optimizer and goes in as `{name}` of the step '
-           f'{step.node.name}(), whose module migrates that parameter')
+  return [(value, _codes.filled_note(
+      _codes.ESCAPE_STEP_UNPROVEN, value=ast.unparse(value)[:60], name=name,
+      step=step.node.name))
           for name, value in passed.items()
           if name is not None and not module.flow.is_optimizer(value)]
 
@@ -180,9 +180,8 @@ def _why_escapes(module, node, kind) -> Optional[str]:
   if verdict is not None:
     return _tree_problem(module, verdict, text)
   if isinstance(parent, ast.Attribute) and parent.value is node:
-    return None if kind is True else (
-        f'`{text}` gives a tuple holding an optimizer, read here by '
-        'attribute')
+    return None if kind is True else _codes.filled_note(
+        _codes.ESCAPE_TUPLE_ATTRIBUTE, text=text)
   if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mod) and (
       isinstance(parent.left, ast.Constant)) and parent.left is not node:
     return None  # '%s' % x only shows it
@@ -202,8 +201,8 @@ def _why_escapes(module, node, kind) -> Optional[str]:
   if isinstance(parent, ast.Return):
     return _returned(module, node, kind, text)
   if kind is not True:
-    return (f'`{text}` gives a tuple holding an optimizer, which goes into '
-            f'`{ast.unparse(parent)[:60]}`, where migrate cannot follow it')
+    return _codes.filled_note(_codes.ESCAPE_TUPLE_GOES_INTO, text=text,
+                              parent=ast.unparse(parent)[:60])
   if isinstance(parent, ast.keyword):
     call = module.parents.get(parent)
     return _passed(module, call, node, text)
@@ -222,9 +221,8 @@ def _indexed(subscript, kind, text) -> Optional[str]:
       -len(kind) <= index.value < len(kind)) and not (
           _flow_values.holds_optimizer(kind[index.value])):
     return None
-  return (f'`{text}` gives a tuple holding an optimizer, read here by index '
-          f'(`{ast.unparse(subscript)[:60]}`), where migrate cannot follow '
-          'it')
+  return _codes.filled_note(_codes.ESCAPE_TUPLE_INDEXED, text=text,
+                            subscript=ast.unparse(subscript)[:60])
 
 
 def _tree_problem(module, verdict, text) -> Optional[str]:
@@ -233,28 +231,22 @@ def _tree_problem(module, verdict, text) -> Optional[str]:
   an optimizer of the flow."""
   if verdict.why is None and not module.flow.is_optimizer(
       verdict.display.value):
-    return (f'the replicated optimizer `{text}` goes into a dict saved or '
-            'loaded as a tree: migrate writes flax.optim\'s tree of an '
-            'optimizer only where it is not replicated')
+    return _codes.filled_note(_codes.ESCAPE_REPLICATED_TREE, text=text)
   if verdict.why is not None:
-    return (f'the optimizer `{text}` goes into a dict that migrate does not '
-            f'see only saved or loaded as a tree: {verdict.why} (where it '
-            f'is, flax_optim_rules.legacy_tree({text}) keeps flax.optim\'s '
-            'layout in it, and flax_optim_rules.from_legacy_tree reads it '
-            'back)')
+    return _codes.filled_note(_codes.ESCAPE_TREE_UNPROVEN, text=text,
+                              why=verdict.why)
   for read in verdict.display.loaded_back:
     for target in _legacy_trees.assigned_names(module.parents, read):
       if not module.flow.is_optimizer(target):
-        return (f'`{ast.unparse(target)[:40]}` takes the optimizer read back '
-                f'as `{ast.unparse(read)[:40]}` and is not provably one '
-                'where it is read')
+        return _codes.filled_note(
+            _codes.ESCAPE_TREE_READ_BACK, target=ast.unparse(target)[:40],
+            read=ast.unparse(read)[:40])
   return None
 
 
 def _goes_into(parent, text) -> str:
-  return (f'the optimizer `{text}` goes into `{ast.unparse(parent)[:60]}`, '
-          'where migrate cannot follow it: code reading it there would meet '
-          'a TrainState')
+  return _codes.filled_note(_codes.ESCAPE_GOES_INTO, text=text,
+                            parent=ast.unparse(parent)[:60])
 
 
 def _assigned(module, assign, node, kind, text) -> Optional[str]:
@@ -276,21 +268,20 @@ def _target_problem(module, target, node, kind, text) -> Optional[str]:
       return None  # (or with a dict stand-in, only stored in a field)
     if kind is True:
       read = flow.tree_read_why(target)
-      return (f'`{target.id}` also holds values not provably a flax.optim '
-              'Optimizer (another assignment), so its uses stay as they are; '
-              f'the optimizer `{text}` would reach them' + (
-                  f' ({read})' if read else ''))
-    return (f'`{target.id}` holds the tuple `{text}` gives, which migrate '
-            'does not follow into its uses')
+      return _codes.filled_note(
+          _codes.ESCAPE_NAME_ALSO_HOLDS, name=target.id, text=text,
+          read=f' ({read})' if read else '')
+    return _codes.filled_note(_codes.ESCAPE_NAME_HOLDS_TUPLE, name=target.id,
+                              text=text)
   if isinstance(target, (ast.Tuple, ast.List)) and kind is not True:
     return _unpacked_problem(module, target, kind, text)
   if isinstance(target, ast.Attribute) and kind is True and (
       flow.is_optimizer(target)):
     return None  # a field of the user's class annotated optim.Optimizer
   why = flow.self_attribute_why(target)
-  return (f'the optimizer `{text}` is stored in `{ast.unparse(target)[:60]}`, '
-          'where migrate cannot follow it: code reading it there would meet '
-          'a TrainState' + (f' ({why})' if why else ''))
+  return _codes.filled_note(
+      _codes.ESCAPE_STORED, text=text, target=ast.unparse(target)[:60],
+      why=f' ({why})' if why else '')
 
 
 def _unpacked_problem(module, target, kind, text) -> Optional[str]:
@@ -300,23 +291,21 @@ def _unpacked_problem(module, target, kind, text) -> Optional[str]:
   flow = module.flow
   if len(target.elts) != len(kind) or any(
       isinstance(e, ast.Starred) for e in target.elts):
-    return (f'the tuple `{text}` gives is unpacked into another number of '
-            'names')
+    return _codes.filled_note(_codes.ESCAPE_UNPACKED_COUNT, text=text)
   for element, holds in zip(target.elts, kind):
     if isinstance(holds, tuple):  # (a nested tuple holding an optimizer)
       why = _unpacked_problem(module, element, holds, text) if isinstance(
-          element, (ast.Tuple, ast.List)) else (
-              f'`{ast.unparse(element)[:40]}` takes a tuple holding an '
-              f'optimizer out of the tuple `{text}` gives, which migrate '
-              'does not follow into its uses')
+          element, (ast.Tuple, ast.List)) else _codes.filled_note(
+              _codes.ESCAPE_UNPACKED_NESTED,
+              element=ast.unparse(element)[:40], text=text)
       if why:
         return why
     if holds is True and not (isinstance(element, ast.Name) and (
         flow.is_optimizer(element)) or flow.self_attribute_holds(element)):
       why = flow.self_attribute_why(element)
-      return (f'`{ast.unparse(element)[:40]}` takes the optimizer of the '
-              f'tuple `{text}` gives and is not provably one where it is '
-              'read' + (f' ({why})' if why else ''))
+      return _codes.filled_note(
+          _codes.ESCAPE_UNPACKED_UNPROVEN, element=ast.unparse(element)[:40],
+          text=text, why=f' ({why})' if why else '')
   return None
 
 
@@ -325,13 +314,8 @@ def _pickled(module, call, text) -> Optional[str]:
   pickle write (``PICKLE_WRITES``)."""
   if module.names.resolve(call.func) not in PICKLE_WRITES:
     return None
-  return (f'the optimizer `{text}` is pickled by '
-          f'`{ast.unparse(call.func)[:50]}(...)`: a TrainState does not '
-          'pickle (its tx holds functions), so the migrated program would '
-          'fail there; write it with flax.serialization.to_bytes (which '
-          'migrate follows) and run migrate again, or, once migrated, pickle '
-          'flax_optim_rules.legacy_tree(state) (read back with '
-          'flax_optim_rules.from_legacy_tree(state, tree))')
+  return _codes.filled_note(_codes.ESCAPE_PICKLED, text=text,
+                            call=ast.unparse(call.func)[:50])
 
 
 def _in_tuple(module, display, node, text) -> Optional[str]:
@@ -364,8 +348,9 @@ def _in_tuple(module, display, node, text) -> Optional[str]:
       if not (isinstance(element, ast.Name) and (
           module.flow.is_optimizer(element) or
           module.replicated_beside.is_optimizer(element))):
-        return (f'`{ast.unparse(element)[:40]}` takes the optimizer '
-                f'`{text}` and is not provably one where it is read')
+        return _codes.filled_note(
+            _codes.ESCAPE_TUPLE_ELEMENT, element=ast.unparse(element)[:40],
+            text=text)
     return None
   return _goes_into(display, text)
 
@@ -386,27 +371,27 @@ def _returned(module, value, kind, text) -> Optional[str]:
       not flow.is_module_function(function)):
     where = 'a method' if _is_method(module, function) else (
         'a nested function or lambda')
-    return (f'`{text}` is returned by {where}, whose callers migrate does '
-            'not follow')
+    return _codes.filled_note(_codes.ESCAPE_RETURNED_UNFOLLOWED, text=text,
+                              where=where)
   # Other modules reach the def the name is bound to once the module has
   # run (a script may redefine it section by section: ``defs_named``).
   named = flow.functions[function.name]
   if function.name in flow.escaped:
-    return (f'`{text}` is returned by {function.name}(), which is used '
-            'otherwise than by calling it here, so its callers are not known')
+    return _codes.filled_note(_codes.ESCAPE_RETURNER_USED, text=text,
+                              function=function.name)
   model = module.names.model
   path = module.names.path
   if model is not None and path is not None and not local:
     where = model.used_otherwise_elsewhere(named, path)
     if where:
-      return (f'`{text}` is returned by {function.name}(), which {where} '
-              'uses otherwise than by calling it, so its callers are not '
-              'known')
+      return _codes.filled_note(_codes.ESCAPE_RETURNER_USED_ELSEWHERE,
+                                text=text, function=function.name,
+                                where=where)
   if kind is True:
     if flow.returns_optimizer(function):
       return None
-    return (f'{function.name}() returns `{text}` on one path and something '
-            'not provably an optimizer on another: its callers cannot tell')
+    return _codes.filled_note(_codes.ESCAPE_RETURNS_MIXED,
+                              function=function.name, text=text)
   if local:
     return None  # called only where its def is bound: followed there
   if flow.is_followed_step(function):
@@ -417,9 +402,8 @@ def _returned(module, value, kind, text) -> Optional[str]:
   where = None if model is None or path is None else model.called_elsewhere(
       named, path)
   if where:
-    return (f'{function.name}() returns a tuple holding the optimizer '
-            f'`{text}` and is {where}: callers there are not followed into '
-            'the tuple')
+    return _codes.filled_note(_codes.ESCAPE_RETURNS_TUPLE,
+                              function=function.name, text=text, where=where)
   return None
 
 
@@ -479,6 +463,5 @@ def _passed(module, call, node, text) -> Optional[str]:
     return None
   if any(value is node for _, value in module.field_stores):
     return None  # checked with the field's stores
-  return (f'the optimizer `{text}` is passed to '
-          f'`{ast.unparse(call.func)[:50]}(...)`, whose use of it migrate '
-          'does not prove: code there would meet a TrainState')
+  return _codes.filled_note(_codes.ESCAPE_PASSED, text=text,
+                            call=ast.unparse(call.func)[:50])

@@ -45,6 +45,7 @@ among what it proves (``_Verdict.proven``: a safe fix, noted). Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _removals
@@ -406,8 +407,8 @@ class _Uses:
     func = call.func
     if not (isinstance(func, ast.Attribute) and func.attr == 'apply_async'
             and len(call.args) >= 2 and call.args[1] is arguments):
-      return (f'`{text}` goes into the tuple `{ast.unparse(arguments)[:50]}`,'
-              ' where migrate cannot follow it')
+      return _codes.filled_note(_codes.ESCAPE_TUPLE_ARGUMENTS, text=text,
+                                arguments=ast.unparse(arguments)[:50])
     runs = ast.Call(func=call.args[0], args=list(arguments.elts),
                     keywords=[])
     return self._passed_problem(call, self._function_of(runs), runs, node,

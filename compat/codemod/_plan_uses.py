@@ -70,8 +70,8 @@ class PlanUses(_plan_rules.PlanRules):
   def _plan_replicate(self, node, call, receiver) -> Optional[str]:
     """``opt.replicate(...)`` -> ``jax_utils.replicate(state[, devices])``."""
     if self.replica_axis is None:
-      return _codes.note(_codes.REPLICATE_LEFT).format(
-          problem=self.replicate_problem,
+      return _codes.filled_note(
+          _codes.REPLICATE_LEFT, problem=self.replicate_problem,
           replacement=_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text)
     given = dict(zip(('devices', 'axis_name'), call.args))
     given.update({k.arg: k.value for k in call.keywords})

@@ -457,8 +457,8 @@ class Planner(_plan_imports.PlanImports):
       return self._left_if(node, 'optimizer_use', self._plan_use(node))
     if use == _members.OPTIMIZER_DEF:
       # The transform written for the definition has no such attribute.
-      return [self._leftover(node, _members.OPTIMIZER_DEF, _codes.note(
-          _codes.DEFINITION_MEMBER).format(attr=node.attr))]
+      return [self._leftover(node, _members.OPTIMIZER_DEF, _codes.filled_note(
+          _codes.DEFINITION_MEMBER, attr=node.attr))]
     return []
 
   def _plan_findings_left(self, leftovers):
@@ -483,7 +483,8 @@ class Planner(_plan_imports.PlanImports):
                                        self.tree, finding.line, finding.code)
         leftovers.append(Leftover(
             finding.line, finding.construct, finding.code,
-            _codes.note(_codes.NOT_PROVABLY_OPTIMIZER).format(
+            _codes.filled_note(
+                _codes.NOT_PROVABLY_OPTIMIZER,
                 callers=f': {callers}' if callers else '',
                 replacement=finding.replacement)))
 
