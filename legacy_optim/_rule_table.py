@@ -182,6 +182,38 @@ def removal_fix(old: str) -> str:
   return REMOVAL_FIXES[old]
 
 
+# What replaces the removed APIs of a group whose rows fill their fix in
+# (``compat.codemod._removals``: a module that moved, a flax.nn activation,
+# jax.ops.index_*; the reasons a row's rewrite is not written): fields in
+# braces, ``{old}`` the removed name, ``{fix}`` the row's fix.
+REMOVAL_MOVED = 'moved'
+REMOVAL_SAME_FUNCTION = 'same_function'
+REMOVAL_AT_METHOD = 'at_method'
+REMOVAL_CALL_KEPT = 'call_kept'  # keywords or unpacking
+REMOVAL_IMPORT_KEPT = 'import_kept'  # names that did not move alike
+REMOVAL_STAR_IMPORT = 'star_import'  # lr_schedule's helpers by ``*``
+REMOVAL_TEMPLATES = {
+    REMOVAL_MOVED: '{old} moved to {new}',
+    REMOVAL_SAME_FUNCTION: '{new} (the same function)',
+    REMOVAL_AT_METHOD: (
+        '{old}(x, idx, y) was removed: '
+        'jax.numpy.asarray(x).at[idx].{method}(y)'),
+    REMOVAL_CALL_KEPT: (
+        '{fix} (a call with keywords or unpacking is not rewritten)'),
+    REMOVAL_IMPORT_KEPT: (
+        '{fix} (import it from there; an import that also names others is '
+        'not rewritten)'),
+    REMOVAL_STAR_IMPORT: (
+        'import the helpers by name from {module} (`*` or a private name is '
+        'not rewritten); {fix}'),
+}
+
+
+def removal_text(name: str, /, **fields) -> str:
+  """The text ``REMOVAL_TEMPLATES[name]`` with its fields filled in."""
+  return REMOVAL_TEMPLATES[name].format(**fields)
+
+
 class Rule(NamedTuple):
   code: str  # FOCnnn: never changes meaning (--select, noqa comments, config)
   construct: str  # the finding's construct ('create', 'removed_api', ...)

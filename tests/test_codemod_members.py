@@ -181,6 +181,8 @@ def _table_texts() -> dict:
     texts.update(_template_pieces(text, f'{old} (removal fix)'))
     if ' ' in old:  # (a dotted name is what detection matches too)
       texts[old] = f'{old} (removal)'
+  for name, text in _rule_table.REMOVAL_TEMPLATES.items():
+    texts.update(_template_pieces(text, f'{name} (removal template)'))
   for tier, text in _rule_table.TIER_REPLACEMENTS.items():
     texts.update(_template_pieces(text, f'{tier} tier (replacement)'))
   # (a copy may spell the module migrated code imports as a field)

@@ -111,6 +111,13 @@ BY_NAME_REPLACEMENT = _rule_table.BY_NAME_REPLACEMENT
 # Removed jax/flax APIs whose fix is one text: their ``Removal.old`` texts
 # and what replaces each (``_removals``).
 removal_fix = _rule_table.removal_fix
+removal_text = _rule_table.removal_text
+REMOVAL_MOVED = _rule_table.REMOVAL_MOVED
+REMOVAL_SAME_FUNCTION = _rule_table.REMOVAL_SAME_FUNCTION
+REMOVAL_AT_METHOD = _rule_table.REMOVAL_AT_METHOD
+REMOVAL_CALL_KEPT = _rule_table.REMOVAL_CALL_KEPT
+REMOVAL_IMPORT_KEPT = _rule_table.REMOVAL_IMPORT_KEPT
+REMOVAL_STAR_IMPORT = _rule_table.REMOVAL_STAR_IMPORT
 OMNISTAGING = _rule_table.OMNISTAGING
 LR_SCHEDULE = _rule_table.LR_SCHEDULE
 POP_UNPACKING = _rule_table.POP_UNPACKING

@@ -201,7 +201,8 @@ def match(node, names) -> Optional[Removal]:
     return Removal('removed_api', path, _MOVED[path], _MOVED[path])
   if path in _FLAX_NN_ACTIVATIONS:
     new = _FLAX_NN_ACTIVATIONS[path]
-    return Removal('removed_api', path, f'{new} (the same function)', new)
+    return Removal('removed_api', path, _codes.removal_text(
+        _codes.REMOVAL_SAME_FUNCTION, new=new), new)
   if path == LR_SCHEDULE:  # flax.training.lr_schedule.X: the module moved
     return Removal('removed_api', path, LR_SCHEDULE_REPLACEMENT,
                    _literal(LR_SCHEDULE_EXACT) if isinstance(
@@ -249,9 +250,9 @@ def _match_lr_schedule_from(node: ast.ImportFrom) -> Optional[Removal]:
                      _literal(_import_from(LR_SCHEDULE_EXACT, node.names,
                                            node)))
     # ``*`` also bound the module's own imports (jnp, np).
-    return Removal('removed_api', LR_SCHEDULE, 'import the helpers by name '
-                   f'from {LR_SCHEDULE_EXACT} (`*` or a private name is not '
-                   f'rewritten); {LR_SCHEDULE_REPLACEMENT}', None)
+    return Removal('removed_api', LR_SCHEDULE, _codes.removal_text(
+        _codes.REMOVAL_STAR_IMPORT, module=LR_SCHEDULE_EXACT,
+        fix=LR_SCHEDULE_REPLACEMENT), None)
   module, _, name = LR_SCHEDULE.rpartition('.')
   moved = [a for a in node.names if a.name == name]
   if not moved:
@@ -284,17 +285,19 @@ def _match_moved_module_from(node: ast.ImportFrom) -> Optional[Removal]:
   lives today (only where every name imported moved alike)."""
   if node.module in _MOVED_MODULES:
     new = _MOVED_MODULES[node.module]
-    return Removal('removed_api', node.module, f'{node.module} moved to {new}',
+    fix = _codes.removal_text(_codes.REMOVAL_MOVED, old=node.module, new=new)
+    return Removal('removed_api', node.module, fix,
                    _literal(_import_from(new, node.names, node)))
   moved = [f'{node.module}.{a.name}' for a in node.names
            if f'{node.module}.{a.name}' in _MOVED_MODULES]
   if not moved:
     return None
   parents = {_MOVED_MODULES[m].rpartition('.')[0] for m in moved}
-  fix = ', '.join(f'{m} moved to {_MOVED_MODULES[m]}' for m in moved)
+  fix = ', '.join(_codes.removal_text(_codes.REMOVAL_MOVED, old=m,
+                                      new=_MOVED_MODULES[m]) for m in moved)
   if len(moved) < len(node.names) or len(parents) > 1:
-    return Removal('removed_api', moved[0], fix + ' (import it from there; '
-                   'an import that also names others is not rewritten)', None)
+    return Removal('removed_api', moved[0], _codes.removal_text(
+        _codes.REMOVAL_IMPORT_KEPT, fix=fix), None)
   return Removal('removed_api', moved[0], fix,
                  _literal(_import_from(parents.pop(), node.names, node)))
 
@@ -309,8 +312,8 @@ def _match_at_method(node: ast.Call, names) -> Optional[Removal]:
     return None
   if len(node.args) != 3 or node.keywords or any(
       isinstance(a, ast.Starred) for a in node.args):
-    return Removal('removed_api', path, _at_method_fix(path) + ' (a call '
-                   'with keywords or unpacking is not rewritten)', None)
+    return Removal('removed_api', path, _codes.removal_text(
+        _codes.REMOVAL_CALL_KEPT, fix=_at_method_fix(path)), None)
   return Removal('removed_api', path, _at_method_fix(path),
                  'jax.numpy.asarray({x}).at[{idx}].'
                  f'{_AT_METHODS[path]}({{y}})', node,
@@ -318,8 +321,8 @@ def _match_at_method(node: ast.Call, names) -> Optional[Removal]:
 
 
 def _at_method_fix(path: str) -> str:
-  return (f'{path}(x, idx, y) was removed: '
-          f'jax.numpy.asarray(x).at[idx].{_AT_METHODS[path]}(y)')
+  return _codes.removal_text(_codes.REMOVAL_AT_METHOD, old=path,
+                            method=_AT_METHODS[path])
 
 
 def _match_lr_schedule_import(node: ast.Import, names) -> Optional[Removal]:
