@@ -551,6 +551,18 @@ DEFINITION_MEMBER = 'definition_member'
 # A finding of the flow no edit covers (``{callers}``: ': ' and the calls
 # that leave it unproven, or nothing).
 NOT_PROVABLY_OPTIMIZER = 'not_provably_optimizer'
+# Why a wrapper's definition (``{name}``: WeightNorm) stays.
+WRAPPED_UNPROVEN = 'wrapped_unproven'
+# Why Optimizer(definition, state, target) stays.
+HAND_BUILT_DEF_UNPROVEN = 'hand_built_def_unproven'
+# Why a function's parameter is not an optimizer (``{where}``: path:line).
+PARAMETER_PASSED_UNPROVEN = 'parameter_passed_unproven'
+# Why ``self.<attr>`` is not an optimizer (``{because}``: ': ' and the
+# flow's reason, or nothing).
+SELF_ATTRIBUTE_ALSO_TAKES = 'self_attribute_also_takes'
+SELF_ATTRIBUTE_UNPROVEN = 'self_attribute_unproven'
+# A flax.optim name imported from a module that re-exports it.
+REEXPORTED = 'reexported'
 # Why an optimizer's flow stays where the optimizer goes on to code migrate
 # cannot follow (``compat.codemod._escape_analysis``, ``_legacy_trees``):
 # ``{text}`` is the optimizer's source, the other fields the sources and
@@ -659,6 +671,24 @@ NOTES = (
         'not rewritten: the object is not provably a flax.optim '
         'Optimizer/OptimizerDef here (its flow leaves what this file '
         'shows{callers}); {replacement}')),
+    Note(WRAPPED_UNPROVEN, None, (
+        '{name}: the wrapped optimizer is not provably a flax.optim '
+        'definition migrate rewrites here')),
+    Note(HAND_BUILT_DEF_UNPROVEN, CREATE, (
+        'its definition is not provably a flax.optim OptimizerDef here, so '
+        'it is not rewritten to a transform')),
+    Note(PARAMETER_PASSED_UNPROVEN, None, (
+        '{where} passes {passed} as `{parameter}` of {function}(), not '
+        'provably an optimizer')),
+    Note(SELF_ATTRIBUTE_ALSO_TAKES, None, (
+        '`self.{attr}` also takes `{value}` (line {line}), not provably an '
+        'optimizer{because}')),
+    Note(SELF_ATTRIBUTE_UNPROVEN, None, (
+        '`self.{attr}` is not provably an optimizer in {owner}')),
+    Note(REEXPORTED, IMPORT, (
+        '{local} is flax.optim re-exported by {raw}: import it from flax '
+        'directly (`from flax import optim as {local}`) and run migrate '
+        'again; this file is not rewritten until then')),
     Note(ESCAPE_STEP_STARRED, OPTIMIZER_ESCAPE, (
         '`{call}` passes arguments with * or ** to the step {step}(), whose '
         'optimizer parameters migrate')),

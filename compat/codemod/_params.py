@@ -40,6 +40,7 @@ import itertools
 import re
 from typing import NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _names
 from compat.codemod import _walk
@@ -187,10 +188,10 @@ def solve(model, solve_givers) -> list:
             refuted.add((function, parameter))
             passed = 'nothing' if argument is None else (
                 f'`{ast.unparse(argument)[:60]}`')
-            why[(function, parameter)] = (
-                f'{reference.path}:{reference.call.lineno} passes {passed} '
-                f'as `{parameter}` of {function.name}(), not provably an '
-                'optimizer')
+            why[(function, parameter)] = _codes.filled_note(
+                _codes.PARAMETER_PASSED_UNPROVEN,
+                where=f'{reference.path}:{reference.call.lineno}',
+                passed=passed, parameter=parameter, function=function.name)
             changed = True
             break
     if not changed:

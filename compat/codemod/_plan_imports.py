@@ -65,11 +65,8 @@ class PlanImports(_plan_uses.PlanUses):
         path = self.names.resolve(ast.Name(id=local), at=node)
         if path and path.startswith('flax.optim') and not (
             _names.canonical(raw).startswith('flax.optim')):
-          leftovers.append(self._leftover(
-              node, 'reexport', f'{local} is flax.optim re-exported by '
-              f'{raw}: import it from flax directly (`from flax import '
-              f'optim as {local}`) and run migrate again; this file is '
-              'not rewritten until then'))
+          leftovers.append(self._leftover(node, 'reexport', (
+              _codes.filled_note(_codes.REEXPORTED, local=local, raw=raw))))
     return leftovers
 
   def _plan_class_references(self, flow_kept: bool = False):

@@ -94,8 +94,7 @@ class PlanRules(_plan_edits.PlanEdits):
       return _codes.note(_codes.STARRED_ARGUMENTS)
     wrapped = given.get('wrapped_optimizer')
     if wrapped is None or not self.flow.is_def(wrapped):
-      return (f'{name}: the wrapped optimizer is not provably a flax.optim '
-              'definition migrate rewrites here')
+      return _codes.filled_note(_codes.WRAPPED_UNPROVEN, name=name)
     keywords = ''.join(f', {p}={{{p}}}' for p in ('wn_decay', 'wn_eps')
                        if p in given)
     self.imports.append((_RULES, None, None))

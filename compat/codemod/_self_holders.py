@@ -41,6 +41,7 @@ import functools
 import re
 from typing import Iterator, NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _names
 from compat.codemod import _walk
 
@@ -291,10 +292,10 @@ class SelfAttributes:
     """Notes that ``key``'s attribute also takes ``value``, not provably
     an optimizer (``because``: why, where the flow says)."""
     node = value[1] if isinstance(value, tuple) else value
-    self.why_not.setdefault(key, (
-        f'`self.{key.attr}` also takes `{ast.unparse(node)[:60]}` (line '
-        f'{node.lineno}), not provably an optimizer' + (
-            f': {because}' if because else '')))
+    self.why_not.setdefault(key, _codes.filled_note(
+        _codes.SELF_ATTRIBUTE_ALSO_TAKES, attr=key.attr,
+        value=ast.unparse(node)[:60], line=node.lineno,
+        because=f': {because}' if because else ''))
 
   def outside_why(self, key) -> Optional[str]:
     """Why code migrate does not look at may reach ``key``'s attribute: a
@@ -764,9 +765,9 @@ class SelfHolding:
     for key in keys:
       if key not in self.alive_attributes:
         return self.self_attributes.family_roots.get(key) or (here, (
-            self.self_attributes.why_not.get(key) or
-            f'`self.{attr}` is not provably an optimizer in '
-            f'{key.owner.name}'))
+            self.self_attributes.why_not.get(key) or _codes.filled_note(
+                _codes.SELF_ATTRIBUTE_UNPROVEN, attr=attr,
+                owner=key.owner.name)))
     return None
 
   def is_holding_property(self, function) -> bool:

@@ -191,8 +191,7 @@ def plan_hand_built(planner, call, train_state_name,
   if given is None:
     return None
   if not planner.flow.is_def(given[_members.OPTIMIZER_DEF]):
-    return ('its definition is not provably a flax.optim OptimizerDef here, '
-            'so it is not rewritten to a transform')
+    return _codes.note(_codes.HAND_BUILT_DEF_UNPROVEN)
   why = unsupported(planner)
   if why:
     return why
