@@ -551,6 +551,16 @@ DEFINITION_MEMBER = 'definition_member'
 # A finding of the flow no edit covers (``{callers}``: ': ' and the calls
 # that leave it unproven, or nothing).
 NOT_PROVABLY_OPTIMIZER = 'not_provably_optimizer'
+# Why a definition's call stays (``_plan_rules``).
+NOT_BUILT_IN = 'not_built_in'  # a rule name flax.optim does not have
+RATE_SET_TWICE = 'rate_set_twice'  # two ``**`` spreads
+POSITIONAL_STARRED = 'positional_starred'
+STOCK_SPREAD = 'stock_spread'  # ``**`` in the stock tier
+# Why MultiOptimizer(...) stays (``_multi``; ``{index}`` counts from 1).
+MULTI_KEYWORDS = 'multi_keywords'
+MULTI_NOT_PAIR = 'multi_not_pair'
+MULTI_TRAVERSAL_UNPROVEN = 'multi_traversal_unproven'
+MULTI_DEFINITION_UNPROVEN = 'multi_definition_unproven'
 # Why a wrapper's definition (``{name}``: WeightNorm) stays.
 WRAPPED_UNPROVEN = 'wrapped_unproven'
 # Why Optimizer(definition, state, target) stays.
@@ -671,6 +681,26 @@ NOTES = (
         'not rewritten: the object is not provably a flax.optim '
         'Optimizer/OptimizerDef here (its flow leaves what this file '
         'shows{callers}); {replacement}')),
+    Note(NOT_BUILT_IN, OPTIMIZER_DEF, '{name} is not a built-in rule'),
+    Note(RATE_SET_TWICE, None, (
+        '`**{first}` and `**{second}` may each set learning_rate, which a '
+        'rate set per step starts at 0.0 where none does: it cannot be '
+        'mapped with certainty')),
+    Note(POSITIONAL_STARRED, None, (
+        'arguments passed with * cannot be mapped with certainty')),
+    Note(STOCK_SPREAD, OPTIMIZER_DEF, (
+        "arguments passed with ** cannot be mapped to a stock alias's "
+        'keywords (the exact tier passes them on)')),
+    Note(MULTI_KEYWORDS, MULTI_OPTIMIZER, (
+        'MultiOptimizer takes (traversal, definition) pairs positionally')),
+    Note(MULTI_NOT_PAIR, MULTI_OPTIMIZER, (
+        'argument {index} is not a literal (traversal, definition) pair')),
+    Note(MULTI_TRAVERSAL_UNPROVEN, MULTI_OPTIMIZER, (
+        'pair {index}: `{traversal}` is not provably a ModelParamTraversal '
+        'made in this module')),
+    Note(MULTI_DEFINITION_UNPROVEN, MULTI_OPTIMIZER, (
+        'pair {index}: `{definition}` is not provably a flax.optim '
+        'OptimizerDef')),
     Note(WRAPPED_UNPROVEN, None, (
         '{name}: the wrapped optimizer is not provably a flax.optim '
         'definition migrate rewrites here')),

@@ -28,6 +28,7 @@ the definition's, as they did. Stdlib only.
 import ast
 from typing import Optional
 
+from compat.codemod import _codes
 from compat.codemod import _members
 
 MULTI_OPTIMIZER = _members.MULTI_OPTIMIZER_CLASS
@@ -113,18 +114,19 @@ def traversal_problem(planner, node) -> Optional[str]:
 def multi_problem(planner, node) -> Optional[str]:
   """Why ``optim.MultiOptimizer(...)`` at ``node`` cannot be rewritten."""
   if node.keywords or not node.args:
-    return 'MultiOptimizer takes (traversal, definition) pairs positionally'
+    return _codes.note(_codes.MULTI_KEYWORDS)
   for index, pair in enumerate(node.args):
     if not (isinstance(pair, ast.Tuple) and len(pair.elts) == 2):
-      return (f'argument {index + 1} is not a literal (traversal, '
-              'definition) pair')
+      return _codes.filled_note(_codes.MULTI_NOT_PAIR, index=index + 1)
     traversal, definition = pair.elts
     if not _is_traversal_value(planner, traversal):
-      return (f'pair {index + 1}: `{ast.unparse(traversal)[:60]}` is not '
-              'provably a ModelParamTraversal made in this module')
+      return _codes.filled_note(_codes.MULTI_TRAVERSAL_UNPROVEN,
+                                index=index + 1,
+                                traversal=ast.unparse(traversal)[:60])
     if not planner.flow.is_def(definition):
-      return (f'pair {index + 1}: `{ast.unparse(definition)[:60]}` is not '
-              'provably a flax.optim OptimizerDef')
+      return _codes.filled_note(_codes.MULTI_DEFINITION_UNPROVEN,
+                                index=index + 1,
+                                definition=ast.unparse(definition)[:60])
   return None
 
 

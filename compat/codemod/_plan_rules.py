@@ -44,7 +44,7 @@ class PlanRules(_plan_edits.PlanEdits):
     if name not in _plan_records.RULE_NAMES:
       return (f'{name}: {_CATALOGUE.REPLACEMENTS["weight_norm"].text}'
               if name == _CATALOGUE.WEIGHT_NORM.name else
-              f'{name} is not a built-in rule')
+              _codes.filled_note(_codes.NOT_BUILT_IN, name=name))
     given = self._given_arguments(node, name)
     if given is None:
       return self._plan_spread_rule(node, name)
@@ -141,10 +141,9 @@ class PlanRules(_plan_edits.PlanEdits):
         _plan_records.literal_dict_keys(spread, self.tree) or
         {'learning_rate'})]
     if len(setting) > 1:
-      return None, (
-          f'`**{self.text(setting[0])}` and `**{self.text(setting[1])}` may '
-          'each set learning_rate, which a rate set per step starts at 0.0 '
-          'where none does: it cannot be mapped with certainty')
+      return None, _codes.filled_note(
+          _codes.RATE_SET_TWICE, first=self.text(setting[0]),
+          second=self.text(setting[1]))
     return (setting[0] if setting else None), None
 
   def _edit_rule_call(self, node, call, given, spreads, merged):
@@ -199,10 +198,9 @@ class PlanRules(_plan_edits.PlanEdits):
     stock alias renames them; a ``*`` sequence fills positions by order).
     A per-step rate starts at 0.0 where nothing sets it."""
     if any(isinstance(a, ast.Starred) for a in node.args):
-      return 'arguments passed with * cannot be mapped with certainty'
+      return _codes.note(_codes.POSITIONAL_STARRED)
     if self.tier == 'stock':
-      return ('arguments passed with ** cannot be mapped to a stock alias\'s '
-              'keywords (the exact tier passes them on)')
+      return _codes.note(_codes.STOCK_SPREAD)
     spreads = [k.value for k in node.keywords if k.arg is None]
     return self._plan_exact_rule(node, name, self._bound_arguments(
         node, name), stock=False, spreads=spreads)
