@@ -144,12 +144,6 @@ def _parents(scope_node) -> dict:
   return parents
 
 
-def _root_name(node) -> Optional[str]:
-  while isinstance(node, ast.Attribute):
-    node = node.value
-  return node.id if isinstance(node, ast.Name) else None
-
-
 def _bound_names(node) -> list:
   """Names a statement's own targets bind (assignments, loops, withs)."""
   targets = []
@@ -501,7 +495,7 @@ class Checker:
     if _spread(dict_node):
       return _Verdict(None, 'the dict also takes entries with **')
     if not isinstance(value, (ast.Name, ast.Attribute)) or (
-        _root_name(value) is None):
+        _names.chain_root(value) is None):
       return _Verdict(None, 'the optimizer in it is not a name or a field')
     scope_node = parents.get(dict_node)
     while scope_node is not None and not isinstance(
@@ -568,7 +562,7 @@ def _loops_around(parents, node) -> set:
 
 def _template_problem(uses, value, dict_node, read) -> Optional[str]:
   """The optimizer's expression still names the same value at ``read``."""
-  root = _root_name(value)
+  root = _names.chain_root(value)
   definition = uses.node
   if root in _names.parameter_names(definition) and not any(
       root in _bound_names(n) for n in uses.own):

@@ -315,6 +315,15 @@ def bound_by(node) -> Optional[str]:
   return None
 
 
+def chain_root(node) -> Optional[str]:
+  """The name a name or an attribute chain starts at (``a`` of
+  ``a.b.c``); None where the chain starts at another expression (a call's
+  result, a subscript)."""
+  while isinstance(node, ast.Attribute):
+    node = node.value
+  return node.id if isinstance(node, ast.Name) else None
+
+
 def binds(node) -> Optional[str]:
   """The name ``node`` itself binds, an import's name included (``import
   a.b`` binds ``a``); else None."""

@@ -3,7 +3,6 @@ removed (or kept for modules that import them from here), its classes
 named, the removed jax spellings. Stdlib only."""
 
 import ast
-from typing import Optional
 
 from compat.codemod import _codes
 from compat.codemod import _flow
@@ -120,7 +119,7 @@ class PlanImports(_plan_uses.PlanUses):
           for node in _walk.nodes_of(self.tree, _REFERENCES)
           if isinstance(node.ctx, ast.Load) and not isinstance(
               self.parents.get(node), ast.Attribute) and (
-                  roots is None or _chain_root(node) in roots)]
+                  roots is None or _names.chain_root(node) in roots)]
     return self.module.analyses[key]
 
   def _removal_matches(self) -> list:
@@ -157,11 +156,3 @@ class PlanImports(_plan_uses.PlanUses):
       module = _removals.needed_import(removal.rewrite)
       if module and not isinstance(node, ast.ImportFrom):
         self.imports.append((module, None, None))
-
-
-def _chain_root(node) -> Optional[str]:
-  """The name a name or attribute chain starts at (None: another
-  expression's attribute)."""
-  while isinstance(node, ast.Attribute):
-    node = node.value
-  return node.id if isinstance(node, ast.Name) else None

@@ -401,9 +401,7 @@ class _Visitor(ast.NodeVisitor):
 
   def _rooted(self, node) -> bool:
     """The chain starts at a name that can lead into flax.optim."""
-    while isinstance(node, ast.Attribute):
-      node = node.value
-    return isinstance(node, ast.Name) and node.id in self._roots
+    return _names.chain_root(node) in self._roots
 
   def _explain(self, node):
     """``node`` (a reference) is part of a finding already made."""
