@@ -79,9 +79,16 @@ def _run_kernel(root, notebook_bytes, monkeypatch):
     monkeypatch.delitem(sys.modules, name)
   namespace = {_notebook.MAGIC_CALL: lambda index: None,
                _notebook.CELL_MARKER: lambda index: None}
-  for raw in notebook_bytes:
-    module = _notebook.Notebook(raw).module
-    exec(compile(module, '<cell>', 'exec'), namespace)  # pylint: disable=exec-used
+  try:
+    for raw in notebook_bytes:
+      module = _notebook.Notebook(raw).module
+      exec(compile(module, '<cell>', 'exec'), namespace)  # pylint: disable=exec-used
+  finally:
+    # The kernel's own import of ``pkg`` goes too (monkeypatch restores only
+    # what it removed): a later test importing another ``pkg`` got this one.
+    for name in [n for n in list(sys.modules)
+                 if n == 'pkg' or n.startswith('pkg.')]:
+      del sys.modules[name]
   return namespace
 
 
