@@ -370,6 +370,13 @@ PICKLE_REPLACEMENT = (
     'before holds a flax.optim Optimizer: load it with flax-optim-compat '
     'installed (the flax.optim import alias) and continue it with '
     'compat.to_train_state(optimizer, apply_fn)')
+# What replaces a restore of a template that holds an optimizer in a
+# field (a finding of ``checkpoint``, told by its text:
+# ``compat.codemod._restores``).
+EITHER_LAYOUT_REPLACEMENT = (
+    'flax_optim_rules.from_either_layout(template, the same restore given '
+    'no template): the template now holds a TrainState; migrate rewrites '
+    'the restore to read checkpoints of either layout')
 # What replaces a flax.optim definition (FOC103) in each tier of migrate
 # (``--tier``): the exact one (flax_optim_rules, what migrate writes by
 # default), then the nearest stock Optax expression where one exists.
@@ -605,6 +612,79 @@ ESCAPE_RETURNS_MIXED = 'escape_returns_mixed'
 ESCAPE_RETURNS_TUPLE = 'escape_returns_tuple'
 ESCAPE_PASSED = 'escape_passed'
 ESCAPE_TUPLE_ARGUMENTS = 'escape_tuple_arguments'  # not a pool's apply_async
+# What a factory or rule class called nowhere is now (``{now}`` of
+# CALLED_NOWHERE; ``{rule_base}``: the class it is kept on).
+CALLED_NOWHERE_FACTORY = 'called_nowhere_factory'
+CALLED_NOWHERE_RULE = 'called_nowhere_rule'
+# Why a use of an optimizer stays (``_plan_uses``).
+CREATE_NAME_ALSO_HOLDS = 'create_name_also_holds'
+REPLICA_STEP_UNPROVEN = 'replica_step_unproven'  # .replicate()/.unreplicate()
+# (``{why}``: ': ' and the member's note, or nothing)
+NO_TRAIN_STATE_COUNTERPART = 'no_train_state_counterpart'
+CALL_ARGUMENTS_UNMAPPED = 'call_arguments_unmapped'
+CALL_RESULT_NOT_UNPACKED = 'call_result_not_unpacked'
+RESTORE_TEMPLATE_AGAIN = 'restore_template_again'
+LEGACY_TREE_REPLICATED = 'legacy_tree_replicated'
+APPLY_GRADIENT_ARGUMENTS = 'apply_gradient_arguments'
+REPLICATE_PROBLEM = 'replicate_problem'  # (``{problem}``: REPLICATE_*'s)
+REPLICATED_UNPROVEN = 'replicated_unproven'
+RATE_SET_ELSEWHERE = 'rate_set_elsewhere'
+OVERRIDES_NOT_RATE = 'overrides_not_rate'
+EVALUATED_TWICE = 'evaluated_twice'
+# Why a restore is not rewritten to read both layouts (``_restores``;
+# ``{stock}``: ' --stock' in the stock tier, or nothing).
+RESTORE_ONE_LAYOUT = 'restore_one_layout'
+RESTORE_REFUSES = 'restore_refuses'  # rewritten, refusing some old files
+NOT_A_RESTORE = 'not_a_restore'
+RESTORE_TARGET_UNKNOWN = 'restore_target_unknown'
+RESTORE_KEYWORDS = 'restore_keywords'
+FROM_BYTES_BARE = 'from_bytes_bare'
+RESTORE_UNBOUND = 'restore_unbound'
+# Why flax.optim's layout of a state is not read or written
+# (``_state_layout``).
+STOCK_TIER_LAYOUT = 'stock_tier_layout'
+DEFINITIONS_NOT_LAID_OUT = 'definitions_not_laid_out'
+STATE_ASSIGNED = 'state_assigned'
+LAYOUT_MEMBER_NOT_CALLED = 'layout_member_not_called'
+LAYOUT_MEMBER_ARGUMENTS = 'layout_member_arguments'
+REPLACE_UNMAPPED = 'replace_unmapped'
+# Why a value stored in an optimizer field is not one (``_plan_records``;
+# ``{cause}``: ' (', why and ')', or nothing).
+FIELD_STORE_UNPROVEN = 'field_store_unproven'
+CREATED_FROM_PARAMETER = 'created_from_parameter'
+# Why a read of a dict saved as a tree is not followed (``_flow_queries``).
+TREE_READ_NOT_BACK = 'tree_read_not_back'
+# Why the optimizers a function returns in a dict are not followed
+# (``_dict_returns``).
+DICT_RETURNED_UNFOLLOWED = 'dict_returned_unfollowed'
+DICT_KEY_CLASH = 'dict_key_clash'
+DICT_GIVER_USED_OTHERWISE = 'dict_giver_used_otherwise'
+DICT_GIVER_ALIASED = 'dict_giver_aliased'
+DICT_GIVER_MODULE_ALONE = 'dict_giver_module_alone'
+DICT_GIVER_ELSEWHERE = 'dict_giver_elsewhere'
+DICT_READ_UNTESTED = 'dict_read_untested'
+DICT_NAME_USED = 'dict_name_used'
+DICT_SPREAD = 'dict_spread'  # (also of a dict saved as a tree)
+DICT_GIVER_NOT_CALLED = 'dict_giver_not_called'
+DICT_CALL_UNBOUND = 'dict_call_unbound'
+DICT_NAME_REBOUND = 'dict_name_rebound'
+# (of the name bound to the dict, which the reason follows)
+DICT_NAME_GOES_INTO = 'dict_name_goes_into'
+DICT_READ_BY_UNKNOWN_KEY = 'dict_read_by_unknown_key'
+# Words two notes share (each written once).
+_NAME_ALSO_HOLDS = (
+    '`{name}` also holds values not provably a flax.optim Optimizer '
+    '(another assignment), so its uses stay as they are; the optimizer ')
+_REPLICA_AVERAGES = (
+    'a ReplicatedOptimizer averages the gradients over the pmap axis inside '
+    'apply_gradient (psum(g) / psum(1))')
+_TREE_NOT_REPLICATED = (
+    "migrate writes flax.optim's tree of an optimizer only where it is not "
+    'replicated')
+_MODULE_REPLICATES = 'this module replicates its optimizer'
+_CONVERT_FIRST = (
+    'convert such files first with `flax-optim-compat convert SRC DST '
+    '--to train_state{stock}`')
 NOTES = (
     Note(HELD, None, (
         'kept as it is: a # noqa on the line or the selected codes '
@@ -654,9 +734,8 @@ NOTES = (
         'apply_gradient in this file')),
     Note(JAX_TAKEN, None, '`jax` names something else in this module'),
     Note(REPLICATE_LEFT, REPLICATE, (
-        '.replicate(): {problem}; a ReplicatedOptimizer averages the '
-        'gradients over the pmap axis inside apply_gradient (psum(g) / '
-        'psum(1)), by hand: {replacement}')),
+        '.replicate(): {problem}; ' + _REPLICA_AVERAGES +
+        ', by hand: {replacement}')),
     Note(REPLICATE_ARGUMENTS, REPLICATE, (
         'replicate() arguments cannot be mapped with certainty')),
     Note(REPLICATE_AXIS_NOT_LITERAL, REPLICATE, (
@@ -736,8 +815,7 @@ NOTES = (
         '(`{subscript}`), where migrate cannot follow it')),
     Note(ESCAPE_REPLICATED_TREE, OPTIMIZER_ESCAPE, (
         'the replicated optimizer `{text}` goes into a dict saved or loaded '
-        "as a tree: migrate writes flax.optim's tree of an optimizer only "
-        'where it is not replicated')),
+        'as a tree: ' + _TREE_NOT_REPLICATED)),
     Note(ESCAPE_TREE_UNPROVEN, OPTIMIZER_ESCAPE, (
         'the optimizer `{text}` goes into a dict that migrate does not see '
         'only saved or loaded as a tree: {why} (where it is, '
@@ -749,10 +827,8 @@ NOTES = (
     Note(ESCAPE_GOES_INTO, OPTIMIZER_ESCAPE, (
         'the optimizer `{text}` goes into `{parent}`, where migrate cannot '
         'follow it: code reading it there would meet a TrainState')),
-    Note(ESCAPE_NAME_ALSO_HOLDS, OPTIMIZER_ESCAPE, (
-        '`{name}` also holds values not provably a flax.optim Optimizer '
-        '(another assignment), so its uses stay as they are; the optimizer '
-        '`{text}` would reach them{read}')),
+    Note(ESCAPE_NAME_ALSO_HOLDS, OPTIMIZER_ESCAPE,
+         _NAME_ALSO_HOLDS + '`{text}` would reach them{read}'),
     Note(ESCAPE_NAME_HOLDS_TUPLE, OPTIMIZER_ESCAPE, (
         '`{name}` holds the tuple `{text}` gives, which migrate does not '
         'follow into its uses')),
@@ -799,6 +875,133 @@ NOTES = (
     Note(ESCAPE_TUPLE_ARGUMENTS, OPTIMIZER_ESCAPE, (
         '`{text}` goes into the tuple `{arguments}`, where migrate cannot '
         'follow it')),
+    Note(CALLED_NOWHERE_FACTORY, None, 'it now returns an Optax transform'),
+    Note(CALLED_NOWHERE_RULE, OPTIMIZER_DEF_SUBCLASS,
+         'it is now a {rule_base}'),
+    Note(CREATE_NAME_ALSO_HOLDS, CREATE,
+         _NAME_ALSO_HOLDS + 'this makes would reach them'),
+    Note(REPLICA_STEP_UNPROVEN, REPLICATE, (
+        '.{attr}(): ' + _REPLICA_AVERAGES + ', so the step that receives it '
+        'needs a pmean the rewrite would have to insert; which steps do is '
+        'not proven here (by hand: {replacement})')),
+    Note(NO_TRAIN_STATE_COUNTERPART, OPTIMIZER_USE, (
+        '.{attr} of a flax.optim Optimizer has no mechanical TrainState '
+        'counterpart here{why}')),
+    Note(CALL_ARGUMENTS_UNMAPPED, OPTIMIZER_USE, (
+        '.{name}({parameters}): arguments passed with * or **, or not one '
+        'for each parameter, cannot be mapped with certainty')),
+    Note(CALL_RESULT_NOT_UNPACKED, OPTIMIZER_USE, (
+        '.{name}() is rewritten where its result is unpacked into {count} '
+        'names, the values what replaces it gives back; here its result is '
+        'used otherwise')),
+    Note(RESTORE_TEMPLATE_AGAIN, CHECKPOINT, (
+        'the optimizer given to this restore is evaluated again to turn what '
+        'it restores into a TrainState; bind it to a name first')),
+    Note(LEGACY_TREE_REPLICATED, CHECKPOINT, _TREE_NOT_REPLICATED),
+    Note(APPLY_GRADIENT_ARGUMENTS, APPLY_GRADIENT, (
+        'apply_gradient takes the gradients as its one positional argument')),
+    Note(REPLICATE_PROBLEM, APPLY_GRADIENT, _MODULE_REPLICATES + ': {problem}'),
+    Note(REPLICATED_UNPROVEN, APPLY_GRADIENT, (
+        _MODULE_REPLICATES + ', and this one is not provably the replicated '
+        'one (which averages its gradients) nor provably another')),
+    Note(RATE_SET_ELSEWHERE, APPLY_GRADIENT_OVERRIDES, (
+        'other steps of this flow set the learning rate '
+        '(apply_gradient(g, learning_rate=...)): in the injected state a '
+        "rate set so stays, while flax.optim took the definition's own rate "
+        'for this step')),
+    Note(OVERRIDES_NOT_RATE, APPLY_GRADIENT_OVERRIDES, (
+        'overrides {names}: only learning_rate is injected mechanically')),
+    Note(EVALUATED_TWICE, None, (
+        'the optimizer expression is evaluated twice by the rewrite; bind it '
+        'to a name first')),
+    Note(RESTORE_ONE_LAYOUT, CHECKPOINT, (
+        'this restore is not rewritten to read both checkpoint layouts: '
+        "{why}. A checkpoint written before migrating holds flax.optim's "
+        'layout, which it does not read (flax gives the template back '
+        'unchanged: step 0, zero moments): ' + _CONVERT_FIRST)),
+    Note(RESTORE_REFUSES, CHECKPOINT, (
+        'this restore is rewritten to read both checkpoint layouts, but '
+        "{why}: a checkpoint of flax.optim's layout written by such an "
+        'optimizer is refused with an error naming its path: ' +
+        _CONVERT_FIRST)),
+    Note(NOT_A_RESTORE, CHECKPOINT, (
+        '`{call}` is not a restore migrate rewrites '
+        '(flax.training.checkpoints.restore_checkpoint, '
+        'flax.serialization.from_bytes and from_state_dict are)')),
+    Note(RESTORE_TARGET_UNKNOWN, CHECKPOINT, (
+        'migrate cannot tell whether `{target}` holds an optimizer it '
+        'migrates')),
+    Note(RESTORE_KEYWORDS, CHECKPOINT, (
+        'it is given {names}, which the raw restore of both layouts does not '
+        'take')),
+    Note(FROM_BYTES_BARE, CHECKPOINT, (
+        "from_bytes is called by its bare name: its module's msgpack_restore "
+        'has no spelling here')),
+    Note(RESTORE_UNBOUND, CHECKPOINT, (
+        "its arguments do not bind as flax's signature has them")),
+    Note(STOCK_TIER_LAYOUT, OPTIMIZER_USE, (
+        "--tier stock writes stock Optax rules, whose states flax_optim_rules' "
+        "view of flax.optim's layout does not cover (the exact tier keeps the "
+        'layout)')),
+    Note(DEFINITIONS_NOT_LAID_OUT, OPTIMIZER_USE, (
+        'this module builds {kinds} definitions, whose Optax state '
+        "flax_optim_rules' view of flax.optim's layout does not cover (one "
+        "rule's transform only)")),
+    Note(STATE_ASSIGNED, OPTIMIZER_USE, 'the state is assigned, not read'),
+    Note(LAYOUT_MEMBER_NOT_CALLED, OPTIMIZER_USE, (
+        '.{attr} is not called here: only its calls map to {rules} '
+        'functions')),
+    Note(LAYOUT_MEMBER_ARGUMENTS, OPTIMIZER_USE, (
+        '.{attr} takes no such arguments in flax.optim (state_dict(), '
+        'restore_state(state_dict))')),
+    Note(REPLACE_UNMAPPED, OPTIMIZER_USE, (
+        'only replace(target=...) and replace(state=...) map (to '
+        'replace(params=...) and flax_optim_rules.replace_optimizer_state); '
+        'a TrainState holds `tx`, an Optax transform, no optimizer_def')),
+    Note(FIELD_STORE_UNPROVEN, None, (
+        '`{text}` goes into the field `{field}` of {holder}, annotated '
+        'flax.optim.Optimizer, and is not provably a flax.optim Optimizer '
+        'here{cause}: the modules that read the field stay with it')),
+    Note(CREATED_FROM_PARAMETER, CREATE, (
+        f'it is made by `{{definition}}.{CREATE}(...)` of the parameter '
+        '`{definition}` of {function}(), and migrate does not follow a '
+        'definition passed as an argument')),
+    Note(TREE_READ_NOT_BACK, OPTIMIZER_ESCAPE, (
+        '`{read}` is not read back from a dict saved as a tree: {why}')),
+    Note(DICT_RETURNED_UNFOLLOWED, OPTIMIZER_ESCAPE, (
+        '{function}() returns optimizers in a dict, and migrate does not '
+        'follow that dict where it goes: {why}')),
+    Note(DICT_KEY_CLASH, OPTIMIZER_ESCAPE, (
+        '`{key}` may be the key of an optimizer')),
+    Note(DICT_GIVER_USED_OTHERWISE, OPTIMIZER_ESCAPE, (
+        '{function}() is used otherwise than by calling it here, so its '
+        'callers are not known')),
+    Note(DICT_GIVER_ALIASED, OPTIMIZER_ESCAPE, (
+        '{function}() is also called as `{alias}`')),
+    Note(DICT_GIVER_MODULE_ALONE, OPTIMIZER_ESCAPE, (
+        'migrate reads this module alone, so the callers of {function}() '
+        'elsewhere are not known')),
+    Note(DICT_GIVER_ELSEWHERE, OPTIMIZER_ESCAPE, (
+        '{function}() is also reached from another module ({where})')),
+    Note(DICT_READ_UNTESTED, OPTIMIZER_ESCAPE, (
+        "`{read}` (line {line}) may read an optimizer's entry: no test of "
+        "the loop's key leaves out the optimizers' keys there")),
+    Note(DICT_NAME_USED, OPTIMIZER_ESCAPE, (
+        '`{name}` is used in {function}() as `{use}`')),
+    Note(DICT_SPREAD, OPTIMIZER_ESCAPE, 'the dict also takes entries with **'),
+    Note(DICT_GIVER_NOT_CALLED, OPTIMIZER_ESCAPE, (
+        '{function}() is not called in its module, so where its dict goes is '
+        'not seen')),
+    Note(DICT_CALL_UNBOUND, OPTIMIZER_ESCAPE, (
+        '`{call}` (line {line}) is not bound to a name or read by a constant '
+        'key')),
+    Note(DICT_NAME_REBOUND, OPTIMIZER_ESCAPE, (
+        '`{name}` (line {line}) is also bound to another value')),
+    Note(DICT_NAME_GOES_INTO, OPTIMIZER_ESCAPE, (
+        '(line {line}) goes into `{parent}`')),
+    Note(DICT_READ_BY_UNKNOWN_KEY, OPTIMIZER_ESCAPE, (
+        'is read by `{read}` (line {line}), by a key that is neither a '
+        'constant nor the key of a loop over it')),
 )
 NOTES_BY_NAME = {note.name: note for note in NOTES}
 

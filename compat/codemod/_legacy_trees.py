@@ -493,7 +493,7 @@ class Checker:
     """Whether the dict ``dict_node`` holding ``value`` at ``key`` is only
     saved or loaded as a tree where it is built."""
     if _spread(dict_node):
-      return _Verdict(None, 'the dict also takes entries with **')
+      return _Verdict(None, _codes.note(_codes.DICT_SPREAD))
     if not isinstance(value, (ast.Name, ast.Attribute)) or (
         _names.chain_root(value) is None):
       return _Verdict(None, 'the optimizer in it is not a name or a field')
