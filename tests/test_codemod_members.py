@@ -165,6 +165,8 @@ def _table_texts() -> dict:
                      **_rule_table.CLASS_COUNTERPARTS}.items():
     texts[text] = f'{name} (replacement)'
   texts[_rule_table.PICKLE_REPLACEMENT] = 'pickle (replacement)'
+  texts[_rule_table.EITHER_LAYOUT_REPLACEMENT] = (
+      'restore of a template (replacement)')
   for fix in _rule_table.FIXES:
     texts.update(_template_pieces(fix.why or '', f'{fix.name} (why)'))
     texts.update(_template_pieces(fix.grounds, f'{fix.name} (grounds)'))
@@ -293,3 +295,75 @@ def test_a_note_fills_a_field_called_name():
       step='train_step') == (
           '`tx` is not provably an optimizer and goes in as `optimizer` of '
           'the step train_step(), whose module migrates that parameter')
+
+
+# ---------------------------------------------------------------------------
+# A report's sentences (a note, a reason a flow is kept, a finding's
+# replacement) are the table's NOTES and templates: a module of
+# compat/codemod fills them in (``_codes.filled_note``) and writes no
+# sentence of its own. A sentence is a string literal, or the literal part
+# of an f-string, of at least this many plain lower-case words (a code
+# template, ``'{x} if {y} is not None else {z}'``, has fewer).
+_SENTENCE_WORDS = 5
+_PLAIN_WORD = re.compile(r'[a-z]+[,:;.]?')
+# The modules that still write sentences: their command line's help,
+# errors and report layout (not reasons of the table), and those whose
+# reasons are still to move into the table (issue 38, item 1).
+_OWN_SENTENCES = {
+    'migrate.py': 'command line; report layout; reasons to move',
+    'scan.py': 'command line and its errors',
+    '_config.py': 'configuration errors',
+    '_notebook.py': 'errors reading a notebook',
+    '_source.py': 'errors reading a source file',
+    '_codes.py': 'selection errors, the guide table\'s header',
+    '_self_check.py': 'errors of the self-check',
+    '_mentions.py': 'reasons to move',
+    '_self_holders.py': 'reasons to move',
+    '_project_links.py': 'reasons to move',
+    '_legacy_trees.py': 'reasons to move',
+    '_user_rules.py': 'reasons to move',
+    '_multi.py': 'reasons to move',
+    '_plan_rules.py': 'reasons to move',
+    '_plan_imports.py': 'reasons to move',
+    '_plan_findings.py': 'reasons to move',
+    '_params.py': 'reasons to move',
+    '_links.py': 'reasons to move',
+    '_cross_flow.py': 'reasons to move',
+    '_escape_analysis.py': 'reasons to move',
+    '_serialization_helpers.py': 'reasons to move',
+}
+
+
+def _docstrings(tree) -> set:
+  return {id(node.body[0].value) for node in ast.walk(tree)
+          if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                               ast.AsyncFunctionDef)) and node.body and
+          isinstance(node.body[0], ast.Expr) and
+          isinstance(node.body[0].value, ast.Constant)}
+
+
+def _sentences(path: pathlib.Path) -> list:
+  tree = ast.parse(path.read_text(), str(path))
+  docstrings = _docstrings(tree)
+  return [f'{path.name}:{node.lineno}: {node.value[:60]!r}'
+          for node in ast.walk(tree)
+          if isinstance(node, ast.Constant) and isinstance(node.value, str)
+          and id(node) not in docstrings and
+          sum(bool(_PLAIN_WORD.fullmatch(word))
+              for word in node.value.split()) >= _SENTENCE_WORDS]
+
+
+def test_report_sentences_are_written_only_in_the_table():
+  found = []
+  for path in sorted(CODEMOD.glob('*.py')):
+    if path.name not in _OWN_SENTENCES:
+      found += _sentences(path)
+  assert not found, ('sentences written in compat/codemod (a note or '
+                     'reason: write it in the rule table\'s NOTES and fill '
+                     f'it with _codes.filled_note): {found}')
+
+
+def test_the_modules_writing_sentences_exist_and_still_do():
+  # (a module whose sentences all moved comes off the list)
+  for name in _OWN_SENTENCES:
+    assert _sentences(CODEMOD / name), name
