@@ -377,6 +377,14 @@ EITHER_LAYOUT_REPLACEMENT = (
     'flax_optim_rules.from_either_layout(template, the same restore given '
     'no template): the template now holds a TrainState; migrate rewrites '
     'the restore to read checkpoints of either layout')
+# What replaces a call giving an optimizer to a function of the user's
+# that only saves or restores it with flax.serialization (a finding of
+# ``checkpoint``: ``compat.codemod._serialization_helpers``).
+THROUGH_HELPER_REPLACEMENT = (
+    'flax_optim_rules.legacy_tree(opt) where the optimizer goes in, '
+    'flax_optim_rules.from_legacy_tree(opt, ...) around a restore: this '
+    'function of yours only saves or restores it with flax.serialization, '
+    "so migrate keeps it and its files keep flax.optim's layout")
 # What replaces a flax.optim definition (FOC103) in each tier of migrate
 # (``--tier``): the exact one (flax_optim_rules, what migrate writes by
 # default), then the nearest stock Optax expression where one exists.
@@ -671,6 +679,93 @@ DICT_NAME_REBOUND = 'dict_name_rebound'
 # (of the name bound to the dict, which the reason follows)
 DICT_NAME_GOES_INTO = 'dict_name_goes_into'
 DICT_READ_BY_UNKNOWN_KEY = 'dict_read_by_unknown_key'
+# Why a dict holding an optimizer is not only saved or loaded as a tree
+# (``_legacy_trees``; ``{entry}``: a read of one of its entries).
+TREE_NAME_READ_NESTED = 'tree_name_read_nested'
+TREE_NAME_USED = 'tree_name_used'
+TREE_ENTRY_KEY = 'tree_entry_key'
+TREE_ENTRY_REPLACED = 'tree_entry_replaced'
+TREE_ENTRY_DELETED = 'tree_entry_deleted'
+TREE_ENTRY_READ_BACK = 'tree_entry_read_back'
+TREE_PASSED_UNSEEN = 'tree_passed_unseen'
+TREE_NO_PARAMETER = 'tree_no_parameter'
+TREE_PASSED_TOO_DEEP = 'tree_passed_too_deep'
+TREE_IN_FUNCTION = 'tree_in_function'  # a callee's reason, where it is
+TREE_VALUE_NOT_NAME = 'tree_value_not_name'
+TREE_DICT_OUTSIDE_FUNCTION = 'tree_dict_outside_function'
+TREE_READ_ROOT_OTHER = 'tree_read_root_other'
+TREE_ROOT_ASSIGNED_BETWEEN = 'tree_root_assigned_between'
+# Why a flow stays across modules (``_project_links``: a link's reason).
+RULE_CLASS_GOES_INTO = 'rule_class_goes_into'
+CALLS_OPTIMIZER_FUNCTION = 'calls_optimizer_function'
+OVERRIDE_NOT_DEFINITION = 'override_not_definition'
+METHOD_CALLED_NOWHERE = 'method_called_nowhere'
+CALLED_NOWHERE_BUT = 'called_nowhere_but'  # (``{where}``: how it is named)
+FIELD_USED_UNTYPED = 'field_used_untyped'
+FIELD_HOLDER_TOUCHED = 'field_holder_touched'
+FIELD_READ_BY_POSITION = 'field_read_by_position'
+FIELD_HELD = 'field_held'  # (``{why}``: one of the two before it)
+DEFINITION_GOES_INTO = 'definition_goes_into'
+DEFINITION_RETURNED = 'definition_returned'
+DEFINITION_NAME_GOES_ON = 'definition_name_goes_on'
+DEFINITION_NEVER_CREATED = 'definition_never_created'
+# Why ``self.<attr>`` is not followed into another module
+# (``_self_holders``).
+SELF_ACROSS_MODULES = 'self_across_modules'
+SELF_ONE_MODULE = 'self_one_module'
+# Why migrate does not follow ``self.<attr>`` (``_self_holders``).
+SELF_PROTOCOL = 'self_protocol'  # __getattr__, __dict__, ... defined
+SELF_PROPERTY_PATHS = 'self_property_paths'
+SELF_REBOUND = 'self_rebound'
+SELF_PROTOCOL_REACHED = 'self_protocol_reached'
+SELF_INSTANCE_GOES_INTO = 'self_instance_goes_into'
+SELF_STORE_NOT_ASSIGNED = 'self_store_not_assigned'
+SELF_TAKES_PART = 'self_takes_part'
+SELF_ANY_NAME = 'self_any_name'
+SELF_SHARED_WITH = 'self_shared_with'
+SELF_SHARED_ELSEWHERE = 'self_shared_elsewhere'  # (``{why}``: the next two)
+SELF_NOT_FOLLOWED_IN = 'self_not_followed_in'
+SELF_NAMED_OUTSIDE = 'self_named_outside'
+SELF_NAMED_ELSEWHERE = 'self_named_elsewhere'
+SELF_ONE_HOLDER = 'self_one_holder'
+SELF_FOREIGN_BASE = 'self_foreign_base'  # (``{origin}``: ' (from x)' or '')
+SELF_MADE_BY_DECORATOR = 'self_made_by_decorator'
+SELF_NO_METHOD_KEEPS = 'self_no_method_keeps'
+# How code outside the scanned modules may reach a function
+# (``_mentions``: ``{where}`` of CALLED_NOWHERE_BUT).
+SINGLE_FILES = 'single_files'
+CALLED_FROM_ANOTHER_MODULE = 'called_from_another_module'
+NO_FLOW_THERE = 'no_flow_there'  # a module of the project not read
+# Where a function returning an optimizer is (``{where}`` of
+# ESCAPE_RETURNED_UNFOLLOWED).
+RETURNER_METHOD = 'returner_method'
+RETURNER_NESTED = 'returner_nested'
+PARAMETER_FUNCTION_USED = 'parameter_function_used'  # (``_params``)
+# Why an import or annotation of flax.optim stays (``_plan_imports``).
+REEXPORT_KEPT = 'reexport_kept'
+ANNOTATION_KEPT = 'annotation_kept'
+# What scan says of a statement migrate rewrites, and of what it leaves
+# (``_plan_findings``).
+MIGRATE_REWRITES = 'migrate_rewrites'
+LEFT_BY_MIGRATE = 'left_by_migrate'
+# What a factory's result meets where migrate follows it (``_links``,
+# ``_multi``).
+CREATED_HERE = 'created_here'
+RULE_USED_HERE = 'rule_used_here'  # a user rule class called or subclassed
+IN_MULTI_OPTIMIZER = 'in_multi_optimizer'
+# Why a traversal or a MultiOptimizer's rates stay (``_multi``).
+TRAVERSAL_ARGUMENTS = 'traversal_arguments'
+TRAVERSAL_BOUND_TWICE = 'traversal_bound_twice'
+TRAVERSAL_UNUSED = 'traversal_unused'
+TRAVERSAL_REACHES = 'traversal_reaches'
+HYPER_PARAMS_LIST = 'hyper_params_list'
+# Why a rule chosen by name, or a stock alias, stays (``_plan_rules``).
+BY_NAME_STOCK = 'by_name_stock'
+BY_NAME_POSITIONAL = 'by_name_positional'
+STOCK_NO_INJECT = 'stock_no_inject'
+# Why migrate keeps a flow or adds an import across modules (``migrate``).
+ACROSS_MODULES_FAILED = 'across_modules_failed'
+KERNEL_IMPORT = 'kernel_import'  # a notebook's name its kernel bound
 # Words two notes share (each written once).
 _NAME_ALSO_HOLDS = (
     '`{name}` also holds values not provably a flax.optim Optimizer '
@@ -682,6 +777,15 @@ _TREE_NOT_REPLICATED = (
     "migrate writes flax.optim's tree of an optimizer only where it is not "
     'replicated')
 _MODULE_REPLICATES = 'this module replicates its optimizer'
+_MADE_FROM_DICT = '(made from the dict holding the optimizer)'
+_FOLLOWS_SELF = 'migrate follows an attribute through `self` '
+_ANY_ATTRIBUTE = 'which reads or writes any attribute by name'
+_SHARED_WITH = (
+    '`self.{attr}` is also an attribute of {other}, which shares instances '
+    'with {owner}')
+_READS_ITS_ATTRIBUTES = 'whose code may read its attributes'
+_CALLERS_NOT_KNOWN = (
+    'otherwise than by calling it, so its callers are not known')
 _CONVERT_FIRST = (
     'convert such files first with `flax-optim-compat convert SRC DST '
     '--to train_state{stock}`')
@@ -861,8 +965,8 @@ NOTES = (
         '`{text}` is returned by {function}(), which is used otherwise than '
         'by calling it here, so its callers are not known')),
     Note(ESCAPE_RETURNER_USED_ELSEWHERE, OPTIMIZER_ESCAPE, (
-        '`{text}` is returned by {function}(), which {where} uses otherwise '
-        'than by calling it, so its callers are not known')),
+        '`{text}` is returned by {function}(), which {where} uses ' +
+        _CALLERS_NOT_KNOWN)),
     Note(ESCAPE_RETURNS_MIXED, OPTIMIZER_ESCAPE, (
         '{function}() returns `{text}` on one path and something not '
         'provably an optimizer on another: its callers cannot tell')),
@@ -1002,6 +1106,174 @@ NOTES = (
     Note(DICT_READ_BY_UNKNOWN_KEY, OPTIMIZER_ESCAPE, (
         'is read by `{read}` (line {line}), by a key that is neither a '
         'constant nor the key of a loop over it')),
+    Note(TREE_NAME_READ_NESTED, OPTIMIZER_ESCAPE, (
+        '`{name}` ' + _MADE_FROM_DICT + ' is read inside `{scope}`, nested '
+        'here, where migrate does not follow it')),
+    Note(TREE_NAME_USED, OPTIMIZER_ESCAPE, (
+        '`{text}` ' + _MADE_FROM_DICT + ' is used here as `{use}`, not only '
+        'as a tree')),
+    Note(TREE_ENTRY_KEY, OPTIMIZER_ESCAPE, (
+        '`{entry}` reads an entry by a key that is not a constant')),
+    Note(TREE_ENTRY_REPLACED, OPTIMIZER_ESCAPE, (
+        "`{entry}` replaces the optimizer's entry")),
+    Note(TREE_ENTRY_DELETED, OPTIMIZER_ESCAPE, '`{entry}` deletes an entry'),
+    Note(TREE_ENTRY_READ_BACK, OPTIMIZER_ESCAPE, (
+        '`{entry}` reads the optimizer back out of `{text}` and uses it '
+        f'otherwise than as `.{TARGET}` or `.{STATE}`, or by assigning it to '
+        'a name')),
+    Note(TREE_PASSED_UNSEEN, OPTIMIZER_ESCAPE, (
+        '`{text}` is passed to `{call}(...)`, which migrate does not see '
+        'take it only as a tree')),
+    Note(TREE_NO_PARAMETER, OPTIMIZER_ESCAPE, (
+        '`{text}` goes to `{call}(...)` where no parameter takes it')),
+    Note(TREE_PASSED_TOO_DEEP, OPTIMIZER_ESCAPE, (
+        '`{text}` is passed on through more than {depth} functions; migrate '
+        'stops following it there')),
+    Note(TREE_IN_FUNCTION, OPTIMIZER_ESCAPE, 'in {function}(): {why}'),
+    Note(TREE_VALUE_NOT_NAME, OPTIMIZER_ESCAPE, (
+        'the optimizer in it is not a name or a field')),
+    Note(TREE_DICT_OUTSIDE_FUNCTION, OPTIMIZER_ESCAPE, (
+        'the dict is built outside a function')),
+    Note(TREE_READ_ROOT_OTHER, OPTIMIZER_ESCAPE, (
+        '`{read}` is read back where `{root}` may name another value than '
+        'the one put into the dict')),
+    Note(TREE_ROOT_ASSIGNED_BETWEEN, OPTIMIZER_ESCAPE, (
+        '`{root}` is assigned between the dict and `{read}`')),
+    Note(RULE_CLASS_GOES_INTO, OPTIMIZER_DEF_SUBCLASS, (
+        'the rule class goes into `{code}`, which migrate cannot follow')),
+    Note(CALLS_OPTIMIZER_FUNCTION, None, (
+        'calls {function}() ({where}), which gives or takes a flax.optim '
+        'Optimizer (or a step that does)')),
+    Note(OVERRIDE_NOT_DEFINITION, OPTIMIZER_DEF, (
+        '{method}() may run the override at {where}, which does not return '
+        'a flax.optim definition: what the call gives is not known')),
+    Note(METHOD_CALLED_NOWHERE, OPTIMIZER_DEF, (
+        '{name}() is a method called nowhere in the scanned code: a base '
+        'class outside it may call it (a hook), or code holding an '
+        'instance: they cannot be rewritten with it')),
+    Note(CALLED_NOWHERE_BUT, OPTIMIZER_DEF, (
+        '{name}() is called nowhere in the scanned code but {where}: its '
+        'callers (a registry, another package, a config system) cannot be '
+        'rewritten with it')),
+    Note(FIELD_USED_UNTYPED, None, (
+        '{path}:{line} declares `{name}.{field}` otherwise: `{code}` at '
+        '{used_at}:{used_line} uses `.{field}` of a value not typed as '
+        '{holder} (annotated, or made as one), which cannot be told to be '
+        'the optimizer')),
+    Note(FIELD_HOLDER_TOUCHED, None, (
+        'makes, stores or reads the optimizer that `{holder}.{field}` holds '
+        '(declared at {path}:{line})')),
+    Note(FIELD_READ_BY_POSITION, None, (
+        '{path}:{line} takes element {index} of a tuple of {count} and uses '
+        'it as one (`{code}`): a {holder} read by position cannot be told '
+        'from another tuple there')),
+    Note(FIELD_HELD, None, (
+        'declares `{holder}.{field}` a flax.optim Optimizer, and {why}, so '
+        'what the field holds stays as it is')),
+    Note(DEFINITION_GOES_INTO, OPTIMIZER_DEF, (
+        'the definition goes into `{code}`, which migrate cannot follow')),
+    Note(DEFINITION_RETURNED, OPTIMIZER_DEF, (
+        'returned by another definition factory')),
+    Note(DEFINITION_NAME_GOES_ON, OPTIMIZER_DEF, (
+        '`{name}` goes on into `{holder}`, which migrate cannot follow')),
+    Note(DEFINITION_NEVER_CREATED, OPTIMIZER_DEF, '`{name}` is never created'),
+    Note(SELF_ACROSS_MODULES, None, (
+        _FOLLOWS_SELF + 'across modules only where each module proves it an '
+        'optimizer')),
+    Note(SELF_ONE_MODULE, None, _FOLLOWS_SELF + 'within one module'),
+    Note(SELF_PROTOCOL, None, '{owner} defines {name}, ' + _ANY_ATTRIBUTE),
+    Note(SELF_PROPERTY_PATHS, None, (
+        'the property {owner}.{method} does not return a value on every '
+        'path')),
+    Note(SELF_REBOUND, None, (
+        '`{receiver}` is bound again in {method}() (line {line}), so '
+        '`{receiver}.<attr>` there may be another object')),
+    Note(SELF_PROTOCOL_REACHED, None, (
+        '{method}() reaches `{code}` (line {line}), ' + _ANY_ATTRIBUTE)),
+    Note(SELF_INSTANCE_GOES_INTO, None, (
+        'the instance `{receiver}` itself goes into `{code}` in {method}() '
+        '(line {line}), where its attributes may be read')),
+    Note(SELF_STORE_NOT_ASSIGNED, None, (
+        '`{statement}` (line {line}) stores into `{target}` otherwise than '
+        'by an assignment')),
+    Note(SELF_TAKES_PART, None, (
+        '`{target}` takes a part of `{value}` (line {line}) that migrate '
+        'does not follow')),
+    Note(SELF_ANY_NAME, None, (
+        '`{code}` (line {line}) reaches attributes by a name migrate cannot '
+        'read')),
+    Note(SELF_SHARED_WITH, None, _SHARED_WITH),
+    Note(SELF_SHARED_ELSEWHERE, None, (
+        _SHARED_WITH + ', in another module ({where}): {why}')),
+    Note(SELF_NOT_FOLLOWED_IN, None, 'not followed in {path}: {why}'),
+    Note(SELF_NAMED_OUTSIDE, None, (
+        '`.{attr}` is also named at line {line} (`{code}`), outside the '
+        'methods of {owner}')),
+    Note(SELF_NAMED_ELSEWHERE, None, (
+        '`.{attr}` is also named at {where}, outside the methods of '
+        '{owner}')),
+    Note(SELF_ONE_HOLDER, None, (
+        'stores or reads `self.{attr}`, which {owner} (declared at {where}) '
+        'keeps too: one holder with {family}, migrated together or not at '
+        'all')),
+    Note(SELF_FOREIGN_BASE, None, (
+        '{owner} derives from `{base}`{origin}, not a class of the project, '
+        + _READS_ITS_ATTRIBUTES)),
+    Note(SELF_MADE_BY_DECORATOR, None, (
+        '{owner} is made by a decorator or metaclass, ' +
+        _READS_ITS_ATTRIBUTES)),
+    Note(SELF_NO_METHOD_KEEPS, None, 'no method keeps `self.{attr}` itself'),
+    Note(SINGLE_FILES, None, 'passed as single files, not their directory'),
+    Note(CALLED_FROM_ANOTHER_MODULE, None, 'called from another module'),
+    Note(NO_FLOW_THERE, None, 'migrate reads no optimizer flow there'),
+    Note(RETURNER_METHOD, OPTIMIZER_ESCAPE, 'a method'),
+    Note(RETURNER_NESTED, OPTIMIZER_ESCAPE, 'a nested function or lambda'),
+    Note(PARAMETER_FUNCTION_USED, None, (
+        '{where} uses {function}() ' + _CALLERS_NOT_KNOWN)),
+    Note(REEXPORT_KEPT, IMPORT, (
+        'other scanned modules import flax.optim through this name: kept '
+        'until they import it directly (then delete it here)')),
+    Note(ANNOTATION_KEPT, 'annotation', (
+        'flax.optim.Optimizer stays while the file keeps legacy optimizers')),
+    Note(MIGRATE_REWRITES, None, (
+        'migrate rewrites this statement (migrate --diff shows how)')),
+    Note(LEFT_BY_MIGRATE, None, 'left by migrate: {reason}'),
+    Note(CREATED_HERE, CREATE, f'its `.{CREATE}(...)` is here'),
+    Note(RULE_USED_HERE, OPTIMIZER_DEF_SUBCLASS, (
+        'the rule class is called or subclassed here')),
+    Note(IN_MULTI_OPTIMIZER, MULTI_OPTIMIZER, (
+        'it goes into the MultiOptimizer here')),
+    Note(TRAVERSAL_ARGUMENTS, TRAVERSAL, (
+        'ModelParamTraversal takes its filter as its one argument')),
+    Note(TRAVERSAL_BOUND_TWICE, TRAVERSAL, '`{name}` is bound more than once'),
+    Note(TRAVERSAL_UNUSED, TRAVERSAL, '`{name}` is never used'),
+    Note(TRAVERSAL_REACHES, TRAVERSAL, (
+        'the traversal reaches `{where}`, not only the first element of a '
+        'MultiOptimizer pair (flax_optim_rules.ModelParamTraversal selects '
+        'leaves for multi_optimizer; it does not iterate or update trees)')),
+    Note(HYPER_PARAMS_LIST, MULTI_OPTIMIZER, (
+        'hyper_params=[...] maps only as a list of the names unpacked from '
+        "this optimizer's `.optimizer_def.hyper_params` (or of `hps[0]`, "
+        '`hps[1]`, ... of that list), in their order, each as '
+        '`.replace(learning_rate=...)`')),
+    Note(BY_NAME_STOCK, OPTIMIZER_DEF, (
+        'the rule is chosen by name when the program runs, so no stock alias '
+        'can be named for it (the exact tier writes '
+        '{rules}.rule_named(name)(...))')),
+    Note(BY_NAME_POSITIONAL, OPTIMIZER_DEF, (
+        'hyper-parameters of a rule chosen by name are mapped only by '
+        'keyword (after the rate, each rule orders them its own way)')),
+    Note(STOCK_NO_INJECT, OPTIMIZER_DEF, (
+        '--tier stock does not inject a per-step learning rate; give the '
+        'alias a schedule instead, or use the exact tier')),
+    Note(ACROSS_MODULES_FAILED, None, (
+        'kept as it was: the analysis across modules failed (see the '
+        'errors), so whether this flow goes on in another module cannot be '
+        'checked')),
+    Note(KERNEL_IMPORT, IMPORT, (
+        'added: this notebook binds {local!r} nowhere (it runs in a kernel '
+        'another notebook of the project prepared) and still uses it, but '
+        'the migrated {preparers} no longer import it')),
 )
 NOTES_BY_NAME = {note.name: note for note in NOTES}
 

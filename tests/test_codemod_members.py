@@ -167,6 +167,8 @@ def _table_texts() -> dict:
   texts[_rule_table.PICKLE_REPLACEMENT] = 'pickle (replacement)'
   texts[_rule_table.EITHER_LAYOUT_REPLACEMENT] = (
       'restore of a template (replacement)')
+  texts[_rule_table.THROUGH_HELPER_REPLACEMENT] = (
+      'through a helper (replacement)')
   for fix in _rule_table.FIXES:
     texts.update(_template_pieces(fix.why or '', f'{fix.name} (why)'))
     texts.update(_template_pieces(fix.grounds, f'{fix.name} (grounds)'))
@@ -317,20 +319,7 @@ _OWN_SENTENCES = {
     '_source.py': 'errors reading a source file',
     '_codes.py': 'selection errors, the guide table\'s header',
     '_self_check.py': 'errors of the self-check',
-    '_mentions.py': 'reasons to move',
-    '_self_holders.py': 'reasons to move',
-    '_project_links.py': 'reasons to move',
-    '_legacy_trees.py': 'reasons to move',
     '_user_rules.py': 'reasons to move',
-    '_multi.py': 'reasons to move',
-    '_plan_rules.py': 'reasons to move',
-    '_plan_imports.py': 'reasons to move',
-    '_plan_findings.py': 'reasons to move',
-    '_params.py': 'reasons to move',
-    '_links.py': 'reasons to move',
-    '_cross_flow.py': 'reasons to move',
-    '_escape_analysis.py': 'reasons to move',
-    '_serialization_helpers.py': 'reasons to move',
 }
 
 

@@ -581,9 +581,7 @@ def _without_own_methods(items, result, old_line) -> list:
           old_line.get(i[0]) not in own]
 
 
-_UNCHECKED_ACROSS_MODULES = (
-    'kept as it was: the analysis across modules failed (see the errors), '
-    'so whether this flow goes on in another module cannot be checked')
+_UNCHECKED_ACROSS_MODULES = _codes.note(_codes.ACROSS_MODULES_FAILED)
 
 
 def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None,
@@ -651,10 +649,7 @@ def _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes):
 
 
 # A notebook's own import of a flax.optim name it read from its kernel.
-_KERNEL_IMPORT = ('added: this notebook binds {local!r} nowhere (it runs in '
-                  'a kernel another notebook of the project prepared) and '
-                  'still uses it, but the migrated {preparers} no longer '
-                  'import it')
+_KERNEL_IMPORT = _codes.KERNEL_IMPORT
 
 
 def _with_array_states(results: dict, project, array_paths: set,
@@ -758,8 +753,9 @@ def _with_kernel_imports(result: FileResult, bound: dict, dropped_by: dict,
         if local in bound:
           notes.append(_rewrite_plan.Leftover(
               added.file_line(node.lineno), 'import',
-              lines[node.lineno - 1].strip(), _KERNEL_IMPORT.format(
-                  local=local, preparers=', '.join(dropped_by[local]))))
+              lines[node.lineno - 1].strip(), _codes.filled_note(
+                  _KERNEL_IMPORT, local=local,
+                  preparers=', '.join(dropped_by[local]))))
   plan = result.plan
   if plan is not None:
     plan = plan._replace(notes=list(plan.notes) + notes)
