@@ -385,6 +385,11 @@ THROUGH_HELPER_REPLACEMENT = (
     'flax_optim_rules.from_legacy_tree(opt, ...) around a restore: this '
     'function of yours only saves or restores it with flax.serialization, '
     "so migrate keeps it and its files keep flax.optim's layout")
+# What replaces a construction of the user's own rule class (a finding of
+# ``optimizer_def``, told by its text: ``compat.codemod._user_rules``).
+USER_RULE_REPLACEMENT = (
+    'Rule(...).to_optax(): the class, kept on flax_optim_rules.RuleDef, '
+    'gives its Optax transform')
 # What replaces a flax.optim definition (FOC103) in each tier of migrate
 # (``--tier``): the exact one (flax_optim_rules, what migrate writes by
 # default), then the nearest stock Optax expression where one exists.
@@ -763,6 +768,36 @@ HYPER_PARAMS_LIST = 'hyper_params_list'
 BY_NAME_STOCK = 'by_name_stock'
 BY_NAME_POSITIONAL = 'by_name_positional'
 STOCK_NO_INJECT = 'stock_no_inject'
+# A user's OptimizerDef subclass kept on flax_optim_rules (``{module}``,
+# ``{base}``: where), and why one is not (``_user_rules``; ``{by_hand}``:
+# USER_MULTI_BY_HAND, ``{but}``: ' but ' and how it is named, or nothing).
+PORT_KEPT_RULE = 'port_kept_rule'
+USER_MULTI_BY_HAND = 'user_multi_by_hand'
+USER_MULTI_OVERRIDES = 'user_multi_overrides'
+USER_MULTI_TRAVERSAL = 'user_multi_traversal'
+USER_MULTI_INIT_STATE = 'user_multi_init_state'
+USER_RULE_BASES = 'user_rule_bases'
+USER_RULE_MISSING = 'user_rule_missing'
+USER_RULE_CALLED_NOWHERE = 'user_rule_called_nowhere'
+USER_MULTI_OTHER_MODULE = 'user_multi_other_module'
+# What migrate's report says of a file's rewrite as a whole, and of what
+# is left in its output (``migrate``).
+OVERLAPS_REWRITE = 'overlaps_rewrite'
+REWRITE_OVERLAPS = 'rewrite_overlaps'  # a flow's link among them
+KERNEL_NOT_IMPORT = 'kernel_not_import'
+KERNEL_UNDECIDED = 'kernel_undecided'  # a notebook's name bound elsewhere
+ROLLED_BACK_BECAUSE = 'rolled_back_because'
+ROLLED_BACK = 'rolled_back'
+RESCAN_FAILED = 'rescan_failed'
+BY_HAND = 'by_hand'  # (``{replacement}``: a finding's)
+STILL_NAMED = 'still_named'
+NOT_REWRITTEN_FALLBACK = 'not_rewritten_fallback'
+IMPORT_STILL_NEEDED = 'import_still_needed'
+ESCAPE_RELEASED = 'escape_released'  # what releases an escape's link
+# Why a rewrite is rolled back (``_self_check``: ``{reason}`` of
+# ROLLED_BACK_BECAUSE).
+IMPORT_STILL_USED = 'import_still_used'
+REWRITE_UNPARSED = 'rewrite_unparsed'
 # Why migrate keeps a flow or adds an import across modules (``migrate``).
 ACROSS_MODULES_FAILED = 'across_modules_failed'
 KERNEL_IMPORT = 'kernel_import'  # a notebook's name its kernel bound
@@ -786,6 +821,7 @@ _SHARED_WITH = (
 _READS_ITS_ATTRIBUTES = 'whose code may read its attributes'
 _CALLERS_NOT_KNOWN = (
     'otherwise than by calling it, so its callers are not known')
+_ROLLED_BACK = 'the rewrite of this file was rolled back'
 _CONVERT_FIRST = (
     'convert such files first with `flax-optim-compat convert SRC DST '
     '--to train_state{stock}`')
@@ -1263,6 +1299,68 @@ NOTES = (
     Note(BY_NAME_POSITIONAL, OPTIMIZER_DEF, (
         'hyper-parameters of a rule chosen by name are mapped only by '
         'keyword (after the rate, each rule orders them its own way)')),
+    Note(PORT_KEPT_RULE, OPTIMIZER_DEF_SUBCLASS, (
+        'kept as your own rule on {module}.{base} (same numbers, no '
+        'flax.optim): port it to a plain optax.GradientTransformation by '
+        'hand when you can; `migrate --write` puts <module>_port_test.py '
+        'beside this module (never over an existing file): fill in its '
+        'port() and it proves the port equal to the kept rule')),
+    Note(USER_MULTI_BY_HAND, OPTIMIZER_DEF_SUBCLASS, (
+        'by hand: build it with flax_optim_rules.multi_optimizer and run '
+        'what {name} adds where the TrainState is created')),
+    Note(USER_MULTI_OVERRIDES, OPTIMIZER_DEF_SUBCLASS, (
+        "{name} overrides or uses {members} of flax.optim's MultiOptimizer, "
+        'which flax_optim_rules.{base} neither has nor runs ({by_hand})')),
+    Note(USER_MULTI_TRAVERSAL, OPTIMIZER_DEF_SUBCLASS, (
+        '{name} reads .{reads}, which a flax_optim_rules.ModelParamTraversal '
+        'does not have (it selects leaves only; {by_hand})')),
+    Note(USER_MULTI_INIT_STATE, OPTIMIZER_DEF_SUBCLASS, (
+        f'{{name}}.{INIT_STATE} builds or reads a state itself: flax.optim\'s '
+        "OptimizerState and the {base} state (Optax's) differ ({by_hand})")),
+    Note(USER_RULE_BASES, OPTIMIZER_DEF_SUBCLASS, (
+        '{name} derives from {bases}: only a direct subclass of '
+        'flax.optim.OptimizerDef moves onto flax_optim_rules.RuleDef (a '
+        "built-in rule's subclass keeps its base)")),
+    Note(USER_RULE_MISSING, OPTIMIZER_DEF_SUBCLASS, (
+        "{name} uses {members} of flax.optim's OptimizerDef, which "
+        'flax_optim_rules.RuleDef does not have')),
+    Note(USER_RULE_CALLED_NOWHERE, OPTIMIZER_DEF_SUBCLASS, (
+        '{name} is called nowhere in the scanned code{but}: its callers (a '
+        'config system such as gin, another package) would still expect a '
+        'flax.optim OptimizerDef')),
+    Note(USER_MULTI_OTHER_MODULE, MULTI_OPTIMIZER, (
+        '{call} is a MultiOptimizer subclass of another module: its '
+        '(traversal, definition) pairs are followed only where the class is '
+        'defined')),
+    Note(OVERLAPS_REWRITE, None, 'overlaps another rewrite; left as is'),
+    Note(REWRITE_OVERLAPS, None, (
+        'its {construct} rewrite here overlaps another one, so the flow '
+        'could not be rewritten whole')),
+    Note(KERNEL_NOT_IMPORT, None, 'something other than an import'),
+    Note(KERNEL_UNDECIDED, None, (
+        '{name!r} is bound nowhere in this notebook, and the notebooks of '
+        'the project bind it to {bound}: what it means in the kernel this '
+        'notebook runs in is not known, so nothing reached through it here '
+        'is rewritten')),
+    Note(ROLLED_BACK_BECAUSE, None, _ROLLED_BACK + ': {reason}'),
+    Note(ROLLED_BACK, None, 'left as it was: ' + _ROLLED_BACK),
+    Note(RESCAN_FAILED, None, (
+        'not migrated: re-scanning the result failed: {message}')),
+    Note(BY_HAND, None, 'by hand: {replacement}'),
+    Note(STILL_NAMED, IMPORT, '{path} is still named here'),
+    Note(NOT_REWRITTEN_FALLBACK, None, 'not rewritten; {fallback}'),
+    Note(IMPORT_STILL_NEEDED, IMPORT, (
+        'kept: the usages and references of flax.optim left in this file '
+        '(the other entries) still need it')),
+    Note(ESCAPE_RELEASED, OPTIMIZER_ESCAPE, (
+        'released when the code it goes to is migrated in the same run '
+        '(give its path too) or is handed what it reads (e.g. '
+        f'`optimizer.{TARGET}`) instead of the optimizer')),
+    Note(IMPORT_STILL_USED, None, (
+        'the rewrite removes the import of {name!r} but its line {line} '
+        'still uses {name!r}')),
+    Note(REWRITE_UNPARSED, None, (
+        'the rewritten file does not parse (its line {line}: {error})')),
     Note(STOCK_NO_INJECT, OPTIMIZER_DEF, (
         '--tier stock does not inject a per-step learning rate; give the '
         'alias a schedule instead, or use the exact tier')),

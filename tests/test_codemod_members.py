@@ -169,6 +169,7 @@ def _table_texts() -> dict:
       'restore of a template (replacement)')
   texts[_rule_table.THROUGH_HELPER_REPLACEMENT] = (
       'through a helper (replacement)')
+  texts[_rule_table.USER_RULE_REPLACEMENT] = 'user rule (replacement)'
   for fix in _rule_table.FIXES:
     texts.update(_template_pieces(fix.why or '', f'{fix.name} (why)'))
     texts.update(_template_pieces(fix.grounds, f'{fix.name} (grounds)'))
@@ -309,17 +310,17 @@ def test_a_note_fills_a_field_called_name():
 _SENTENCE_WORDS = 5
 _PLAIN_WORD = re.compile(r'[a-z]+[,:;.]?')
 # The modules that still write sentences: their command line's help,
-# errors and report layout (not reasons of the table), and those whose
-# reasons are still to move into the table (issue 38, item 1).
+# errors, the report's layout and a file template (no reason of the
+# table's).
 _OWN_SENTENCES = {
-    'migrate.py': 'command line; report layout; reasons to move',
+    'migrate.py': 'command line, its errors, --prove\'s and the report\'s '
+                  'layout',
     'scan.py': 'command line and its errors',
     '_config.py': 'configuration errors',
     '_notebook.py': 'errors reading a notebook',
     '_source.py': 'errors reading a source file',
     '_codes.py': 'selection errors, the guide table\'s header',
-    '_self_check.py': 'errors of the self-check',
-    '_user_rules.py': 'reasons to move',
+    '_user_rules.py': 'the template of the port test it writes',
 }
 
 

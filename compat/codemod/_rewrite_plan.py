@@ -283,8 +283,8 @@ class Planner(_plan_imports.PlanImports):
     self.notes += self.proven_fixes
     self.notes += [Leftover(
         node.lineno, 'optimizer_def_subclass', self._line(node.lineno),
-        _user_rules.PORT_NOTE.format(module=RULES_MODULE,
-                                     base=_user_rules.RULE_BASE))
+        _codes.filled_note(_user_rules.PORT_NOTE, module=RULES_MODULE,
+                           base=_user_rules.RULE_BASE))
                    for node in self.kept_rules]
     if flow_edits:
       self.notes += self._called_nowhere_notes()
