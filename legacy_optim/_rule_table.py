@@ -617,7 +617,7 @@ ESCAPE_UNPACKED_NESTED = 'escape_unpacked_nested'
 ESCAPE_UNPACKED_UNPROVEN = 'escape_unpacked_unproven'
 ESCAPE_PICKLED = 'escape_pickled'
 ESCAPE_TUPLE_ELEMENT = 'escape_tuple_element'
-# (``{where}``: a method, or a nested function or lambda)
+# (``{where}``: RETURNER_METHOD or RETURNER_NESTED)
 ESCAPE_RETURNED_UNFOLLOWED = 'escape_returned_unfollowed'
 ESCAPE_RETURNER_USED = 'escape_returner_used'
 ESCAPE_RETURNER_USED_ELSEWHERE = 'escape_returner_used_elsewhere'
@@ -714,11 +714,10 @@ DEFINITION_GOES_INTO = 'definition_goes_into'
 DEFINITION_RETURNED = 'definition_returned'
 DEFINITION_NAME_GOES_ON = 'definition_name_goes_on'
 DEFINITION_NEVER_CREATED = 'definition_never_created'
-# Why ``self.<attr>`` is not followed into another module
-# (``_self_holders``).
+# Why migrate does not follow ``self.<attr>`` (``_self_holders``), into
+# another module first.
 SELF_ACROSS_MODULES = 'self_across_modules'
 SELF_ONE_MODULE = 'self_one_module'
-# Why migrate does not follow ``self.<attr>`` (``_self_holders``).
 SELF_PROTOCOL = 'self_protocol'  # __getattr__, __dict__, ... defined
 SELF_PROPERTY_PATHS = 'self_property_paths'
 SELF_REBOUND = 'self_rebound'
@@ -728,7 +727,8 @@ SELF_STORE_NOT_ASSIGNED = 'self_store_not_assigned'
 SELF_TAKES_PART = 'self_takes_part'
 SELF_ANY_NAME = 'self_any_name'
 SELF_SHARED_WITH = 'self_shared_with'
-SELF_SHARED_ELSEWHERE = 'self_shared_elsewhere'  # (``{why}``: the next two)
+# (``{why}``: SELF_ACROSS_MODULES or SELF_NOT_FOLLOWED_IN)
+SELF_SHARED_ELSEWHERE = 'self_shared_elsewhere'
 SELF_NOT_FOLLOWED_IN = 'self_not_followed_in'
 SELF_NAMED_OUTSIDE = 'self_named_outside'
 SELF_NAMED_ELSEWHERE = 'self_named_elsewhere'
