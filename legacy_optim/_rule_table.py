@@ -370,6 +370,26 @@ PICKLE_REPLACEMENT = (
     'before holds a flax.optim Optimizer: load it with flax-optim-compat '
     'installed (the flax.optim import alias) and continue it with '
     'compat.to_train_state(optimizer, apply_fn)')
+# What replaces a restore of a template that holds an optimizer in a
+# field (a finding of ``checkpoint``, told by its text:
+# ``compat.codemod._restores``).
+EITHER_LAYOUT_REPLACEMENT = (
+    'flax_optim_rules.from_either_layout(template, the same restore given '
+    'no template): the template now holds a TrainState; migrate rewrites '
+    'the restore to read checkpoints of either layout')
+# What replaces a call giving an optimizer to a function of the user's
+# that only saves or restores it with flax.serialization (a finding of
+# ``checkpoint``: ``compat.codemod._serialization_helpers``).
+THROUGH_HELPER_REPLACEMENT = (
+    'flax_optim_rules.legacy_tree(opt) where the optimizer goes in, '
+    'flax_optim_rules.from_legacy_tree(opt, ...) around a restore: this '
+    'function of yours only saves or restores it with flax.serialization, '
+    "so migrate keeps it and its files keep flax.optim's layout")
+# What replaces a construction of the user's own rule class (a finding of
+# ``optimizer_def``, told by its text: ``compat.codemod._user_rules``).
+USER_RULE_REPLACEMENT = (
+    'Rule(...).to_optax(): the class, kept on flax_optim_rules.RuleDef, '
+    'gives its Optax transform')
 # What replaces a flax.optim definition (FOC103) in each tier of migrate
 # (``--tier``): the exact one (flax_optim_rules, what migrate writes by
 # default), then the nearest stock Optax expression where one exists.
@@ -597,7 +617,7 @@ ESCAPE_UNPACKED_NESTED = 'escape_unpacked_nested'
 ESCAPE_UNPACKED_UNPROVEN = 'escape_unpacked_unproven'
 ESCAPE_PICKLED = 'escape_pickled'
 ESCAPE_TUPLE_ELEMENT = 'escape_tuple_element'
-# (``{where}``: a method, or a nested function or lambda)
+# (``{where}``: RETURNER_METHOD or RETURNER_NESTED)
 ESCAPE_RETURNED_UNFOLLOWED = 'escape_returned_unfollowed'
 ESCAPE_RETURNER_USED = 'escape_returner_used'
 ESCAPE_RETURNER_USED_ELSEWHERE = 'escape_returner_used_elsewhere'
@@ -605,6 +625,206 @@ ESCAPE_RETURNS_MIXED = 'escape_returns_mixed'
 ESCAPE_RETURNS_TUPLE = 'escape_returns_tuple'
 ESCAPE_PASSED = 'escape_passed'
 ESCAPE_TUPLE_ARGUMENTS = 'escape_tuple_arguments'  # not a pool's apply_async
+# What a factory or rule class called nowhere is now (``{now}`` of
+# CALLED_NOWHERE; ``{rule_base}``: the class it is kept on).
+CALLED_NOWHERE_FACTORY = 'called_nowhere_factory'
+CALLED_NOWHERE_RULE = 'called_nowhere_rule'
+# Why a use of an optimizer stays (``_plan_uses``).
+CREATE_NAME_ALSO_HOLDS = 'create_name_also_holds'
+REPLICA_STEP_UNPROVEN = 'replica_step_unproven'  # .replicate()/.unreplicate()
+# (``{why}``: ': ' and the member's note, or nothing)
+NO_TRAIN_STATE_COUNTERPART = 'no_train_state_counterpart'
+CALL_ARGUMENTS_UNMAPPED = 'call_arguments_unmapped'
+CALL_RESULT_NOT_UNPACKED = 'call_result_not_unpacked'
+RESTORE_TEMPLATE_AGAIN = 'restore_template_again'
+LEGACY_TREE_REPLICATED = 'legacy_tree_replicated'
+APPLY_GRADIENT_ARGUMENTS = 'apply_gradient_arguments'
+REPLICATE_PROBLEM = 'replicate_problem'  # (``{problem}``: REPLICATE_*'s)
+REPLICATED_UNPROVEN = 'replicated_unproven'
+RATE_SET_ELSEWHERE = 'rate_set_elsewhere'
+OVERRIDES_NOT_RATE = 'overrides_not_rate'
+EVALUATED_TWICE = 'evaluated_twice'
+# Why a restore is not rewritten to read both layouts (``_restores``;
+# ``{stock}``: ' --stock' in the stock tier, or nothing).
+RESTORE_ONE_LAYOUT = 'restore_one_layout'
+RESTORE_REFUSES = 'restore_refuses'  # rewritten, refusing some old files
+NOT_A_RESTORE = 'not_a_restore'
+RESTORE_TARGET_UNKNOWN = 'restore_target_unknown'
+RESTORE_KEYWORDS = 'restore_keywords'
+FROM_BYTES_BARE = 'from_bytes_bare'
+RESTORE_UNBOUND = 'restore_unbound'
+# Why flax.optim's layout of a state is not read or written
+# (``_state_layout``).
+STOCK_TIER_LAYOUT = 'stock_tier_layout'
+DEFINITIONS_NOT_LAID_OUT = 'definitions_not_laid_out'
+STATE_ASSIGNED = 'state_assigned'
+LAYOUT_MEMBER_NOT_CALLED = 'layout_member_not_called'
+LAYOUT_MEMBER_ARGUMENTS = 'layout_member_arguments'
+REPLACE_UNMAPPED = 'replace_unmapped'
+# Why a value stored in an optimizer field is not one (``_plan_records``;
+# ``{cause}``: ' (', why and ')', or nothing).
+FIELD_STORE_UNPROVEN = 'field_store_unproven'
+CREATED_FROM_PARAMETER = 'created_from_parameter'
+# Why a read of a dict saved as a tree is not followed (``_flow_queries``).
+TREE_READ_NOT_BACK = 'tree_read_not_back'
+# Why the optimizers a function returns in a dict are not followed
+# (``_dict_returns``).
+DICT_RETURNED_UNFOLLOWED = 'dict_returned_unfollowed'
+DICT_KEY_CLASH = 'dict_key_clash'
+DICT_GIVER_USED_OTHERWISE = 'dict_giver_used_otherwise'
+DICT_GIVER_ALIASED = 'dict_giver_aliased'
+DICT_GIVER_MODULE_ALONE = 'dict_giver_module_alone'
+DICT_GIVER_ELSEWHERE = 'dict_giver_elsewhere'
+DICT_READ_UNTESTED = 'dict_read_untested'
+DICT_NAME_USED = 'dict_name_used'
+DICT_SPREAD = 'dict_spread'  # (also of a dict saved as a tree)
+DICT_GIVER_NOT_CALLED = 'dict_giver_not_called'
+DICT_CALL_UNBOUND = 'dict_call_unbound'
+DICT_NAME_REBOUND = 'dict_name_rebound'
+# (of the name bound to the dict, which the reason follows)
+DICT_NAME_GOES_INTO = 'dict_name_goes_into'
+DICT_READ_BY_UNKNOWN_KEY = 'dict_read_by_unknown_key'
+# Why a dict holding an optimizer is not only saved or loaded as a tree
+# (``_legacy_trees``; ``{entry}``: a read of one of its entries).
+TREE_NAME_READ_NESTED = 'tree_name_read_nested'
+TREE_NAME_USED = 'tree_name_used'
+TREE_ENTRY_KEY = 'tree_entry_key'
+TREE_ENTRY_REPLACED = 'tree_entry_replaced'
+TREE_ENTRY_DELETED = 'tree_entry_deleted'
+TREE_ENTRY_READ_BACK = 'tree_entry_read_back'
+TREE_PASSED_UNSEEN = 'tree_passed_unseen'
+TREE_NO_PARAMETER = 'tree_no_parameter'
+TREE_PASSED_TOO_DEEP = 'tree_passed_too_deep'
+TREE_IN_FUNCTION = 'tree_in_function'  # a callee's reason, where it is
+TREE_VALUE_NOT_NAME = 'tree_value_not_name'
+TREE_DICT_OUTSIDE_FUNCTION = 'tree_dict_outside_function'
+TREE_READ_ROOT_OTHER = 'tree_read_root_other'
+TREE_ROOT_ASSIGNED_BETWEEN = 'tree_root_assigned_between'
+# Why a flow stays across modules (``_project_links``: a link's reason).
+RULE_CLASS_GOES_INTO = 'rule_class_goes_into'
+CALLS_OPTIMIZER_FUNCTION = 'calls_optimizer_function'
+OVERRIDE_NOT_DEFINITION = 'override_not_definition'
+METHOD_CALLED_NOWHERE = 'method_called_nowhere'
+CALLED_NOWHERE_BUT = 'called_nowhere_but'  # (``{where}``: how it is named)
+FIELD_USED_UNTYPED = 'field_used_untyped'
+FIELD_HOLDER_TOUCHED = 'field_holder_touched'
+FIELD_READ_BY_POSITION = 'field_read_by_position'
+FIELD_HELD = 'field_held'  # (``{why}``: one of the two before it)
+DEFINITION_GOES_INTO = 'definition_goes_into'
+DEFINITION_RETURNED = 'definition_returned'
+DEFINITION_NAME_GOES_ON = 'definition_name_goes_on'
+DEFINITION_NEVER_CREATED = 'definition_never_created'
+# Why migrate does not follow ``self.<attr>`` (``_self_holders``), into
+# another module first.
+SELF_ACROSS_MODULES = 'self_across_modules'
+SELF_ONE_MODULE = 'self_one_module'
+SELF_PROTOCOL = 'self_protocol'  # __getattr__, __dict__, ... defined
+SELF_PROPERTY_PATHS = 'self_property_paths'
+SELF_REBOUND = 'self_rebound'
+SELF_PROTOCOL_REACHED = 'self_protocol_reached'
+SELF_INSTANCE_GOES_INTO = 'self_instance_goes_into'
+SELF_STORE_NOT_ASSIGNED = 'self_store_not_assigned'
+SELF_TAKES_PART = 'self_takes_part'
+SELF_ANY_NAME = 'self_any_name'
+SELF_SHARED_WITH = 'self_shared_with'
+# (``{why}``: SELF_ACROSS_MODULES or SELF_NOT_FOLLOWED_IN)
+SELF_SHARED_ELSEWHERE = 'self_shared_elsewhere'
+SELF_NOT_FOLLOWED_IN = 'self_not_followed_in'
+SELF_NAMED_OUTSIDE = 'self_named_outside'
+SELF_NAMED_ELSEWHERE = 'self_named_elsewhere'
+SELF_ONE_HOLDER = 'self_one_holder'
+SELF_FOREIGN_BASE = 'self_foreign_base'  # (``{origin}``: ' (from x)' or '')
+SELF_MADE_BY_DECORATOR = 'self_made_by_decorator'
+SELF_NO_METHOD_KEEPS = 'self_no_method_keeps'
+# How code outside the scanned modules may reach a function
+# (``_mentions``: ``{where}`` of CALLED_NOWHERE_BUT).
+SINGLE_FILES = 'single_files'
+CALLED_FROM_ANOTHER_MODULE = 'called_from_another_module'
+NO_FLOW_THERE = 'no_flow_there'  # a module of the project not read
+# Where a function returning an optimizer is (``{where}`` of
+# ESCAPE_RETURNED_UNFOLLOWED).
+RETURNER_METHOD = 'returner_method'
+RETURNER_NESTED = 'returner_nested'
+PARAMETER_FUNCTION_USED = 'parameter_function_used'  # (``_params``)
+# Why an import or annotation of flax.optim stays (``_plan_imports``).
+REEXPORT_KEPT = 'reexport_kept'
+ANNOTATION_KEPT = 'annotation_kept'
+# What scan says of a statement migrate rewrites, and of what it leaves
+# (``_plan_findings``).
+MIGRATE_REWRITES = 'migrate_rewrites'
+LEFT_BY_MIGRATE = 'left_by_migrate'
+# What a factory's result meets where migrate follows it (``_links``,
+# ``_multi``).
+CREATED_HERE = 'created_here'
+RULE_USED_HERE = 'rule_used_here'  # a user rule class called or subclassed
+IN_MULTI_OPTIMIZER = 'in_multi_optimizer'
+# Why a traversal or a MultiOptimizer's rates stay (``_multi``).
+TRAVERSAL_ARGUMENTS = 'traversal_arguments'
+TRAVERSAL_BOUND_TWICE = 'traversal_bound_twice'
+TRAVERSAL_UNUSED = 'traversal_unused'
+TRAVERSAL_REACHES = 'traversal_reaches'
+HYPER_PARAMS_LIST = 'hyper_params_list'
+# Why a rule chosen by name, or a stock alias, stays (``_plan_rules``).
+BY_NAME_STOCK = 'by_name_stock'
+BY_NAME_POSITIONAL = 'by_name_positional'
+STOCK_NO_INJECT = 'stock_no_inject'
+# A user's OptimizerDef subclass kept on flax_optim_rules (``{module}``,
+# ``{base}``: where), and why one is not (``_user_rules``; ``{by_hand}``:
+# USER_MULTI_BY_HAND, ``{but}``: ' but ' and how it is named, or nothing).
+PORT_KEPT_RULE = 'port_kept_rule'
+USER_MULTI_BY_HAND = 'user_multi_by_hand'
+USER_MULTI_OVERRIDES = 'user_multi_overrides'
+USER_MULTI_TRAVERSAL = 'user_multi_traversal'
+USER_MULTI_INIT_STATE = 'user_multi_init_state'
+USER_RULE_BASES = 'user_rule_bases'
+USER_RULE_MISSING = 'user_rule_missing'
+USER_RULE_CALLED_NOWHERE = 'user_rule_called_nowhere'
+USER_MULTI_OTHER_MODULE = 'user_multi_other_module'
+# What migrate's report says of a file's rewrite as a whole, and of what
+# is left in its output (``migrate``).
+OVERLAPS_REWRITE = 'overlaps_rewrite'
+REWRITE_OVERLAPS = 'rewrite_overlaps'  # a flow's link among them
+KERNEL_NOT_IMPORT = 'kernel_not_import'
+KERNEL_UNDECIDED = 'kernel_undecided'  # a notebook's name bound elsewhere
+ROLLED_BACK_BECAUSE = 'rolled_back_because'
+ROLLED_BACK = 'rolled_back'
+RESCAN_FAILED = 'rescan_failed'
+BY_HAND = 'by_hand'  # (``{replacement}``: a finding's)
+STILL_NAMED = 'still_named'
+NOT_REWRITTEN_FALLBACK = 'not_rewritten_fallback'
+IMPORT_STILL_NEEDED = 'import_still_needed'
+ESCAPE_RELEASED = 'escape_released'  # what releases an escape's link
+# Why a rewrite is rolled back (``_self_check``: ``{reason}`` of
+# ROLLED_BACK_BECAUSE).
+IMPORT_STILL_USED = 'import_still_used'
+REWRITE_UNPARSED = 'rewrite_unparsed'
+# Why migrate keeps a flow or adds an import across modules (``migrate``).
+ACROSS_MODULES_FAILED = 'across_modules_failed'
+KERNEL_IMPORT = 'kernel_import'  # a notebook's name its kernel bound
+# Words two notes share (each written once).
+_NAME_ALSO_HOLDS = (
+    '`{name}` also holds values not provably a flax.optim Optimizer '
+    '(another assignment), so its uses stay as they are; the optimizer ')
+_REPLICA_AVERAGES = (
+    'a ReplicatedOptimizer averages the gradients over the pmap axis inside '
+    'apply_gradient (psum(g) / psum(1))')
+_TREE_NOT_REPLICATED = (
+    "migrate writes flax.optim's tree of an optimizer only where it is not "
+    'replicated')
+_MODULE_REPLICATES = 'this module replicates its optimizer'
+_MADE_FROM_DICT = '(made from the dict holding the optimizer)'
+_FOLLOWS_SELF = 'migrate follows an attribute through `self` '
+_ANY_ATTRIBUTE = 'which reads or writes any attribute by name'
+_SHARED_WITH = (
+    '`self.{attr}` is also an attribute of {other}, which shares instances '
+    'with {owner}')
+_READS_ITS_ATTRIBUTES = 'whose code may read its attributes'
+_CALLERS_NOT_KNOWN = (
+    'otherwise than by calling it, so its callers are not known')
+_ROLLED_BACK = 'the rewrite of this file was rolled back'
+_CONVERT_FIRST = (
+    'convert such files first with `flax-optim-compat convert SRC DST '
+    '--to train_state{stock}`')
 NOTES = (
     Note(HELD, None, (
         'kept as it is: a # noqa on the line or the selected codes '
@@ -654,9 +874,8 @@ NOTES = (
         'apply_gradient in this file')),
     Note(JAX_TAKEN, None, '`jax` names something else in this module'),
     Note(REPLICATE_LEFT, REPLICATE, (
-        '.replicate(): {problem}; a ReplicatedOptimizer averages the '
-        'gradients over the pmap axis inside apply_gradient (psum(g) / '
-        'psum(1)), by hand: {replacement}')),
+        '.replicate(): {problem}; ' + _REPLICA_AVERAGES +
+        ', by hand: {replacement}')),
     Note(REPLICATE_ARGUMENTS, REPLICATE, (
         'replicate() arguments cannot be mapped with certainty')),
     Note(REPLICATE_AXIS_NOT_LITERAL, REPLICATE, (
@@ -736,8 +955,7 @@ NOTES = (
         '(`{subscript}`), where migrate cannot follow it')),
     Note(ESCAPE_REPLICATED_TREE, OPTIMIZER_ESCAPE, (
         'the replicated optimizer `{text}` goes into a dict saved or loaded '
-        "as a tree: migrate writes flax.optim's tree of an optimizer only "
-        'where it is not replicated')),
+        'as a tree: ' + _TREE_NOT_REPLICATED)),
     Note(ESCAPE_TREE_UNPROVEN, OPTIMIZER_ESCAPE, (
         'the optimizer `{text}` goes into a dict that migrate does not see '
         'only saved or loaded as a tree: {why} (where it is, '
@@ -749,10 +967,8 @@ NOTES = (
     Note(ESCAPE_GOES_INTO, OPTIMIZER_ESCAPE, (
         'the optimizer `{text}` goes into `{parent}`, where migrate cannot '
         'follow it: code reading it there would meet a TrainState')),
-    Note(ESCAPE_NAME_ALSO_HOLDS, OPTIMIZER_ESCAPE, (
-        '`{name}` also holds values not provably a flax.optim Optimizer '
-        '(another assignment), so its uses stay as they are; the optimizer '
-        '`{text}` would reach them{read}')),
+    Note(ESCAPE_NAME_ALSO_HOLDS, OPTIMIZER_ESCAPE,
+         _NAME_ALSO_HOLDS + '`{text}` would reach them{read}'),
     Note(ESCAPE_NAME_HOLDS_TUPLE, OPTIMIZER_ESCAPE, (
         '`{name}` holds the tuple `{text}` gives, which migrate does not '
         'follow into its uses')),
@@ -785,8 +1001,8 @@ NOTES = (
         '`{text}` is returned by {function}(), which is used otherwise than '
         'by calling it here, so its callers are not known')),
     Note(ESCAPE_RETURNER_USED_ELSEWHERE, OPTIMIZER_ESCAPE, (
-        '`{text}` is returned by {function}(), which {where} uses otherwise '
-        'than by calling it, so its callers are not known')),
+        '`{text}` is returned by {function}(), which {where} uses ' +
+        _CALLERS_NOT_KNOWN)),
     Note(ESCAPE_RETURNS_MIXED, OPTIMIZER_ESCAPE, (
         '{function}() returns `{text}` on one path and something not '
         'provably an optimizer on another: its callers cannot tell')),
@@ -799,6 +1015,363 @@ NOTES = (
     Note(ESCAPE_TUPLE_ARGUMENTS, OPTIMIZER_ESCAPE, (
         '`{text}` goes into the tuple `{arguments}`, where migrate cannot '
         'follow it')),
+    Note(CALLED_NOWHERE_FACTORY, None, 'it now returns an Optax transform'),
+    Note(CALLED_NOWHERE_RULE, OPTIMIZER_DEF_SUBCLASS,
+         'it is now a {rule_base}'),
+    Note(CREATE_NAME_ALSO_HOLDS, CREATE,
+         _NAME_ALSO_HOLDS + 'this makes would reach them'),
+    Note(REPLICA_STEP_UNPROVEN, REPLICATE, (
+        '.{attr}(): ' + _REPLICA_AVERAGES + ', so the step that receives it '
+        'needs a pmean the rewrite would have to insert; which steps do is '
+        'not proven here (by hand: {replacement})')),
+    Note(NO_TRAIN_STATE_COUNTERPART, OPTIMIZER_USE, (
+        '.{attr} of a flax.optim Optimizer has no mechanical TrainState '
+        'counterpart here{why}')),
+    Note(CALL_ARGUMENTS_UNMAPPED, OPTIMIZER_USE, (
+        '.{name}({parameters}): arguments passed with * or **, or not one '
+        'for each parameter, cannot be mapped with certainty')),
+    Note(CALL_RESULT_NOT_UNPACKED, OPTIMIZER_USE, (
+        '.{name}() is rewritten where its result is unpacked into {count} '
+        'names, the values what replaces it gives back; here its result is '
+        'used otherwise')),
+    Note(RESTORE_TEMPLATE_AGAIN, CHECKPOINT, (
+        'the optimizer given to this restore is evaluated again to turn what '
+        'it restores into a TrainState; bind it to a name first')),
+    Note(LEGACY_TREE_REPLICATED, CHECKPOINT, _TREE_NOT_REPLICATED),
+    Note(APPLY_GRADIENT_ARGUMENTS, APPLY_GRADIENT, (
+        'apply_gradient takes the gradients as its one positional argument')),
+    Note(REPLICATE_PROBLEM, APPLY_GRADIENT, _MODULE_REPLICATES + ': {problem}'),
+    Note(REPLICATED_UNPROVEN, APPLY_GRADIENT, (
+        _MODULE_REPLICATES + ', and this one is not provably the replicated '
+        'one (which averages its gradients) nor provably another')),
+    Note(RATE_SET_ELSEWHERE, APPLY_GRADIENT_OVERRIDES, (
+        'other steps of this flow set the learning rate '
+        '(apply_gradient(g, learning_rate=...)): in the injected state a '
+        "rate set so stays, while flax.optim took the definition's own rate "
+        'for this step')),
+    Note(OVERRIDES_NOT_RATE, APPLY_GRADIENT_OVERRIDES, (
+        'overrides {names}: only learning_rate is injected mechanically')),
+    Note(EVALUATED_TWICE, None, (
+        'the optimizer expression is evaluated twice by the rewrite; bind it '
+        'to a name first')),
+    Note(RESTORE_ONE_LAYOUT, CHECKPOINT, (
+        'this restore is not rewritten to read both checkpoint layouts: '
+        "{why}. A checkpoint written before migrating holds flax.optim's "
+        'layout, which it does not read (flax gives the template back '
+        'unchanged: step 0, zero moments): ' + _CONVERT_FIRST)),
+    Note(RESTORE_REFUSES, CHECKPOINT, (
+        'this restore is rewritten to read both checkpoint layouts, but '
+        "{why}: a checkpoint of flax.optim's layout written by such an "
+        'optimizer is refused with an error naming its path: ' +
+        _CONVERT_FIRST)),
+    Note(NOT_A_RESTORE, CHECKPOINT, (
+        '`{call}` is not a restore migrate rewrites '
+        '(flax.training.checkpoints.restore_checkpoint, '
+        'flax.serialization.from_bytes and from_state_dict are)')),
+    Note(RESTORE_TARGET_UNKNOWN, CHECKPOINT, (
+        'migrate cannot tell whether `{target}` holds an optimizer it '
+        'migrates')),
+    Note(RESTORE_KEYWORDS, CHECKPOINT, (
+        'it is given {names}, which the raw restore of both layouts does not '
+        'take')),
+    Note(FROM_BYTES_BARE, CHECKPOINT, (
+        "from_bytes is called by its bare name: its module's msgpack_restore "
+        'has no spelling here')),
+    Note(RESTORE_UNBOUND, CHECKPOINT, (
+        "its arguments do not bind as flax's signature has them")),
+    Note(STOCK_TIER_LAYOUT, OPTIMIZER_USE, (
+        "--tier stock writes stock Optax rules, whose states flax_optim_rules' "
+        "view of flax.optim's layout does not cover (the exact tier keeps the "
+        'layout)')),
+    Note(DEFINITIONS_NOT_LAID_OUT, OPTIMIZER_USE, (
+        'this module builds {kinds} definitions, whose Optax state '
+        "flax_optim_rules' view of flax.optim's layout does not cover (one "
+        "rule's transform only)")),
+    Note(STATE_ASSIGNED, OPTIMIZER_USE, 'the state is assigned, not read'),
+    Note(LAYOUT_MEMBER_NOT_CALLED, OPTIMIZER_USE, (
+        '.{attr} is not called here: only its calls map to {rules} '
+        'functions')),
+    Note(LAYOUT_MEMBER_ARGUMENTS, OPTIMIZER_USE, (
+        '.{attr} takes no such arguments in flax.optim (state_dict(), '
+        'restore_state(state_dict))')),
+    Note(REPLACE_UNMAPPED, OPTIMIZER_USE, (
+        'only replace(target=...) and replace(state=...) map (to '
+        'replace(params=...) and flax_optim_rules.replace_optimizer_state); '
+        'a TrainState holds `tx`, an Optax transform, no optimizer_def')),
+    Note(FIELD_STORE_UNPROVEN, None, (
+        '`{text}` goes into the field `{field}` of {holder}, annotated '
+        'flax.optim.Optimizer, and is not provably a flax.optim Optimizer '
+        'here{cause}: the modules that read the field stay with it')),
+    Note(CREATED_FROM_PARAMETER, CREATE, (
+        f'it is made by `{{definition}}.{CREATE}(...)` of the parameter '
+        '`{definition}` of {function}(), and migrate does not follow a '
+        'definition passed as an argument')),
+    Note(TREE_READ_NOT_BACK, OPTIMIZER_ESCAPE, (
+        '`{read}` is not read back from a dict saved as a tree: {why}')),
+    Note(DICT_RETURNED_UNFOLLOWED, OPTIMIZER_ESCAPE, (
+        '{function}() returns optimizers in a dict, and migrate does not '
+        'follow that dict where it goes: {why}')),
+    Note(DICT_KEY_CLASH, OPTIMIZER_ESCAPE, (
+        '`{key}` may be the key of an optimizer')),
+    Note(DICT_GIVER_USED_OTHERWISE, OPTIMIZER_ESCAPE, (
+        '{function}() is used otherwise than by calling it here, so its '
+        'callers are not known')),
+    Note(DICT_GIVER_ALIASED, OPTIMIZER_ESCAPE, (
+        '{function}() is also called as `{alias}`')),
+    Note(DICT_GIVER_MODULE_ALONE, OPTIMIZER_ESCAPE, (
+        'migrate reads this module alone, so the callers of {function}() '
+        'elsewhere are not known')),
+    Note(DICT_GIVER_ELSEWHERE, OPTIMIZER_ESCAPE, (
+        '{function}() is also reached from another module ({where})')),
+    Note(DICT_READ_UNTESTED, OPTIMIZER_ESCAPE, (
+        "`{read}` (line {line}) may read an optimizer's entry: no test of "
+        "the loop's key leaves out the optimizers' keys there")),
+    Note(DICT_NAME_USED, OPTIMIZER_ESCAPE, (
+        '`{name}` is used in {function}() as `{use}`')),
+    Note(DICT_SPREAD, OPTIMIZER_ESCAPE, 'the dict also takes entries with **'),
+    Note(DICT_GIVER_NOT_CALLED, OPTIMIZER_ESCAPE, (
+        '{function}() is not called in its module, so where its dict goes is '
+        'not seen')),
+    Note(DICT_CALL_UNBOUND, OPTIMIZER_ESCAPE, (
+        '`{call}` (line {line}) is not bound to a name or read by a constant '
+        'key')),
+    Note(DICT_NAME_REBOUND, OPTIMIZER_ESCAPE, (
+        '`{name}` (line {line}) is also bound to another value')),
+    Note(DICT_NAME_GOES_INTO, OPTIMIZER_ESCAPE, (
+        '(line {line}) goes into `{parent}`')),
+    Note(DICT_READ_BY_UNKNOWN_KEY, OPTIMIZER_ESCAPE, (
+        'is read by `{read}` (line {line}), by a key that is neither a '
+        'constant nor the key of a loop over it')),
+    Note(TREE_NAME_READ_NESTED, OPTIMIZER_ESCAPE, (
+        '`{name}` ' + _MADE_FROM_DICT + ' is read inside `{scope}`, nested '
+        'here, where migrate does not follow it')),
+    Note(TREE_NAME_USED, OPTIMIZER_ESCAPE, (
+        '`{text}` ' + _MADE_FROM_DICT + ' is used here as `{use}`, not only '
+        'as a tree')),
+    Note(TREE_ENTRY_KEY, OPTIMIZER_ESCAPE, (
+        '`{entry}` reads an entry by a key that is not a constant')),
+    Note(TREE_ENTRY_REPLACED, OPTIMIZER_ESCAPE, (
+        "`{entry}` replaces the optimizer's entry")),
+    Note(TREE_ENTRY_DELETED, OPTIMIZER_ESCAPE, '`{entry}` deletes an entry'),
+    Note(TREE_ENTRY_READ_BACK, OPTIMIZER_ESCAPE, (
+        '`{entry}` reads the optimizer back out of `{text}` and uses it '
+        f'otherwise than as `.{TARGET}` or `.{STATE}`, or by assigning it to '
+        'a name')),
+    Note(TREE_PASSED_UNSEEN, OPTIMIZER_ESCAPE, (
+        '`{text}` is passed to `{call}(...)`, which migrate does not see '
+        'take it only as a tree')),
+    Note(TREE_NO_PARAMETER, OPTIMIZER_ESCAPE, (
+        '`{text}` goes to `{call}(...)` where no parameter takes it')),
+    Note(TREE_PASSED_TOO_DEEP, OPTIMIZER_ESCAPE, (
+        '`{text}` is passed on through more than {depth} functions; migrate '
+        'stops following it there')),
+    Note(TREE_IN_FUNCTION, OPTIMIZER_ESCAPE, 'in {function}(): {why}'),
+    Note(TREE_VALUE_NOT_NAME, OPTIMIZER_ESCAPE, (
+        'the optimizer in it is not a name or a field')),
+    Note(TREE_DICT_OUTSIDE_FUNCTION, OPTIMIZER_ESCAPE, (
+        'the dict is built outside a function')),
+    Note(TREE_READ_ROOT_OTHER, OPTIMIZER_ESCAPE, (
+        '`{read}` is read back where `{root}` may name another value than '
+        'the one put into the dict')),
+    Note(TREE_ROOT_ASSIGNED_BETWEEN, OPTIMIZER_ESCAPE, (
+        '`{root}` is assigned between the dict and `{read}`')),
+    Note(RULE_CLASS_GOES_INTO, OPTIMIZER_DEF_SUBCLASS, (
+        'the rule class goes into `{code}`, which migrate cannot follow')),
+    Note(CALLS_OPTIMIZER_FUNCTION, None, (
+        'calls {function}() ({where}), which gives or takes a flax.optim '
+        'Optimizer (or a step that does)')),
+    Note(OVERRIDE_NOT_DEFINITION, OPTIMIZER_DEF, (
+        '{method}() may run the override at {where}, which does not return '
+        'a flax.optim definition: what the call gives is not known')),
+    Note(METHOD_CALLED_NOWHERE, OPTIMIZER_DEF, (
+        '{name}() is a method called nowhere in the scanned code: a base '
+        'class outside it may call it (a hook), or code holding an '
+        'instance: they cannot be rewritten with it')),
+    Note(CALLED_NOWHERE_BUT, OPTIMIZER_DEF, (
+        '{name}() is called nowhere in the scanned code but {where}: its '
+        'callers (a registry, another package, a config system) cannot be '
+        'rewritten with it')),
+    Note(FIELD_USED_UNTYPED, None, (
+        '{path}:{line} declares `{name}.{field}` otherwise: `{code}` at '
+        '{used_at}:{used_line} uses `.{field}` of a value not typed as '
+        '{holder} (annotated, or made as one), which cannot be told to be '
+        'the optimizer')),
+    Note(FIELD_HOLDER_TOUCHED, None, (
+        'makes, stores or reads the optimizer that `{holder}.{field}` holds '
+        '(declared at {path}:{line})')),
+    Note(FIELD_READ_BY_POSITION, None, (
+        '{path}:{line} takes element {index} of a tuple of {count} and uses '
+        'it as one (`{code}`): a {holder} read by position cannot be told '
+        'from another tuple there')),
+    Note(FIELD_HELD, None, (
+        'declares `{holder}.{field}` a flax.optim Optimizer, and {why}, so '
+        'what the field holds stays as it is')),
+    Note(DEFINITION_GOES_INTO, OPTIMIZER_DEF, (
+        'the definition goes into `{code}`, which migrate cannot follow')),
+    Note(DEFINITION_RETURNED, OPTIMIZER_DEF, (
+        'returned by another definition factory')),
+    Note(DEFINITION_NAME_GOES_ON, OPTIMIZER_DEF, (
+        '`{name}` goes on into `{holder}`, which migrate cannot follow')),
+    Note(DEFINITION_NEVER_CREATED, OPTIMIZER_DEF, '`{name}` is never created'),
+    Note(SELF_ACROSS_MODULES, None, (
+        _FOLLOWS_SELF + 'across modules only where each module proves it an '
+        'optimizer')),
+    Note(SELF_ONE_MODULE, None, _FOLLOWS_SELF + 'within one module'),
+    Note(SELF_PROTOCOL, None, '{owner} defines {name}, ' + _ANY_ATTRIBUTE),
+    Note(SELF_PROPERTY_PATHS, None, (
+        'the property {owner}.{method} does not return a value on every '
+        'path')),
+    Note(SELF_REBOUND, None, (
+        '`{receiver}` is bound again in {method}() (line {line}), so '
+        '`{receiver}.<attr>` there may be another object')),
+    Note(SELF_PROTOCOL_REACHED, None, (
+        '{method}() reaches `{code}` (line {line}), ' + _ANY_ATTRIBUTE)),
+    Note(SELF_INSTANCE_GOES_INTO, None, (
+        'the instance `{receiver}` itself goes into `{code}` in {method}() '
+        '(line {line}), where its attributes may be read')),
+    Note(SELF_STORE_NOT_ASSIGNED, None, (
+        '`{statement}` (line {line}) stores into `{target}` otherwise than '
+        'by an assignment')),
+    Note(SELF_TAKES_PART, None, (
+        '`{target}` takes a part of `{value}` (line {line}) that migrate '
+        'does not follow')),
+    Note(SELF_ANY_NAME, None, (
+        '`{code}` (line {line}) reaches attributes by a name migrate cannot '
+        'read')),
+    Note(SELF_SHARED_WITH, None, _SHARED_WITH),
+    Note(SELF_SHARED_ELSEWHERE, None, (
+        _SHARED_WITH + ', in another module ({where}): {why}')),
+    Note(SELF_NOT_FOLLOWED_IN, None, 'not followed in {path}: {why}'),
+    Note(SELF_NAMED_OUTSIDE, None, (
+        '`.{attr}` is also named at line {line} (`{code}`), outside the '
+        'methods of {owner}')),
+    Note(SELF_NAMED_ELSEWHERE, None, (
+        '`.{attr}` is also named at {where}, outside the methods of '
+        '{owner}')),
+    Note(SELF_ONE_HOLDER, None, (
+        'stores or reads `self.{attr}`, which {owner} (declared at {where}) '
+        'keeps too: one holder with {family}, migrated together or not at '
+        'all')),
+    Note(SELF_FOREIGN_BASE, None, (
+        '{owner} derives from `{base}`{origin}, not a class of the project, '
+        + _READS_ITS_ATTRIBUTES)),
+    Note(SELF_MADE_BY_DECORATOR, None, (
+        '{owner} is made by a decorator or metaclass, ' +
+        _READS_ITS_ATTRIBUTES)),
+    Note(SELF_NO_METHOD_KEEPS, None, 'no method keeps `self.{attr}` itself'),
+    Note(SINGLE_FILES, None, 'passed as single files, not their directory'),
+    Note(CALLED_FROM_ANOTHER_MODULE, None, 'called from another module'),
+    Note(NO_FLOW_THERE, None, 'migrate reads no optimizer flow there'),
+    Note(RETURNER_METHOD, OPTIMIZER_ESCAPE, 'a method'),
+    Note(RETURNER_NESTED, OPTIMIZER_ESCAPE, 'a nested function or lambda'),
+    Note(PARAMETER_FUNCTION_USED, None, (
+        '{where} uses {function}() ' + _CALLERS_NOT_KNOWN)),
+    Note(REEXPORT_KEPT, IMPORT, (
+        'other scanned modules import flax.optim through this name: kept '
+        'until they import it directly (then delete it here)')),
+    Note(ANNOTATION_KEPT, 'annotation', (
+        'flax.optim.Optimizer stays while the file keeps legacy optimizers')),
+    Note(MIGRATE_REWRITES, None, (
+        'migrate rewrites this statement (migrate --diff shows how)')),
+    Note(LEFT_BY_MIGRATE, None, 'left by migrate: {reason}'),
+    Note(CREATED_HERE, CREATE, f'its `.{CREATE}(...)` is here'),
+    Note(RULE_USED_HERE, OPTIMIZER_DEF_SUBCLASS, (
+        'the rule class is called or subclassed here')),
+    Note(IN_MULTI_OPTIMIZER, MULTI_OPTIMIZER, (
+        'it goes into the MultiOptimizer here')),
+    Note(TRAVERSAL_ARGUMENTS, TRAVERSAL, (
+        'ModelParamTraversal takes its filter as its one argument')),
+    Note(TRAVERSAL_BOUND_TWICE, TRAVERSAL, '`{name}` is bound more than once'),
+    Note(TRAVERSAL_UNUSED, TRAVERSAL, '`{name}` is never used'),
+    Note(TRAVERSAL_REACHES, TRAVERSAL, (
+        'the traversal reaches `{where}`, not only the first element of a '
+        'MultiOptimizer pair (flax_optim_rules.ModelParamTraversal selects '
+        'leaves for multi_optimizer; it does not iterate or update trees)')),
+    Note(HYPER_PARAMS_LIST, MULTI_OPTIMIZER, (
+        'hyper_params=[...] maps only as a list of the names unpacked from '
+        "this optimizer's `.optimizer_def.hyper_params` (or of `hps[0]`, "
+        '`hps[1]`, ... of that list), in their order, each as '
+        '`.replace(learning_rate=...)`')),
+    Note(BY_NAME_STOCK, OPTIMIZER_DEF, (
+        'the rule is chosen by name when the program runs, so no stock alias '
+        'can be named for it (the exact tier writes '
+        '{rules}.rule_named(name)(...))')),
+    Note(BY_NAME_POSITIONAL, OPTIMIZER_DEF, (
+        'hyper-parameters of a rule chosen by name are mapped only by '
+        'keyword (after the rate, each rule orders them its own way)')),
+    Note(PORT_KEPT_RULE, OPTIMIZER_DEF_SUBCLASS, (
+        'kept as your own rule on {module}.{base} (same numbers, no '
+        'flax.optim): port it to a plain optax.GradientTransformation by '
+        'hand when you can; `migrate --write` puts <module>_port_test.py '
+        'beside this module (never over an existing file): fill in its '
+        'port() and it proves the port equal to the kept rule')),
+    Note(USER_MULTI_BY_HAND, OPTIMIZER_DEF_SUBCLASS, (
+        'by hand: build it with flax_optim_rules.multi_optimizer and run '
+        'what {name} adds where the TrainState is created')),
+    Note(USER_MULTI_OVERRIDES, OPTIMIZER_DEF_SUBCLASS, (
+        "{name} overrides or uses {members} of flax.optim's MultiOptimizer, "
+        'which flax_optim_rules.{base} neither has nor runs ({by_hand})')),
+    Note(USER_MULTI_TRAVERSAL, OPTIMIZER_DEF_SUBCLASS, (
+        '{name} reads .{reads}, which a flax_optim_rules.ModelParamTraversal '
+        'does not have (it selects leaves only; {by_hand})')),
+    Note(USER_MULTI_INIT_STATE, OPTIMIZER_DEF_SUBCLASS, (
+        f'{{name}}.{INIT_STATE} builds or reads a state itself: flax.optim\'s '
+        "OptimizerState and the {base} state (Optax's) differ ({by_hand})")),
+    Note(USER_RULE_BASES, OPTIMIZER_DEF_SUBCLASS, (
+        '{name} derives from {bases}: only a direct subclass of '
+        'flax.optim.OptimizerDef moves onto flax_optim_rules.RuleDef (a '
+        "built-in rule's subclass keeps its base)")),
+    Note(USER_RULE_MISSING, OPTIMIZER_DEF_SUBCLASS, (
+        "{name} uses {members} of flax.optim's OptimizerDef, which "
+        'flax_optim_rules.RuleDef does not have')),
+    Note(USER_RULE_CALLED_NOWHERE, OPTIMIZER_DEF_SUBCLASS, (
+        '{name} is called nowhere in the scanned code{but}: its callers (a '
+        'config system such as gin, another package) would still expect a '
+        'flax.optim OptimizerDef')),
+    Note(USER_MULTI_OTHER_MODULE, MULTI_OPTIMIZER, (
+        '{call} is a MultiOptimizer subclass of another module: its '
+        '(traversal, definition) pairs are followed only where the class is '
+        'defined')),
+    Note(OVERLAPS_REWRITE, None, 'overlaps another rewrite; left as is'),
+    Note(REWRITE_OVERLAPS, None, (
+        'its {construct} rewrite here overlaps another one, so the flow '
+        'could not be rewritten whole')),
+    Note(KERNEL_NOT_IMPORT, None, 'something other than an import'),
+    Note(KERNEL_UNDECIDED, None, (
+        '{name!r} is bound nowhere in this notebook, and the notebooks of '
+        'the project bind it to {bound}: what it means in the kernel this '
+        'notebook runs in is not known, so nothing reached through it here '
+        'is rewritten')),
+    Note(ROLLED_BACK_BECAUSE, None, _ROLLED_BACK + ': {reason}'),
+    Note(ROLLED_BACK, None, 'left as it was: ' + _ROLLED_BACK),
+    Note(RESCAN_FAILED, None, (
+        'not migrated: re-scanning the result failed: {message}')),
+    Note(BY_HAND, None, 'by hand: {replacement}'),
+    Note(STILL_NAMED, IMPORT, '{path} is still named here'),
+    Note(NOT_REWRITTEN_FALLBACK, None, 'not rewritten; {fallback}'),
+    Note(IMPORT_STILL_NEEDED, IMPORT, (
+        'kept: the usages and references of flax.optim left in this file '
+        '(the other entries) still need it')),
+    Note(ESCAPE_RELEASED, OPTIMIZER_ESCAPE, (
+        'released when the code it goes to is migrated in the same run '
+        '(give its path too) or is handed what it reads (e.g. '
+        f'`optimizer.{TARGET}`) instead of the optimizer')),
+    Note(IMPORT_STILL_USED, None, (
+        'the rewrite removes the import of {name!r} but its line {line} '
+        'still uses {name!r}')),
+    Note(REWRITE_UNPARSED, None, (
+        'the rewritten file does not parse (its line {line}: {error})')),
+    Note(STOCK_NO_INJECT, OPTIMIZER_DEF, (
+        '--tier stock does not inject a per-step learning rate; give the '
+        'alias a schedule instead, or use the exact tier')),
+    Note(ACROSS_MODULES_FAILED, None, (
+        'kept as it was: the analysis across modules failed (see the '
+        'errors), so whether this flow goes on in another module cannot be '
+        'checked')),
+    Note(KERNEL_IMPORT, IMPORT, (
+        'added: this notebook binds {local!r} nowhere (it runs in a kernel '
+        'another notebook of the project prepared) and still uses it, but '
+        'the migrated {preparers} no longer import it')),
 )
 NOTES_BY_NAME = {note.name: note for note in NOTES}
 

@@ -165,6 +165,11 @@ def _table_texts() -> dict:
                      **_rule_table.CLASS_COUNTERPARTS}.items():
     texts[text] = f'{name} (replacement)'
   texts[_rule_table.PICKLE_REPLACEMENT] = 'pickle (replacement)'
+  texts[_rule_table.EITHER_LAYOUT_REPLACEMENT] = (
+      'restore of a template (replacement)')
+  texts[_rule_table.THROUGH_HELPER_REPLACEMENT] = (
+      'through a helper (replacement)')
+  texts[_rule_table.USER_RULE_REPLACEMENT] = 'user rule (replacement)'
   for fix in _rule_table.FIXES:
     texts.update(_template_pieces(fix.why or '', f'{fix.name} (why)'))
     texts.update(_template_pieces(fix.grounds, f'{fix.name} (grounds)'))
@@ -293,3 +298,59 @@ def test_a_note_fills_a_field_called_name():
       step='train_step') == (
           '`tx` is not provably an optimizer and goes in as `optimizer` of '
           'the step train_step(), whose module migrates that parameter')
+
+
+# ---------------------------------------------------------------------------
+# A report's sentences (a note, a reason a flow is kept, a finding's
+# replacement) are the table's NOTES and templates: a module of
+# compat/codemod fills them in (``_codes.filled_note``) and writes no
+# sentence of its own. A sentence is a string literal, or the literal part
+# of an f-string, of at least this many plain lower-case words (a code
+# template, ``'{x} if {y} is not None else {z}'``, has fewer).
+_SENTENCE_WORDS = 5
+_PLAIN_WORD = re.compile(r'[a-z]+[,:;.]?')
+# The modules that still write sentences: their command line's help,
+# errors, the report's layout and a file template (no reason of the
+# table's).
+_OWN_SENTENCES = {
+    'migrate.py': 'command line, its errors, --prove\'s and the report\'s '
+                  'layout',
+    'scan.py': 'command line and its errors',
+    '_config.py': 'configuration errors',
+    '_notebook.py': 'errors reading a notebook',
+    '_source.py': 'errors reading a source file',
+    '_codes.py': 'selection errors, the guide table\'s header',
+    '_user_rules.py': 'the template of the port test it writes',
+}
+
+
+def _docstrings(tree) -> set:
+  return {id(node.body[0].value) for node in ast.walk(tree)
+          if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                               ast.AsyncFunctionDef)) and node.body and
+          isinstance(node.body[0], ast.Expr) and
+          isinstance(node.body[0].value, ast.Constant)}
+
+
+def _sentences(path: pathlib.Path) -> list:
+  tree = ast.parse(path.read_text(), str(path))
+  docstrings = _docstrings(tree)
+  return [f'{path.name}:{node.lineno}: {node.value[:60]!r}'
+          for node in ast.walk(tree)
+          if isinstance(node, ast.Constant) and isinstance(node.value, str)
+          and id(node) not in docstrings and
+          sum(bool(_PLAIN_WORD.fullmatch(word))
+              for word in node.value.split()) >= _SENTENCE_WORDS]
+
+
+def test_report_sentences_are_written_only_in_the_table():
+  found = []
+  for path in sorted(CODEMOD.glob('*.py')):
+    if path.name not in _OWN_SENTENCES:
+      found += _sentences(path)
+  assert not found, ('sentences written in compat/codemod (a note or '
+                     'reason: write it in the rule table\'s NOTES and fill '
+                     f'it with _codes.filled_note): {found}')
+  # (a module whose sentences all moved comes off the list)
+  assert not [name for name in _OWN_SENTENCES
+              if not _sentences(CODEMOD / name)]

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 from typing import Optional
 
+from compat.codemod import _codes
 from compat.codemod import _flow
 from compat.codemod import _givers
 from compat.codemod import _links
@@ -346,7 +347,7 @@ class CrossModuleFlow:
     asked again while open is answered by the others."""
     self._untraceable()
     if path not in self.trees or path not in self.names:
-      return path, 'migrate reads no optimizer flow there'
+      return path, _codes.note(_codes.NO_FLOW_THERE)
     key = ('self', path, attr)
     if key in self._holding_open:
       return None

@@ -50,6 +50,7 @@ optimizer's key reads back is checked where it goes like any optimizer
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _names
 
 
@@ -216,10 +217,9 @@ class DictReturns:
           function)
       if why is None and self._solved:
         why = self._key_why(function, shape, keys)
-      giver = _Giver(keys, None if why is None else (
-          f'{function.name}() returns optimizers in a dict, and migrate '
-          f'does not follow that dict where it goes: {why}')) if keys else (
-              None)
+      giver = _Giver(keys, None if why is None else _codes.filled_note(
+          _codes.DICT_RETURNED_UNFOLLOWED, function=function.name,
+          why=why)) if keys else None
     finally:
       self._dict_open.discard(function)
     if self._solved:
@@ -271,34 +271,35 @@ class DictReturns:
   def _key_clash(shape, keys) -> Optional[str]:
     clash = next((key for key in shape.others if not _differs(key, keys)),
                  None)
-    return None if clash is None else (
-        f'`{ast.unparse(clash)[:40]}` may be the key of an optimizer')
+    return None if clash is None else _codes.filled_note(
+        _codes.DICT_KEY_CLASH, key=ast.unparse(clash)[:40])
 
   def _called_why(self, function) -> Optional[str]:
     """Why the calls of ``function`` here may not be all its calls."""
     if function.name in self.escaped or self.defs_named(function.name) != [
         function] or function.name in self._local_homes:
-      return (f'{function.name}() is used otherwise than by calling it '
-              'here, so its callers are not known')
+      return _codes.filled_note(_codes.DICT_GIVER_USED_OTHERWISE,
+                                function=function.name)
     alias = next((name for (_, name), bound in self.aliases.items()
                   if bound.name == function.name), None)
     if alias is not None:
-      return f'{function.name}() is also called as `{alias}`'
+      return _codes.filled_note(_codes.DICT_GIVER_ALIASED,
+                                function=function.name, alias=alias)
     model, path = self.names.model, getattr(self.names, 'path', None)
     if model is None or path is None:
-      return (f'migrate reads this module alone, so the callers of '
-              f'{function.name}() elsewhere are not known')
+      return _codes.filled_note(_codes.DICT_GIVER_MODULE_ALONE,
+                                function=function.name)
     where = model.used_otherwise_elsewhere(function, path) or (
         model.called_elsewhere(function, path))
-    return None if where is None else (
-        f'{function.name}() is also reached from another module ({where})')
+    return None if where is None else _codes.filled_note(
+        _codes.DICT_GIVER_ELSEWHERE, function=function.name, where=where)
 
   def _untested(self, function, keys) -> Optional[str]:
     for read, key, loop in self._callers(function).tested:
       if not self._tested(read, key, loop, keys):
-        return (f'`{ast.unparse(read)[:40]}` (line {read.lineno}) may read '
-                'an optimizer\'s entry: no test of the loop\'s key leaves '
-                'out the optimizers\' keys there')
+        return _codes.filled_note(_codes.DICT_READ_UNTESTED,
+                                  read=ast.unparse(read)[:40],
+                                  line=read.lineno)
     return None
 
   def _tested(self, read, key, loop, keys) -> bool:
@@ -346,8 +347,9 @@ class DictReturns:
         continue
       added = self._added_keys(read)
       if added is None:
-        why = why or (f'`{name}` is used in {function.name}() as '
-                      f'`{ast.unparse(self._parents.get(read))[:50]}`')
+        why = why or _codes.filled_note(
+            _codes.DICT_NAME_USED, name=name, function=function.name,
+            use=ast.unparse(self._parents.get(read))[:50])
       else:
         others += added
     return self._shape_of(bound[0], tuple(others), why)
@@ -356,7 +358,7 @@ class DictReturns:
     entries = {}
     for key, value in zip(display.keys, display.values):
       if key is None:
-        why = why or 'the dict also takes entries with **'
+        why = why or _codes.note(_codes.DICT_SPREAD)
       elif isinstance(key, ast.Constant) and isinstance(key.value, str):
         entries[key.value] = value
       else:
@@ -388,8 +390,8 @@ class DictReturns:
         (call, scope) for call, scope in self.calls.get(function.name, [])
         if self._sees_function(scope, function.name)]
     if not calls:
-      return _Callers(f'{function.name}() is not called in its module, so '
-                      'where its dict goes is not seen', ())
+      return _Callers(_codes.filled_note(_codes.DICT_GIVER_NOT_CALLED,
+                                         function=function.name), ())
     for call, scope in calls:
       parent = self._parents.get(call)
       if isinstance(parent, ast.Subscript) and parent.value is call and (
@@ -397,13 +399,13 @@ class DictReturns:
         continue
       if not (isinstance(parent, ast.Assign) and parent.value is call and len(
           parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
-        return _Callers(f'`{ast.unparse(call)[:40]}` (line {call.lineno}) '
-                        'is not bound to a name or read by a constant key',
-                        ())
+        return _Callers(_codes.filled_note(
+            _codes.DICT_CALL_UNBOUND, call=ast.unparse(call)[:40],
+            line=call.lineno), ())
       name = parent.targets[0].id
       if scope.bindings.get(name) != [call]:
-        return _Callers(f'`{name}` (line {call.lineno}) is also bound to '
-                        'another value', ())
+        return _Callers(_codes.filled_note(
+            _codes.DICT_NAME_REBOUND, name=name, line=call.lineno), ())
       for read in self.loads_of(scope, name):
         why = self._read_of_dict(read, tested)
         if why is not None:
@@ -414,7 +416,8 @@ class DictReturns:
     """Why a read of a name bound to the dict is not followed (None where
     it is; an entry read by the loop's key goes to ``tested``)."""
     parent = self._parents.get(read)
-    where = f'(line {read.lineno}) goes into `{ast.unparse(parent)[:50]}`'
+    where = _codes.filled_note(_codes.DICT_NAME_GOES_INTO, line=read.lineno,
+                               parent=ast.unparse(parent)[:50])
     if isinstance(parent, ast.Subscript) and parent.value is read:
       key = parent.slice
       if not isinstance(parent.ctx, ast.Load):
@@ -423,9 +426,9 @@ class DictReturns:
         return None
       loop = self._key_loop(parent, key, read)
       if loop is None:
-        return (f'is read by `{ast.unparse(parent)[:40]}` (line '
-                f'{read.lineno}), by a key that is neither a constant nor '
-                'the key of a loop over it')
+        return _codes.filled_note(_codes.DICT_READ_BY_UNKNOWN_KEY,
+                                  read=ast.unparse(parent)[:40],
+                                  line=read.lineno)
       tested.append((parent, key.id, loop))
       return None
     if isinstance(parent, ast.Compare) and read in parent.comparators and (

@@ -369,8 +369,8 @@ def _returned(module, value, kind, text) -> Optional[str]:
     return None  # followed where the call differentiating it gives it
   if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
       not flow.is_module_function(function)):
-    where = 'a method' if _is_method(module, function) else (
-        'a nested function or lambda')
+    where = _codes.note(_codes.RETURNER_METHOD if _is_method(
+        module, function) else _codes.RETURNER_NESTED)
     return _codes.filled_note(_codes.ESCAPE_RETURNED_UNFOLLOWED, text=text,
                               where=where)
   # Other modules reach the def the name is bound to once the module has

@@ -4,6 +4,7 @@ optimizer, a dict saved as a tree, a step of another module. Stdlib only."""
 import ast
 from typing import Optional
 
+from compat.codemod import _codes
 from compat.codemod import _flow_solve
 from compat.codemod import _flow_values
 from compat.codemod import _legacy_trees
@@ -120,8 +121,9 @@ class FlowQueries(_flow_solve.FlowSolver):
       for entry in self._tree_entries(scope.node).get(value.slice.value, ()):
         verdict = self.tree_verdict(entry)
         if verdict.why is not None:
-          return (f'`{ast.unparse(value)[:40]}` is not read back from a dict '
-                  f'saved as a tree: {verdict.why}')
+          return _codes.filled_note(_codes.TREE_READ_NOT_BACK,
+                                    read=ast.unparse(value)[:40],
+                                    why=verdict.why)
     return None
 
   def _tree_entries(self, function) -> dict:

@@ -271,9 +271,9 @@ class _Uses:
       for node in ast.walk(scope):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
             node.id in self.derived) and node.id not in inner:
-          return (f'`{node.id}` (made from the dict holding the optimizer) is '
-                  f'read inside `{getattr(scope, "name", "lambda")}`, nested '
-                  'here, where migrate does not follow it')
+          return _codes.filled_note(
+              _codes.TREE_NAME_READ_NESTED, name=node.id,
+              scope=getattr(scope, 'name', 'lambda'))
     return None
 
   def _use_problem(self, node) -> Optional[str]:
@@ -313,8 +313,8 @@ class _Uses:
       return self._async_problem(self.parents[parent], parent, node, text)
     if isinstance(parent, ast.Return) and self.depth > 0:
       return None  # a helper's result: its caller follows it
-    return (f'`{text}` (made from the dict holding the optimizer) is used '
-            f'here as `{ast.unparse(parent)[:50]}`, not only as a tree')
+    return _codes.filled_note(_codes.TREE_NAME_USED, text=text,
+                              use=ast.unparse(parent)[:50])
 
   def _other_entry(self, call) -> bool:
     """``d.get(key[, default])`` of a constant key other than the
@@ -327,23 +327,23 @@ class _Uses:
   def _entry_problem(self, subscript, text) -> Optional[str]:
     key = subscript.slice
     if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-      return (f'`{ast.unparse(subscript)[:50]}` reads an entry by a key that '
-              'is not a constant')
+      return _codes.filled_note(_codes.TREE_ENTRY_KEY,
+                                entry=ast.unparse(subscript)[:50])
     if isinstance(subscript.ctx, ast.Store):
-      return None if key.value != self.key else (
-          f'`{ast.unparse(subscript)[:50]}` replaces the optimizer\'s entry')
+      return None if key.value != self.key else _codes.filled_note(
+          _codes.TREE_ENTRY_REPLACED, entry=ast.unparse(subscript)[:50])
     if not isinstance(subscript.ctx, ast.Load) or key.value != self.key:
       return None if isinstance(subscript.ctx, ast.Load) else (
-          f'`{ast.unparse(subscript)[:50]}` deletes an entry')
+          _codes.filled_note(_codes.TREE_ENTRY_DELETED,
+                             entry=ast.unparse(subscript)[:50]))
     parent = self.parents.get(subscript)
     if isinstance(parent, ast.Attribute) and parent.attr in _TREE_FIELDS:
       return None  # the tree has the Optimizer's fields
     if self.allow_back and self._assigned(subscript):
       self.loaded_back.append(subscript)
       return None
-    return (f'`{ast.unparse(subscript)[:50]}` reads the optimizer back '
-            f'out of `{text}` and uses it otherwise than as `.target` or '
-            '`.state`, or by assigning it to a name')
+    return _codes.filled_note(_codes.TREE_ENTRY_READ_BACK,
+                              entry=ast.unparse(subscript)[:50], text=text)
 
   def _assigned(self, subscript) -> bool:
     parent = self.parents.get(subscript)
@@ -414,17 +414,18 @@ class _Uses:
     which ``runs`` calls (``call`` itself, or what it has a pool run)."""
     shown = ast.unparse(call.func)[:50]
     if function is None or function[1] is None:
-      return (f'`{text}` is passed to `{shown}(...)`, which migrate does not '
-              'see take it only as a tree')
+      return _codes.filled_note(_codes.TREE_PASSED_UNSEEN, text=text,
+                                call=shown)
     definition, names = function
     parameter = next((p for p in _names.parameter_names(definition)
                       if _names.argument_for(definition, p, runs) is node),
                      None)
     if parameter is None:
-      return f'`{text}` goes to `{shown}(...)` where no parameter takes it'
+      return _codes.filled_note(_codes.TREE_NO_PARAMETER, text=text,
+                                call=shown)
     if self.depth >= _DEPTH:
-      return (f'`{text}` is passed on through more than {_DEPTH} functions; '
-              'migrate stops following it there')
+      return _codes.filled_note(_codes.TREE_PASSED_TOO_DEEP, text=text,
+                                depth=_DEPTH)
     answer = self.checker.parameter_problem(definition, names, parameter,
                                             self.key, self.depth + 1)
     if answer.why is None:
@@ -438,7 +439,8 @@ class _Uses:
       (self.proven if walker.proven else self.assumptions).append(
           walker.grounds)
       return None
-    return f'in {definition.name}(): {answer.why}'
+    return _codes.filled_note(_codes.TREE_IN_FUNCTION,
+                              function=definition.name, why=answer.why)
 
 
 def _is_test(parents, node) -> bool:
@@ -493,17 +495,17 @@ class Checker:
     """Whether the dict ``dict_node`` holding ``value`` at ``key`` is only
     saved or loaded as a tree where it is built."""
     if _spread(dict_node):
-      return _Verdict(None, 'the dict also takes entries with **')
+      return _Verdict(None, _codes.note(_codes.DICT_SPREAD))
     if not isinstance(value, (ast.Name, ast.Attribute)) or (
         _names.chain_root(value) is None):
-      return _Verdict(None, 'the optimizer in it is not a name or a field')
+      return _Verdict(None, _codes.note(_codes.TREE_VALUE_NOT_NAME))
     scope_node = parents.get(dict_node)
     while scope_node is not None and not isinstance(
         scope_node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
                      ast.ClassDef, ast.Module)):
       scope_node = parents.get(scope_node)
     if not isinstance(scope_node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-      return _Verdict(None, 'the dict is built outside a function')
+      return _Verdict(None, _codes.note(_codes.TREE_DICT_OUTSIDE_FUNCTION))
     uses = _Uses(self, scope_node, self.names, [dict_node], key, 0, True)
     why = uses.problem()
     if why:
@@ -576,10 +578,10 @@ def _template_problem(uses, value, dict_node, read) -> Optional[str]:
   body = next((s for s in siblings if isinstance(s, list) and first in s and
                last in s), None)
   if body is None or body.index(first) > body.index(last):
-    return (f'`{ast.unparse(read)[:40]}` is read back where `{root}` may '
-            'name another value than the one put into the dict')
+    return _codes.filled_note(_codes.TREE_READ_ROOT_OTHER,
+                              read=ast.unparse(read)[:40], root=root)
   between = body[body.index(first) + 1:body.index(last)]
   if any(root in _bound_names(n) for s in between for n in ast.walk(s)):
-    return (f'`{root}` is assigned between the dict and '
-            f'`{ast.unparse(read)[:40]}`')
+    return _codes.filled_note(_codes.TREE_ROOT_ASSIGNED_BETWEEN, root=root,
+                              read=ast.unparse(read)[:40])
   return None

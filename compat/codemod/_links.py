@@ -19,11 +19,11 @@ from compat.codemod import _multi
 
 # What a factory's result meets at a call site that migrate can follow.
 
-CREATED_HERE = 'its `.create(...)` is here'
+CREATED_HERE = _codes.note(_codes.CREATED_HERE)
 
 # A user rule class's call or subclass in another module: it moves onto
 # flax_optim_rules.RuleDef only together with the class.
-RULE_USED_HERE = 'the rule class is called or subclassed here'
+RULE_USED_HERE = _codes.note(_codes.RULE_USED_HERE)
 
 # What ``flow_violations`` asks of a field link's modules: whether each
 # migrates its optimizer flow whole.

@@ -7,6 +7,7 @@ notebook or another text file (configs, scripts, docs). A part of
 import re
 from typing import Optional
 
+from compat.codemod import _codes
 from compat.codemod import _project_index
 
 
@@ -26,7 +27,7 @@ class Mentions:
     other text files (``other_files``), or that files were passed one by
     one; None: nothing may."""
     if self._other_files is None:
-      return 'passed as single files, not their directory'
+      return _codes.note(_codes.SINGLE_FILES)
     key = (path, node.lineno, node.name)
     if key not in self._mentions:  # asked again by the plan and its notes
       self._mentions[key] = self._first_mention(node, path)
@@ -54,7 +55,7 @@ class Mentions:
     if mine and mine <= self.reference_candidates:
       where = [self.referenced_elsewhere[key] for key in mine
                if key in self.referenced_elsewhere]
-      return 'called from another module' if where else None
+      return _codes.note(_codes.CALLED_FROM_ANOTHER_MODULE) if where else None
     return self.mention_elsewhere(node, path)
 
   def used_otherwise_elsewhere(self, node, path: str) -> Optional[str]:

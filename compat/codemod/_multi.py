@@ -61,7 +61,7 @@ def is_multi(call, names) -> bool:
 
 
 # What a definition made in another module meets in a MultiOptimizer pair.
-IN_MULTI_OPTIMIZER = 'it goes into the MultiOptimizer here'
+IN_MULTI_OPTIMIZER = _codes.note(_codes.IN_MULTI_OPTIMIZER)
 
 
 def definition_consumer(node, parents, names) -> Optional[ast.Call]:
@@ -88,7 +88,7 @@ def traversal_problem(planner, node) -> Optional[str]:
   if len(node.args) + len(node.keywords) != 1 or any(
       isinstance(a, ast.Starred) for a in node.args) or any(
           k.arg != 'filter_fn' for k in node.keywords):
-    return 'ModelParamTraversal takes its filter as its one argument'
+    return _codes.note(_codes.TRAVERSAL_ARGUMENTS)
   uses = [node]
   parent = parents.get(node)
   if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and (
@@ -96,18 +96,15 @@ def traversal_problem(planner, node) -> Optional[str]:
     name = parent.targets[0].id
     scope = planner.flow.binding_scope_of(parent, name)
     if scope is None or len(scope.bindings.get(name, ())) != 1:
-      return f'`{name}` is bound more than once'
+      return _codes.filled_note(_codes.TRAVERSAL_BOUND_TWICE, name=name)
     uses = _reads(planner.flow, scope, name)
     if not uses:
-      return f'`{name}` is never used'
+      return _codes.filled_note(_codes.TRAVERSAL_UNUSED, name=name)
   for use in uses:
     found = pair_of(use, parents)
     if found is None or found[1] != 0 or not is_multi(found[0], names):
       where = ast.unparse(parents.get(use, use))[:80]
-      return (f'the traversal reaches `{where}`, not only the first '
-              'element of a MultiOptimizer pair (flax_optim_rules.'
-              'ModelParamTraversal selects leaves for multi_optimizer; it '
-              'does not iterate or update trees)')
+      return _codes.filled_note(_codes.TRAVERSAL_REACHES, where=where)
   return None
 
 
@@ -320,10 +317,7 @@ def plan_hyper_params(planner, call, receiver, grads,
   """``opt.apply_gradient(g, hyper_params=[hp0.replace(learning_rate=a),
   ...])`` -> the rates set in the multi_optimizer state, then the step."""
   listed = call.keywords[0].value
-  why = ('hyper_params=[...] maps only as a list of the names unpacked '
-         'from this optimizer\'s `.optimizer_def.hyper_params` (or of '
-         '`hps[0]`, `hps[1]`, ... of that list), in their order, each as '
-         '`.replace(learning_rate=...)`')
+  why = _codes.note(_codes.HYPER_PARAMS_LIST)
   if not isinstance(listed, (ast.List, ast.Tuple)) or not listed.elts:
     return why
   rates = {}

@@ -162,10 +162,9 @@ def solve(model, solve_givers) -> list:
     for parameter in _names.parameter_names(function):
       verdicts[(function, parameter)] = not escaped
       if escaped:
-        why[(function, parameter)] = (
-            f'{escaped[0].path}:{escaped[0].node.lineno} uses '
-            f'{function.name}() otherwise than by calling it, so its '
-            'callers are not known')
+        why[(function, parameter)] = _codes.filled_note(
+            _codes.PARAMETER_FUNCTION_USED, function=function.name,
+            where=f'{escaped[0].path}:{escaped[0].node.lineno}')
   flows = {}
   for _ in range(_MAX_ROUNDS):
     solve_givers()

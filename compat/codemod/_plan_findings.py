@@ -44,7 +44,7 @@ _SCAN_CONSTRUCT = {
 # (``_removals``); one no finding names gets the group's general code.
 _REMOVALS = frozenset(('removed_api', 'out_of_scope'))
 
-EDITED = 'migrate rewrites this statement (migrate --diff shows how)'
+EDITED = _codes.note(_codes.MIGRATE_REWRITES)
 
 
 class PlanFinding(NamedTuple):
@@ -159,7 +159,8 @@ def _spans(plan, offsets: list, lines: list):
     text = lines[leftover.line - 1] if leftover.line <= len(lines) else ''
     column = len(text) - len(text.lstrip()) + 1
     yield (leftover.line, leftover.line, column, leftover.construct,
-           f'left by migrate: {leftover.reason}')
+           _codes.filled_note(_codes.LEFT_BY_MIGRATE,
+                              reason=leftover.reason))
 
 
 def _position(offsets: list, offset: int) -> tuple:

@@ -50,9 +50,7 @@ class PlanImports(_plan_uses.PlanUses):
       if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
           (a.asname or a.name.partition('.')[0]) in self.exported
           for a in node.names):
-        self.leave(node, 'import', 'other scanned modules import flax.optim '
-                   'through this name: kept until they import it directly '
-                   '(then delete it here)')
+        self.leave(node, 'import', _codes.note(_codes.REEXPORT_KEPT))
 
   def _reexport_leftovers(self) -> list:
     """Imports that reach flax.optim through another module's re-export."""
@@ -99,8 +97,7 @@ class PlanImports(_plan_uses.PlanUses):
           name = self._train_state_name()
           self.edit(node, f'{name}.TrainState', 'annotation')
         else:
-          self.leave(node, 'annotation', 'flax.optim.Optimizer stays while '
-                     'the file keeps legacy optimizers')
+          self.leave(node, 'annotation', _codes.note(_codes.ANNOTATION_KEPT))
 
   def _whole_references(self) -> list:
     """``[(node, its path)]`` of each name or attribute chain read whole

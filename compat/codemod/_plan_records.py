@@ -79,11 +79,9 @@ def unproven_store_why(holder, text: str, cause: str = '') -> str:
   """Why a value stored in an optimizer field (``text``: its source) keeps
   the flows reading that field as they are (``cause``: why the value is
   not proven, where migrate can say it)."""
-  return (f'`{text[:60]}` goes into the field `{holder.field}` of '
-          f'{holder.name}, annotated flax.optim.Optimizer, and is not '
-          'provably a flax.optim Optimizer here' + (
-              f' ({cause})' if cause else '') + ': the modules that read '
-          'the field stay with it')
+  return _codes.filled_note(
+      _codes.FIELD_STORE_UNPROVEN, text=text[:60], field=holder.field,
+      holder=holder.name, cause=f' ({cause})' if cause else '')
 
 
 def created_from_parameter(flow, value) -> str:
@@ -105,9 +103,8 @@ def created_from_parameter(flow, value) -> str:
   if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
       definition not in _names.parameter_names(function)):
     return ''
-  return (f'it is made by `{definition}.{_members.CREATE}(...)` of the '
-          f'parameter `{definition}` of {function.name}(), and migrate does '
-          'not follow a definition passed as an argument')
+  return _codes.filled_note(_codes.CREATED_FROM_PARAMETER,
+                            definition=definition, function=function.name)
 
 
 def planned_from_tree(finding) -> bool:

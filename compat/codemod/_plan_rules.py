@@ -167,13 +167,10 @@ class PlanRules(_plan_edits.PlanEdits):
     name)(**kw)``: the rules' functions take the classes' keywords, and each
     takes the rate first (the only position every rule shares)."""
     if self.tier == 'stock':
-      return ('the rule is chosen by name when the program runs, so no '
-              'stock alias can be named for it (the exact tier writes '
-              f'{_RULES}.rule_named(name)(...))')
+      return _codes.filled_note(_codes.BY_NAME_STOCK, rules=_RULES)
     if len(node.args) > 1 or any(isinstance(a, ast.Starred)
                                  for a in node.args):
-      return ('hyper-parameters of a rule chosen by name are mapped only by '
-              'keyword (after the rate, each rule orders them its own way)')
+      return _codes.note(_codes.BY_NAME_POSITIONAL)
     given = dict(zip(['learning_rate'], node.args))
     given.update({k.arg: k.value for k in node.keywords if k.arg})
     spreads = [k.value for k in node.keywords if k.arg is None]
@@ -211,8 +208,7 @@ class PlanRules(_plan_edits.PlanEdits):
     if reason:
       return reason
     if self.inject:
-      return ('--tier stock does not inject a per-step learning rate; give '
-              'the alias a schedule instead, or use the exact tier')
+      return _codes.note(_codes.STOCK_NO_INJECT)
     defaults = dict(_names.legacy_signatures()[name])
     texts = {p: self.text(given[p]) if p in given else (default or 'None')
              for p, default in defaults.items()}

@@ -167,9 +167,8 @@ class PlanUses(_plan_rules.PlanRules):
       return None
     for target in parent.targets:
       if isinstance(target, ast.Name) and not self.flow.is_optimizer(target):
-        return (f'`{target.id}` also holds values not provably a flax.optim '
-                'Optimizer (another assignment), so its uses stay as they '
-                'are; the optimizer this makes would reach them')
+        return _codes.filled_note(_codes.CREATE_NAME_ALSO_HOLDS,
+                                  name=target.id)
     return None
 
   def _plan_use(self, node) -> Optional[str]:
@@ -216,14 +215,12 @@ class PlanUses(_plan_rules.PlanRules):
       return _state_layout.plan_use(self, node, parent, receiver,
                                     _RULES)
     if node.attr in (_members.REPLICATE, _members.UNREPLICATE):
-      return (f'.{node.attr}(): a ReplicatedOptimizer averages the gradients '
-              'over the pmap axis inside apply_gradient (psum(g) / psum(1)), '
-              'so the step that receives it needs a pmean the rewrite would '
-              'have to insert; which steps do is not proven here (by hand: '
-              f'{_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text})')
+      return _codes.filled_note(
+          _codes.REPLICA_STEP_UNPROVEN, attr=node.attr,
+          replacement=_CATALOGUE.REPLACEMENTS[_members.REPLICATE].text)
     why = _members.no_counterpart(node.attr)
-    return (f'.{node.attr} of a flax.optim Optimizer has no mechanical '
-            'TrainState counterpart here' + (f': {why}' if why else ''))
+    return _codes.filled_note(_codes.NO_TRAIN_STATE_COUNTERPART,
+                              attr=node.attr, why=f': {why}' if why else '')
 
   def _plan_call_rewrite(self, member, call, receiver) -> Optional[str]:
     """A call of a method the table rewrites (``member.call_rewrite``):
@@ -231,14 +228,13 @@ class PlanUses(_plan_rules.PlanRules):
     the table says. Returns why not."""
     given = _arguments(member.parameters, call)
     if given is None:
-      return (f'.{member.name}({", ".join(member.parameters)}): arguments '
-              'passed with * or **, or not one for each parameter, cannot be '
-              'mapped with certainty')
+      return _codes.filled_note(_codes.CALL_ARGUMENTS_UNMAPPED,
+                                name=member.name,
+                                parameters=', '.join(member.parameters))
     if member.call_targets is not None and _unpacked_into(
         self.parents.get(call), call) != member.call_targets:
-      return (f'.{member.name}() is rewritten where its result is unpacked '
-              f'into {member.call_targets} names, the values what replaces '
-              'it gives back; here its result is used otherwise')
+      return _codes.filled_note(_codes.CALL_RESULT_NOT_UNPACKED,
+                                name=member.name, count=member.call_targets)
     jax = self._jax_name(call)
     if jax is None:
       return _codes.note(_codes.JAX_TAKEN)
@@ -327,12 +323,9 @@ class PlanUses(_plan_rules.PlanRules):
                 if p.role == _serialization_helpers.RESTORE]
     if any(not _plan_records.is_pure(template) for template in restored) or (
         len(restored) > 1):
-      return ('the optimizer given to this restore is evaluated again to '
-              'turn what it restores into a TrainState; bind it to a name '
-              'first')
+      return _codes.note(_codes.RESTORE_TEMPLATE_AGAIN)
     if any(self.replicated.is_optimizer(p.argument) for p in passes):
-      return ('migrate writes flax.optim\'s tree of an optimizer only where '
-              'it is not replicated')
+      return _codes.note(_codes.LEGACY_TREE_REPLICATED)
     self.imports.append((_RULES, None, None))
     for given in passes:
       self.edit(given.argument, f'{_RULES}.legacy_tree({{value}})',
@@ -347,15 +340,14 @@ class PlanUses(_plan_rules.PlanRules):
   def _plan_apply_gradient(self, call, receiver) -> Optional[str]:
     if len(call.args) != 1 or any(isinstance(a, ast.Starred)
                                   for a in call.args):
-      return 'apply_gradient takes the gradients as its one positional argument'
+      return _codes.note(_codes.APPLY_GRADIENT_ARGUMENTS)
     grads = '{grads}'
     if self._replicate_calls():
       if self.replica_axis is None:
-        return f'this module replicates its optimizer: {self.replicate_problem}'
+        return _codes.filled_note(_codes.REPLICATE_PROBLEM,
+                                  problem=self.replicate_problem)
       if not self.replicated.is_optimizer(receiver):
-        return ('this module replicates its optimizer, and this one is not '
-                'provably the replicated one (which averages its gradients) '
-                'nor provably another')
+        return _codes.note(_codes.REPLICATED_UNPROVEN)
       jax = self._jax_name(call)
       if jax is None:
         return _codes.note(_codes.JAX_TAKEN)
@@ -364,20 +356,16 @@ class PlanUses(_plan_rules.PlanRules):
       grads = f'{jax}.lax.pmean({{grads}}, axis_name={self.replica_axis!r})'
     extra = [k.arg for k in call.keywords]
     if not extra and self.inject:
-      return ('other steps of this flow set the learning rate '
-              '(apply_gradient(g, learning_rate=...)): in the injected state '
-              'a rate set so stays, while flax.optim took the definition\'s '
-              'own rate for this step')
+      return _codes.note(_codes.RATE_SET_ELSEWHERE)
     if not extra:
       self.edit(call, '{receiver}.apply_gradients(grads=%s)' % grads,
                 _members.APPLY_GRADIENT, receiver=receiver, grads=call.args[0])
       return None
     if extra not in (['learning_rate'], [_members.HYPER_PARAMS]):
-      return (f'overrides {", ".join(str(e) for e in extra)}: only '
-              'learning_rate is injected mechanically')
+      return _codes.filled_note(_codes.OVERRIDES_NOT_RATE,
+                                names=', '.join(str(e) for e in extra))
     if not _plan_records.is_pure(receiver):
-      return ('the optimizer expression is evaluated twice by the rewrite; '
-              'bind it to a name first')
+      return _codes.note(_codes.EVALUATED_TWICE)
     if extra == [_members.HYPER_PARAMS]:  # a rate per MultiOptimizer part
       return _multi.plan_hyper_params(self, call, receiver, grads,
                                       _RULES)

@@ -118,9 +118,8 @@ class Linker:
       elif isinstance(parent, (ast.Import, ast.ImportFrom, ast.alias)):
         continue
       else:
-        used, reason = None, (f'the rule class goes into '
-                              f'`{ast.unparse(parent)[:80]}`, which migrate '
-                              'cannot follow')
+        used, reason = None, _codes.filled_note(
+            _codes.RULE_CLASS_GOES_INTO, code=ast.unparse(parent)[:80])
       self.links.append(_links.Link(
           rule[0], rule[1].lineno, path, None if used is None else used.line,
           node.lineno, reason, producer_element=_links.Element.of(rule[1]),
@@ -139,9 +138,9 @@ class Linker:
         if function.path == path or function.node not in functions:
           continue
         self.links.append(_links.call_link(
-            path, node, function, f'calls {function.node.name}() '
-            f'({function.path}:{function.node.lineno}), which gives or '
-            'takes a flax.optim Optimizer (or a step that does)'))
+            path, node, function, _codes.filled_note(
+                _codes.CALLS_OPTIMIZER_FUNCTION, function=function.node.name,
+                where=f'{function.path}:{function.node.lineno}')))
 
   def _link_disagreeing_overrides(self, path, tree):
     """A method call some of whose overrides return a definition and some
@@ -158,9 +157,9 @@ class Linker:
         continue
       self._called.update(c.node for c in candidates)
       other = others[0]
-      reason = (f'{node.func.attr}() may run the override at '
-                f'{other.path}:{other.node.lineno}, which does not return a '
-                'flax.optim definition: what the call gives is not known')
+      reason = _codes.filled_note(
+          _codes.OVERRIDE_NOT_DEFINITION, method=node.func.attr,
+          where=f'{other.path}:{other.node.lineno}')
       for producer_path, made in self._factory_producers(node, names):
         self.links.append(_links.Link(producer_path, made.line, path, None,
                                       node.lineno, reason,
@@ -193,18 +192,15 @@ class Linker:
           reason = _links.HIDDEN_FIX_REASON.format(why=reason,
                                                    assumption=assumption)
       elif function.is_method:
-        reason = (f'{node.name}() is a method called nowhere in the scanned '
-                  'code: a base class outside it may call it (a hook), or '
-                  'code holding an instance: they cannot be rewritten with '
-                  'it')
+        reason = _codes.filled_note(_codes.METHOD_CALLED_NOWHERE,
+                                    name=node.name)
       else:
         where = self.mention(node, function.path)
         if where is None:
           self.unseen.add((function.path, node.lineno, node.name))
           continue
-        reason = (f'{node.name}() is called nowhere in the scanned code but '
-                  f'{where}: its callers (a registry, another package, a '
-                  'config system) cannot be rewritten with it')
+        reason = _codes.filled_note(_codes.CALLED_NOWHERE_BUT,
+                                    name=node.name, where=where)
       for path, made in self._producers(function):
         self.links.append(_links.Link(path, made.line, function.path, None,
                                       node.lineno, reason,
@@ -246,18 +242,17 @@ class Linker:
       path, line, name = self._declared_otherwise[holder.field]
       used_at, used_line, code = untyped[holder.field]
       self._hold_field(
-          holder, f'{path}:{line} declares `{name}.{holder.field}` '
-          f'otherwise: `{code}` at {used_at}:{used_line} uses '
-          f'`.{holder.field}` of a value not typed as {holder.name} '
-          '(annotated, or made as one), which cannot be told to be the '
-          'optimizer')
+          holder, _codes.filled_note(
+              _codes.FIELD_USED_UNTYPED, path=path, line=line, name=name,
+              field=holder.field, code=code, used_at=used_at,
+              used_line=used_line, holder=holder.name))
     for path, tree in touching:
       for holder, line in _holder_touches(tree, holders):
         self.links.append(_links.Link(
             holder.path, holder.line, path, line, line,
-            f'makes, stores or reads the optimizer that '
-            f'`{holder.name}.{holder.field}` holds (declared at '
-            f'{holder.path}:{holder.line})', 'field'))
+            _codes.filled_note(_codes.FIELD_HOLDER_TOUCHED,
+                               holder=holder.name, field=holder.field,
+                               path=holder.path, line=holder.line), 'field'))
     self._link_positional_reads(sources, parse)
 
   def _link_positional_reads(self, sources, parse):
@@ -275,19 +270,18 @@ class Linker:
         _OPTIMIZER_ONLY + _OPTIMIZER_STATE_ONLY, sources, parse):
       for holder, line, code in _positional_reads(tree, holders):
         self._hold_field(
-            holder, f'{path}:{line} takes element '
-            f'{holder.fields.index(holder.field)} of a tuple of '
-            f'{len(holder.fields)} and uses it as one (`{code}`): a '
-            f'{holder.name} read by position cannot be told from another '
-            'tuple there')
+            holder, _codes.filled_note(
+                _codes.FIELD_READ_BY_POSITION, path=path, line=line,
+                index=holder.fields.index(holder.field),
+                count=len(holder.fields), code=code, holder=holder.name))
 
   def _hold_field(self, holder, why):
     """A ``HELD`` link keeping what ``holder``'s optimizer field holds as
     it is, ``why`` naming the place that cannot be told apart."""
     self.links.append(_links.Link(
         holder.path, holder.line, holder.path, None, holder.line,
-        f'declares `{holder.name}.{holder.field}` a flax.optim Optimizer, '
-        f'and {why}, so what the field holds stays as it is', _links.HELD))
+        _codes.filled_note(_codes.FIELD_HELD, holder=holder.name,
+                           field=holder.field, why=why), _links.HELD))
 
   def _untyped_uses(self, path, tree, fields) -> dict:
     """``{field: (path, line, code)}``: the first read, store or
@@ -334,12 +328,12 @@ class Linker:
       return [(parent.lineno, _created_by(parent, parents, names),
                _links.CREATED_HERE)]
     if isinstance(parent, ast.Return):
-      return [(call.lineno, None, 'returned by another definition factory')]
+      return [(call.lineno, None, _codes.note(_codes.DEFINITION_RETURNED))]
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and (
         isinstance(parent.targets[0], ast.Name)):
       return self._name_consumers(parent, parents, names, set())
-    return [(None, None, f'the definition goes into `{code}`, which migrate '
-             'cannot follow')]
+    return [(None, None, _codes.filled_note(_codes.DEFINITION_GOES_INTO,
+                                            code=code))]
 
   def _name_consumers(self, assign, parents, names, seen) -> list:
     """What the reads of the name ``assign`` binds meet (its function's
@@ -360,8 +354,8 @@ class Linker:
         found.append((holder.lineno, _created_by(holder, parents, names),
                       _links.CREATED_HERE))
       elif isinstance(holder, ast.Return):
-        found.append((read.lineno, None, 'returned by another definition '
-                      'factory'))
+        found.append((read.lineno, None,
+                      _codes.note(_codes.DEFINITION_RETURNED)))
       elif multi is not None:
         found.append((multi.lineno, _links.Element.of(multi),
                       _multi.IN_MULTI_OPTIMIZER))
@@ -370,10 +364,11 @@ class Linker:
               holder.targets[0].id not in seen):
         found += self._name_consumers(holder, parents, names, seen)
       else:
-        found.append((None, None, f'`{name}` goes on into '
-                      f'`{ast.unparse(holder)[:80]}`, which migrate '
-                      'cannot follow'))
-    return found or [(None, None, f'`{name}` is never created')]
+        found.append((None, None, _codes.filled_note(
+            _codes.DEFINITION_NAME_GOES_ON, name=name,
+            holder=ast.unparse(holder)[:80])))
+    return found or [(None, None, _codes.filled_note(
+        _codes.DEFINITION_NEVER_CREATED, name=name))]
 
 
 def _created_by(create, parents, names) -> _links.Element:

@@ -70,28 +70,17 @@ _EITHER_LAYOUT_REFUSES = ('weight_norm',)
 # the user's own that is not part of the scanned project).
 _RESTORING_WORDS = ('restore', 'load')
 
-RESTORE_NOTE = (
-    'this restore is not rewritten to read both checkpoint layouts: {why}. '
-    "A checkpoint written before migrating holds flax.optim's layout, which "
-    'it does not read (flax gives the template back unchanged: step 0, '
-    'zero moments): convert such files first with `flax-optim-compat '
-    'convert SRC DST --to train_state{stock}`')
-
-REFUSES_NOTE = (
-    'this restore is rewritten to read both checkpoint layouts, but {why}: '
-    "a checkpoint of flax.optim's layout written by such an optimizer is "
-    'refused with an error naming its path: convert such files first with '
-    '`flax-optim-compat convert SRC DST --to train_state{stock}`')
+# The notes on a restore left as it is, and on one rewritten that refuses
+# some old files (the rule table's, by name).
+RESTORE_NOTE = _codes.RESTORE_ONE_LAYOUT
+REFUSES_NOTE = _codes.RESTORE_REFUSES
 
 
 # The replacement of scan's finding on a restore that ``fills_flow``: its
 # checkpoint finding (FOC114) where no optimizer is among the arguments
 # (``state`` holding one in a field). The plan leaves such findings out of
 # its checkpoint notes: this module plans and notes those restores itself.
-TEMPLATE_RESTORE = (
-    'flax_optim_rules.from_either_layout(template, the same restore given '
-    'no template): the template now holds a TrainState; migrate rewrites '
-    "the restore to read checkpoints of either layout")
+TEMPLATE_RESTORE = _codes.EITHER_LAYOUT_REPLACEMENT
 
 
 def is_template_restore(finding) -> bool:
@@ -109,7 +98,8 @@ def note(planner, why: str) -> str:
   """The report's note on a restore left as it is, or rewritten but
   refusing some old files (a ``Refuses``), for ``why``."""
   # --tier stock writes stock Optax states: the converted files must too.
-  return (REFUSES_NOTE if isinstance(why, Refuses) else RESTORE_NOTE).format(
+  return _codes.filled_note(
+      REFUSES_NOTE if isinstance(why, Refuses) else RESTORE_NOTE,
       why=why, stock=' --stock' if planner.tier == 'stock' else '')
 
 
@@ -205,9 +195,8 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
   nothing of the flow is restored there). A rewrite that refuses some old
   files is noted (a ``Refuses`` in ``planner.restores_left``)."""
   if restore.route is None:
-    return (f'`{planner.text(restore.call.func)[:60]}` is not a restore '
-            'migrate rewrites (flax.training.checkpoints.restore_checkpoint, '
-            'flax.serialization.from_bytes and from_state_dict are)')
+    return _codes.filled_note(_codes.NOT_A_RESTORE,
+                              call=planner.text(restore.call.func)[:60])
   if not fills_flow(planner, restore):
     # (clu's restore is rewritten whatever migrate sees of its template,
     # often the program's whole state, given from afar: where it holds no
@@ -217,8 +206,8 @@ def plan_restore(planner, restore: Restore, rules: str) -> Optional[str]:
       return None  # a raw restore (target=None): no template to fill
     if planner.flow.given_legacy_tree(restore.target):
       return None  # flax.optim's tree, restored as it was (its callers')
-    return (f'migrate cannot tell whether `{planner.text(restore.target)[:60]}'
-            '` holds an optimizer it migrates')
+    return _codes.filled_note(_codes.RESTORE_TARGET_UNKNOWN,
+                              target=planner.text(restore.target)[:60])
   why = _state_layout.unsupported(
       planner, covered=_EITHER_LAYOUT_COVERS + _EITHER_LAYOUT_REFUSES) or (
           _arguments_problem(restore))
@@ -263,13 +252,12 @@ def _arguments_problem(restore: Restore) -> Optional[str]:
   known = (_members.CHECKPOINT_TARGET, *_OTHER_KEYWORDS[route])
   unknown = [k.arg for k in call.keywords if k.arg not in known]
   if unknown:
-    return (f'it is given {", ".join(unknown)}, which the raw restore '
-            'of both layouts does not take')
+    return _codes.filled_note(_codes.RESTORE_KEYWORDS,
+                              names=', '.join(unknown))
   if route == _FROM_BYTES and not isinstance(call.func, ast.Attribute):
-    return ('from_bytes is called by its bare name: its module\'s '
-            'msgpack_restore has no spelling here')
+    return _codes.note(_codes.FROM_BYTES_BARE)
   binds = len(call.args) <= 5 if route == _RESTORE_CHECKPOINT else (
       len(call.args) + len(call.keywords) == 2)
   if not binds:
-    return "its arguments do not bind as flax's signature has them"
+    return _codes.note(_codes.RESTORE_UNBOUND)
   return None

@@ -283,8 +283,8 @@ class Planner(_plan_imports.PlanImports):
     self.notes += self.proven_fixes
     self.notes += [Leftover(
         node.lineno, 'optimizer_def_subclass', self._line(node.lineno),
-        _user_rules.PORT_NOTE.format(module=RULES_MODULE,
-                                     base=_user_rules.RULE_BASE))
+        _codes.filled_note(_user_rules.PORT_NOTE, module=RULES_MODULE,
+                           base=_user_rules.RULE_BASE))
                    for node in self.kept_rules]
     if flow_edits:
       self.notes += self._called_nowhere_notes()
@@ -316,10 +316,12 @@ class Planner(_plan_imports.PlanImports):
     for node in _walk.statements(self.tree):
       if isinstance(node, ast.FunctionDef) and (
           self.names.path, node.lineno, node.name) in unseen:
-        now = 'it now returns an Optax transform'
+        now = _codes.note(_codes.CALLED_NOWHERE_FACTORY)
       elif node in self.kept_rules and _user_rules.called_nowhere(
           self.names, node):
-        now = f'it is now a {RULES_MODULE}.{_user_rules.RULE_BASE}'
+        now = _codes.filled_note(
+            _codes.CALLED_NOWHERE_RULE,
+            rule_base=f'{RULES_MODULE}.{_user_rules.RULE_BASE}')
       else:
         continue
       notes.append(Leftover(node.lineno, 'called_nowhere',

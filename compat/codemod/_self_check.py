@@ -14,6 +14,7 @@ import ast
 import re
 from typing import NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _names
 from compat.codemod import _walk
 
@@ -53,8 +54,8 @@ def dangling_names(old_tree: ast.Module, new_tree: ast.Module,
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and (
         node.id in removed):
       found.setdefault(node.id, node.lineno)
-  return [Problem(old[name], f'the rewrite removes the import of {name!r} '
-                  f'but its line {line} still uses {name!r}')
+  return [Problem(old[name], _codes.filled_note(_codes.IMPORT_STILL_USED,
+                                               name=name, line=line))
           for name, line in sorted(found.items())]
 
 
@@ -69,7 +70,7 @@ def problems(old: bytes, new: bytes, path: str = '<string>',
     if trees is not None:
       trees[new] = new_tree
   except SyntaxError as e:
-    return [Problem(1, f'the rewritten file does not parse (its line '
-                    f'{e.lineno}: {e.msg})')]
+    return [Problem(1, _codes.filled_note(_codes.REWRITE_UNPARSED,
+                                          line=e.lineno, error=e.msg))]
   return dangling_names(old_tree or ast.parse(old, filename=path), new_tree,
                         new.decode('utf-8', 'replace'))

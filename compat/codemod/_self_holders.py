@@ -131,9 +131,8 @@ class SelfAttributes:
         [item.name] if isinstance(item, (ast.FunctionDef,
                                          ast.AsyncFunctionDef))
         else _declared_names(item)) if name in _ATTRIBUTE_PROTOCOL]
-    self._owner_why[owner] = None if not protocol else (
-        f'{owner.name} defines {protocol[0]}, which reads or writes any '
-        'attribute by name')
+    self._owner_why[owner] = None if not protocol else _codes.filled_note(
+        _codes.SELF_PROTOCOL, owner=owner.name, name=protocol[0])
     for item in owner.body:
       if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
         if _is_property(item, owner):
@@ -151,8 +150,8 @@ class SelfAttributes:
     returns = _names.own_returns(method)
     self.stores[key] = [r for r in returns if r is not None]
     if not returns or None in returns:
-      self.why_not[key] = (f'the property {owner.name}.{method.name} does '
-                           'not return a value on every path')
+      self.why_not[key] = _codes.filled_note(
+          _codes.SELF_PROPERTY_PATHS, owner=owner.name, method=method.name)
 
   def _read_method(self, owner, method):
     receiver = _names.instance_parameter(method)
@@ -164,19 +163,18 @@ class SelfAttributes:
     for node in _walk.below(method, _walk.children(self._tree)):
       if node is not method and node is not own[0] and _rebinds(node,
                                                                 receiver):
-        self._keep_out(owner, (
-            f'`{receiver}` is bound again in {method.name}() (line '
-            f'{node.lineno}), so `{receiver}.<attr>` there may be another '
-            'object'))
+        self._keep_out(owner, _codes.filled_note(
+            _codes.SELF_REBOUND, receiver=receiver, method=method.name,
+            line=node.lineno))
       if not (isinstance(node, ast.Name) and node.id == receiver and
               isinstance(node.ctx, ast.Load)):
         continue
       parent = parents.get(node)
       if isinstance(parent, ast.Attribute) and (
           parent.attr in _ATTRIBUTE_PROTOCOL):
-        self._keep_out(owner, (
-            f'{method.name}() reaches `{ast.unparse(parent)}` (line '
-            f'{node.lineno}), which reads or writes any attribute by name'))
+        self._keep_out(owner, _codes.filled_note(
+            _codes.SELF_PROTOCOL_REACHED, method=method.name,
+            code=ast.unparse(parent), line=node.lineno))
       elif _names_own_super(parent, owner, node):
         continue  # (a base's method on this instance: read there too)
       elif isinstance(parent, ast.Attribute):
@@ -188,10 +186,10 @@ class SelfAttributes:
         else:
           self._reads.setdefault(key, []).append(parent)
       else:
-        self._keep_out(owner, (
-            f'the instance `{receiver}` itself goes into `'
-            f'{ast.unparse(parent)[:50]}` in {method.name}() (line '
-            f'{node.lineno}), where its attributes may be read'))
+        self._keep_out(owner, _codes.filled_note(
+            _codes.SELF_INSTANCE_GOES_INTO, receiver=receiver,
+            code=ast.unparse(parent)[:50], method=method.name,
+            line=node.lineno))
 
   def _keep_out(self, owner, why):
     """Every attribute of ``owner`` stays out, for ``why`` (the first
@@ -206,9 +204,9 @@ class SelfAttributes:
       element, statement = statement, parents.get(statement)
     if not isinstance(statement, ast.Assign) or isinstance(
         statement.value, ast.Starred):
-      self.why_not.setdefault(key, (
-          f'`{ast.unparse(statement)[:50]}` (line {target.lineno}) stores '
-          f'into `{ast.unparse(target)}` otherwise than by an assignment'))
+      self.why_not.setdefault(key, _codes.filled_note(
+          _codes.SELF_STORE_NOT_ASSIGNED, statement=ast.unparse(statement)[:50],
+          line=target.lineno, target=ast.unparse(target)))
       return
     if element is None:
       self.stores[key].append(statement.value)
@@ -217,10 +215,9 @@ class SelfAttributes:
       self.stores[key].append(('item', statement.value,
                                element.elts.index(target)))
     else:
-      self.why_not.setdefault(key, (
-          f'`{ast.unparse(target)}` takes a part of `'
-          f'{ast.unparse(statement.value)[:40]}` (line {target.lineno}) '
-          'that migrate does not follow'))
+      self.why_not.setdefault(key, _codes.filled_note(
+          _codes.SELF_TAKES_PART, target=ast.unparse(target),
+          value=ast.unparse(statement.value)[:40], line=target.lineno))
       return
 
   # ---------------------------------------------- named elsewhere
@@ -246,9 +243,9 @@ class SelfAttributes:
         by_any_name = by_any_name or node
     if by_any_name is not None:
       for key in self.stores:
-        self.why_not.setdefault(key, (
-            f'`{ast.unparse(by_any_name)[:40]}` (line {by_any_name.lineno}) '
-            'reaches attributes by a name migrate cannot read'))
+        self.why_not.setdefault(key, _codes.filled_note(
+            _codes.SELF_ANY_NAME, code=ast.unparse(by_any_name)[:40],
+            line=by_any_name.lineno))
     owners: dict[str, set] = {}
     for key in self.stores:
       owners.setdefault(key.attr, set()).add(key.owner)
@@ -256,14 +253,13 @@ class SelfAttributes:
       other = next((o for o in owners[key.attr] if o is not key.owner and (
           self._classes().related(o.name, key.owner.name))), None)
       if other is not None:
-        self.why_not.setdefault(key, (
-            f'`self.{key.attr}` is also an attribute of {other.name}, '
-            f'which shares instances with {key.owner.name}'))
+        self.why_not.setdefault(key, _codes.filled_note(
+            _codes.SELF_SHARED_WITH, attr=key.attr, other=other.name,
+            owner=key.owner.name))
       for node in spelled.get(key.attr, ()):
-        self.why_not.setdefault(key, (
-            f'`.{key.attr}` is also named at line {node.lineno} (`'
-            f'{ast.unparse(node)[:40]}`), outside the methods of '
-            f'{key.owner.name}'))
+        self.why_not.setdefault(key, _codes.filled_note(
+            _codes.SELF_NAMED_OUTSIDE, attr=key.attr, line=node.lineno,
+            code=ast.unparse(node)[:40], owner=key.owner.name))
 
   def spread_display(self, node) -> Optional[ast.AST]:
     """The tuple display a read-only property returns, where ``node``
@@ -400,15 +396,16 @@ class _Named(NamedTuple):
       if root is None:
         return None, None
     if self.related is not None:
-      return (f'`self.{key.attr}` is also an attribute of {self.related}, '
-              f'which shares instances with {key.owner.name}, in another '
-              f'module ({path}:{self.line}): ' + (
-                  'migrate follows an attribute through `self` across '
-                  'modules only where each module proves it an optimizer'
-                  if root is None else
-                  f'not followed in {root[0]}: {root[1]}')), root
-    return (f'`.{key.attr}` is also named at {path}:{self.other or self.line}'
-            f', outside the methods of {key.owner.name}'), None
+      return _codes.filled_note(
+          _codes.SELF_SHARED_ELSEWHERE, attr=key.attr, other=self.related,
+          owner=key.owner.name, where=f'{path}:{self.line}',
+          why=_codes.note(_codes.SELF_ACROSS_MODULES) if root is None else
+          _codes.filled_note(_codes.SELF_NOT_FOLLOWED_IN, path=root[0],
+                             why=root[1])), root
+    return _codes.filled_note(
+        _codes.SELF_NAMED_ELSEWHERE, attr=key.attr,
+        where=f'{path}:{self.other or self.line}',
+        owner=key.owner.name), None
 
 
 def _family_root(model, here, key, path, line, family,
@@ -420,14 +417,13 @@ def _family_root(model, here, key, path, line, family,
   modules are linked (the link added to ``links``)."""
   why_there = getattr(model, 'self_attribute_why', None)
   if why_there is None or here is None:  # (no project: one module read)
-    return path, 'migrate follows an attribute through `self` within one module'
+    return path, _codes.note(_codes.SELF_ONE_MODULE)
   root = why_there(path, key.attr, family)
   if root is not None:
     return root
-  links.append((here, key.owner.lineno, path, line, (
-      f'stores or reads `self.{key.attr}`, which {key.owner.name} (declared '
-      f'at {here}:{key.owner.lineno}) keeps too: one holder with '
-      f'{", ".join(sorted(family))}, migrated together or not at all')))
+  links.append((here, key.owner.lineno, path, line, _codes.filled_note(
+      _codes.SELF_ONE_HOLDER, attr=key.attr, owner=key.owner.name,
+      where=f'{here}:{key.owner.lineno}', family=', '.join(sorted(family)))))
   return None
 
 
@@ -671,15 +667,15 @@ def _base_why(owner, classes, names) -> Optional[str]:
         base, 'id', None)
     outside = None if name is None else classes().outside_ancestor(name)
     if name is None or outside is not None:
-      return (f'{owner.name} derives from `{ast.unparse(base)[:40]}`'
-              + ('' if outside in (None, name) else f' (from {outside})') +
-              ', not a class of the project, whose code may read its '
-              'attributes')
+      return _codes.filled_note(
+          _codes.SELF_FOREIGN_BASE, owner=owner.name,
+          base=ast.unparse(base)[:40],
+          origin='' if outside in (None, name) else f' (from {outside})')
   decorators = [names.resolve(d.func if isinstance(d, ast.Call) else d)
                 for d in owner.decorator_list]
   if owner.keywords or any(d not in _QUIET_DECORATORS for d in decorators):
-    return (f'{owner.name} is made by a decorator or metaclass, whose code '
-            'may read its attributes')
+    return _codes.filled_note(_codes.SELF_MADE_BY_DECORATOR,
+                              owner=owner.name)
   return None
 
 
@@ -761,7 +757,7 @@ class SelfHolding:
                    if key.attr == attr and key.owner.name in classes),
                   key=lambda key: key.owner.lineno)
     if not keys:
-      return here, f'no method keeps `self.{attr}` itself'
+      return here, _codes.filled_note(_codes.SELF_NO_METHOD_KEEPS, attr=attr)
     for key in keys:
       if key not in self.alive_attributes:
         return self.self_attributes.family_roots.get(key) or (here, (

@@ -32,6 +32,7 @@ or module. Stdlib only.
 import ast
 from typing import NamedTuple, Optional
 
+from compat.codemod import _codes
 from compat.codemod import _members
 from compat.codemod import _names
 from compat.codemod import _walk
@@ -42,11 +43,7 @@ SAVE, RESTORE = 'save', 'restore'
 MODULE_WORD = 'serialization'
 # scan's finding on a call giving such a helper an optimizer (what
 # migrate writes there).
-THROUGH_HELPER = (
-    'flax_optim_rules.legacy_tree(opt) where the optimizer goes in, '
-    'flax_optim_rules.from_legacy_tree(opt, ...) around a restore: this '
-    'function of yours only saves or restores it with flax.serialization, '
-    "so migrate keeps it and its files keep flax.optim's layout")
+THROUGH_HELPER = _codes.THROUGH_HELPER_REPLACEMENT
 # flax.serialization's calls that read their first argument as a tree and
 # give back what is made of its leaves alone (bytes, a state dict).
 _WRITES = ('flax.serialization.to_bytes', 'flax.serialization.to_state_dict')

@@ -66,16 +66,13 @@ def unsupported(planner, covered=()) -> Optional[str]:
   (``covered``: the definitions the caller's function lays out besides
   one rule's transform)."""
   if planner.tier != 'exact':
-    return ("--tier stock writes stock Optax rules, whose states "
-            "flax_optim_rules' view of flax.optim's layout does not cover "
-            '(the exact tier keeps the layout)')
+    return _codes.note(_codes.STOCK_TIER_LAYOUT)
   found = sorted({f.construct for f in planner.findings
                   if f.construct in _NOT_LAID_OUT and
                   f.construct not in covered})
   if found:
-    return (f'this module builds {" and ".join(found)} definitions, whose '
-            "Optax state flax_optim_rules' view of flax.optim's layout does "
-            'not cover (one rule\'s transform only)')
+    return _codes.filled_note(_codes.DEFINITIONS_NOT_LAID_OUT,
+                              kinds=' and '.join(found))
   return None
 
 
@@ -90,14 +87,14 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
       return why
   if node.attr == _members.STATE:
     if not isinstance(node.ctx, ast.Load):
-      return 'the state is assigned, not read'
+      return _codes.note(_codes.STATE_ASSIGNED)
     planner.imports.append((rules, None, None))
     planner.edit(node, f'{rules}.optimizer_state({{receiver}})',
                  'optimizer_use', receiver=receiver)
     return None
   if not called:
-    return (f'.{node.attr} is not called here: only its calls map to '
-            f'{rules} functions')
+    return _codes.filled_note(_codes.LAYOUT_MEMBER_NOT_CALLED,
+                              attr=node.attr, rules=rules)
   if any(isinstance(a, ast.Starred) for a in parent.args) or any(
       k.arg is None for k in parent.keywords):
     return _codes.note(_codes.STARRED_ARGUMENTS)
@@ -115,18 +112,14 @@ def plan_use(planner, node, parent, receiver, rules: str) -> Optional[str]:
     planner.edit(parent, f'{rules}.restore_state({{receiver}}, {{value}})',
                  'optimizer_use', receiver=receiver, value=parent.args[0])
     return None
-  return (f'.{node.attr} takes no such arguments in flax.optim '
-          '(state_dict(), restore_state(state_dict))')
+  return _codes.filled_note(_codes.LAYOUT_MEMBER_ARGUMENTS, attr=node.attr)
 
 
 def _plan_replace(planner, call, receiver, rules) -> Optional[str]:
   given = {k.arg: k.value for k in call.keywords}
   if call.args or _members.STATE not in given or (
       set(given) - {_members.STATE, _members.TARGET}):
-    return ("only replace(target=...) and replace(state=...) map (to "
-            "replace(params=...) and flax_optim_rules.replace_optimizer_state"
-            '); a TrainState holds `tx`, an Optax transform, no '
-            'optimizer_def')
+    return _codes.note(_codes.REPLACE_UNMAPPED)
   planner.imports.append((rules, None, None))
   if _members.TARGET in given:
     planner.edit(call, f'{rules}.replace_optimizer_state({{receiver}}.replace('

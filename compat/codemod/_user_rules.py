@@ -25,6 +25,7 @@ import ast
 import os
 from typing import Optional
 
+from compat.codemod import _codes
 from compat.codemod import _members
 from compat.codemod import _multi
 from compat.codemod import _names
@@ -35,8 +36,7 @@ RULE_BASE = 'RuleDef'
 # class (``Rule(...)``), which ``plan_construction`` rewrites: the plan
 # leaves such findings out of those it reports as left (it plans the
 # construction from the tree).
-CONSTRUCTION = ('Rule(...).to_optax(): the class, kept on '
-                f'flax_optim_rules.{RULE_BASE}, gives its Optax transform')
+CONSTRUCTION = _codes.USER_RULE_REPLACEMENT
 
 
 def is_construction(finding) -> bool:
@@ -65,12 +65,7 @@ _MULTI_UNRUN_HOOKS = frozenset((
     'traversals'))
 _TRAVERSAL_API = frozenset(('iterate', 'update', 'set', 'merge', 'compose'))
 _STATE_CLASSES = ('flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
-PORT_NOTE = (
-    'kept as your own rule on {module}.{base} (same numbers, no flax.optim): '
-    'port it to a plain optax.GradientTransformation by hand when you can; '
-    '`migrate --write` puts <module>_port_test.py beside this module (never '
-    'over an existing file): fill in its port() and it proves the port '
-    'equal to the kept rule')
+PORT_NOTE = _codes.PORT_KEPT_RULE  # (the rule table's note, by name)
 
 
 def port_test_path(module_path: str, class_name: str = '') -> str:
@@ -126,23 +121,21 @@ def _why_not_multi(names, node: ast.ClassDef) -> Optional[str]:
   traversal_reads = sorted({
       sub.attr for sub in ast.walk(node) if isinstance(sub, ast.Attribute)
       and sub.attr in _TRAVERSAL_API})
-  by_hand = (f'by hand: build it with flax_optim_rules.multi_optimizer and '
-             f'run what {node.name} adds where the TrainState is created')
+  by_hand = _codes.filled_note(_codes.USER_MULTI_BY_HAND, name=node.name)
   if overridden or missing:
-    return (f'{node.name} overrides or uses '
-            f'{", ".join(overridden + missing)} of flax.optim\'s '
-            f'MultiOptimizer, which flax_optim_rules.{MULTI_BASE} neither '
-            f'has nor runs ({by_hand})')
+    return _codes.filled_note(
+        _codes.USER_MULTI_OVERRIDES, name=node.name,
+        members=', '.join(overridden + missing), base=MULTI_BASE,
+        by_hand=by_hand)
   if traversal_reads:
-    return (f'{node.name} reads .{", .".join(traversal_reads)}, which a '
-            'flax_optim_rules.ModelParamTraversal does not have (it '
-            f'selects leaves only; {by_hand})')
+    return _codes.filled_note(_codes.USER_MULTI_TRAVERSAL, name=node.name,
+                              reads=', .'.join(traversal_reads),
+                              by_hand=by_hand)
   for method in node.body:
     if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
         method.name == _members.INIT_STATE) and not _returns_base_state(method):
-      return (f'{node.name}.init_state builds or reads a state itself: '
-              f'flax.optim\'s OptimizerState and the {MULTI_BASE} state '
-              f'(Optax\'s) differ ({by_hand})')
+      return _codes.filled_note(_codes.USER_MULTI_INIT_STATE, name=node.name,
+                                base=MULTI_BASE, by_hand=by_hand)
   return None
 
 
@@ -179,21 +172,18 @@ def why_not_kept(names, node: ast.ClassDef) -> Optional[str]:
   elif len(node.bases) != 1 or node.keywords or (
       names.resolve(node.bases[0]) not in _DEF_CLASSES):
     bases = ', '.join(ast.unparse(b) for b in node.bases)
-    return (f'{node.name} derives from {bases}: only a direct subclass of '
-            'flax.optim.OptimizerDef moves onto flax_optim_rules.RuleDef '
-            '(a built-in rule\'s subclass keeps its base)')
+    return _codes.filled_note(_codes.USER_RULE_BASES, name=node.name,
+                              bases=bases)
   missing = sorted(_asked_of_base(node) - _own_names(node) - RULE_DEF_API)
   if missing and not is_multi_subclass(names, node):
-    return (f'{node.name} uses {", ".join(missing)} of flax.optim\'s '
-            'OptimizerDef, which flax_optim_rules.RuleDef does not have')
+    return _codes.filled_note(_codes.USER_RULE_MISSING, name=node.name,
+                              members=', '.join(missing))
   if not _called_in_scanned_code(names, node) and not called_nowhere(
       names, node):
     where = names.model.mention(node, names.path) if (
         names.model is not None and names.path is not None) else None
-    return (f'{node.name} is called nowhere in the scanned code' +
-            (f' but {where}' if where else '') + ': its callers '
-            '(a config system such as gin, another package) would still '
-            'expect a flax.optim OptimizerDef')
+    return _codes.filled_note(_codes.USER_RULE_CALLED_NOWHERE, name=node.name,
+                              but=f' but {where}' if where else '')
   return None
 
 
@@ -253,9 +243,8 @@ def plan_construction(planner, call: ast.Call, rules_module: str,
       planner.edit(call, '{rule}.to_optax()', 'algorithm', rule=call)
     return reason
   if _other_modules_multi(planner.names, call):
-    return (f'{ast.unparse(call.func)} is a MultiOptimizer subclass of '
-            'another module: its (traversal, definition) pairs are followed '
-            'only where the class is defined')
+    return _codes.filled_note(_codes.USER_MULTI_OTHER_MODULE,
+                              call=ast.unparse(call.func))
   if inject:
     planner.imports.append((rules_module, None, None))
     planner.edit(call, f'{rules_module}.inject_learning_rate({{rule}})('

@@ -244,14 +244,14 @@ def migrate_source(source: bytes, path: str = '<string>',
   rendered, dropped = _rewrite_plan.render(source, plan.edits)
   for edit in dropped:
     plan.leftovers.append(_rewrite_plan.Leftover(
-        edit.line, edit.construct, '', 'overlaps another rewrite; left as is'))
+        edit.line, edit.construct, '', _codes.note(_codes.OVERLAPS_REWRITE)))
   # In the file's encoding, with its byte order mark if it had one.
   new = _source.write(_fixed_imports(_source.read(rendered).text, plan,
                                      {} if memo is None else memo), read)
   # A flow with one link left out is not migrated: the whole file stays.
   problems = [_self_check.Problem(
-      edit.line, f'its {edit.construct} rewrite here overlaps another one, '
-      'so the flow could not be rewritten whole')
+      edit.line, _codes.filled_note(_codes.REWRITE_OVERLAPS,
+                                    construct=edit.construct))
               for edit in dropped
               if edit.construct in _rewrite_plan.FLOW_CONSTRUCTS]
   problems = problems or _self_check.problems(
@@ -307,14 +307,12 @@ def _undecided_kernel_names(tree: ast.Module, names, source: bytes) -> list:
   lines = source.decode('utf-8', 'replace').splitlines() if first else []
   notes = []
   for name, line in sorted(first.items()):
-    bound = sorted(path or 'something other than an import'
+    bound = sorted(path or _codes.note(_codes.KERNEL_NOT_IMPORT)
                    for path in undecided[name])
     notes.append(_rewrite_plan.Leftover(
         line, 'kernel', lines[line - 1].strip(),
-        f'{name!r} is bound nowhere in this notebook, and the notebooks '
-        f'of the project bind it to {", ".join(bound)}: what it means in '
-        'the kernel this notebook runs in is not known, so nothing reached '
-        'through it here is rewritten'))
+        _codes.filled_note(_codes.KERNEL_UNDECIDED, name=name,
+                           bound=', '.join(bound))))
   return notes
 
 
@@ -324,8 +322,9 @@ def rolled_back(source: bytes, plan: _rewrite_plan.Plan, problems):
   lines = source.decode('utf-8', 'replace').splitlines()
   leftovers = plan.leftovers + [_rewrite_plan.Leftover(
       p.line, 'self_check', lines[p.line - 1].strip() if p.line <= len(
-          lines) else '', f'the rewrite of this file was rolled back: '
-      f'{p.reason}') for p in problems]
+          lines) else '', _codes.filled_note(_codes.ROLLED_BACK_BECAUSE,
+                                             reason=p.reason))
+                                for p in problems]
   return plan._replace(edits=[], leftovers=sorted(set(leftovers)),
                        imports=[], removed_imports=[], migrated=frozenset())
 
@@ -442,8 +441,8 @@ def migrate_file(path: str, tier: str = 'exact',
     return result._replace(left=left_in_output(
         result, project.reexports if project else None, chosen, memo=memo))
   except Exception as e:  # pylint: disable=broad-except
-    return FileResult(shown, old, old, None, 'not migrated: re-scanning the '
-                      f'result failed: {scan.failure(shown, e).message}')
+    return FileResult(shown, old, old, None, _codes.filled_note(
+        _codes.RESCAN_FAILED, message=scan.failure(shown, e).message))
 
 
 # Imports: they stay while other usages or references in the file do.
@@ -527,7 +526,8 @@ def left_in_output(result: FileResult, reexports=None,
   # What the plan's own rules found there, it lists itself (its leftovers).
   every = [f for f in every if not _rewrite_plan.planned_from_tree(f)]
   chosen = set(_codes.BY_CODE) if chosen is None else chosen
-  found = [(f.line, f.construct, f'by hand: {f.replacement}')
+  found = [(f.line, f.construct,
+            _codes.filled_note(_codes.BY_HAND, replacement=f.replacement))
            for f in every if f.rule != _codes.UNUSED_NOQA and
            f.rule in chosen]
   # A line with a noqa mark keeps its references too (the mark held them).
@@ -535,7 +535,8 @@ def left_in_output(result: FileResult, reexports=None,
   for line, path in referenced:
     if line not in covered and _codes.code_of('import') in chosen:
       covered.add(line)
-      found.append((line, 'reference', f'{path} is still named here'))
+      found.append((line, 'reference',
+                    _codes.filled_note(_codes.STILL_NAMED, path=path)))
   module_lines = module.decode('utf-8', 'replace').splitlines()
   # (line in the file, construct, what to do by hand, the source line)
   items = [(notebook.file_line(line) if notebook else line, construct,
@@ -562,12 +563,12 @@ def left_in_output(result: FileResult, reexports=None,
     if same or here:
       reason = (same or here)[0].reason
     elif rolled_back:
-      reason = 'left as it was: the rewrite of this file was rolled back'
+      reason = _codes.note(_codes.ROLLED_BACK)
     elif construct in _KEPT_FOR_OTHERS and kept_for_others:
-      reason = ('kept: the usages and references of flax.optim left in '
-                'this file (the other entries) still need it')
+      reason = _codes.note(_codes.IMPORT_STILL_NEEDED)
     else:
-      reason = f'not rewritten; {fallback}'
+      reason = _codes.filled_note(_codes.NOT_REWRITTEN_FALLBACK,
+                                  fallback=fallback)
     left.append(_rewrite_plan.Leftover(line, construct, code, reason))
   return tuple(sorted(left + rolled_back))  # rolled back: new is old
 
@@ -581,9 +582,7 @@ def _without_own_methods(items, result, old_line) -> list:
           old_line.get(i[0]) not in own]
 
 
-_UNCHECKED_ACROSS_MODULES = (
-    'kept as it was: the analysis across modules failed (see the errors), '
-    'so whether this flow goes on in another module cannot be checked')
+_UNCHECKED_ACROSS_MODULES = _codes.note(_codes.ACROSS_MODULES_FAILED)
 
 
 def migrate_paths(paths, tier: str = 'exact', exclude=(), chosen=None,
@@ -651,10 +650,7 @@ def _migrate_paths(paths, tier, exclude, chosen, unsafe_fixes):
 
 
 # A notebook's own import of a flax.optim name it read from its kernel.
-_KERNEL_IMPORT = ('added: this notebook binds {local!r} nowhere (it runs in '
-                  'a kernel another notebook of the project prepared) and '
-                  'still uses it, but the migrated {preparers} no longer '
-                  'import it')
+_KERNEL_IMPORT = _codes.KERNEL_IMPORT
 
 
 def _with_array_states(results: dict, project, array_paths: set,
@@ -758,8 +754,9 @@ def _with_kernel_imports(result: FileResult, bound: dict, dropped_by: dict,
         if local in bound:
           notes.append(_rewrite_plan.Leftover(
               added.file_line(node.lineno), 'import',
-              lines[node.lineno - 1].strip(), _KERNEL_IMPORT.format(
-                  local=local, preparers=', '.join(dropped_by[local]))))
+              lines[node.lineno - 1].strip(), _codes.filled_note(
+                  _KERNEL_IMPORT, local=local,
+                  preparers=', '.join(dropped_by[local]))))
   plan = result.plan
   if plan is not None:
     plan = plan._replace(notes=list(plan.notes) + notes)
@@ -1086,10 +1083,7 @@ def _across_modules(link) -> bool:
 
 # What releases a link whose reason says only what happens there.
 _RELEASES = {
-    _rewrite_plan.ESCAPE: (
-        'released when the code it goes to is migrated in the same run '
-        '(give its path too) or is handed what it reads (e.g. '
-        '`optimizer.target`) instead of the optimizer'),
+    _rewrite_plan.ESCAPE: _codes.note(_codes.ESCAPE_RELEASED),
 }
 
 
