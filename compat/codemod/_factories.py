@@ -84,10 +84,11 @@ class Factories:
 
   def returns_def(self, call, names) -> bool:
     """A call of a project factory whose every return is an OptimizerDef."""
-    function = self.callee(call, names)
+    path = names.resolve(call.func)  # (once for both questions)
+    function = self.callee_at(call, names, path)
     if function is not None:
       return function.node in self.def_functions
-    if names.resolve(call.func) is not None:
+    if path is not None:
       return False
     return self._methods_agree(self._method_candidates(call))
 
