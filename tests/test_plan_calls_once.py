@@ -1,9 +1,9 @@
 """What a call runs is read once (``_names.called``) and handed to every
 rule that acts on calls, and each rule is asked only of the calls whose
 callee it may match: the plan's node loop met 41,984 calls on a
-3,232-file tree of real JAX code, and five of its rules each resolved
-every call's function again (``ModuleNames.resolve`` answers from its
-memo, but was asked 1.3M times)."""
+3,232-file tree of real JAX code, and its rules resolved each call's
+function eight times (``ModuleNames.resolve`` answers from its memo, but
+was asked 1.3M times on that tree)."""
 
 import ast
 
