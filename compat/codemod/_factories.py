@@ -41,6 +41,9 @@ class Factories:
     # (``_factory_producers``: the links ask again per call of a method
     # name many classes define).
     self._producers_memo: dict = {}
+    # (len(def_functions), their names): ``returns_def`` asks a method
+    # call only where a factory has its name.
+    self._def_names: tuple = (0, frozenset())
 
   def _collect_user_rules(self) -> set:
     """Adds the user rule classes found so far; returns the new ones' names
@@ -84,12 +87,25 @@ class Factories:
 
   def returns_def(self, call, names) -> bool:
     """A call of a project factory whose every return is an OptimizerDef."""
-    function = self.callee(call, names)
+    if not self.def_functions:
+      return False  # (no factory known yet: a third of the questions)
+    path = names.resolve(call.func)  # (once for both questions)
+    function = self.callee_at(call, names, path)
     if function is not None:
       return function.node in self.def_functions
-    if names.resolve(call.func) is not None:
-      return False
+    func = call.func
+    if path is not None or not isinstance(func, ast.Attribute) or (
+        func.attr not in self._factory_names()):
+      return False  # (no method of that name returns a definition)
     return self._methods_agree(self._method_candidates(call))
+
+  def _factory_names(self) -> frozenset:
+    """The names of the functions returning definitions (found so far)."""
+    known, found = self._def_names
+    if known != len(self.def_functions):  # (the set only grows)
+      found = frozenset(node.name for node in self.def_functions)
+      self._def_names = (len(self.def_functions), found)
+    return found
 
   def _methods_agree(self, candidates) -> bool:
     """Every override a call may run returns a definition, or gives its

@@ -30,6 +30,7 @@ from typing import Optional
 
 from compat.codemod import _codes
 from compat.codemod import _members
+from compat.codemod import _names
 
 MULTI_OPTIMIZER = _members.MULTI_OPTIMIZER_CLASS
 PARAM_TRAVERSAL = 'ModelParamTraversal'
@@ -134,8 +135,12 @@ _TRAVERSE_UTIL = 'flax.traverse_util.' + PARAM_TRAVERSAL
 def is_param_traversal(names, func) -> bool:
   """``func`` names ModelParamTraversal: flax.optim's, or the same class
   from flax.traverse_util (flax.optim re-exported it)."""
-  return names.legacy_class(func) == PARAM_TRAVERSAL or (
-      names.resolve(func) == _TRAVERSE_UTIL)
+  return names_traversal(_names.called(names, func))
+
+
+def names_traversal(callee: _names.Callee) -> bool:
+  """``is_param_traversal`` of the function ``callee`` was read of."""
+  return callee.name == PARAM_TRAVERSAL or callee.path == _TRAVERSE_UTIL
 
 
 def _is_traversal_value(planner, node) -> bool:

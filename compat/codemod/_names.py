@@ -1032,12 +1032,7 @@ class ModuleNames:
     literal)."""
     if isinstance(node, ast.Call):
       return self._class_by_name(node)
-    path = self.resolve(node)
-    if path and path.startswith('flax.optim.'):
-      return path.rsplit('.', 1)[1]
-    if isinstance(node, ast.Name) and node.id in self.user_defs:
-      return node.id
-    return None
+    return _class_at(self, node, self.resolve(node))
 
   def _class_by_name(self, call) -> Optional[str]:
     """``getattr(flax.optim, 'Adam')`` names Adam; ``getattr(flax.optim,
@@ -1068,14 +1063,13 @@ class ModuleNames:
     module's, or another scanned module's (the project's model)."""
     if isinstance(node, ast.Name) and node.id in self.user_defs:
       return True
-    path = self.resolve(node)
-    return bool(path) and self.model is not None and (
-        path in self.model.user_rules)
+    return user_rule_at(self, node, self.resolve(node))
 
   def _is_def_class(self, node) -> bool:
-    name = self.legacy_class(node)
+    callee = called(self, node)  # (resolved once for both questions)
+    name = callee.name
     if name is None:
-      return self.user_rule(node)
+      return user_rule_at(self, node, callee.path)
     return (
         name in ALGORITHMS or name == RULE_BY_NAME or name in self.user_defs
         or name in (
@@ -1140,6 +1134,43 @@ class ModuleNames:
       if found == (len(self.defs), len(self.optimizers),
                    len(self.def_factories)):
         break  # a round that adds nothing: so would the next ones
+
+
+class Callee(NamedTuple):
+  """What a called expression names, read once for every rule that acts
+  on calls (``called``): most calls match none, told by these alone."""
+  path: Optional[str]  # ``ModuleNames.resolve`` of it
+  name: Optional[str]  # ``ModuleNames.legacy_class`` of it
+  word: str  # its last word: an attribute's or a name's ('' otherwise)
+
+
+def called(names: ModuleNames, func) -> Callee:
+  """The ``Callee`` of ``func`` (a call's function) in the module of
+  ``names``: resolved once, where each rule resolved it again."""
+  if isinstance(func, ast.Call):  # (``getattr(flax.optim, 'Adam')(...)``)
+    return Callee(None, names.legacy_class(func), '')
+  path = names.resolve(func)
+  word = func.attr if isinstance(func, ast.Attribute) else (
+      func.id if isinstance(func, ast.Name) else '')
+  return Callee(path, _class_at(names, func, path), word)
+
+
+def _class_at(names: ModuleNames, node, path: Optional[str]
+              ) -> Optional[str]:
+  """``legacy_class`` of ``node`` (no call), which resolves to ``path``."""
+  if path and path.startswith('flax.optim.'):
+    return path.rsplit('.', 1)[1]
+  if isinstance(node, ast.Name) and node.id in names.user_defs:
+    return node.id
+  return None
+
+
+def user_rule_at(names: ModuleNames, node, path: Optional[str]) -> bool:
+  """``ModuleNames.user_rule`` of ``node``, which resolves to ``path``."""
+  if isinstance(node, ast.Name) and node.id in names.user_defs:
+    return True
+  return bool(path) and names.model is not None and (
+      path in names.model.user_rules)
 
 
 def references(tree, names):

@@ -328,13 +328,13 @@ class ProjectIndex:
     """
     if not isinstance(call, ast.Call):
       return None
-    func = call.func
-    path = names.resolve(func)
-    if path is None and isinstance(func, ast.Name) and names.package_module:
-      path = f'{names.package_module}.{func.id}'
-    if path is not None:
-      return self.functions.get(path)
-    return None
+    return self.callee_at(call, names, names.resolve(call.func))
+
+  def callee_at(self, call, names, path) -> Optional[_Function]:
+    """``callee`` of ``call``, whose function resolves to ``path`` (for a
+    caller that resolved it already)."""
+    path = dotted_at(call.func, names, path)
+    return None if path is None else self.functions.get(path)
 
   def callees(self, call, names) -> list:
     """``[_Function]``: the function ``call`` runs (``callee``), or each
@@ -447,9 +447,13 @@ def spells_any_of(words) -> Callable[[bytes], bool]:
 def dotted_name(node, names) -> Optional[str]:
   """The dotted name a class reference resolves to: an import, else a name
   of the module itself."""
-  path = names.resolve(node)
+  return dotted_at(node, names, names.resolve(node))
+
+
+def dotted_at(node, names, path: Optional[str]) -> Optional[str]:
+  """``dotted_name`` of ``node``, which resolves to ``path``."""
   if path is None and isinstance(node, ast.Name) and names.package_module:
-    path = f'{names.package_module}.{node.id}'
+    return f'{names.package_module}.{node.id}'
   return path
 
 

@@ -36,6 +36,7 @@ from typing import NamedTuple, Optional
 from compat.codemod import _clu_restores
 from compat.codemod import _codes
 from compat.codemod import _members
+from compat.codemod import _names
 from compat.codemod import _state_layout
 
 _RESTORE_CHECKPOINT = 'flax.training.checkpoints.restore_checkpoint'
@@ -126,29 +127,65 @@ def target_of(call, route) -> Optional[ast.AST]:
   return target
 
 
-def restore_of(planner, call, later: Optional[list] = None
-               ) -> Optional[Restore]:
+def planned(planner, call, callee: _names.Callee, rules: str) -> bool:
+  """Whether ``call`` (calling ``callee``) is a restore into a template,
+  planned: rewritten to read both layouts where the template holds an
+  optimizer of the flow, else kept with the reason (noted where the flow
+  migrates)."""
+  if not may_restore(callee):
+    return False  # (most calls: asked nothing)
+  # (another library's is only noted: asked where the flow migrates)
+  later = None if callee.path in (
+      _names.OPTIMIZER_CLASSES) else planner.restores_later
+  restore = restore_of(planner, call, later, callee)
+  if restore is None:
+    return False
+  why = plan_restore(planner, restore, rules)
+  if why:
+    planner.restores_left.append((call, why))
+  else:
+    planner.legacy_layout_lines.add(call.lineno)
+  return True
+
+
+def restore_of(planner, call, later: Optional[list] = None,
+               callee: Optional[_names.Callee] = None) -> Optional[Restore]:
   """``call`` as a restore into a template, or None: a route of
   ``ROUTES``, or a call of another library named like a restore and
   given an argument that may hold an optimizer the flow migrates
   (``another_librarys``). ``later``: where given, such a call is added to
-  it instead, not asked about (None returned)."""
-  route = planner.names.resolve(call.func)
+  it instead, not asked about (None returned). ``callee``: what its
+  function names (``_names.called``), where read already."""
+  if callee is None:
+    callee = _names.called(planner.names, call.func)
+  route = callee.path
   if route in ROUTES:
     target = target_of(call, route)
     return None if target is None else Restore(call, route, target)
+  if not may_restore(callee):
+    return None  # (most calls: ``may_restore``)
   target = _clu_restores.target_of(planner, call)
   if target is not None:  # (clu's checkpoint holds the program's state)
     return Restore(call, _CLU_RESTORE, target)
-  name = call.func.attr if isinstance(call.func, ast.Attribute) else (
-      call.func.id if isinstance(call.func, ast.Name) else '')
-  if not any(word in name.lower() for word in _RESTORING_WORDS) or (
-      _project_function(planner, call)):
+  if _project_function(planner, call, callee):
     return None  # a function of the project: its own module's restore
   if later is not None:
     later.append(call)
     return None
   return another_librarys(planner, call)
+
+
+def may_restore(callee: _names.Callee) -> bool:
+  """Whether a call of ``callee`` may be a restore (``restore_of``): a
+  route's, or one named like a restore (clu's ``restore_or_initialize``
+  among them); most calls are neither."""
+  return callee.path in ROUTES or named_like_restore(callee.word)
+
+
+def named_like_restore(word: str) -> bool:
+  """Whether a function called ``word`` is named like a restore."""
+  lowered = word.lower()
+  return any(part in lowered for part in _RESTORING_WORDS)
 
 
 def another_librarys(planner, call) -> Optional[Restore]:
@@ -172,11 +209,12 @@ def note_later_ones(planner, later, rules: str) -> None:
                                                        rules)))
 
 
-def _project_function(planner, call) -> bool:
+def _project_function(planner, call, callee: _names.Callee) -> bool:
   model = planner.names.model
   return planner.flow.runs_module_function(call) or (
       planner.flow.runs_own_class_method(call)) or (
-          model is not None and model.callee(call, planner.names) is not None)
+          model is not None and model.callee_at(
+              call, planner.names, callee.path) is not None)
 
 
 def fills_flow(planner, restore: Restore) -> bool:

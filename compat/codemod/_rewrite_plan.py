@@ -388,29 +388,29 @@ class Planner(_plan_imports.PlanImports):
                                         reason))
       else:
         self.kept_rules.append(node)
-    if isinstance(node, ast.Call) and self.names.user_rule(node.func):
-      reason = _user_rules.plan_construction(self, node, RULES_MODULE,
-                                             self.inject)
-      if reason:
-        leftovers.append(self._leftover(node, 'multi_optimizer', reason))
-    elif isinstance(node, ast.Call):
-      leftovers += self._plan_flow_call(node)
+    if isinstance(node, ast.Call):  # (what it calls read once for all)
+      leftovers += self._plan_flow_call(node, _names.called(self.names,
+                                                            node.func))
     if isinstance(node, ast.Attribute):
       leftovers += self._plan_member_use(node)
     return leftovers
 
-  def _plan_flow_call(self, node) -> list:
+  def _plan_flow_call(self, node, callee: _names.Callee) -> list:
     """Plans a call that makes or restores part of the flow (a rule, a
     ``.create``, a serialization, a restore, an Optimizer built by hand);
-    its leftovers."""
-    name = self.names.legacy_class(node.func)
+    its leftovers. ``callee``: what it calls (``_names.called``)."""
+    if _names.user_rule_at(self.names, node.func, callee.path):
+      return self._left_if(node, 'multi_optimizer',
+                           _user_rules.plan_construction(
+                               self, node, RULES_MODULE, self.inject))
+    name = callee.name
     if name in _CATALOGUE.BY_NAME or name == _names.RULE_BY_NAME:
       return self._left_if(node, 'algorithm', self._plan_algorithm(node, name))
     if name == _multi.MULTI_OPTIMIZER:
       return self._left_if(node, 'multi_optimizer',
                            _multi.plan_multi(self, node, RULES_MODULE))
     if name == _multi.PARAM_TRAVERSAL or (
-        _multi.is_param_traversal(self.names, node.func) and
+        _multi.names_traversal(callee) and
         _multi.traversal_problem(self, node) is None):
       # (flax.traverse_util's, only where it goes into a MultiOptimizer)
       return self._left_if(node, 'traversal',
@@ -425,11 +425,14 @@ class Planner(_plan_imports.PlanImports):
     if helped:
       return self._left_if(node, 'checkpoint',
                            self._plan_helper_call(node, helped))
-    if _state_layout.plan_serialization(self, node, RULES_MODULE):
+    # (asked only of the calls whose callee each may match: most none)
+    if callee.path in _state_layout.SERIALIZATIONS and (
+        _state_layout.plan_serialization(self, node, RULES_MODULE,
+                                         callee.path)):
       self.legacy_layout_lines.add(node.lineno)
-    elif self._planned_restore(node):
+    elif _restores.planned(self, node, callee, RULES_MODULE):
       pass  # (a restore into a template: rewritten or noted)
-    elif self.names.resolve(node.func) in _flow.OPTIMIZER_CLASSES:
+    elif callee.path in _flow.OPTIMIZER_CLASSES:
       return self._plan_hand_built(node)
     return []
 
@@ -500,24 +503,6 @@ class Planner(_plan_imports.PlanImports):
                                _plan_records.created_from_parameter(
                                    self.flow, value)))
             for holder, value in self.module.unproven_field_stores()]
-
-  def _planned_restore(self, call) -> bool:
-    """Whether ``call`` is a restore into a template (``_restores``):
-    rewritten to read both layouts where the template holds an optimizer
-    of the flow, else kept with the reason (noted where the flow
-    migrates)."""
-    # (another library's is only noted: asked where the flow migrates)
-    later = None if self.names.resolve(call.func) in (
-        _flow.OPTIMIZER_CLASSES) else self.restores_later
-    restore = _restores.restore_of(self, call, later)
-    if restore is None:
-      return False
-    why = _restores.plan_restore(self, restore, RULES_MODULE)
-    if why:
-      self.restores_left.append((call, why))
-    else:
-      self.legacy_layout_lines.add(call.lineno)
-    return True
 
 
 def _render_order(edit):

@@ -70,11 +70,16 @@ def role_of(function, parameter, names) -> Optional[str]:
   ``names``) reads ``parameter`` only as the template of flax.serialization
   restores it returns (each return returns one); ``SAVE`` where it reads
   it only as what ``to_bytes``/``to_state_dict`` is given; else None."""
+  return _roles_once(function, names).get(parameter)
+
+
+def _roles_once(function, names) -> dict:
+  """``_roles`` of ``function``, found once."""
   roles = getattr(function, _ROLES, None)
   if roles is None:
     roles = _roles(function, names)
     setattr(function, _ROLES, roles)  # (a def has one module's names)
-  return roles.get(parameter)
+  return roles
 
 
 def _roles(function, names) -> dict:
@@ -155,9 +160,12 @@ def passed(call, function, names) -> list:
   if any(isinstance(a, ast.Starred) for a in call.args) or any(
       k.arg is None for k in call.keywords):
     return []
+  roles = _roles_once(function, names)
+  if not roles:
+    return []  # (most functions: no parameter has a role)
   found = []
   for parameter in _names.parameter_names(function):
-    role = role_of(function, parameter, names)  # (most: None, cached)
+    role = roles.get(parameter)
     argument = None if role is None else _names.argument_for(
         function, parameter, call)
     if argument is not None:

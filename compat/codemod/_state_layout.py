@@ -43,6 +43,8 @@ LINKS = frozenset((_members.STATE, _members.REPLACE, _members.STATE_DICT,
 STATE_CLASSES = ('flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
 _TO_STATE_DICT = 'flax.serialization.to_state_dict'
 _FROM_STATE_DICT = 'flax.serialization.from_state_dict'
+# What ``plan_serialization`` rewrites, by the path the call resolves to.
+SERIALIZATIONS = (_TO_STATE_DICT, _FROM_STATE_DICT)
 
 
 def param_state_classes() -> dict:
@@ -133,12 +135,13 @@ def _plan_replace(planner, call, receiver, rules) -> Optional[str]:
   return None
 
 
-def plan_serialization(planner, call, rules: str) -> bool:
+def plan_serialization(planner, call, rules: str,
+                       path: Optional[str]) -> bool:
   """``flax.serialization.to_state_dict(opt)`` / ``from_state_dict(opt, d)``
   of a migrated optimizer: flax.optim's layout through ``rules``. True when
-  rewritten (the checkpoint note does not apply then)."""
-  path = planner.names.resolve(call.func)
-  if path not in (_TO_STATE_DICT, _FROM_STATE_DICT) or call.keywords or any(
+  rewritten (the checkpoint note does not apply then). ``path``: what the
+  call's function resolves to (``_names.called``)."""
+  if path not in SERIALIZATIONS or call.keywords or any(
       isinstance(a, ast.Starred) for a in call.args):
     return False
   arity = 1 if path == _TO_STATE_DICT else 2
