@@ -70,6 +70,7 @@ file never stops the scan of the others).
 
 import argparse
 import ast
+import bisect
 import collections
 import collections.abc
 import contextlib
@@ -80,7 +81,7 @@ import gc
 import json
 import os
 import sys
-from typing import Iterable, NamedTuple, Optional, Union, cast
+from typing import Iterable, Iterator, NamedTuple, Optional, Union, cast
 
 from compat import _atomic
 from compat import _lazy
@@ -625,7 +626,9 @@ class _FlatVisitor(_Visitor):
   under it, so visited after it either way; the findings are sorted."""
 
   def visit(self, node):
-    for each in _walk.nodes(node):
+    tree = self.module.tree
+    for each in _walk.nodes(tree) if node is tree else _walk.under(node,
+                                                                   tree):
       method = _FLAT.get(type(each))
       if method is not None:
         method(self, each)
@@ -754,29 +757,88 @@ def scan_module(source, path: str, reexports, tree: ast.Module, model=None,
   # A module the project's model read names a factory of another module
   # (``cfg.create_optimizer_def().create(p)``): analysed in full.
   read_by_model = model is not None and path in model.names
-  may_name_flax_optim = read_by_model or bool(kernel) or (
-      _may_name_flax_optim(text, reexports))
-  if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
-    return ScannedModule([], None)  # none of the words any finding needs
-  if not may_name_flax_optim:
-    names = _names.ModuleNames(tree, reexports, collect=False)
-  elif names is None:
+  if not (read_by_model or kernel or _may_name_flax_optim(text, reexports)):
+    words = _prefilter.found_words(text, _TRIGGERS)
+    # (none of them: none of the words any finding needs)
+    return ScannedModule(_quiet_findings(text, path, reexports, tree, words)
+                         if words else [], None)
+  if names is None:
     names = module_names(tree, path, reexports, model, kernel)
   visitor = (_FlatVisitor if _walk.is_walked(tree) else _Visitor)(
       path, names, text.splitlines())
-  if not may_name_flax_optim:
-    # Its cached value, never built: the stand-in answers what the walk asks
-    # (no value here is an optimizer); the checks below are not run.
-    visitor.flow = cast(_flow.OptimizerFlow, _flow.NO_OPTIMIZERS)
-    visitor.keeps_matches = False
   visitor.visit(tree)
-  if may_name_flax_optim:  # (else no value here is an optimizer: none
-    # escapes, and no restore's template holds one)
-    visitor.check_escapes()  # (before the restores: not checkpoint lines)
-    visitor.check_restores()
+  visitor.check_escapes()  # (before the restores: not checkpoint lines)
+  visitor.check_restores()
   return ScannedModule(sorted(set(visitor.findings)), visitor.escapes_model or
-                       (visitor.__dict__.get('flow')
-                        if may_name_flax_optim else None))
+                       visitor.__dict__.get('flow'))
+
+
+def _quiet_findings(text: str, path: str, reexports, tree: ast.Module,
+                    words: frozenset) -> list:
+  """The findings of a module in which no name can resolve to flax.optim
+  and that the project's model did not read, whose text spells ``words``
+  (``_prefilter.found_words``): removed APIs, traversals, bridges, and
+  steps and checkpoints of values only a name says may be optimizers.
+  Each is at a node that spells one of ``words`` or a name an import binds
+  to a path ending in one, so only the statements on the lines that spell
+  them are visited (``_quiet_parts``): the module's other nodes cost
+  nothing (most of its statements, most of its size)."""
+  names = _names.ModuleNames(tree, reexports, collect=False)
+  visitor = (_FlatVisitor if _walk.is_walked(tree) else _Visitor)(
+      path, names, text.splitlines())
+  # Its cached value, never built: the stand-in answers what the walk asks
+  # (no value here is an optimizer). Nothing checked after the walk either:
+  # none escapes, and no restore's template holds one.
+  visitor.flow = cast(_flow.OptimizerFlow, _flow.NO_OPTIMIZERS)
+  visitor.keeps_matches = False
+  lines = _lines_spelling(text, names, words)
+  for part in [tree] if lines is None else _quiet_parts(tree.body, lines):
+    visitor.visit(part)
+  return sorted(set(visitor.findings))
+
+
+def _lines_spelling(text: str, names: _names.ModuleNames,
+                    words: frozenset) -> Optional[list]:
+  """The lines where ``text`` spells one of ``words`` or a name an import
+  binds (``names``) to a path ending in one; None where a line may spell
+  one otherwise: the parser reads an identifier of other letters as the
+  ASCII one they stand for (NFKC: ``jax`` in full-width letters is
+  ``jax``)."""
+  if not text.isascii():
+    return None
+  spelled = set(words)
+  for local, bound in [*names.bindings.items(), *names.inner.imports()]:
+    if bound.rpartition('.')[2] in words:
+      spelled.add(local)
+  return _prefilter.lines_spelling(text, spelled)
+
+
+def _quiet_parts(body: list, lines: list) -> Iterator[ast.AST]:
+  """What ``_quiet_findings`` visits of the statements ``body``: each
+  simple statement whose lines hold one of ``lines`` (sorted), whole; of
+  such a compound statement (a def from its decorators on), its own
+  children but its statement lists, whose statements are chosen so."""
+  for statement in body:
+    first = getattr(statement, 'lineno', None)  # (a match case: none)
+    if first is not None:
+      decorators = getattr(statement, 'decorator_list', None)
+      if decorators:
+        first = min(first, decorators[0].lineno)
+      at = bisect.bisect_left(lines, first)
+      if at == len(lines) or lines[at] > statement.end_lineno:
+        continue  # no line of it spells a word
+    nested = _walk.statement_fields(type(statement))
+    if not nested:
+      yield statement
+      continue
+    for field in statement._fields:
+      value = getattr(statement, field, None)
+      if field in nested and type(value) is list:
+        yield from _quiet_parts(value, lines)
+      elif type(value) is list:
+        yield from (item for item in value if isinstance(item, ast.AST))
+      elif isinstance(value, ast.AST):
+        yield value
 
 
 def _excluded(path: str, patterns) -> bool:
