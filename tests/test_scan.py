@@ -467,8 +467,9 @@ def test_a_module_that_cannot_name_flax_optim_is_visited_where_its_words_are(
     monkeypatch):
   """A module in which no name can resolve to flax.optim (and that no
   project's model read) has only findings at the words the prefilter
-  found there: scan visits the statements on their lines, not the whole
-  module (a removal check of each of its nodes before)."""
+  found there: scan checks the nodes on their lines, not the whole
+  module (a removal check of each of its nodes before), none
+  recursing."""
   from compat.codemod import _removals
   asked = []
   match = _removals.match
@@ -481,6 +482,11 @@ def test_a_module_that_cannot_name_flax_optim_is_visited_where_its_words_are(
   found = scan.scan_source(source, 'm.py')
   assert [(f.line, f.construct) for f in found] == [(303, 'removed_api')]
   assert len(asked) <= 5, len(asked)
+  # none recursing, in a tree not walked too (the recursive visit ran out
+  # of stack)
+  source = 'import jax\nx = jax.tree_map(f, y)' + ' + a' * 1500 + '\n'
+  found = scan.scan_source(source, 'm.py')
+  assert [(f.line, f.construct) for f in found] == [(2, 'removed_api')]
 
 
 def test_a_quiet_modules_findings_are_those_of_its_whole_visit(monkeypatch):

@@ -24,12 +24,6 @@ _FIELDS_OF = {
     if isinstance(kind, type) and issubclass(kind, ast.AST)}
 
 
-def statement_fields(kind: type) -> tuple:
-  """The fields of a node of class ``kind`` that hold its statements (its
-  handlers, its match cases), in its ``_fields``' order."""
-  return _FIELDS_OF.get(kind, ())
-
-
 def statement_children(node: ast.AST) -> list:
   """``node``'s statements, handlers and match cases, in the order
   ``ast.iter_child_nodes`` gives them (among its other children)."""

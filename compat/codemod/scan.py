@@ -81,7 +81,7 @@ import gc
 import json
 import os
 import sys
-from typing import Iterable, Iterator, NamedTuple, Optional, Union, cast
+from typing import Iterable, NamedTuple, Optional, Union, cast
 
 from compat import _atomic
 from compat import _lazy
@@ -626,15 +626,17 @@ class _FlatVisitor(_Visitor):
   under it, so visited after it either way; the findings are sorted."""
 
   def visit(self, node):
-    tree = self.module.tree
-    for each in _walk.nodes(tree) if node is tree else _walk.under(node,
-                                                                   tree):
-      method = _FLAT.get(type(each))
-      if method is not None:
-        method(self, each)
+    self.visit_each(_walk.nodes(node))
 
   def generic_visit(self, node):
     pass  # (its children come in the walk's order)
+
+  def visit_each(self, nodes):
+    """Each of ``nodes``' checks (none descending)."""
+    for each in nodes:
+      method = _FLAT.get(type(each))
+      if method is not None:
+        method(self, each)
 
 
 # Node class -> the _Visitor method for its nodes, where one has its own.
@@ -780,20 +782,26 @@ def _quiet_findings(text: str, path: str, reexports, tree: ast.Module,
   (``_prefilter.found_words``): removed APIs, traversals, bridges, and
   steps and checkpoints of values only a name says may be optimizers.
   Each is at a node that spells one of ``words`` or a name an import binds
-  to a path ending in one, so only the statements on the lines that spell
-  them are visited (``_quiet_parts``): the module's other nodes cost
-  nothing (most of its statements, most of its size)."""
+  to a path ending in one, and each is found by the checks of that node
+  alone, so only the nodes whose lines hold such a spelling are visited
+  (``_quiet_nodes``), none descending: the module's other nodes cost
+  nothing (most of them)."""
   names = _names.ModuleNames(tree, reexports, collect=False)
-  visitor = (_FlatVisitor if _walk.is_walked(tree) else _Visitor)(
-      path, names, text.splitlines())
-  # Its cached value, never built: the stand-in answers what the walk asks
-  # (no value here is an optimizer). Nothing checked after the walk either:
-  # none escapes, and no restore's template holds one.
-  visitor.flow = cast(_flow.OptimizerFlow, _flow.NO_OPTIMIZERS)
-  visitor.keeps_matches = False
   lines = _lines_spelling(text, names, words)
-  for part in [tree] if lines is None else _quiet_parts(tree.body, lines):
-    visitor.visit(part)
+  visitor = (_FlatVisitor if lines is not None or _walk.is_walked(tree) else
+             _Visitor)(path, names, text.splitlines())
+  # Their cached values, never computed: no value here is an optimizer (the
+  # stand-in flow answers what the checks ask), and no name leads into
+  # flax.optim (no reference or annotation to check). Nothing is checked
+  # after the walk either: none escapes, and no restore's template holds
+  # an optimizer.
+  visitor.flow = cast(_flow.OptimizerFlow, _flow.NO_OPTIMIZERS)
+  visitor._roots = frozenset()
+  visitor.keeps_matches = False
+  if lines is None:
+    visitor.visit(tree)
+  else:
+    cast(_FlatVisitor, visitor).visit_each(_quiet_nodes(tree, lines))
   return sorted(set(visitor.findings))
 
 
@@ -813,32 +821,33 @@ def _lines_spelling(text: str, names: _names.ModuleNames,
   return _prefilter.lines_spelling(text, spelled)
 
 
-def _quiet_parts(body: list, lines: list) -> Iterator[ast.AST]:
-  """What ``_quiet_findings`` visits of the statements ``body``: each
-  simple statement whose lines hold one of ``lines`` (sorted), whole; of
-  such a compound statement (a def from its decorators on), its own
-  children but its statement lists, whose statements are chosen so."""
-  for statement in body:
-    first = getattr(statement, 'lineno', None)  # (a match case: none)
-    if first is not None:
-      decorators = getattr(statement, 'decorator_list', None)
-      if decorators:
-        first = min(first, decorators[0].lineno)
-      at = bisect.bisect_left(lines, first)
-      if at == len(lines) or lines[at] > statement.end_lineno:
-        continue  # no line of it spells a word
-    nested = _walk.statement_fields(type(statement))
-    if not nested:
-      yield statement
-      continue
-    for field in statement._fields:
-      value = getattr(statement, field, None)
-      if field in nested and type(value) is list:
-        yield from _quiet_parts(value, lines)
-      elif type(value) is list:
-        yield from (item for item in value if isinstance(item, ast.AST))
-      elif isinstance(value, ast.AST):
-        yield value
+# Nodes with no child a check reads (a name's context is none).
+_CHILDLESS = frozenset((ast.Name, ast.Constant))
+
+
+def _quiet_nodes(tree: ast.Module, lines: list) -> list:
+  """The nodes of ``tree`` whose lines (a def's from its decorators on)
+  hold one of ``lines`` (sorted), and the nodes without a position that
+  hold them (a def's arguments, a ``with``'s items), found from the
+  statements down along those lines only."""
+  found: list = []
+  todo = [tree]
+  while todo:
+    for child in _walk.child_nodes(todo.pop()):
+      first = getattr(child, 'lineno', None)
+      if first is not None:
+        decorators = getattr(child, 'decorator_list', None)
+        if decorators:
+          first = min(first, decorators[0].lineno)
+        at = bisect.bisect_left(lines, first)
+        if at == len(lines) or lines[at] > child.end_lineno:
+          continue  # none of its lines spells a word
+      elif isinstance(child, _walk.SHARED_LEAVES):
+        continue  # (a context or an operator: no check, no children)
+      found.append(child)
+      if type(child) not in _CHILDLESS:
+        todo.append(child)
+  return found
 
 
 def _excluded(path: str, patterns) -> bool:
