@@ -86,10 +86,13 @@ class Triggers(NamedTuple):
   # W of ``words`` that a finding reads only as an imported package's name:
   # spelled right after a dot it is another's (``tf.compat.v1``).
   packages: frozenset = frozenset()
-  # ``words`` and ``checkpoint_words`` as ``_groups`` (every text is looked
-  # through once per group, not once per word).
+  # ``words``, ``checkpoint_words``, ``today_words`` and
+  # ``attribute_words`` as ``_groups`` (every text is looked through once
+  # per group, not once per word: the eight ``tree_...``).
   word_groups: tuple = ()
   checkpoint_groups: tuple = ()
+  today_groups: tuple = ()
+  attribute_groups: tuple = ()
 
 
 # The fewest letters a group's words share (``_groups``): a shorter
@@ -165,7 +168,8 @@ def triggers(checkpoint_functions) -> Triggers:
   return Triggers(words, checkpoint_words, today, attribute,
                   {word: resolved[word] for word in words - others
                    if word in resolved}, frozenset(_RULE_PACKAGES),
-                  _groups(words), _groups(checkpoint_words))
+                  _groups(words), _groups(checkpoint_words), _groups(today),
+                  _groups(attribute))
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -249,23 +253,27 @@ def _has_optimizer_name(text: str) -> bool:
   return 'opt' in text.lower() and bool(_OPTIMIZER_NAME_IN_TEXT.search(text))
 
 
-def _removed_words(text: str, today: dict) -> list:
-  """The words of ``today`` (W -> M) that may be the removed name: spelled
-  other than as ``M.W``, or M is an alias (``import jax as tree_util``).
-  Without flax.optim, only imports bind names (``ModuleNames`` collects
-  no assignment there), so ``M.W`` is today's name unless one says ``as
-  M``."""
+def _removed_words(text: str, given: Triggers) -> list:
+  """The words of ``given.today_words`` (W -> M) that may be the removed
+  name: spelled other than as ``M.W``, or M is an alias (``import jax as
+  tree_util``). Without flax.optim, only imports bind names
+  (``ModuleNames`` collects no assignment there), so ``M.W`` is today's
+  name unless one says ``as M``."""
   found = []
-  for word, module in today.items():
-    if word not in text:
+  for prefix, words in given.today_groups:
+    if prefix not in text:
       continue
-    if module in text and _found(_alias(module), text):
-      if _found(_whole(word), text):
-        found.append(word)
-    elif text.count(word) != text.count(f'{module}.{word}') and sum(
-        1 for _ in _word_starts(_whole(word), text)) > sum(
-            1 for _ in _word_starts(_after(module, word), text)):
-      found.append(word)  # (every ``word`` right after ``module.``: today's)
+    for word in words:
+      if word != prefix and word not in text:
+        continue
+      module = given.today_words[word]
+      if module in text and _found(_alias(module), text):
+        if _found(_whole(word), text):
+          found.append(word)
+      elif text.count(word) != text.count(f'{module}.{word}') and sum(
+          1 for _ in _word_starts(_whole(word), text)) > sum(
+              1 for _ in _word_starts(_after(module, word), text)):
+        found.append(word)  # (every ``word`` right after ``module.``: today's)
   return found
 
 
@@ -345,13 +353,17 @@ def _called_as_matched(word: str) -> re.Pattern:
   return re.compile(_GAP + _CALLED_WITH.get(word, '').format(gap=_GAP))
 
 
-def _attributes_spelled(text: str, words) -> list:
-  """The words of ``words`` that ``text`` has as an attribute's name
-  (called as its matcher needs, ``_CALLED_WITH``)."""
+def _attributes_spelled(text: str, groups) -> list:
+  """The words of ``groups`` (``_groups``) that ``text`` has as an
+  attribute's name (called as its matcher needs, ``_CALLED_WITH``)."""
   backwards = None
   found = []
-  for word in words:
-    if word in text:
+  for prefix, words in groups:
+    if prefix not in text:
+      continue
+    for word in words:
+      if word != prefix and word not in text:
+        continue
       backwards = text[::-1] if backwards is None else backwards
       after = _called_as_matched(word)
       # (the reversed word starts where the word ends)
@@ -372,12 +384,12 @@ def found_words(text: str, given: Triggers) -> frozenset:
   lines that do (``lines_spelling``)."""
   found = [word for prefix, words in given.word_groups if prefix in text
            for word in words if _spells_word(text, word, given)]
-  found += _attributes_spelled(text, given.attribute_words)
+  found += _attributes_spelled(text, given.attribute_groups)
   if 'config' in text and _found(_JAX_CONFIG, text):
     found.append('config')
   if _mentions_flax_nn(text):
     found.append('nn')
-  found += _removed_words(text, given.today_words)
+  found += _removed_words(text, given)
   checkpoints = [word for prefix, words in given.checkpoint_groups
                  if prefix in text for word in words if spells(text, word)]
   if checkpoints and _has_optimizer_name(text):

@@ -684,7 +684,8 @@ def module_names(tree, path, reexports=None, model=None, kernel=None):
 # ``legacy_optim`` or ``from flax import optim`` (the word ``optim``), or
 # through a name another scanned module re-exports (its own word).
 def _mentions_optim(text: str) -> bool:
-  return _prefilter.spells(text, 'optim') or 'legacy_optim' in text
+  return 'optim' in text and (_prefilter.spells(text, 'optim') or
+                              'legacy_optim' in text)
 
 
 def _may_name_flax_optim(text: str, reexports) -> bool:
