@@ -8,7 +8,9 @@ part of its path (``jax.ops.index`` needs ``index`` and ``ops``, as
 attributes or in an import), a method finding needs the method's name,
 a flax.optim construct needs an import that spells ``optim`` (or a name
 another scanned module re-exports). A module without any of them has no
-finding; ``may_find`` says False only then. The words come from the tables
+finding; ``may_find`` says False only then. In one with some, a finding is
+where one is spelled (``found_words`` says which; ``lines_spelling``
+where). The words come from the tables
 the rules read (the rule table's detection keys, ``_removals``' rows, scan's
 checkpoint functions), so a new row brings its word; a new kind of matcher
 must add its own here (tests/test_scan_codes.py lists the matchers it
