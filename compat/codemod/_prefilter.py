@@ -382,8 +382,8 @@ def found_words(text: str, given: Triggers) -> frozenset:
   Only for a module that cannot name flax.optim (scan looks at every other
   one). Each finding there is at a node that spells one of them, or a
   name an import binds to a path ending in one (``from jax.ops import
-  index_update as update``): ``scan`` visits only the statements of the
-  lines that do (``lines_spelling``)."""
+  index_update as update``): ``scan`` checks only the nodes on the lines
+  that do (``lines_spelling``)."""
   found = [word for prefix, words in given.word_groups if prefix in text
            for word in words if _spells_word(text, word, given)]
   found += _attributes_spelled(text, given.attribute_groups)
