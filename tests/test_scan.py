@@ -374,3 +374,138 @@ def test_a_walked_module_is_visited_in_its_walks_order_without_recursion():
         assert scan.scan_source(text, name, tree=tree) == recursive, name
         checked += bool(recursive)
   assert checked >= 15
+
+
+# Modules that cannot name flax.optim, each with findings where the words
+# the prefilter finds are spelled other than plainly: through an import's
+# alias, in a decorator, across lines, in a compound statement's header
+# or nested deep in its bodies, on a line shared by two statements.
+_QUIET_SOURCES = (
+    'from jax.ops import index_update as u\nx = 1\ny = u(x, 1, 2)\n',
+    'def f(x):\n  from jax.ops import index_add as a\n  return a(x, 0, 1)\n',
+    'import jax\n\n\n@jax.partial(jax.jit, static_argnums=0)\n'
+    'def f(x):\n  return x\n',
+    'import jax\nx = (jax.\n     tree_map(f, y))\nz = jax . \\\n  host_id()\n',
+    'import jax\r\nx = 1\r\ny = jax.tree_map(f, x)\rz = jax.host_id()\r\n',
+    'import jax\nx = 1; y = jax.tree_map(f, x)\n',
+    'import compat as c\ntx = c.to_optax(d)\n'
+    'from compat import (\n  from_optax)\n',
+    'from flax import nn as fnn\ny = fnn.relu(x)\nz = fnn.Dense(3)\n',
+    'from flax import nn\nm = nn.Dense\nimport flax\nr = flax.nn.relu(x)\n',
+    'import flax.linen as nn\nimport flax\nx = nn.Dense(3)\ny = flax.nn.elu\n',
+    'from flax.training.checkpoints import save_checkpoint as sc\n'
+    'sc(d, opt_state, 1)\n',
+    'import pickle as p\nwith open(f) as g:\n  p.dump(my_opt, g)\n',
+    'from flax.traverse_util import ModelParamTraversal as T\n'
+    't = T(lambda p, _: True)\n',
+    'from flax.linen import MultiHeadDotProductAttention as A\n'
+    'y = A(num_heads=2)(q, kv, m)\n',
+    'from jax.config import config as c\nc.enable_omnistaging()\n'
+    'from jax.config import config\n',
+    'state = state.apply_gradient(g)\nopt = opt.replicate()\n'
+    'x = opt.compute_gradient(loss)\n',
+    'from flax.training import lr_schedule\n'
+    'import flax.training.lr_schedule as s\n'
+    'f = s.create_constant_learning_rate_schedule(1, 2)\n',
+    'from jax.experimental import optimizers, stax\n'
+    'from jax.experimental.stax import Dense\n',
+    'rest, params = variables.pop("params")\nv = variables.copy({"a": 1})\n',
+    # every compound statement, each holding a finding in its header or
+    # body
+    'import jax\n'
+    'class K(Base, metaclass=jax.tree_multimap):\n'
+    '  """A removed name: jax.tree_map."""\n'
+    '  @staticmethod\n'
+    '  def m(a=jax.host_id(), *, b: jax.numpy.DeviceArray = None):\n'
+    '    try:\n'
+    '      pass\n'
+    '    except jax.random.KeyArray:\n'
+    '      y = 1\n'
+    '    else:\n'
+    '      rest, params = v.pop("params")\n'
+    '    finally:\n'
+    '      w = x.copy({"a": 1})\n'
+    '    with jax.partial(f) as g, open(h):\n'
+    '      for i in jax.tree_leaves(t):\n'
+    '        while jax.host_count():\n'
+    '          if jax.tree_flatten(x):\n'
+    '            pass\n'
+    '          elif jax.tree_structure(y):\n'
+    '            pass\n'
+    '          else:\n'
+    '            jax.tree_unflatten(a, b)\n'
+    '        else:\n'
+    '          z = [jax.tree_all(q) for q in r]\n'
+    '    match x:\n'
+    '      case {"a": 1} if jax.host_ids():\n'
+    '        pass\n'
+    '      case _:\n'
+    '        f = lambda: jax.ops.index_min(x, 1, 2)\n'
+    '  async def n(self):\n'
+    '    async with jax.tree_reduce(f, t) as r:\n'
+    '      async for i in r:\n'
+    '        await jax.tree_transpose(i, j, k)\n',
+)
+
+
+def _quiet_fixtures():
+  """The fixture modules that cannot name flax.optim, and
+  ``_QUIET_SOURCES``."""
+  fixtures = os.path.join(os.path.dirname(__file__), 'fixtures')
+  found = []
+  for dirpath, _, files in sorted(os.walk(fixtures)):
+    for name in sorted(f for f in files if f.endswith('.py')):
+      with open(os.path.join(dirpath, name), 'rb') as f:
+        text = f.read()
+      if not scan.may_name_flax_optim(text.decode('utf-8', 'replace'), {}):
+        found.append((os.path.join(dirpath, name), text))
+  return found + [(f'quiet{i}.py', text.encode())
+                  for i, text in enumerate(_QUIET_SOURCES)]
+
+
+def test_a_module_that_cannot_name_flax_optim_is_visited_where_its_words_are(
+    monkeypatch):
+  """A module in which no name can resolve to flax.optim (and that no
+  project's model read) has only findings at the words the prefilter
+  found there: scan checks the nodes on their lines, not the whole
+  module (a removal check of each of its nodes before), none
+  recursing."""
+  from compat.codemod import _removals
+  asked = []
+  match = _removals.match
+  monkeypatch.setattr(_removals, 'match',
+                      lambda node, names: asked.append(node) or match(
+                          node, names))
+  source = ('import jax\n' + ''.join(f'y{i} = f(x.a{i}, z)\n'
+                                     for i in range(300)) +
+            'def g(v):\n  return jax.tree_map(h, v)\n')
+  found = scan.scan_source(source, 'm.py')
+  assert [(f.line, f.construct) for f in found] == [(303, 'removed_api')]
+  assert len(asked) <= 5, len(asked)
+  # none recursing, in a tree not walked too (the recursive visit ran out
+  # of stack)
+  source = 'import jax\nx = jax.tree_map(f, y)' + ' + a' * 1500 + '\n'
+  found = scan.scan_source(source, 'm.py')
+  assert [(f.line, f.construct) for f in found] == [(2, 'removed_api')]
+
+
+def test_a_quiet_modules_findings_are_those_of_its_whole_visit(monkeypatch):
+  """What scan finds visiting only the statements on the lines spelling
+  the prefilter's words, in a tree walked or not, is what it finds
+  visiting every node (``_lines_spelling`` giving None)."""
+  chosen = {}
+  for name, text in _quiet_fixtures():
+    try:
+      chosen[name] = scan.scan_source(text, name)
+    except SyntaxError:
+      continue  # the fixtures' broken files
+    tree = ast.parse(text)
+    _walk.nodes(tree)
+    assert scan.scan_source(text, name, tree=tree) == chosen[name], name
+  monkeypatch.setattr(scan, '_lines_spelling', lambda *_: None)
+  checked = 0
+  for name, text in _quiet_fixtures():
+    if name in chosen:
+      assert scan.scan_source(text, name) == chosen[name], name
+      checked += len(chosen[name])
+  assert checked >= 60, checked

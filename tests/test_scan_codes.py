@@ -840,17 +840,21 @@ def test_prefilter_looks_closely(source, may):
 def test_the_prefilter_looks_for_words_once_per_shared_prefix():
   """``may_find`` looks a text through once per group of its words that
   share a prefix (the traversals' nine ``Travers...``, the ``index_...``,
-  ``save_checkpoint...``), each word only where its prefix is there: a
-  group's words are the tables' words, each starting with its prefix."""
+  ``save_checkpoint...``, the eight ``tree_...`` today's names keep),
+  each word only where its prefix is there: a group's words are the
+  tables' words, each starting with its prefix."""
   given = scan._TRIGGERS
   for groups, words in ((given.word_groups, given.words),
-                        (given.checkpoint_groups, given.checkpoint_words)):
+                        (given.checkpoint_groups, given.checkpoint_words),
+                        (given.today_groups, given.today_words),
+                        (given.attribute_groups, given.attribute_words)):
     assert sorted(w for _, group in groups for w in group) == sorted(words)
     for prefix, group in groups:
       assert all(w.startswith(prefix) for w in group), group
       assert group == (prefix,) or len(prefix) >= 4, group
   assert len(given.word_groups) <= len(given.words) - 10
   assert len(given.checkpoint_groups) < len(given.checkpoint_words)
+  assert len(given.today_groups) <= len(given.today_words) - 7
 
 
 @pytest.mark.parametrize('text', [

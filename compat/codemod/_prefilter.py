@@ -8,7 +8,9 @@ part of its path (``jax.ops.index`` needs ``index`` and ``ops``, as
 attributes or in an import), a method finding needs the method's name,
 a flax.optim construct needs an import that spells ``optim`` (or a name
 another scanned module re-exports). A module without any of them has no
-finding; ``may_find`` says False only then. The words come from the tables
+finding; ``may_find`` says False only then. In one with some, a finding is
+where one is spelled (``found_words`` says which; ``lines_spelling``
+where). The words come from the tables
 the rules read (the rule table's detection keys, ``_removals``' rows, scan's
 checkpoint functions), so a new row brings its word; a new kind of matcher
 must add its own here (tests/test_scan_codes.py lists the matchers it
@@ -86,10 +88,13 @@ class Triggers(NamedTuple):
   # W of ``words`` that a finding reads only as an imported package's name:
   # spelled right after a dot it is another's (``tf.compat.v1``).
   packages: frozenset = frozenset()
-  # ``words`` and ``checkpoint_words`` as ``_groups`` (every text is looked
-  # through once per group, not once per word).
+  # ``words``, ``checkpoint_words``, ``today_words`` and
+  # ``attribute_words`` as ``_groups`` (every text is looked through once
+  # per group, not once per word: the eight ``tree_...``).
   word_groups: tuple = ()
   checkpoint_groups: tuple = ()
+  today_groups: tuple = ()
+  attribute_groups: tuple = ()
 
 
 # The fewest letters a group's words share (``_groups``): a shorter
@@ -165,7 +170,8 @@ def triggers(checkpoint_functions) -> Triggers:
   return Triggers(words, checkpoint_words, today, attribute,
                   {word: resolved[word] for word in words - others
                    if word in resolved}, frozenset(_RULE_PACKAGES),
-                  _groups(words), _groups(checkpoint_words))
+                  _groups(words), _groups(checkpoint_words), _groups(today),
+                  _groups(attribute))
 
 
 # ``flax.nn`` is reported through an attribute ``.nn`` on flax (``jax.nn``
@@ -249,23 +255,28 @@ def _has_optimizer_name(text: str) -> bool:
   return 'opt' in text.lower() and bool(_OPTIMIZER_NAME_IN_TEXT.search(text))
 
 
-def _mentions_removed_word(text: str, today: dict) -> bool:
-  """Whether a word of ``today`` (W -> M) may be the removed name: spelled
-  other than as ``M.W``, or M is an alias (``import jax as tree_util``).
-  Without flax.optim, only imports bind names (``ModuleNames`` collects
-  no assignment there), so ``M.W`` is today's name unless one says ``as
-  M``."""
-  for word, module in today.items():
-    if word not in text:
+def _removed_words(text: str, given: Triggers) -> list:
+  """The words of ``given.today_words`` (W -> M) that may be the removed
+  name: spelled other than as ``M.W``, or M is an alias (``import jax as
+  tree_util``). Without flax.optim, only imports bind names
+  (``ModuleNames`` collects no assignment there), so ``M.W`` is today's
+  name unless one says ``as M``."""
+  found = []
+  for prefix, words in given.today_groups:
+    if prefix not in text:
       continue
-    if module in text and _found(_alias(module), text):
-      if _found(_whole(word), text):
-        return True
-    elif text.count(word) != text.count(f'{module}.{word}') and sum(
-        1 for _ in _word_starts(_whole(word), text)) > sum(
-            1 for _ in _word_starts(_after(module, word), text)):
-      return True  # (every ``word`` right after ``module.``: today's)
-  return False
+    for word in words:
+      if word != prefix and word not in text:
+        continue
+      module = given.today_words[word]
+      if module in text and _found(_alias(module), text):
+        if _found(_whole(word), text):
+          found.append(word)
+      elif text.count(word) != text.count(f'{module}.{word}') and sum(
+          1 for _ in _word_starts(_whole(word), text)) > sum(
+              1 for _ in _word_starts(_after(module, word), text)):
+        found.append(word)  # (every ``word`` right after ``module.``: today's)
+  return found
 
 
 # Patterns that start a word, for ``_word_starts`` (no leading \b).
@@ -280,20 +291,20 @@ def _after(module: str, word: str) -> re.Pattern:
   return re.compile(rf'{module}{_GAP}\.{_GAP}{word}\b')
 
 
-@functools.lru_cache(maxsize=None)
-def _whole(word: str) -> re.Pattern:
+def _identifier(word: str) -> re.Pattern:
+  """``word`` as a whole identifier (for ``_word_starts``); compiled
+  through ``re``'s own bounded cache: a module's names, which a run meets
+  by the thousand, are asked too (``lines_spelling``)."""
   return re.compile(rf'{word}\b')
+
+
+# The tables' words, each compiled once.
+_whole = functools.lru_cache(maxsize=None)(_identifier)
 
 
 def spells(text: str, word: str) -> bool:
   """Whether ``text`` has ``word`` as a whole identifier."""
   return word in text and _found(_whole(word), text)
-
-
-def _spells(text: str, words) -> bool:
-  """Whether ``text`` has one of ``words`` as a whole identifier (names
-  and attributes are: ``apply_gradients`` is not ``apply_gradient``)."""
-  return any(w in text and _found(_whole(w), text) for w in words)
 
 
 def _spells_path(text: str, word: str, path_parts: dict) -> bool:
@@ -344,32 +355,69 @@ def _called_as_matched(word: str) -> re.Pattern:
   return re.compile(_GAP + _CALLED_WITH.get(word, '').format(gap=_GAP))
 
 
-def _spells_attribute(text: str, words) -> bool:
-  """Whether ``text`` has one of ``words`` as an attribute's name (called
-  as its matcher needs, ``_CALLED_WITH``)."""
+def _attributes_spelled(text: str, groups) -> list:
+  """The words of ``groups`` (``_groups``) that ``text`` has as an
+  attribute's name (called as its matcher needs, ``_CALLED_WITH``)."""
   backwards = None
-  for word in words:
-    if word in text:
+  found = []
+  for prefix, words in groups:
+    if prefix not in text:
+      continue
+    for word in words:
+      if word != prefix and word not in text:
+        continue
       backwards = text[::-1] if backwards is None else backwards
       after = _called_as_matched(word)
-      for found in _word_starts(_attribute_backwards(word), backwards):
-        # (the reversed word starts where the word ends)
-        if after.match(text, len(text) - found.start()):
-          return True
-  return False
+      # (the reversed word starts where the word ends)
+      if any(after.match(text, len(text) - each.start()) for each in
+             _word_starts(_attribute_backwards(word), backwards)):
+        found.append(word)
+  return found
+
+
+def found_words(text: str, given: Triggers) -> frozenset:
+  """The words of ``given`` (``triggers()``) that ``text`` spells as a
+  finding needs them, ``nn`` where it mentions flax.nn and ``config``
+  where it imports jax's config: empty only when no finding can be there.
+  Only for a module that cannot name flax.optim (scan looks at every other
+  one). Each finding there is at a node that spells one of them, or a
+  name an import binds to a path ending in one (``from jax.ops import
+  index_update as update``): ``scan`` checks only the nodes on the lines
+  that do (``lines_spelling``)."""
+  found = [word for prefix, words in given.word_groups if prefix in text
+           for word in words if _spells_word(text, word, given)]
+  found += _attributes_spelled(text, given.attribute_groups)
+  if 'config' in text and _found(_JAX_CONFIG, text):
+    found.append('config')
+  if _mentions_flax_nn(text):
+    found.append('nn')
+  found += _removed_words(text, given)
+  checkpoints = [word for prefix, words in given.checkpoint_groups
+                 if prefix in text for word in words if spells(text, word)]
+  if checkpoints and _has_optimizer_name(text):
+    found += checkpoints
+  return frozenset(found)
 
 
 def may_find(text: str, given: Triggers) -> bool:
   """False only when ``text`` has none of the words ``given`` names
-  (``triggers()``) and no flax.nn. Only for a module that cannot name
-  flax.optim (scan looks at every other one)."""
-  return (any(prefix in text and any(_spells_word(text, word, given)
-                                     for word in words)
-              for prefix, words in given.word_groups) or
-          _spells_attribute(text, given.attribute_words) or
-          ('config' in text and _found(_JAX_CONFIG, text)) or
-          _mentions_flax_nn(text) or
-          _mentions_removed_word(text, given.today_words) or
-          (any(prefix in text and _spells(text, words)
-               for prefix, words in given.checkpoint_groups) and
-           _has_optimizer_name(text)))
+  (``triggers()``) and no flax.nn (``found_words``)."""
+  return bool(found_words(text, given))
+
+
+def lines_spelling(text: str, words) -> list:
+  """The numbers of the lines of ``text`` (as the parser counts them,
+  sorted) where one of ``words`` is a whole identifier, in code, a string
+  or a comment alike."""
+  if '\r' in text:  # (a line of the parser's ends at any of the three)
+    text = text.replace('\r\n', '\n').replace('\r', '\n')
+  starts = sorted(found.start() for word in words if word in text
+                  for found in _word_starts(_identifier(word), text))
+  lines: list = []
+  line, at = 1, 0
+  for start in starts:
+    line += text.count('\n', at, start)
+    at = start
+    if not lines or lines[-1] != line:
+      lines.append(line)
+  return lines

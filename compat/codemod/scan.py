@@ -70,6 +70,7 @@ file never stops the scan of the others).
 
 import argparse
 import ast
+import bisect
 import collections
 import collections.abc
 import contextlib
@@ -616,8 +617,10 @@ class _Visitor(ast.NodeVisitor):
 
 class _FlatVisitor(_Visitor):
   """A ``_Visitor`` of a tree whose shared walk is made (``_walk``: the
-  project's model walked every module it read): each node's ``visit_``
-  method called in the walk's order, none descending. The recursion cost
+  project's model walked every module it read), or of the nodes chosen in
+  a module that cannot name flax.optim (``visit_each``: ``_quiet_nodes``):
+  each node's ``visit_`` method called in the walk's order, none
+  descending. The recursion cost
   a fifth of the visit there (504 modules of the speed tree: 0.77 s ->
   0.61 s), and a long expression (1,500 terms) ran out of stack.
   Breadth first, not depth first: what a node notes for others (the
@@ -625,13 +628,17 @@ class _FlatVisitor(_Visitor):
   under it, so visited after it either way; the findings are sorted."""
 
   def visit(self, node):
-    for each in _walk.nodes(node):
-      method = _FLAT.get(type(each))
-      if method is not None:
-        method(self, each)
+    self.visit_each(_walk.nodes(node))
 
   def generic_visit(self, node):
     pass  # (its children come in the walk's order)
+
+  def visit_each(self, nodes):
+    """Each of ``nodes``' checks (none descending)."""
+    for each in nodes:
+      method = _FLAT.get(type(each))
+      if method is not None:
+        method(self, each)
 
 
 # Node class -> the _Visitor method for its nodes, where one has its own.
@@ -679,7 +686,8 @@ def module_names(tree, path, reexports=None, model=None, kernel=None):
 # ``legacy_optim`` or ``from flax import optim`` (the word ``optim``), or
 # through a name another scanned module re-exports (its own word).
 def _mentions_optim(text: str) -> bool:
-  return _prefilter.spells(text, 'optim') or 'legacy_optim' in text
+  return 'optim' in text and (_prefilter.spells(text, 'optim') or
+                              'legacy_optim' in text)
 
 
 def _may_name_flax_optim(text: str, reexports) -> bool:
@@ -754,29 +762,95 @@ def scan_module(source, path: str, reexports, tree: ast.Module, model=None,
   # A module the project's model read names a factory of another module
   # (``cfg.create_optimizer_def().create(p)``): analysed in full.
   read_by_model = model is not None and path in model.names
-  may_name_flax_optim = read_by_model or bool(kernel) or (
-      _may_name_flax_optim(text, reexports))
-  if not may_name_flax_optim and not _prefilter.may_find(text, _TRIGGERS):
-    return ScannedModule([], None)  # none of the words any finding needs
-  if not may_name_flax_optim:
-    names = _names.ModuleNames(tree, reexports, collect=False)
-  elif names is None:
+  if not (read_by_model or kernel or _may_name_flax_optim(text, reexports)):
+    words = _prefilter.found_words(text, _TRIGGERS)
+    # (none of them: none of the words any finding needs)
+    return ScannedModule(_quiet_findings(text, path, reexports, tree, words)
+                         if words else [], None)
+  if names is None:
     names = module_names(tree, path, reexports, model, kernel)
   visitor = (_FlatVisitor if _walk.is_walked(tree) else _Visitor)(
       path, names, text.splitlines())
-  if not may_name_flax_optim:
-    # Its cached value, never built: the stand-in answers what the walk asks
-    # (no value here is an optimizer); the checks below are not run.
-    visitor.flow = cast(_flow.OptimizerFlow, _flow.NO_OPTIMIZERS)
-    visitor.keeps_matches = False
   visitor.visit(tree)
-  if may_name_flax_optim:  # (else no value here is an optimizer: none
-    # escapes, and no restore's template holds one)
-    visitor.check_escapes()  # (before the restores: not checkpoint lines)
-    visitor.check_restores()
+  visitor.check_escapes()  # (before the restores: not checkpoint lines)
+  visitor.check_restores()
   return ScannedModule(sorted(set(visitor.findings)), visitor.escapes_model or
-                       (visitor.__dict__.get('flow')
-                        if may_name_flax_optim else None))
+                       visitor.__dict__.get('flow'))
+
+
+def _quiet_findings(text: str, path: str, reexports, tree: ast.Module,
+                    words: frozenset) -> list:
+  """The findings of a module in which no name can resolve to flax.optim
+  and that the project's model did not read, whose text spells ``words``
+  (``_prefilter.found_words``): removed APIs, traversals, bridges, and
+  steps and checkpoints of values only a name says may be optimizers.
+  Each is at a node that spells one of ``words`` or a name an import binds
+  to a path ending in one, and each is found by the checks of that node
+  alone, so only the nodes whose lines hold such a spelling are visited
+  (``_quiet_nodes``), none descending: the module's other nodes cost
+  nothing (most of them)."""
+  names = _names.ModuleNames(tree, reexports, collect=False)
+  lines = _lines_spelling(text, names, words)
+  visitor = (_FlatVisitor if lines is not None or _walk.is_walked(tree) else
+             _Visitor)(path, names, text.splitlines())
+  # Their cached values, never computed: no value here is an optimizer (the
+  # stand-in flow answers what the checks ask), and no name leads into
+  # flax.optim (no reference or annotation to check). Nothing is checked
+  # after the walk either: none escapes, and no restore's template holds
+  # an optimizer.
+  visitor.flow = cast(_flow.OptimizerFlow, _flow.NO_OPTIMIZERS)
+  visitor._roots = frozenset()
+  visitor.keeps_matches = False
+  if lines is None:
+    visitor.visit(tree)
+  else:
+    cast(_FlatVisitor, visitor).visit_each(_quiet_nodes(tree, lines))
+  return sorted(set(visitor.findings))
+
+
+def _lines_spelling(text: str, names: _names.ModuleNames,
+                    words: frozenset) -> Optional[list]:
+  """The lines where ``text`` spells one of ``words`` or a name an import
+  binds (``names``) to a path ending in one; None where a line may spell
+  one otherwise: the parser reads an identifier of other letters as the
+  ASCII one they stand for (NFKC: ``jax`` in full-width letters is
+  ``jax``)."""
+  if not text.isascii():
+    return None
+  spelled = set(words)
+  for local, bound in [*names.bindings.items(), *names.inner.imports()]:
+    if bound.rpartition('.')[2] in words:
+      spelled.add(local)
+  return _prefilter.lines_spelling(text, spelled)
+
+
+# Nodes with no child a check reads (a name's context is none).
+_CHILDLESS = frozenset((ast.Name, ast.Constant))
+
+
+def _quiet_nodes(tree: ast.Module, lines: list) -> list:
+  """The nodes of ``tree`` whose lines (a def's from its decorators on)
+  hold one of ``lines`` (sorted), and the nodes without a position that
+  hold them (a def's arguments, a ``with``'s items), found from the
+  statements down along those lines only."""
+  found: list = []
+  todo = [tree]
+  while todo:
+    for child in _walk.child_nodes(todo.pop()):
+      first = getattr(child, 'lineno', None)
+      if first is not None:
+        decorators = getattr(child, 'decorator_list', None)
+        if decorators:
+          first = min(first, decorators[0].lineno)
+        at = bisect.bisect_left(lines, first)
+        if at == len(lines) or lines[at] > child.end_lineno:
+          continue  # none of its lines spells a word
+      elif isinstance(child, _walk.SHARED_LEAVES):
+        continue  # (a context or an operator: no check, no children)
+      found.append(child)
+      if type(child) not in _CHILDLESS:
+        todo.append(child)
+  return found
 
 
 def _excluded(path: str, patterns) -> bool:
