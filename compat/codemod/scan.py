@@ -470,7 +470,8 @@ class _Visitor(ast.NodeVisitor):
 
   def _check_call(self, node):
     module = self.module
-    name = module.legacy_class(node.func)
+    callee = _names.called(module, node.func)  # (resolved once, for all)
+    name = callee.name
     self._called.add(id(node.func))
     if name in _CALLED_CLASSES:
       self._explain(node.func)  # the finding names the call
@@ -480,7 +481,8 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, _members.OPTIMIZER_DEF, _BY_NAME_REPLACEMENT,
                rep.SECTION_ALGORITHMS)
       return
-    if self._rule_classes and module.user_rule(node.func):
+    if self._rule_classes and _names.user_rule_at(module, node.func,
+                                                  callee.path):
       self.add(node, _members.OPTIMIZER_DEF, _user_rules.CONSTRUCTION,
                rep.SECTION_ALGORITHMS)
       return
@@ -505,7 +507,7 @@ class _Visitor(ast.NodeVisitor):
       self.add(node, 'dynamic_scale',
                _FIXED['dynamic_scale'].text.format(args=args))
       return
-    path = module.resolve(node.func)
+    path = callee.path
     if path and path.startswith('flax.traverse_util.') and (
         path.rsplit('.', 1)[1] in _names.TRAVERSALS):
       self.add(node, 'traversal')
