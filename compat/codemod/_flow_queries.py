@@ -92,7 +92,14 @@ class FlowQueries(_flow_solve.FlowSolver):
             isinstance(subscript.value, ast.Name) and isinstance(
                 function, (ast.FunctionDef, ast.AsyncFunctionDef))):
       return False
-    for value in self._tree_entries(function).get(key.value, ()):
+    entries = self._tree_entries(function).get(key.value, ())
+    # The answer is an entry's ``is_optimizer``: where none is one (a read
+    # by another key than an optimizer's, any read once the flow dropped
+    # the names stored), no verdict is asked (it follows the dict through
+    # the functions it reaches: the costly part).
+    if not any(self.is_optimizer(value, scope) for value in entries):
+      return False
+    for value in entries:
       verdict = self.tree_verdict(value)
       if verdict.display is not None and any(
           read is subscript for read in verdict.display.loaded_back):
