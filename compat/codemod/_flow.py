@@ -126,12 +126,11 @@ class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding,
     self._returned_memo: dict = {}
     self._own_nodes_of: dict = {}  # function -> its scope's nodes (a list)
     # Dicts holding an optimizer saved or loaded as trees (_legacy_trees):
-    # (dict node, key) -> the verdict, asked for lazily; the same for every
-    # flow of a module the project's model read (``tree_verdicts``).
-    shared = None if names.model is None else names.model.tree_verdicts(
-        tree, names)
-    self._tree_checker, self._tree_verdicts = shared or (
-        _legacy_trees.Checker(names), {})
+    # (dict node, key) -> the verdict, asked for lazily (``tree_verdict``:
+    # found once for every flow of a module the project's model read).
+    self._tree = tree
+    self._tree_checker = _legacy_trees.Checker(names)
+    self._tree_verdicts: dict = {}
     self._tree_entries_of: dict = {}  # function -> _tree_entries
     self._solved = False
     self._init_call_forms()

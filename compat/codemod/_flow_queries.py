@@ -79,8 +79,16 @@ class FlowQueries(_flow_solve.FlowSolver):
     if entry is None:
       return None
     if entry not in self._tree_verdicts:
-      self._tree_verdicts[entry] = self._tree_checker.verdict(
-          value, entry[0], entry[1], self._parents)
+      # (the project's model's, where it read this module: the same for
+      # each of its flows while the project's functions are)
+      model = self.names.model
+      checker, found = (None if model is None else model.tree_verdicts(
+          self._tree, self.names)) or (self._tree_checker,
+                                       self._tree_verdicts)
+      if entry not in found:
+        found[entry] = checker.verdict(value, entry[0], entry[1],
+                                       self._parents)
+      self._tree_verdicts[entry] = found[entry]
     return self._tree_verdicts[entry]
 
   def _loaded_back(self, subscript, scope) -> bool:

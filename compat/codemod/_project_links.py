@@ -86,7 +86,8 @@ class Linker:
     (whether a dict is only saved or loaded as a tree, followed through
     the functions it reaches) is the same for each. It reads the module
     and the project's functions, which change only where the model reads
-    another module: then each is found anew. None for another tree."""
+    another module: then each is found anew (a flow keeps the ones it
+    asked for). None for another tree."""
     path = names.path
     if self.names.get(path) is not names or self.trees.get(path) is not tree:
       return None
