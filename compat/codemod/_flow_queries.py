@@ -12,6 +12,34 @@ from compat.codemod import _serialization_helpers
 from compat.codemod import _walk
 
 
+class _Verdicts:
+  """The ``_legacy_trees`` verdicts on the dicts of one module (its tree and
+  names), shared by every flow of it: the project's phases build a
+  module's flow again and again, and a verdict (whether a dict is only
+  saved or loaded as a tree, followed through the functions it reaches)
+  is the same for each. It reads the module and the project's functions,
+  which change only where the project's model reads another module: then
+  each is found anew (a flow keeps the ones it asked for)."""
+
+  def __init__(self, tree, names):
+    del tree  # (the entries are its nodes)
+    self._names = names
+    self._read = -1  # how many modules the model had read
+    self._checker = _legacy_trees.Checker(names)
+    self._found: dict = {}  # (dict node, key) -> the verdict
+
+  def verdict(self, value, entry, parents):
+    model = self._names.model
+    read = 0 if model is None else len(model.names)
+    if read != self._read:
+      self._read, self._found = read, {}
+      self._checker = _legacy_trees.Checker(self._names)
+    if entry not in self._found:
+      self._found[entry] = self._checker.verdict(value, entry[0], entry[1],
+                                                 parents)
+    return self._found[entry]
+
+
 class FlowQueries(_flow_solve.FlowSolver):
   """Questions about single expressions, once the fixpoint is solved. Part of
   ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
@@ -79,16 +107,10 @@ class FlowQueries(_flow_solve.FlowSolver):
     if entry is None:
       return None
     if entry not in self._tree_verdicts:
-      # (the project's model's, where it read this module: the same for
-      # each of its flows while the project's functions are)
-      model = self.names.model
-      checker, found = (None if model is None else model.tree_verdicts(
-          self._tree, self.names)) or (self._tree_checker,
-                                       self._tree_verdicts)
-      if entry not in found:
-        found[entry] = checker.verdict(value, entry[0], entry[1],
-                                       self._parents)
-      self._tree_verdicts[entry] = found[entry]
+      # (found once for every flow of the tree and names: ``_Verdicts``)
+      shared = _walk.derived(self._tree, _Verdicts, self.names)
+      self._tree_verdicts[entry] = shared.verdict(value, entry,
+                                                  self._parents)
     return self._tree_verdicts[entry]
 
   def _loaded_back(self, subscript, scope) -> bool:

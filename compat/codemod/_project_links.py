@@ -12,7 +12,6 @@ from typing import Optional
 from compat.codemod import _codes
 from compat.codemod import _factories
 from compat.codemod import _flow
-from compat.codemod import _legacy_trees
 from compat.codemod import _links
 from compat.codemod import _members
 from compat.codemod import _multi
@@ -61,11 +60,6 @@ class Linker:
     # path -> the optimizer flow of a module the model read (its own tree
     # and names), built once for every reader (``module_flow``).
     self.module_flows: dict = {}
-    # path -> (the ``_legacy_trees.Checker`` of a module the model read,
-    # its verdicts by dict entry), shared by every flow of the module
-    # (``tree_verdicts``), and how many modules were read when they were.
-    self._tree_verdicts: dict = {}
-    self._verdicts_read = 0
     # method -> whether it gives nothing (``_factories.gives_nothing``):
     # asked at each call that may run it, in every module read.
     self._gives_nothing: dict = {}
@@ -78,24 +72,6 @@ class Linker:
       self.module_flows[path] = _flow.OptimizerFlow(self.trees[path],
                                                     self.names[path])
     return self.module_flows[path]
-
-  def tree_verdicts(self, tree, names) -> Optional[tuple]:
-    """``(checker, {entry: verdict})`` of the dicts of a module the model
-    read (``tree`` and ``names`` its own), shared by each flow of it: the
-    project's phases build a module's flow again and again, and a verdict
-    (whether a dict is only saved or loaded as a tree, followed through
-    the functions it reaches) is the same for each. It reads the module
-    and the project's functions, which change only where the model reads
-    another module: then each is found anew (a flow keeps the ones it
-    asked for). None for another tree."""
-    path = names.path
-    if self.names.get(path) is not names or self.trees.get(path) is not tree:
-      return None
-    if self._verdicts_read != len(self.names):
-      self._tree_verdicts, self._verdicts_read = {}, len(self.names)
-    if path not in self._tree_verdicts:
-      self._tree_verdicts[path] = (_legacy_trees.Checker(names), {})
-    return self._tree_verdicts[path]
 
   def _link_calls(self, path, tree):
     """A link per call of a project factory whose definitions are made in
