@@ -4,12 +4,14 @@ functions it reaches, a flow's costliest question) only where the answer
 can matter: a read by key of what such a dict gives back is an optimizer
 only where an entry stored under that key is one, so a read by another key
 (``checkpoint['extra']``) asks no verdict, while the optimizer's key is
-still followed back. And a verdict is the same for every flow of a module
-the project's model read (its phases build one again and again): they share
-it, found anew where the model reads another module (whose functions the
-dict may reach)."""
+still followed back. And a verdict is the same for every flow of a
+module's tree and names (the project's phases build one again and again):
+they share it, found anew where the project's model reads another module
+(whose functions the dict may reach)."""
 
 import ast
+
+import pytest
 
 from compat.codemod import _flow
 from compat.codemod import _legacy_trees
@@ -34,8 +36,10 @@ def resume(params, leaves):
 '''
 
 
-def test_a_read_by_a_key_holding_no_optimizer_asks_no_verdict(monkeypatch):
-  asked = []
+@pytest.fixture(name='asked')
+def _asked(monkeypatch) -> list:
+  """The keys of the dicts whose verdicts are asked, in order."""
+  asked: list = []
   verdict = _legacy_trees.Checker.verdict
 
   def noting(self, value, dict_node, key, parents):
@@ -43,6 +47,10 @@ def test_a_read_by_a_key_holding_no_optimizer_asks_no_verdict(monkeypatch):
     return verdict(self, value, dict_node, key, parents)
 
   monkeypatch.setattr(_legacy_trees.Checker, 'verdict', noting)
+  return asked
+
+
+def test_a_read_by_a_key_holding_no_optimizer_asks_no_verdict(asked):
   tree = ast.parse(_RESUME)
   flow = _flow.OptimizerFlow(tree, _names.ModuleNames(tree))
   reads = {ast.unparse(n): n for n in ast.walk(tree)
@@ -53,16 +61,7 @@ def test_a_read_by_a_key_holding_no_optimizer_asks_no_verdict(monkeypatch):
   assert asked == ['opt']  # (once: the flow keeps its verdicts)
 
 
-def test_the_flows_of_a_module_the_model_read_share_its_verdicts(
-    monkeypatch):
-  asked = []
-  verdict = _legacy_trees.Checker.verdict
-
-  def noting(self, value, dict_node, key, parents):
-    asked.append(key)
-    return verdict(self, value, dict_node, key, parents)
-
-  monkeypatch.setattr(_legacy_trees.Checker, 'verdict', noting)
+def test_the_flows_of_a_module_the_model_read_share_its_verdicts(asked):
   tree = ast.parse(_RESUME)
   model = _project.Model([('train.py', _RESUME.encode(), tree)],
                          {'train.py': ('pkg.train',)}, {}, links=False)
