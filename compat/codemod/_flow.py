@@ -31,7 +31,6 @@ from compat.codemod import _dict_returns
 from compat.codemod import _flow_calls
 from compat.codemod import _flow_holding
 from compat.codemod import _flow_values
-from compat.codemod import _legacy_trees
 from compat.codemod import _names
 from compat.codemod import _self_holders
 from compat.codemod import _walk
@@ -126,8 +125,9 @@ class OptimizerFlow(_flow_holding.FlowHolding, _self_holders.SelfHolding,
     self._returned_memo: dict = {}
     self._own_nodes_of: dict = {}  # function -> its scope's nodes (a list)
     # Dicts holding an optimizer saved or loaded as trees (_legacy_trees):
-    # (dict node, key) -> the verdict, asked for lazily.
-    self._tree_checker = _legacy_trees.Checker(names)
+    # (dict node, key) -> the verdict, asked for lazily (``tree_verdict``:
+    # found once for every flow of the module's tree and names).
+    self._tree = tree
     self._tree_verdicts: dict = {}
     self._tree_entries_of: dict = {}  # function -> _tree_entries
     self._solved = False

@@ -13,6 +13,34 @@ from compat.codemod import _serialization_helpers
 from compat.codemod import _walk
 
 
+class _Verdicts:
+  """The ``_legacy_trees`` verdicts on the dicts of one module (its tree and
+  names), shared by every flow of it: the project's phases build a
+  module's flow again and again, and a verdict (whether a dict is only
+  saved or loaded as a tree, followed through the functions it reaches)
+  is the same for each. It reads the module and the project's functions,
+  which change only where the project's model reads another module: then
+  each is found anew (a flow keeps the ones it asked for)."""
+
+  def __init__(self, tree, names):
+    del tree  # (the entries are its nodes)
+    self._names = names
+    self._read = -1  # how many modules the model had read
+    self._checker = _legacy_trees.Checker(names)
+    self._found: dict = {}  # (dict node, key) -> the verdict
+
+  def verdict(self, value, entry, parents):
+    model = self._names.model
+    read = 0 if model is None else len(model.names)
+    if read != self._read:
+      self._read, self._found = read, {}
+      self._checker = _legacy_trees.Checker(self._names)
+    if entry not in self._found:
+      self._found[entry] = self._checker.verdict(value, entry[0], entry[1],
+                                                 parents)
+    return self._found[entry]
+
+
 class FlowQueries(_flow_solve.FlowSolver):
   """Questions about single expressions, once the fixpoint is solved. Part of
   ``_flow.OptimizerFlow``, whose ``__init__`` sets the state."""
@@ -80,8 +108,10 @@ class FlowQueries(_flow_solve.FlowSolver):
     if entry is None:
       return None
     if entry not in self._tree_verdicts:
-      self._tree_verdicts[entry] = self._tree_checker.verdict(
-          value, entry[0], entry[1], self._parents)
+      # (found once for every flow of the tree and names: ``_Verdicts``)
+      shared = _walk.derived(self._tree, _Verdicts, self.names)
+      self._tree_verdicts[entry] = shared.verdict(value, entry,
+                                                  self._parents)
     return self._tree_verdicts[entry]
 
   def _loaded_back(self, subscript, scope) -> bool:
@@ -93,7 +123,14 @@ class FlowQueries(_flow_solve.FlowSolver):
             isinstance(subscript.value, ast.Name) and isinstance(
                 function, (ast.FunctionDef, ast.AsyncFunctionDef))):
       return False
-    for value in self._tree_entries(function).get(key.value, ()):
+    entries = self._tree_entries(function).get(key.value, ())
+    # The answer is an entry's ``is_optimizer``: where none is one (a read
+    # by another key than an optimizer's, any read once the flow dropped
+    # the names stored), no verdict is asked (it follows the dict through
+    # the functions it reaches: the costly part).
+    if not any(self.is_optimizer(value, scope) for value in entries):
+      return False
+    for value in entries:
       verdict = self.tree_verdict(value)
       if verdict.display is not None and any(
           read is subscript for read in verdict.display.loaded_back):
