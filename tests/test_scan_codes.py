@@ -833,12 +833,12 @@ def test_every_removal_matcher_has_its_words():
 ])
 def test_prefilter_looks_closely(source, may):
   from compat.codemod import _prefilter
-  assert _prefilter.may_find(source, scan._TRIGGERS) is may
+  assert bool(_prefilter.found_words(source, scan._TRIGGERS)) is may
   assert bool(scan.scan_source(source)) is may
 
 
 def test_the_prefilter_looks_for_words_once_per_shared_prefix():
-  """``may_find`` looks a text through once per group of its words that
+  """``found_words`` looks a text through once per group of its words that
   share a prefix (the traversals' nine ``Travers...``, the ``index_...``,
   ``save_checkpoint...``, the eight ``tree_...`` today's names keep),
   each word only where its prefix is there: a group's words are the
@@ -871,7 +871,8 @@ def test_prefilter_ends_on_comment_banners(text):
   # stopped migrate on a real repository. A child process, so a hang
   # fails instead of blocking the run.
   code = ('import sys; from compat.codemod import _prefilter, scan; '
-          'print(_prefilter.may_find(sys.stdin.read(), scan._TRIGGERS))')
+          'print(bool(_prefilter.found_words(sys.stdin.read(), '
+          'scan._TRIGGERS)))')
   run = subprocess.run([sys.executable, '-c', code], input=text,
                        capture_output=True, text=True, timeout=60)
   assert run.returncode == 0, run.stderr

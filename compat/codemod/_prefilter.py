@@ -8,8 +8,8 @@ part of its path (``jax.ops.index`` needs ``index`` and ``ops``, as
 attributes or in an import), a method finding needs the method's name,
 a flax.optim construct needs an import that spells ``optim`` (or a name
 another scanned module re-exports). A module without any of them has no
-finding; ``may_find`` says False only then. In one with some, a finding is
-where one is spelled (``found_words`` says which; ``lines_spelling``
+finding; ``found_words`` is empty only then. In one with some, a finding
+is where one is spelled (``found_words`` says which; ``lines_spelling``
 where). The words come from the tables
 the rules read (the rule table's detection keys, ``_removals``' rows, scan's
 checkpoint functions), so a new row brings its word; a new kind of matcher
@@ -149,7 +149,7 @@ def triggers(checkpoint_functions) -> Triggers:
   ``_mentions_flax_nn``)."""
   # The removals found by resolving a name or reading an import's module.
   # scan reads a module that cannot name flax.optim (the only ones
-  # ``may_find`` is asked about) without its package: relative imports
+  # ``found_words`` is asked about) without its package: relative imports
   # resolve to nothing, the others bind only absolute paths they spell,
   # and attributes spell the rest, so reaching such a path spells each of
   # its parts.
@@ -397,12 +397,6 @@ def found_words(text: str, given: Triggers) -> frozenset:
   if checkpoints and _has_optimizer_name(text):
     found += checkpoints
   return frozenset(found)
-
-
-def may_find(text: str, given: Triggers) -> bool:
-  """False only when ``text`` has none of the words ``given`` names
-  (``triggers()``) and no flax.nn (``found_words``)."""
-  return bool(found_words(text, given))
 
 
 def lines_spelling(text: str, words) -> list:
